@@ -1,0 +1,71 @@
+#include <stdio.h>
+
+#include "cluster/plan.h"
+
+static int total_window(const ring_plan *p)
+{
+    int w = 0;
+    for (int d = 0; d < p->n_dev; d++)
+        w += p->window[d];
+    return w;
+}
+
+int plan_rounds_needed(const int *window, int n_dev, int n_layer)
+{
+    int w = 0;
+    for (int d = 0; d < n_dev; d++)
+        w += window[d];
+    return w > 0 ? (n_layer + w - 1) / w : 0;
+}
+
+int plan_validate(const ring_plan *p, char *err, size_t errlen)
+{
+    if (p->n_dev < 1 || p->n_dev > PRIMA_MAX_DEVICES) {
+        snprintf(err, errlen, "plan: %d devices (must be 1..%d)", p->n_dev, PRIMA_MAX_DEVICES);
+        return -1;
+    }
+    for (int d = 0; d < p->n_dev; d++) {
+        if (p->window[d] < 0 || p->gpu_layers[d] < 0 || p->gpu_layers[d] > p->window[d]) {
+            snprintf(err, errlen, "plan: device %d has window %d with %d GPU layers", d,
+                     p->window[d], p->gpu_layers[d]);
+            return -1;
+        }
+    }
+    int w = total_window(p);
+    if (w == 0) {
+        snprintf(err, errlen, "plan: every window is 0");
+        return -1;
+    }
+    if (p->k < 1 || p->k != plan_rounds_needed(p->window, p->n_dev, p->n_layer)) {
+        snprintf(err, errlen, "plan: %d rounds of %d layers do not cover %d layers (need %d rounds)",
+                 p->k, w, p->n_layer, plan_rounds_needed(p->window, p->n_dev, p->n_layer));
+        return -1;
+    }
+    return 0;
+}
+
+void plan_range(const ring_plan *p, int dev, int round, int *first, int *last)
+{
+    int start = round * total_window(p);
+    for (int d = 0; d < dev; d++)
+        start += p->window[d];
+    int end = start + p->window[dev];
+    if (start > p->n_layer)
+        start = p->n_layer;
+    if (end > p->n_layer)
+        end = p->n_layer;
+    *first = start;
+    *last = end;
+}
+
+void plan_owned_layers(const ring_plan *p, int dev, bool *owns)
+{
+    for (int il = 0; il < p->n_layer; il++)
+        owns[il] = false;
+    for (int r = 0; r < p->k; r++) {
+        int a, b;
+        plan_range(p, dev, r, &a, &b);
+        for (int il = a; il < b; il++)
+            owns[il] = true;
+    }
+}

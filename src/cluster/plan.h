@@ -1,0 +1,33 @@
+/* plan.h — how a model's layers are laid out on a ring of devices.
+ *
+ * Devices are numbered in ring order; device 0 is the head. Round r (0 <= r < k) lays out
+ * window[0] layers on device 0, then window[1] on device 1, ... A token's forward pass visits
+ * the devices in that order k times. When n_layer is not a multiple of the total window, the last
+ * round is partial: it ends where the layers run out. A window of 0 means the device computes
+ * nothing (it only forwards, or is left out). */
+#ifndef PRIMA_PLAN_H
+#define PRIMA_PLAN_H
+
+#include <stdbool.h>
+
+#define PRIMA_MAX_DEVICES 32
+
+typedef struct ring_plan {
+    int n_dev;
+    int n_layer;
+    int k;                              /* rounds */
+    int window[PRIMA_MAX_DEVICES];      /* w_m: layers per round */
+    int gpu_layers[PRIMA_MAX_DEVICES];  /* n_m: of those, on the GPU (last n of each window) */
+} ring_plan;
+
+/* Check the plan covers n_layer exactly in k rounds (last one possibly partial). Writes a
+ * one-line reason into err on failure. */
+int plan_validate(const ring_plan *p, char *err, size_t errlen);
+/* The layers device dev computes in round r: [*first, *last) (empty when first == last). */
+void plan_range(const ring_plan *p, int dev, int round, int *first, int *last);
+/* owns[il] = true for every layer device dev computes in any round (n_layer entries). */
+void plan_owned_layers(const ring_plan *p, int dev, bool *owns);
+/* Smallest k that covers n_layer with the given windows. */
+int plan_rounds_needed(const int *window, int n_dev, int n_layer);
+
+#endif

@@ -1,0 +1,56 @@
+/* kern.h — the compute context and the ops the model is built from.
+ *
+ * A kern_ctx owns a persistent thread pool (threads created once, parked between ops) and the
+ * scratch space for activation quantization, so no op allocates or spawns anything.
+ * Results never depend on the thread count: work is split by output rows, and each output element
+ * is computed by exactly one thread in a fixed order. */
+#ifndef PRIMA_KERN_H
+#define PRIMA_KERN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
+
+typedef struct kern_ctx kern_ctx;
+
+kern_ctx *kern_ctx_create(int n_threads);
+void kern_ctx_free(kern_ctx *c);
+int kern_ctx_threads(const kern_ctx *c);
+/* Run fn(arg, ith, nth) on all threads of the pool (caller's thread included) and wait. */
+void kern_parallel(kern_ctx *c, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+/* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tokens, o < n_out.
+ * W: n_out rows of n_in elements of type wt, contiguous (a GGUF 2-D tensor, ne[0] = n_in).
+ * Decode (n_tokens == 1) streams W once; prefill blocks over tokens for cache reuse. */
+void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
+                 const float *x, int n_tokens, float *y);
+
+/* Dequantize row `row` of a matrix (n_in elements per row) into out: embedding lookup. */
+void kern_get_row(const void *w, enum dtype wt, int n_in, int row, float *out);
+
+void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
+void kern_add(float *y, const float *x, int n);              /* y += x */
+void kern_silu_mul(float *gate, const float *up, int n);     /* gate = silu(gate) * up */
+void kern_softmax(float *x, int n);                          /* numerically stable, in place */
+
+typedef struct rope_params {
+    int n_rot;                  /* rotated dims per head (<= head_dim, even) */
+    float freq_base;
+    float freq_scale;           /* linear scaling: 1/factor */
+    bool neox;                  /* NeoX ordering: pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
+    const float *freq_factors;  /* Llama-3 rope_freqs (n_rot/2 divisors), or NULL */
+} rope_params;
+
+/* Rotate n_heads heads of head_dim values at x (contiguous) for position pos. */
+void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
+
+/* Grouped-query attention over an F16 KV cache for a batch of tokens of one sequence.
+ * q: n_tokens x (n_head*head_dim); out likewise. Cache row j (0 <= j < n_ctx) holds position j:
+ * k_cache/v_cache are [n_ctx][n_head_kv*head_dim] F16. Token t attends to rows 0..pos[t]
+ * (causal). One pass with a running max (numerically stable), work split by (token, head). */
+void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
+                    const uint16_t *k_cache, const uint16_t *v_cache,
+                    int n_head, int n_head_kv, int head_dim, float scale);
+
+#endif

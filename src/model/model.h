@@ -1,0 +1,69 @@
+/* model.h — a transformer described by a GGUF file, and the evaluation of any range of its layers.
+ *
+ * The evaluation is split so that the ring runtime can place it across devices:
+ *   embed (head only) -> layers [first, last) (any device, any number of ranges) -> output (head).
+ * An `engine` holds the per-device state: KV cache for the layers it owns only, scratch buffers
+ * allocated once for the largest batch, and the compute context. Weights are never copied: they
+ * are pointers into the GGUF mapping. */
+#ifndef PRIMA_MODEL_H
+#define PRIMA_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kern.h"
+
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
+
+typedef struct model_hparams {
+    enum model_arch arch;
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
+    float rms_eps;
+    rope_params rope;   /* freq_factors points into the mapping when present */
+} model_hparams;
+
+typedef struct layer_weights {
+    const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
+    const gguf_tensor *bq, *bk, *bv;         /* qwen2; NULL otherwise */
+    const gguf_tensor *q_norm, *k_norm;      /* qwen3; NULL otherwise */
+    const gguf_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+} layer_weights;
+
+typedef struct model {
+    gguf_file *file;
+    model_hparams hp;
+    const gguf_tensor *tok_embd, *output_norm, *output;  /* output == tok_embd when tied */
+    layer_weights *layers;                              /* n_layer */
+} model;
+
+model *model_load(const char *path, char *err, size_t errlen);
+void model_free(model *m);
+/* Byte range [*begin, *end) of the file holding layer il's tensors (for prefetch and planning). */
+void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
+/* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output). */
+uint64_t model_layer_bytes(const model *m, int il);
+uint64_t model_head_bytes(const model *m);
+
+typedef struct engine engine;
+
+/* owns[il] says which layers get a KV cache here (NULL = all). n_ctx positions, batches of at
+ * most max_batch tokens. */
+engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, const bool *owns,
+                      char *err, size_t errlen);
+void engine_free(engine *e);
+
+/* hidden: n x n_embd */
+void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden);
+/* Run layers [first, last) in place on hidden for n tokens at positions pos (ascending, one
+ * sequence). Returns 0, or -1 if a layer is not owned or a position is out of the context. */
+int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last);
+/* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
+ * (n_rows x n_vocab). */
+void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
+/* KV cache edits, applied to every owned layer: forget positions >= p0; and move positions
+ * [p0, p1) by delta (re-rotating K), for context shift. */
+void engine_kv_truncate(engine *e, int p0);
+void engine_kv_shift(engine *e, int p0, int p1, int delta);
+
+#endif

@@ -1,0 +1,64 @@
+/* test.h — a minimal harness for plain ctest executables.
+ * CHECK records a failure and continues; REQUIRE stops the test. Exit 0 = pass, 1 = fail,
+ * 77 = skipped (ctest SKIP_RETURN_CODE), always with a reason on stderr. */
+#ifndef PRIMA_TEST_H
+#define PRIMA_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_failures;
+
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fputc('\n', stderr);                                              \
+            test_failures++;                                                  \
+        }                                                                     \
+    } while (0)
+
+#define REQUIRE(cond, ...)                                                    \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            CHECK(cond, __VA_ARGS__);                                         \
+            exit(1);                                                          \
+        }                                                                     \
+    } while (0)
+
+#define SKIP(...)                                                             \
+    do {                                                                      \
+        fprintf(stderr, "SKIPPED: ");                                         \
+        fprintf(stderr, __VA_ARGS__);                                         \
+        fputc('\n', stderr);                                                  \
+        exit(77);                                                             \
+    } while (0)
+
+static inline int test_done(void)
+{
+    if (test_failures)
+        fprintf(stderr, "%d check(s) failed\n", test_failures);
+    return test_failures ? 1 : 0;
+}
+
+/* The fixtures directory: $PRIMA_FIXTURES, else the build's default, else ../shared/fixtures.
+ * Skips the test (loudly) when it does not exist. */
+static inline const char *test_fixtures(void)
+{
+    const char *dir = getenv("PRIMA_FIXTURES");
+    if (!dir || !*dir)
+        dir = getenv("PRIMA_FIXTURES_DEFAULT");
+    if (!dir || !*dir)
+        dir = "../shared/fixtures";
+    char probe[4096];
+    snprintf(probe, sizeof probe, "%s/README.md", dir);
+    FILE *f = fopen(probe, "r");
+    if (!f)
+        SKIP("fixtures not found at %s (set PRIMA_FIXTURES)", dir);
+    fclose(f);
+    return dir;
+}
+
+#endif

@@ -1,0 +1,42 @@
+#include <string.h>
+
+#include "cluster/plan.h"
+#include "test.h"
+
+/* Round-robin layout with a partial last round: every layer is computed by exactly one
+ * (device, round), in ascending order around the ring. */
+static void check_cover(const int *w, int n_dev, int n_layer)
+{
+    ring_plan p = {.n_dev = n_dev, .n_layer = n_layer};
+    memcpy(p.window, w, sizeof(int) * (size_t)n_dev);
+    p.k = plan_rounds_needed(w, n_dev, n_layer);
+    char err[256];
+    CHECK(plan_validate(&p, err, sizeof err) == 0, "%s", err);
+    int next = 0;
+    for (int r = 0; r < p.k; r++)
+        for (int d = 0; d < n_dev; d++) {
+            int a, b;
+            plan_range(&p, d, r, &a, &b);
+            CHECK(a == next || a == b, "round %d dev %d starts at %d, expected %d", r, d, a, next);
+            if (a < b)
+                next = b;
+        }
+    CHECK(next == n_layer, "layout ends at %d of %d", next, n_layer);
+}
+
+int main(void)
+{
+    check_cover((int[]){4, 4, 8}, 3, 16);
+    check_cover((int[]){2, 2, 2, 2, 2, 2}, 6, 36);
+    check_cover((int[]){3, 1}, 2, 5);      /* partial last round */
+    check_cover((int[]){1, 0, 2}, 3, 7);   /* a forwarding device */
+
+    ring_plan bad = {.n_dev = 2, .n_layer = 10, .k = 1, .window = {2, 2}};
+    char err[256];
+    CHECK(plan_validate(&bad, err, sizeof err) != 0, "k=1 of 4 layers accepted for 10 layers");
+    ring_plan p = {.n_dev = 2, .n_layer = 5, .k = 2, .window = {2, 1}};
+    bool owns[5];
+    plan_owned_layers(&p, 1, owns);
+    CHECK(!owns[0] && !owns[1] && owns[2] && !owns[3] && !owns[4], "device 1 owns the wrong layers");
+    return test_done();
+}
