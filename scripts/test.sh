@@ -1,0 +1,20 @@
+#!/bin/sh
+# test.sh — the whole test suite: a Release build with warnings as errors, the same tests under
+# AddressSanitizer + UBSan, and the GGUF reader fuzzer for 60 seconds.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+jobs=$(nproc)
+
+echo "== release build and tests"
+scripts/build.sh build -DPRIMA_WERROR=ON
+(cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== sanitizer build (ASan + UBSan) and tests"
+scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIMA_SANITIZE=ON -DPRIMA_WERROR=ON
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j"$jobs")
+
+echo "== fuzzing the GGUF reader"
+scripts/fuzz.sh 60
+echo "all tests passed"
