@@ -1,0 +1,25 @@
+#!/bin/sh
+# fuzz.sh [SECONDS] — build the libFuzzer targets with clang (ASan + UBSan, build-fuzz/) and run
+# the GGUF reader fuzzer for SECONDS (default 60). Seeds: the fixtures' GGUF files, the large
+# ones cut to their first 64 KiB (the header, which is what the reader parses; the data section
+# is only bounds-checked). Exits non-zero on any crash, leak or sanitizer report.
+set -eu
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+fixtures=${PRIMA_FIXTURES:-../shared/fixtures}
+CC=clang cmake -S . -B build-fuzz -DPRIMA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build-fuzz --target fuzz_gguf -j"$(nproc)"
+
+corpus=build-fuzz/corpus-gguf
+mkdir -p "$corpus"
+if [ -d "$fixtures" ]; then
+    for f in "$fixtures"/models/*.gguf "$fixtures"/tokenizer/*.gguf; do
+        [ -f "$f" ] && head -c 65536 "$f" >"$corpus/seed-$(basename "$f")"
+    done
+else
+    echo "fuzz.sh: no fixtures at $fixtures; fuzzing from an empty corpus" >&2
+fi
+# The artifact (crashing input) goes to build-fuzz/ so a failure can be reproduced with
+# build-fuzz/fuzz_gguf FILE.
+exec build-fuzz/fuzz_gguf -max_total_time="$seconds" -max_len=131072 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/ "$corpus"
