@@ -3,10 +3,22 @@
  * Each computable type names the activation format its dot product consumes (act_type): the
  * integer paths quantize activations on the fly to an 8-bit block type (Q8_0 for the 32-blocks,
  * Q8_K for the 256-blocks), the float types take F32 activations. The choice is fixed per type and
- * identical on every device, so a ring computes exactly what one device computes.
+ * identical on every device, so a ring computes exactly what one device computes:
+ *
+ *   weight type                       act_type  why
+ *   F32, F16, BF16                    F32       float products are exact and as fast as integer ones
+ *   Q4_0, Q8_0, IQ4_NL                Q8_0      32-element blocks: one 8-bit block per weight block
+ *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K      Q8_K      256-element super-blocks; Q8_K's 16-element sums
+ *                                               apply the sub-block minimums/offsets in one step
+ *   Q8_K (activation format only)     Q8_K
+ *
+ * The activation quantizers are kern_type_get(act_type)->from_float: one scalar definition
+ * (round to nearest, ties to even) used by every path, so they give the same bytes everywhere.
+ * from_float of the weight types is the reference quantizer (scale search for the K-quants);
+ * n passed to to_float / from_float / vec_dot is a multiple of the type's block size.
  *
  * vec_dot is resolved once by kern_init() from the CPU's features (cpu.h); every path must agree
- * with the scalar reference within the tolerance stated in tests/test_kernels.c. */
+ * with the scalar reference within the tolerance stated in tests/test_quant.c. */
 #ifndef PRIMA_KERNEL_TYPES_H
 #define PRIMA_KERNEL_TYPES_H
 

@@ -1,0 +1,156 @@
+/* quant.h — block layouts of the quantized GGUF types and the kernels of every code path.
+ * Internal to src/kernels: the rest of prima reaches these through the table in types.h.
+ *
+ * Layouts are those of the GGUF format (QK_K = 256 for the K-quants), little-endian. A block's
+ * dequantized values, element e of the block:
+ *   Q4_0    d * (nibble - 8)                     nibble e<16: qs[e] low, else qs[e-16] high
+ *   Q8_0    d * qs[e]
+ *   IQ4_NL  d * iq4nl_values[nibble]             nibbles as Q4_0
+ *   Q2_K    d*sc[e/16]*q - dmin*m[e/16]          q 2 bits; sc, m 4 bits each in scales[e/16]
+ *   Q3_K    d*(sc[e/16] - 32) * (q - 4*!hbit)    q 2 bits as Q2_K, hbit from hmask, sc 6 bits
+ *   Q4_K    d*sc[e/32]*q - dmin*m[e/32]          q 4 bits; sc, m 6 bits packed in scales[12]
+ *   Q5_K    as Q4_K with a fifth bit from qh
+ *   Q6_K    d*scales[e/16]*(q - 32)              q 6 bits: 4 in ql, 2 in qh; int8 scales
+ *   Q8_K    d * qs[e] (float d); bsums[k] = sum of qs[16k..16k+15] — activations only
+ * The *_value() helpers below are the executable form of this table for the K-quants. */
+#ifndef PRIMA_KERNELS_QUANT_H
+#define PRIMA_KERNELS_QUANT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/half.h"
+#include "kernels/types.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "GGUF blocks are little-endian; big-endian hosts are not supported"
+#endif
+
+#if defined(__clang__)
+/* The quantizers must round identically everywhere; never fuse a multiply into a later add. */
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define QK 32     /* elements per block of Q4_0, Q8_0, IQ4_NL */
+#define QK_K 256  /* elements per block of the K-quants */
+
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;
+typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_iq4_nl;
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_k;
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_k;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_k;
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_k;
+typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_k;
+
+_Static_assert(sizeof(block_q4_0) == 18, "Q4_0 layout");
+_Static_assert(sizeof(block_q8_0) == 34, "Q8_0 layout");
+_Static_assert(sizeof(block_iq4_nl) == 18, "IQ4_NL layout");
+_Static_assert(sizeof(block_q2_k) == 84, "Q2_K layout");
+_Static_assert(sizeof(block_q3_k) == 110, "Q3_K layout");
+_Static_assert(sizeof(block_q4_k) == 144, "Q4_K layout");
+_Static_assert(sizeof(block_q5_k) == 176, "Q5_K layout");
+_Static_assert(sizeof(block_q6_k) == 210, "Q6_K layout");
+_Static_assert(sizeof(block_q8_k) == 292, "Q8_K layout");
+
+/* The 16 levels of IQ4_NL (a non-uniform 4-bit grid, part of the format). */
+extern const int8_t iq4nl_values[16];
+
+/* The rounding rule of every quantizer: to nearest, ties to even — the IEEE default, and what
+ * cvtps2dq (x86) and fcvtns (ARM) do — so a SIMD quantizer can reproduce it bit for bit.
+ * Exact for |x| < 2^22; beyond that (or for NaN) it returns some value in (-2^22, 2^22) that the
+ * caller's clamp bounds. Adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits. */
+static inline int32_t q_round(float x)
+{
+    return (int32_t)(f32_to_bits(x + 12582912.0f) & 0x7fffff) - 0x400000;
+}
+
+static inline int32_t clampi(int32_t v, int32_t lo, int32_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Q4_K / Q5_K: the eight 6-bit scales and mins packed in 12 bytes. Sub-blocks 0-3 keep their
+ * scale and min in the low 6 bits of bytes 0-3 and 4-7; sub-blocks 4-7 keep the low 4 bits in
+ * the nibbles of bytes 8-11 and the top 2 bits in the spare high bits of bytes 0-7. */
+static inline void k4_unpack_scales(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[3], s[2], mn[2];
+    memcpy(u, packed, 12);
+    s[0] = u[0] & 0x3f3f3f3f;
+    mn[0] = u[1] & 0x3f3f3f3f;
+    s[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    memcpy(sc, s, 8);
+    memcpy(m, mn, 8);
+}
+
+/* Q3_K: sixteen 6-bit scales (stored + 32) in 12 bytes: low nibbles in bytes 0-7 (scales 0-7
+ * low nibble, 8-15 high nibble), top 2 bits of scale j at bits 2*(j/4) of byte 8 + j%4. */
+static inline void k3_unpack_scales(const uint8_t packed[12], int8_t sc[16])
+{
+    for (int j = 0; j < 16; j++) {
+        int lo = j < 8 ? packed[j] & 0xf : packed[j - 8] >> 4;
+        int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        sc[j] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* Quantized level of element e (0..255) of a K-quant block, as the format defines it. */
+static inline int q2_k_value(const block_q2_k *b, int e)
+{
+    return (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+}
+
+static inline int q3_k_value(const block_q3_k *b, int e)
+{
+    int low = (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+    int high = (b->hmask[e % 32] >> (e / 32)) & 1;
+    return low - (high ? 0 : 4);
+}
+
+static inline int q4_k_value(const block_q4_k *b, int e)
+{
+    return (b->qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xf;
+}
+
+static inline int q5_k_value(const block_q5_k *b, int e)
+{
+    int low = (b->qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xf;
+    return low | ((b->qh[e % 32] >> (e / 32)) & 1) << 4;
+}
+
+static inline int q6_k_value(const block_q6_k *b, int e)
+{
+    int h = e / 128, g = (e % 128) / 32, l = e % 32;
+    int low = (b->ql[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xf;
+    int high = (b->qh[32 * h + l] >> (2 * g)) & 3;
+    return (low | high << 4) - 32;
+}
+
+/* Every type's functions, by the names the table in types.c expects:
+ *   NAME_to_float, NAME_from_float (scalar only: one definition of quantization everywhere),
+ *   NAME_dot_PATH for each path that implements it (a missing path falls back, types.c). */
+#define KERN_DECLARE(name)                                                        \
+    void name##_to_float(const void *src, float *dst, int64_t n);                 \
+    void name##_from_float(const float *src, void *dst, int64_t n);               \
+    void name##_dot_scalar(int n, float *s, const void *w, const void *a);        \
+    void name##_dot_avx2(int n, float *s, const void *w, const void *a);          \
+    void name##_dot_avx512(int n, float *s, const void *w, const void *a);        \
+    void name##_dot_neon(int n, float *s, const void *w, const void *a);
+
+KERN_DECLARE(f32)
+KERN_DECLARE(f16)
+KERN_DECLARE(bf16)
+KERN_DECLARE(q4_0)
+KERN_DECLARE(q8_0)
+KERN_DECLARE(iq4_nl)
+KERN_DECLARE(q2_k)
+KERN_DECLARE(q3_k)
+KERN_DECLARE(q4_k)
+KERN_DECLARE(q5_k)
+KERN_DECLARE(q6_k)
+KERN_DECLARE(q8_k)
+
+#endif
