@@ -9,124 +9,14 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "support/gguf_bytes.h"
 #include "test.h"
-
-/* ---- a byte-level GGUF builder, independent of the library's writer ---- */
-
-typedef struct bytes {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static void put(bytes *b, const void *src, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2;
-        b->p = realloc(b->p, b->cap);
-        REQUIRE(b->p, "out of memory");
-    }
-    memcpy(b->p + b->n, src, n);
-    b->n += n;
-}
-
-static void put_u32(bytes *b, uint32_t v) { put(b, &v, 4); }
-static void put_u64(bytes *b, uint64_t v) { put(b, &v, 8); }
-
-static void put_str(bytes *b, const char *s)
-{
-    put_u64(b, strlen(s));
-    put(b, s, strlen(s));
-}
-
-static void put_key(bytes *b, const char *key, enum gguf_vtype t)
-{
-    put_str(b, key);
-    put_u32(b, t);
-}
-
-static void pad_to(bytes *b, size_t align)
-{
-    static const uint8_t zero[64];
-    while (b->n % align)
-        put(b, zero, 1);
-}
-
-static size_t find(const bytes *b, const char *s)
-{
-    size_t n = strlen(s);
-    for (size_t i = 0; i + n <= b->n; i++)
-        if (!memcmp(b->p + i, s, n))
-            return i;
-    REQUIRE(0, "'%s' not in the built file", s);
-    return 0;
-}
-
-enum { NESTED_DEPTH = 3 };
-
-/* A v2 file with every value type and two tensors, aligned to 64. Offsets of interesting
- * fields are found afterwards by searching for the (unique) strings. */
-static bytes build_handmade(int nested_depth, uint32_t b_type, uint64_t b_offset)
-{
-    bytes b = {0};
-    put(&b, "GGUF", 4);
-    put_u32(&b, 2);
-    put_u64(&b, 2);  /* tensors */
-    put_u64(&b, 18); /* kvs */
-    uint8_t u8 = 200;
-    int8_t i8 = -5;
-    uint16_t u16 = 60000;
-    int16_t i16 = -30000;
-    int32_t i32 = -2000000000;
-    float f32 = 1.5f;
-    double f64 = 1e300;
-    put_key(&b, "t.u8", GGUF_U8), put(&b, &u8, 1);
-    put_key(&b, "t.i8", GGUF_I8), put(&b, &i8, 1);
-    put_key(&b, "t.u16", GGUF_U16), put(&b, &u16, 2);
-    put_key(&b, "t.i16", GGUF_I16), put(&b, &i16, 2);
-    put_key(&b, "t.u32", GGUF_U32), put_u32(&b, 4000000000u);
-    put_key(&b, "t.i32", GGUF_I32), put(&b, &i32, 4);
-    put_key(&b, "t.f32", GGUF_F32), put(&b, &f32, 4);
-    put_key(&b, "t.bool", GGUF_BOOL), put(&b, "\x01", 1);
-    put_key(&b, "t.str", GGUF_STRING), put_str(&b, "h\xc3\xa9llo");
-    put_key(&b, "t.u64", GGUF_U64), put_u64(&b, (1ull << 63) + 5);
-    put_key(&b, "t.i64", GGUF_I64), put_u64(&b, (uint64_t)-(1ll << 62));
-    put_key(&b, "t.f64", GGUF_F64), put(&b, &f64, 8);
-    put_key(&b, "t.arr_u16", GGUF_ARRAY), put_u32(&b, GGUF_U16), put_u64(&b, 3);
-    for (uint16_t v = 1; v <= 3; v++)
-        put(&b, &v, 2);
-    put_key(&b, "t.arr_str", GGUF_ARRAY), put_u32(&b, GGUF_STRING), put_u64(&b, 2);
-    put_str(&b, "a"), put_str(&b, "bc");
-    put_key(&b, "t.arr_empty", GGUF_ARRAY), put_u32(&b, GGUF_F32), put_u64(&b, 0);
-    /* [[1, 2]] nested nested_depth levels deep, then a string array beside it */
-    put_key(&b, "t.nested", GGUF_ARRAY);
-    for (int d = 0; d < nested_depth; d++)
-        put_u32(&b, GGUF_ARRAY), put_u64(&b, d == 0 ? 2 : 1);
-    put_u32(&b, GGUF_I32), put_u64(&b, 2), put_u32(&b, 1), put_u32(&b, 2);
-    put_u32(&b, GGUF_STRING), put_u64(&b, 1), put_str(&b, "x");
-    put_key(&b, "t.bools", GGUF_ARRAY), put_u32(&b, GGUF_BOOL), put_u64(&b, 2), put(&b, "\x00\x01", 2);
-    put_key(&b, "general.alignment", GGUF_U32), put_u32(&b, 64);
-
-    put_str(&b, "tensor_a"), put_u32(&b, 2), put_u64(&b, 4), put_u64(&b, 2);
-    put_u32(&b, DT_F32), put_u64(&b, 0);
-    put_str(&b, "tensor_b"), put_u32(&b, 1), put_u64(&b, 64), put_u32(&b, b_type), put_u64(&b, b_offset);
-    pad_to(&b, 64);
-    for (int i = 0; i < 8; i++) {
-        float v = (float)i;
-        put(&b, &v, 4);
-    }
-    pad_to(&b, 64);
-    for (int i = 0; i < 68; i++)
-        put(&b, &(uint8_t){(uint8_t)i}, 1);
-    return b;
-}
-
-static const char *value_path = "handmade.gguf";
 
 static void check_handmade(void)
 {
     char err[512] = "";
-    bytes b = build_handmade(NESTED_DEPTH, DT_Q8_0, 64);
-    gguf_file *f = gguf_open_memory(b.p, b.n, value_path, err, sizeof err);
+    bytes b = gguf_handmade(HANDMADE_NESTED_DEPTH);
+    gguf_file *f = gguf_open_memory(b.p, b.n, "handmade.gguf", err, sizeof err);
     REQUIRE(f, "handmade file rejected: %s", err);
     CHECK(f->version == 2 && f->n_kv == 18 && f->n_tensors == 2, "header");
     CHECK(f->alignment == 64 && f->data_offset % 64 == 0, "alignment %llu",
@@ -159,7 +49,7 @@ static void check_handmade(void)
     a = gguf_get_arr(f, "t.nested");
     REQUIRE(a && a->type == GGUF_ARRAY && a->n == 2, "nested array");
     const gguf_array *inner = &a->arrs[0];
-    for (int d = 1; d < NESTED_DEPTH; d++) {
+    for (int d = 1; d < HANDMADE_NESTED_DEPTH; d++) {
         REQUIRE(inner->type == GGUF_ARRAY && inner->n == 1, "nesting level %d", d);
         inner = &inner->arrs[0];
     }
@@ -239,7 +129,7 @@ static void with_u64(const bytes *b, size_t at, uint64_t v, const char *what, co
 
 static void damage_handmade(void)
 {
-    bytes b = build_handmade(NESTED_DEPTH, DT_Q8_0, 64);
+    bytes b = gguf_handmade(HANDMADE_NESTED_DEPTH);
     with_bytes(&b, 0, "GGML", 4, "bad magic", "bad magic");
     with_u32(&b, 4, 1, "version 1", "unsupported version 1");
     with_u32(&b, 4, 4, "version 4", "unsupported version 4");
@@ -248,25 +138,25 @@ static void damage_handmade(void)
     with_u64(&b, 16, ~0ull, "kv count", "cannot fit");
     with_u64(&b, 16, 19, "one kv too many", NULL);
     with_u64(&b, 24, 1ull << 63, "key length", "past the end");
-    size_t k = find(&b, "t.str");
+    size_t k = bytes_find(&b, "t.str");
     with_u64(&b, k + 5 + 4, ~0ull, "string value length", "past the end");
     with_u32(&b, k + 5, 13, "value type", "unknown value type 13");
-    k = find(&b, "t.bool");
+    k = bytes_find(&b, "t.bool");
     with_u32(&b, k + 6 + 4, 2, "bool value 2", "bool");
-    k = find(&b, "t.arr_u16");
+    k = bytes_find(&b, "t.arr_u16");
     with_u64(&b, k + 9 + 8, 1ull << 61, "array count", "cannot fit");
     with_u32(&b, k + 9 + 4, 99, "array element type", "unknown array element type");
-    k = find(&b, "t.arr_str");
+    k = bytes_find(&b, "t.arr_str");
     with_u64(&b, k + 9 + 8, ~0ull / 8, "string array count", "cannot fit");
-    k = find(&b, "t.bools");
+    k = bytes_find(&b, "t.bools");
     with_bytes(&b, k + 7 + 4 + 4 + 8 + 1, "\x02", 1, "bool array element", "bool array element 1");
-    k = find(&b, "general.alignment");
+    k = bytes_find(&b, "general.alignment");
     with_u32(&b, k + 17 + 4, 48, "alignment 48", "power of two");
     with_u32(&b, k + 17 + 4, 0, "alignment 0", "power of two");
     with_u32(&b, k + 17, GGUF_I32, "signed alignment", "unsigned");
-    with_bytes(&b, find(&b, "t.u8"), "t.i8", 4, "duplicate key", "'t.i8' appears more than once");
+    with_bytes(&b, bytes_find(&b, "t.u8"), "t.i8", 4, "duplicate key", "'t.i8' appears more than once");
 
-    size_t ta = find(&b, "tensor_a"), tb = find(&b, "tensor_b");
+    size_t ta = bytes_find(&b, "tensor_a"), tb = bytes_find(&b, "tensor_b");
     size_t b_type = tb + 8 + 4 + 8, b_off = b_type + 4;
     with_u32(&b, ta + 8, 5, "5 dimensions", "dimensions");
     with_u32(&b, ta + 8, 0, "0 dimensions", "dimensions");
@@ -283,10 +173,10 @@ static void damage_handmade(void)
     with_bytes(&b, tb + 7, "a", 1, "duplicate tensor name", "'tensor_a' appears more than once");
     free(b.p);
 
-    b = build_handmade(9, DT_Q8_0, 64);
+    b = gguf_handmade(9);
     expect_error(b.p, b.n, "arrays nested 9 deep", "nested deeper");
     free(b.p);
-    b = build_handmade(NESTED_DEPTH, DT_Q8_0, 64);
+    b = gguf_handmade(HANDMADE_NESTED_DEPTH);
     for (size_t cut = 0; cut < b.n; cut++)
         expect_error(b.p, cut, "truncated handmade file", NULL);
     free(b.p);
@@ -301,7 +191,7 @@ static bytes read_file(const char *path)
     uint8_t buf[65536];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, fp)) > 0)
-        put(&b, buf, n);
+        bytes_put(&b, buf, n);
     fclose(fp);
     return b;
 }

@@ -102,7 +102,8 @@ const char *gguf_vtype_name(enum gguf_vtype t);
 /* ---- writer ----
  * Streaming: the caller declares all metadata and tensor infos first, then writes each tensor's
  * data in declaration order (in as many pieces as it likes). Memory use is independent of the
- * tensor sizes. */
+ * tensor sizes. The first error (in a setter, begin_data or write) is kept: later calls do
+ * nothing and gguf_writer_finish reports it (and removes the partial file). */
 typedef struct gguf_writer gguf_writer;
 
 gguf_writer *gguf_writer_create(const char *path, uint64_t alignment, char *err, size_t errlen);
