@@ -14,6 +14,9 @@
 
 typedef struct kern_ctx kern_ctx;
 
+/* Largest head size kern_rope and kern_attention accept (model loaders check against it). */
+#define KERN_MAX_HEAD_DIM 512
+
 kern_ctx *kern_ctx_create(int n_threads);
 void kern_ctx_free(kern_ctx *c);
 int kern_ctx_threads(const kern_ctx *c);

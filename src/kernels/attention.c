@@ -1,0 +1,147 @@
+/* attention.c — grouped-query attention over an F16 KV cache in one pass.
+ *
+ * Keys are visited in chunks: the chunk's scores are computed, the running maximum is raised to
+ * the chunk's maximum (rescaling the partial output once per chunk, not once per key), and the
+ * chunk's values are accumulated with weights exp(score - max). The chunking depends only on the
+ * key index, so every output is computed the same way whichever thread computes it.
+ *
+ * The query heads that share a KV head are processed together so each chunk of K and V is read
+ * from memory once for the whole group and then served from L1. */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/kern_impl.h"
+
+#define KEY_CHUNK 64
+#define MAX_GROUP 8 /* query heads processed together; bounds the per-thread stack */
+
+static void scores_scalar(int n, const float *q, int nk, const uint16_t *k, size_t stride,
+                          float scale, float *s)
+{
+    for (int j = 0; j < nk; j++) {
+        const uint16_t *kr = k + (size_t)j * stride;
+        float sum = 0;
+        for (int d = 0; d < n; d++)
+            sum += q[d] * fp16_to_fp32(kr[d]);
+        s[j] = sum * scale;
+    }
+}
+
+static void accumulate_scalar(int n, float *acc, const float *p, int nk, const uint16_t *v,
+                              size_t stride)
+{
+    for (int j = 0; j < nk; j++) {
+        const uint16_t *vr = v + (size_t)j * stride;
+        for (int d = 0; d < n; d++)
+            acc[d] += p[j] * fp16_to_fp32(vr[d]);
+    }
+}
+
+static const attn_vec_ops scalar_ops = {scores_scalar, accumulate_scalar};
+
+struct attn_job {
+    float *out;
+    const float *q;
+    const int32_t *pos;
+    const uint16_t *k, *v;
+    int n_head, n_head_kv, head_dim, group, piece, pieces_per_group;
+    int n_units;
+    float scale;
+    const attn_vec_ops *ops;
+    _Atomic int next_unit;
+};
+
+/* Heads [h0, h0 + nh) of token t, all in KV head kvh. */
+static void attend(const struct attn_job *J, int t, int kvh, int h0, int nh)
+{
+    int hd = J->head_dim, n_embd = J->n_head * hd;
+    size_t kv_stride = (size_t)J->n_head_kv * hd;
+    const uint16_t *kbase = J->k + (size_t)kvh * hd, *vbase = J->v + (size_t)kvh * hd;
+    const float *q = J->q + (size_t)t * n_embd + (size_t)h0 * hd;
+    float acc[MAX_GROUP][KERN_MAX_HEAD_DIM];
+    float m[MAX_GROUP], l[MAX_GROUP], s[KEY_CHUNK];
+    for (int h = 0; h < nh; h++) {
+        memset(acc[h], 0, sizeof(float) * (size_t)hd);
+        m[h] = -INFINITY;
+        l[h] = 0;
+    }
+    int n_keys = J->pos[t] + 1;
+    for (int j0 = 0; j0 < n_keys; j0 += KEY_CHUNK) {
+        int nk = n_keys - j0 < KEY_CHUNK ? n_keys - j0 : KEY_CHUNK;
+        const uint16_t *kc = kbase + (size_t)j0 * kv_stride, *vc = vbase + (size_t)j0 * kv_stride;
+        for (int h = 0; h < nh; h++) {
+            J->ops->scores(hd, q + (size_t)h * hd, nk, kc, kv_stride, J->scale, s);
+            float cmax = m[h];
+            for (int j = 0; j < nk; j++)
+                cmax = s[j] > cmax ? s[j] : cmax;
+            if (cmax > m[h]) {
+                float corr = expf(m[h] - cmax);
+                for (int d = 0; d < hd; d++)
+                    acc[h][d] *= corr;
+                l[h] *= corr;
+                m[h] = cmax;
+            }
+            for (int j = 0; j < nk; j++) {
+                s[j] = expf(s[j] - m[h]);
+                l[h] += s[j];
+            }
+            J->ops->accumulate(hd, acc[h], s, nk, vc, kv_stride);
+        }
+    }
+    float *o = J->out + (size_t)t * n_embd + (size_t)h0 * hd;
+    for (int h = 0; h < nh; h++) {
+        float inv = 1.0f / l[h];
+        for (int d = 0; d < hd; d++)
+            o[(size_t)h * hd + d] = acc[h][d] * inv;
+    }
+}
+
+static void attn_worker(void *arg, int ith, int nth)
+{
+    struct attn_job *J = arg;
+    int per_token = J->n_head_kv * J->pieces_per_group;
+    for (;;) {
+        int u = atomic_fetch_add(&J->next_unit, 1);
+        if (u >= J->n_units)
+            return;
+        /* Last token first: under the causal mask later tokens cost more, so handing them out
+         * early balances the threads. */
+        u = J->n_units - 1 - u;
+        int t = u / per_token, r = u % per_token;
+        int kvh = r / J->pieces_per_group, first = (r % J->pieces_per_group) * J->piece;
+        int nh = J->group - first < J->piece ? J->group - first : J->piece;
+        attend(J, t, kvh, kvh * J->group + first, nh);
+    }
+}
+
+void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
+                    const uint16_t *k_cache, const uint16_t *v_cache,
+                    int n_head, int n_head_kv, int head_dim, float scale)
+{
+    int nth = kern_ctx_threads(c), group = n_head / n_head_kv;
+    /* Split a head group into smaller pieces only when there are too few groups to keep every
+     * thread busy; how heads are grouped never changes a result. */
+    int piece = group < MAX_GROUP ? group : MAX_GROUP;
+    while (piece > 1 && n_tokens * n_head_kv * ((group + piece - 1) / piece) < 2 * nth)
+        piece = (piece + 1) / 2;
+    struct attn_job J = {
+        .out = out, .q = q, .pos = pos, .k = k_cache, .v = v_cache,
+        .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .group = group,
+        .piece = piece, .pieces_per_group = (group + piece - 1) / piece, .scale = scale,
+        .ops = attn_vec_ops_active(),
+    };
+    J.n_units = n_tokens * n_head_kv * J.pieces_per_group;
+    atomic_init(&J.next_unit, 0);
+    kern_parallel(c, attn_worker, &J);
+}
+
+const attn_vec_ops *attn_vec_ops_active(void)
+{
+#if KERN_X86
+    if (kern_avx2_active())
+        return &attn_vec_ops_avx2;
+#endif
+    return &scalar_ops;
+}

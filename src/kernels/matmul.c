@@ -1,0 +1,147 @@
+/* matmul.c — y = W x for a batch of tokens, split across the pool.
+ *
+ * The activations are quantized once per call to the weight type's activation format (in
+ * parallel, block ranges per thread). The output is then cut into row blocks handed out from a
+ * shared counter, so a thread slowed by a neighbour on a busy machine just takes fewer blocks.
+ * Inside a row block the tokens are walked in blocks too:
+ *   - decode (one token): row blocks are small and each weight row is streamed exactly once;
+ *   - prefill: a row block's weights (sized for L2) are reused by every token block (sized for
+ *     L2 as well), and the tile kernel reuses each loaded weight across several tokens in
+ *     registers, so prefill is bound by arithmetic rather than by memory.
+ * Each output element is computed by one tile call whose arithmetic does not depend on where the
+ * tile sits (matmul.h), so results are identical for any thread count and any batch size. */
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kernels/kern_impl.h"
+#include "kernels/matmul.h"
+
+/* Cache budgets for one prefill row block: the weights it reuses and the activations of one
+ * token block, together comfortably inside a 1 MB L2 (and still useful on 512 KB). */
+#define WEIGHT_BLOCK_BYTES (192 * 1024)
+#define ACT_BLOCK_BYTES (192 * 1024)
+/* Decode row blocks: large enough to stream well, small enough to balance. */
+#define DECODE_BLOCK_BYTES (64 * 1024)
+
+struct quant_job {
+    void (*from_float)(const float *src, void *dst, int64_t n);
+    const float *x;
+    uint8_t *dst;
+    int64_t n_blocks;
+    int block_size, block_bytes;
+};
+
+static void quantize_worker(void *arg, int ith, int nth)
+{
+    struct quant_job *J = arg;
+    int64_t b0 = J->n_blocks * ith / nth, b1 = J->n_blocks * (ith + 1) / nth;
+    if (b1 > b0)
+        J->from_float(J->x + b0 * J->block_size, J->dst + b0 * J->block_bytes,
+                      (b1 - b0) * J->block_size);
+}
+
+struct mm_job {
+    const mm_kernel *kernel; /* NULL: one vec_dot per output */
+    vec_dot_fn vec_dot;
+    const uint8_t *w, *a;
+    size_t w_stride, a_stride;
+    float *y;
+    int n_in, n_out, n_tokens;
+    int rows_per_block, tokens_per_block, n_units;
+    _Atomic int next_unit;
+};
+
+static void run_tile(const struct mm_job *J, int r0, int nr, int t0, int nt)
+{
+    const uint8_t *w = J->w + (size_t)r0 * J->w_stride, *a = J->a + (size_t)t0 * J->a_stride;
+    float *y = J->y + (size_t)t0 * J->n_out + r0;
+    if (J->kernel) {
+        J->kernel->tile(J->n_in, nr, nt, w, J->w_stride, a, J->a_stride, y, (size_t)J->n_out);
+        return;
+    }
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++)
+            J->vec_dot(J->n_in, &y[(size_t)t * J->n_out + r], w + (size_t)r * J->w_stride,
+                       a + (size_t)t * J->a_stride);
+}
+
+static inline int min_int(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static void matmul_worker(void *arg, int ith, int nth)
+{
+    struct mm_job *J = arg;
+    int tile_rows = J->kernel ? J->kernel->rows : 1;
+    int tile_tokens = J->kernel ? J->kernel->tokens : 1;
+    for (;;) {
+        int u = atomic_fetch_add(&J->next_unit, 1);
+        if (u >= J->n_units)
+            return;
+        int r_begin = u * J->rows_per_block, r_end = min_int(r_begin + J->rows_per_block, J->n_out);
+        for (int tb = 0; tb < J->n_tokens; tb += J->tokens_per_block) {
+            int tb_end = min_int(tb + J->tokens_per_block, J->n_tokens);
+            for (int r = r_begin; r < r_end; r += tile_rows)
+                for (int t = tb; t < tb_end; t += tile_tokens)
+                    run_tile(J, r, min_int(tile_rows, r_end - r), t, min_int(tile_tokens, tb_end - t));
+        }
+    }
+}
+
+/* Round v down to a multiple of m, but not below m. */
+static int round_block(long v, int m)
+{
+    return v < m ? m : (int)(v / m * m);
+}
+
+void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
+                 const float *x, int n_tokens, float *y)
+{
+    const kern_type *kt = kern_type_require(wt);
+    int nth = kern_ctx_threads(c);
+
+    const uint8_t *a = (const uint8_t *)x;
+    size_t a_stride = sizeof(float) * (size_t)n_in;
+    if (kt->act_type != DT_F32) {
+        const kern_type *at = kern_type_require(kt->act_type);
+        const dtype_info *ai = dtype_get((uint32_t)kt->act_type);
+        a_stride = dtype_row_bytes(kt->act_type, (uint64_t)n_in);
+        uint8_t *q = kern_scratch_get(c, KERN_SCRATCH_ACT, a_stride * (size_t)n_tokens);
+        struct quant_job qj = {at->from_float, x, q,
+                               (int64_t)n_tokens * n_in / ai->block_size,
+                               (int)ai->block_size, (int)ai->block_bytes};
+        kern_parallel(c, quantize_worker, &qj);
+        a = q;
+    }
+
+    const mm_kernel *kernel = NULL;
+#if KERN_X86
+    if (kern_avx2_active())
+        kernel = mm_kernel_avx2(wt);
+#endif
+    int tile_rows = kernel ? kernel->rows : 1, tile_tokens = kernel ? kernel->tokens : 1;
+    size_t w_stride = dtype_row_bytes(wt, (uint64_t)n_in);
+
+    int rows_per_block, tokens_per_block;
+    if (n_tokens == 1) {
+        rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
+        tokens_per_block = 1;
+    } else {
+        rows_per_block = round_block((long)(WEIGHT_BLOCK_BYTES / w_stride), tile_rows);
+        tokens_per_block = min_int(n_tokens, round_block((long)(ACT_BLOCK_BYTES / a_stride), tile_tokens));
+    }
+    /* Enough blocks that every thread gets several, for balance. */
+    while (rows_per_block > tile_rows && (n_out + rows_per_block - 1) / rows_per_block < 4 * nth)
+        rows_per_block = round_block(rows_per_block / 2, tile_rows);
+
+    struct mm_job J = {
+        .kernel = kernel, .vec_dot = kt->vec_dot, .w = w, .a = a,
+        .w_stride = w_stride, .a_stride = a_stride, .y = y,
+        .n_in = n_in, .n_out = n_out, .n_tokens = n_tokens,
+        .rows_per_block = rows_per_block, .tokens_per_block = tokens_per_block,
+        .n_units = (n_out + rows_per_block - 1) / rows_per_block,
+    };
+    atomic_init(&J.next_unit, 0);
+    kern_parallel(c, matmul_worker, &J);
+}

@@ -1,0 +1,27 @@
+/* matmul.h — the tile kernels kern_matmul is built from.
+ *
+ * A tile kernel computes an nr x nt block of outputs (nr <= rows weight rows, nt <= tokens
+ * tokens) over the whole inner dimension n:
+ *     y[t * y_stride + r] = dot(weight row r, activation row t)
+ * Each output's arithmetic must not depend on nr, nt or its place in the tile: kern_matmul
+ * promises results that do not depend on the thread count, and that prefill computes exactly
+ * what decode computes. */
+#ifndef PRIMA_MATMUL_H
+#define PRIMA_MATMUL_H
+
+#include <stddef.h>
+
+#include "kernels/types.h"
+
+typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride,
+                           const void *a, size_t a_stride, float *y, size_t y_stride);
+
+typedef struct mm_kernel {
+    mm_tile_fn tile;
+    int rows, tokens; /* the largest tile */
+} mm_kernel;
+
+/* The AVX2 tile kernel for a weight type, or NULL to use the type's vec_dot. */
+const mm_kernel *mm_kernel_avx2(enum dtype t);
+
+#endif
