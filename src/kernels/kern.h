@@ -16,6 +16,8 @@ typedef struct kern_ctx kern_ctx;
 
 /* Largest head size kern_rope and kern_attention accept (model loaders check against it). */
 #define KERN_MAX_HEAD_DIM 512
+/* Largest pool kern_ctx_create accepts. */
+#define KERN_MAX_THREADS 256
 
 kern_ctx *kern_ctx_create(int n_threads);
 void kern_ctx_free(kern_ctx *c);

@@ -6,8 +6,6 @@
 
 #include "kernels/kern.h"
 
-#define KERN_MAX_THREADS 256
-
 /* The x86-64 build compiles the *_avx2.c bodies (CMakeLists.txt); other builds have none. */
 #if defined(__x86_64__) || defined(_M_X64)
 #define KERN_X86 1

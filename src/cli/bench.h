@@ -1,0 +1,39 @@
+/* bench.h — the sub-benchmarks of `prima bench`. Each lives in its own file (bench_NAME.c) and is
+ * one entry in the table in cmd_bench.c; the helpers below give them one output format. */
+#ifndef PRIMA_BENCH_H
+#define PRIMA_BENCH_H
+
+#include <stdbool.h>
+
+struct bench_sub {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the sub-benchmark's name */
+};
+
+extern const struct bench_sub bench_kernels;
+
+/* One measurement. Absent fields: NULL strings, tokens 0, fraction and spread < 0. */
+typedef struct bench_result {
+    const char *type;   /* tensor type */
+    const char *op;
+    const char *shape;  /* "n_in x n_out" */
+    const char *source; /* where the data came from (bench pages) */
+    int tokens;
+    int threads;
+    double value;
+    const char *unit;
+    double fraction; /* of the measured bound (bandwidth or FMA peak) */
+    double spread;   /* (p75 - p25) / median of the repetitions */
+} bench_result;
+
+/* Print as a text row, or with json as one JSON object on its own line. */
+void bench_print(const bench_result *r, bool json);
+
+/* Parse a thread count for -t: 1..max; returns -1 (after a one-line error) otherwise. */
+int bench_parse_threads(const char *s);
+
+/* Median and relative spread of n timings (sorts v). */
+double bench_median_spread(double *v, int n, double *spread);
+
+#endif

@@ -1,0 +1,279 @@
+/* prima bench kernels — kernel throughput next to the machine's own bounds, in one run.
+ *
+ * Decode multiplies a matrix by one vector and is bound by how fast the weights stream from
+ * memory, so matvec is reported as GB/s of weights read and as a fraction of the measured read
+ * bandwidth. Prefill multiplies by many tokens and should be bound by arithmetic, so matmul is
+ * reported as GFLOP/s and as a fraction of the measured FMA peak. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "kernels/kern.h"
+#include "kernels/probe.h"
+
+/* Llama-3-8B's projections (n_in x n_out): attention, FFN up/gate, FFN down. */
+static const int matvec_shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
+static const int prefill_shape[2] = {4096, 4096};
+static const int prefill_tokens[] = {64, 512};
+
+/* Matvec cycles through copies of its matrix totalling at least this much, 16x the 32 MB L3 of
+ * this class of machine, so every call reads its weights from DRAM. */
+#define COLD_BYTES (512ull << 20)
+#define BANDWIDTH_BYTES (512ull << 20)
+/* Rows quantized from random data; the rest of a matrix repeats them (quantizing 58 M weights
+ * with the reference quantizers would take longer than the benchmark). */
+#define PATTERN_ROWS 16
+
+static const char usage_text[] =
+    "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N]\n"
+    "\n"
+    "Measure, in one run: the memory read bandwidth (streaming read of a 512 MiB buffer) and\n"
+    "the peak FMA throughput, on 1 and on N threads; then for each weight type the kernels\n"
+    "compute with:\n"
+    "  matvec  one token times a Llama-3-8B-shaped matrix (n_in x n_out: 4096x4096,\n"
+    "          4096x14336, 14336x4096) whose weights are not in cache, as GB/s of weights\n"
+    "          streamed and the fraction of the N-thread read bandwidth;\n"
+    "  matmul  64 and 512 tokens times a 4096x4096 matrix (prefill), as GFLOP/s and the\n"
+    "          fraction of the N-thread FMA peak.\n"
+    "Each figure is the median of several repetitions; spread is the interquartile range\n"
+    "relative to the median (a busy machine shows a large spread). The active SIMD path is\n"
+    "printed first.\n"
+    "\n"
+    "  -t N        threads (default: the number of online CPUs)\n"
+    "  --type LIST only these weight types, comma-separated (e.g. q4_k,q8_0)\n"
+    "  --reps N    repetitions per measurement (default 15; prefill uses fewer)\n"
+    "  --json      one JSON object per measurement and line: type, op, shape (n_in x n_out),\n"
+    "              tokens, threads, value, unit, fraction (of the bound), spread; the first\n"
+    "              line is {\"op\":\"path\", \"path\":NAME}\n"
+    "  -h, --help  show this help\n";
+
+struct opts {
+    bool json;
+    int threads, reps;
+    bool only[DT_COUNT], filtered;
+};
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static float rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+/* Anonymous memory in huge pages where the kernel allows, so the kernels are measured rather
+ * than the TLB (bench pages measures the difference). */
+static void *alloc_weights(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return p;
+}
+
+/* Fill rows [0, n_rows) of type t with quantized random weights. */
+static void fill_matrix(const kern_type *kt, enum dtype t, uint8_t *w, int n_in, long n_rows)
+{
+    size_t row_bytes = dtype_row_bytes(t, (uint64_t)n_in);
+    long pattern = n_rows < PATTERN_ROWS ? n_rows : PATTERN_ROWS;
+    float *f = malloc(sizeof(float) * (size_t)n_in * (size_t)pattern);
+    for (long i = 0; i < (long)n_in * pattern; i++)
+        f[i] = rnd();
+    kt->from_float(f, w, (int64_t)n_in * pattern);
+    free(f);
+    for (long r = pattern; r < n_rows; r++)
+        memcpy(w + (size_t)r * row_bytes, w + (size_t)(r % pattern) * row_bytes, row_bytes);
+}
+
+static void report(const struct opts *o, bench_result r)
+{
+    r.threads = r.threads ? r.threads : o->threads;
+    bench_print(&r, o->json);
+}
+
+static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t, const kern_type *kt,
+                        int n_in, int n_out, double bandwidth)
+{
+    size_t mat = dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out;
+    size_t copies = (COLD_BYTES + mat - 1) / mat;
+    copies = copies < 2 ? 2 : copies;
+    uint8_t *w = alloc_weights(mat * copies);
+    float *x = malloc(sizeof(float) * (size_t)n_in), *y = malloc(sizeof(float) * (size_t)n_out);
+    int reps = o->reps > (int)copies ? o->reps : (int)copies;
+    double *secs = malloc(sizeof(double) * (size_t)reps);
+    if (!w || !x || !y || !secs) {
+        free(x), free(y), free(secs);
+        return cli_fail("bench kernels: cannot allocate %zu MiB for %s matvec", (mat * copies) >> 20,
+                        dtype_get((uint32_t)t)->name);
+    }
+    fill_matrix(kt, t, w, n_in, n_out);
+    for (size_t k = 1; k < copies; k++)
+        memcpy(w + k * mat, w, mat);
+    for (int i = 0; i < n_in; i++)
+        x[i] = rnd();
+    for (size_t k = 0; k < copies; k++) /* every copy once: page faults out of the way */
+        kern_matmul(c, w + k * mat, t, n_in, n_out, x, 1, y);
+    for (int r = 0; r < reps; r++) {
+        double t0 = probe_now();
+        kern_matmul(c, w + (size_t)r % copies * mat, t, n_in, n_out, x, 1, y);
+        secs[r] = probe_now() - t0;
+    }
+    double spread, s = bench_median_spread(secs, reps, &spread);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%dx%d", n_in, n_out);
+    double gbs = (double)mat / s / 1e9;
+    report(o, (bench_result){.type = dtype_get((uint32_t)t)->name, .op = "matvec", .shape = shape,
+                             .value = gbs, .unit = "GB/s", .fraction = gbs * 1e9 / bandwidth,
+                             .spread = spread});
+    munmap(w, mat * copies);
+    free(x), free(y), free(secs);
+    return 0;
+}
+
+static int bench_prefill(const struct opts *o, kern_ctx *c, enum dtype t, const kern_type *kt,
+                         int n_tokens, double peak)
+{
+    int n_in = prefill_shape[0], n_out = prefill_shape[1];
+    size_t mat = dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out;
+    uint8_t *w = alloc_weights(mat);
+    float *x = malloc(sizeof(float) * (size_t)n_in * (size_t)n_tokens);
+    float *y = malloc(sizeof(float) * (size_t)n_out * (size_t)n_tokens);
+    int reps = n_tokens > 64 ? (o->reps + 4) / 5 : (o->reps + 1) / 2;
+    double *secs = malloc(sizeof(double) * (size_t)(reps > 0 ? reps : 1));
+    if (!w || !x || !y || !secs) {
+        free(x), free(y), free(secs);
+        return cli_fail("bench kernels: cannot allocate memory for %s matmul", dtype_get((uint32_t)t)->name);
+    }
+    fill_matrix(kt, t, w, n_in, n_out);
+    for (long i = 0; i < (long)n_in * n_tokens; i++)
+        x[i] = rnd();
+    double t0 = probe_now();
+    kern_matmul(c, w, t, n_in, n_out, x, n_tokens, y); /* warm up */
+    if (probe_now() - t0 > 2.0) /* a slow path: a few seconds are enough to say so */
+        reps = 1;
+    for (int r = 0; r < reps; r++) {
+        t0 = probe_now();
+        kern_matmul(c, w, t, n_in, n_out, x, n_tokens, y);
+        secs[r] = probe_now() - t0;
+    }
+    double spread, s = bench_median_spread(secs, reps, &spread);
+    char shape[32];
+    snprintf(shape, sizeof shape, "%dx%d", n_in, n_out);
+    double flops = 2.0 * n_in * n_out * n_tokens / s;
+    report(o, (bench_result){.type = dtype_get((uint32_t)t)->name, .op = "matmul", .shape = shape,
+                             .tokens = n_tokens, .value = flops / 1e9, .unit = "GFLOP/s",
+                             .fraction = flops / peak, .spread = spread});
+    munmap(w, mat);
+    free(x), free(y), free(secs);
+    return 0;
+}
+
+static int parse_types(struct opts *o, const char *list)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int t = dtype_from_name(tok);
+        if (t < 0 || !kern_type_get((enum dtype)t))
+            return cli_fail("bench kernels: --type: '%s' is not a weight type the kernels compute with", tok);
+        o->only[t] = o->filtered = true;
+    }
+    return o->filtered ? 0 : cli_fail("bench kernels: --type needs a list of types");
+}
+
+static int parse(struct opts *o, int argc, char **argv)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cpus > 0 && cpus <= KERN_MAX_THREADS ? (int)cpus : 1;
+    o->reps = 15;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if ((o->threads = bench_parse_threads(v)) < 0)
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--type")) {
+            if (!v || parse_types(o, v))
+                return v ? 2 : (cli_fail("bench kernels: --type needs a list of types"), 2);
+            i++;
+        } else if (!strcmp(a, "--reps")) {
+            char *end;
+            long r = v ? strtol(v, &end, 10) : 0;
+            if (!v || *end || r < 1 || r > 1000)
+                return cli_fail("bench kernels: --reps needs a count from 1 to 1000"), 2;
+            o->reps = (int)r;
+            i++;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return -1;
+        } else {
+            cli_fail("bench kernels: unknown option '%s' (see prima bench kernels --help)", a);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static int run(int argc, char **argv)
+{
+    struct opts o = {0};
+    int rc = parse(&o, argc, argv);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    kern_ctx *c1 = kern_ctx_create(1), *cn = kern_ctx_create(o.threads);
+    if (!c1 || !cn) {
+        kern_ctx_free(c1);
+        return cli_fail("bench kernels: cannot start %d threads", o.threads);
+    }
+    const char *path = kern_path_name(kern_active_path());
+    if (o.json)
+        printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
+    else
+        printf("SIMD path: %s, %d threads\n%-7s %-22s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
+               o.threads, "type", "op", "shape", "tokens", "thr", "value", "unit", "bound", "spread");
+
+    double bw[2], peak[2];
+    kern_ctx *ctxs[2] = {c1, cn};
+    for (int k = 0; k < 2; k++) {
+        bw[k] = probe_read_bandwidth(ctxs[k], BANDWIDTH_BYTES, o.reps);
+        if (bw[k] <= 0) {
+            kern_ctx_free(c1), kern_ctx_free(cn);
+            return cli_fail("bench kernels: cannot allocate the bandwidth buffer");
+        }
+        report(&o, (bench_result){.op = "read_bandwidth", .threads = kern_ctx_threads(ctxs[k]),
+                                  .value = bw[k] / 1e9, .unit = "GB/s", .fraction = -1, .spread = -1});
+    }
+    for (int k = 0; k < 2; k++) {
+        peak[k] = probe_fma_peak(ctxs[k], 5);
+        report(&o, (bench_result){.op = "fma_peak", .threads = kern_ctx_threads(ctxs[k]),
+                                  .value = peak[k] / 1e9, .unit = "GFLOP/s", .fraction = -1, .spread = -1});
+    }
+
+    for (int t = 0; t < DT_COUNT && !rc; t++) {
+        const kern_type *kt = kern_type_get((enum dtype)t);
+        if (!kt || t == DT_Q8_K) /* Q8_K only ever holds activations */
+            continue;
+        if (o.filtered && !o.only[t])
+            continue;
+        for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0] && !rc; s++)
+            rc = bench_matvec(&o, cn, (enum dtype)t, kt, matvec_shapes[s][0], matvec_shapes[s][1], bw[1]);
+        for (size_t n = 0; n < sizeof prefill_tokens / sizeof prefill_tokens[0] && !rc; n++)
+            rc = bench_prefill(&o, cn, (enum dtype)t, kt, prefill_tokens[n], peak[1]);
+    }
+    kern_ctx_free(c1);
+    kern_ctx_free(cn);
+    return rc;
+}
+
+const struct bench_sub bench_kernels = {"kernels", "matvec and matmul per weight type vs memory bandwidth and FMA peak", run};

@@ -1,0 +1,103 @@
+/* prima bench — benchmarks, one sub-benchmark per file (see bench.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "kernels/kern.h"
+#include "kernels/probe.h"
+
+static const struct bench_sub *const subs[] = {&bench_kernels};
+#define N_SUBS (sizeof subs / sizeof subs[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: prima bench NAME [options]   (prima bench NAME --help for its options)\n\n"
+                 "Measure prima's building blocks on this machine. Results go to stdout as a\n"
+                 "table, or with --json as one JSON object per measurement and line.\n\n"
+                 "benchmarks:\n");
+    for (size_t i = 0; i < N_SUBS; i++)
+        fprintf(out, "  %-10s %s\n", subs[i]->name, subs[i]->summary);
+    fprintf(out, "\nExit status: 0 on success, 1 if a measurement cannot run, 2 on a usage error.\n");
+}
+
+static int run(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < N_SUBS; i++)
+        if (!strcmp(argv[1], subs[i]->name))
+            return subs[i]->run(argc - 1, argv + 1);
+    cli_fail("bench: unknown benchmark '%s' (see prima bench --help)", argv[1]);
+    return 2;
+}
+
+const struct cli_command cli_cmd_bench = {"bench", "measure kernels and the machine's bounds", run};
+
+void bench_print(const bench_result *r, bool json)
+{
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        if (r->type)
+            cJSON_AddStringToObject(o, "type", r->type);
+        cJSON_AddStringToObject(o, "op", r->op);
+        if (r->shape)
+            cJSON_AddStringToObject(o, "shape", r->shape);
+        if (r->source)
+            cJSON_AddStringToObject(o, "source", r->source);
+        if (r->tokens)
+            cJSON_AddNumberToObject(o, "tokens", r->tokens);
+        cJSON_AddNumberToObject(o, "threads", r->threads);
+        cJSON_AddNumberToObject(o, "value", r->value);
+        cJSON_AddStringToObject(o, "unit", r->unit);
+        if (r->fraction >= 0)
+            cJSON_AddNumberToObject(o, "fraction", r->fraction);
+        if (r->spread >= 0)
+            cJSON_AddNumberToObject(o, "spread", r->spread);
+        char *s = cJSON_PrintUnformatted(o);
+        puts(s);
+        free(s);
+        cJSON_Delete(o);
+        return;
+    }
+    char what[96], frac[16] = "", spread[16] = "";
+    snprintf(what, sizeof what, "%s%s%s", r->op, r->source ? " " : "", r->source ? r->source : "");
+    if (r->fraction >= 0)
+        snprintf(frac, sizeof frac, "%5.1f%%", 100 * r->fraction);
+    if (r->spread >= 0)
+        snprintf(spread, sizeof spread, "±%.0f%%", 50 * r->spread);
+    char tok[16] = "";
+    if (r->tokens)
+        snprintf(tok, sizeof tok, "%d", r->tokens);
+    printf("%-7s %-22s %-11s %6s %3d %9.1f %-7s %7s %6s\n", r->type ? r->type : "", what,
+           r->shape ? r->shape : "", tok, r->threads, r->value, r->unit, frac, spread);
+    fflush(stdout);
+}
+
+int bench_parse_threads(const char *s)
+{
+    char *end;
+    long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || !*s || *end || v < 1 || v > KERN_MAX_THREADS) {
+        cli_fail("bench: -t needs a thread count from 1 to %d, got '%s'", KERN_MAX_THREADS, s ? s : "");
+        return -1;
+    }
+    return (int)v;
+}
+
+double bench_median_spread(double *v, int n, double *spread)
+{
+    double m = probe_median(v, n);
+    *spread = n >= 4 && m > 0 ? (v[(3 * n) / 4] - v[n / 4]) / m : -1;
+    return m;
+}
