@@ -1,0 +1,189 @@
+/* cost.c — per-device cost coefficients from profiles, and direct evaluation of a plan. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sched/cost.h"
+
+#define MIB (1024.0 * 1024.0)
+
+/* The sampler reads the logits a few times (penalties, temperature, softmax, top-k/p): counted
+ * as four passes over n_vocab floats at memory bandwidth. */
+#define SAMPLING_PASSES 4
+
+sched_opts sched_opts_default(void)
+{
+    return (sched_opts){
+        .reserve = 0.10,
+        .net_rtt = 0.005,
+        .net_bw = 100e6 / 8,
+    };
+}
+
+/* Seconds for one layer (or the output matrix) on a processor: the kernels stream the weights
+ * while computing, so the slower of compute and memory traffic sets the time. Fails when a
+ * weight type has no measured rate. */
+static int layer_time(const type_rate *rates, const double *params, double bytes, double bw,
+                      const char *dev, const char *proc, double *compute, double *total,
+                      char *err, size_t errlen)
+{
+    double c = 0;
+    for (int t = 0; t < DT_COUNT; t++) {
+        if (params[t] <= 0)
+            continue;
+        if (rates[t].matvec <= 0) {
+            snprintf(err, errlen, "device %s: no %s throughput measured for %s weights (profile "
+                     "it with this model: prima profile -m MODEL)", dev, proc, dtype_get((uint32_t)t)->name);
+            return -1;
+        }
+        c += params[t] / rates[t].matvec;
+    }
+    double m = bytes / bw;
+    *compute = c;
+    *total = c > m ? c : m;
+    return 0;
+}
+
+int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o, bool is_head,
+                dev_cost *dc, char *err, size_t errlen)
+{
+    memset(dc, 0, sizeof *dc);
+    const char *name = p->name[0] ? p->name : "(unnamed)";
+    if (p->mem_bw <= 0) {
+        snprintf(err, errlen, "device %s: no memory bandwidth measured", name);
+        return -1;
+    }
+    if (layer_time(p->cpu, sm->layer_params, sm->layer_bytes, p->mem_bw, name, "CPU",
+                   &dc->cpu_compute, &dc->cpu_layer, err, errlen))
+        return -1;
+    dc->cpu_layer += sm->kv_read / p->mem_bw;
+
+    dc->has_gpu = p->gpu_present;
+    dc->unified = p->gpu_present && p->gpu_unified;
+    if (p->gpu_present) {
+        if (p->gpu_bw <= 0) {
+            snprintf(err, errlen, "device %s: GPU present but no GPU bandwidth measured", name);
+            return -1;
+        }
+        double gc;
+        if (layer_time(p->gpu, sm->layer_params, sm->layer_bytes, p->gpu_bw, name, "GPU", &gc,
+                       &dc->gpu_layer, err, errlen))
+            return -1;
+        dc->gpu_layer += sm->kv_read / p->gpu_bw;
+        dc->vram = (double)p->vram_free * (1 - o->reserve);
+    }
+
+    double rtt = p->net_rtt > 0 ? p->net_rtt : o->net_rtt;
+    double bw = p->net_bw > 0 ? p->net_bw : o->net_bw;
+    dc->hop = rtt / 2 + sm->hop_bytes / bw;
+    dc->os = p->os;
+    snprintf(dc->name, sizeof dc->name, "%s", name);
+    dc->disk_bps = p->os == OS_MACOS ? p->disk_rand : p->disk_seq;
+    dc->ram = (double)profile_available(p) * (1 - o->reserve);
+    dc->fixed_anon = sm->proc_bytes + (is_head ? sm->head_bytes : 0);
+
+    if (is_head) {
+        double out_params[DT_COUNT] = {0}, c, t;
+        out_params[sm->out_type] = sm->out_params;
+        if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
+            return -1;
+        dc->fixed_page = sm->out_bytes;
+        dc->head_time = t + (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
+    }
+    return 0;
+}
+
+const char *cost_device_set(const dev_cost *dc, const dev_result *d)
+{
+    if (!d->overloaded)
+        return "M4";
+    if (dc->os == OS_MACOS)
+        return dc->unified ? "M2" : "M1";
+    return "M3";
+}
+
+static void __attribute__((format(printf, 2, 3))) infeasible(cost_result *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->why, sizeof r->why, fmt, ap);
+    va_end(ap);
+    r->feasible = false;
+}
+
+void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, const ring_plan *p,
+               cost_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->feasible = true;
+    if (p->n_layer != sm->n_layer || plan_validate(p, r->why, sizeof r->why)) {
+        if (p->n_layer != sm->n_layer)
+            snprintf(r->why, sizeof r->why, "plan: %d layers, model has %d", p->n_layer, sm->n_layer);
+        r->feasible = false;
+        return;
+    }
+    int n_ring = 0;
+    for (int m = 0; m < p->n_dev; m++) {
+        r->dev[m].in_ring = m == 0 || o->fixed_ring || p->window[m] > 0;
+        n_ring += r->dev[m].in_ring;
+    }
+    double b = sm->layer_bytes, kv = sm->kv_bytes;
+    for (int m = 0; m < p->n_dev; m++) {
+        const dev_cost *c = &dc[m];
+        dev_result *d = &r->dev[m];
+        int y = 0, g = 0;
+        for (int round = 0; round < p->k; round++) {
+            int first, last;
+            plan_range(p, m, round, &first, &last);
+            int len = last - first;
+            y += len;
+            g += len < p->gpu_layers[m] ? len : p->gpu_layers[m];
+        }
+        d->layers = y;
+        d->gpu_layers = g;
+        if (g > 0 && !c->has_gpu) {
+            infeasible(r, "device %s: %d GPU layers but no GPU", c->name, g);
+            return;
+        }
+        int off = c->has_gpu && !c->unified ? g : 0;            /* layers whose bytes leave RAM */
+        int woff = c->has_gpu && !c->unified ? p->gpu_layers[m] : 0;
+        d->budget = c->ram;
+        d->anon = (d->in_ring ? c->fixed_anon : 0) + kv * (y - off);
+        d->page = b * (y - off) + c->fixed_page;
+        d->vram = g * (b + kv);
+        double wbuf = b * (p->window[m] - woff);
+        if (d->vram > c->vram) {
+            infeasible(r, "device %s: %d GPU layers need %.0f MiB of VRAM, budget %.0f MiB",
+                       c->name, g, d->vram / MIB, c->vram / MIB);
+            return;
+        }
+        if (d->anon + wbuf > c->ram) {
+            infeasible(r, "device %s: buffers and KV cache (%.0f MiB) and one window (%.0f MiB) "
+                       "exceed its budget of %.0f MiB", c->name, d->anon / MIB, wbuf / MIB,
+                       c->ram / MIB);
+            return;
+        }
+        d->overloaded = d->anon + d->page > c->ram;
+        if (d->overloaded) {
+            if (c->disk_bps <= 0) {
+                infeasible(r, "device %s: needs %.0f MiB, budget %.0f MiB, and has no measured "
+                           "disk to read the rest from", c->name, (d->anon + d->page) / MIB,
+                           c->ram / MIB);
+                return;
+            }
+            d->disk_bytes = d->anon + d->page + wbuf - c->ram;
+            d->t_disk = d->disk_bytes / c->disk_bps;
+        }
+        d->t_compute = (y - g) * c->cpu_compute;
+        d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);
+        d->t_gpu = g * c->gpu_layer;
+        d->t_net = d->in_ring && n_ring > 1 ? p->k * c->hop : 0;
+        r->t_compute += d->t_compute;
+        r->t_memory += d->t_memory;
+        r->t_gpu += d->t_gpu;
+        r->t_disk += d->t_disk;
+        r->t_net += d->t_net;
+    }
+    r->t_head = dc[0].head_time;
+    r->tpot = r->t_compute + r->t_memory + r->t_gpu + r->t_disk + r->t_net + r->t_head;
+}

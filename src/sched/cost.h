@@ -1,0 +1,117 @@
+/* cost.h — the model of time per output token (TPOT) and memory that Halda optimises.
+ *
+ * A decoded token visits the ring k times. Device m computes y_m layers per token (its window
+ * w_m in every full round, fewer in a partial last round), g_m of them on its GPU. Predicted
+ * TPOT is the sum over devices of
+ *
+ *   compute   (y_m - g_m) * cpu_layer_m + g_m * gpu_layer_m, where a CPU layer costs
+ *             max(weights / kernel rate, bytes / memory bandwidth) + its KV-cache reads: the
+ *             matrix-vector kernels stream the weights while computing, so the slower of the
+ *             two bounds the time (split in the breakdown into "compute" and "memory");
+ *   disk      bytes re-read from disk per token / disk throughput (see below);
+ *   network   k * hop_m for every device in the ring (when it has more than the head): the
+ *             token passes each one k times, and a hop costs rtt/2 + activation bytes /
+ *             throughput of the sender's link (so bypassing a device keeps its predecessor's
+ *             link cost for the new hop);
+ *
+ * plus the head's fixed work: embedding row, output norm and output matrix, sampling.
+ *
+ * Memory of device m (bytes):
+ *   anon_m = process + compute buffers (+ head: logits, sampling) + KV cache of its CPU layers
+ *   page_m = weights of its layers that live in RAM (+ head: the output matrix, read every token)
+ *   budget = available RAM * (1 - reserve)             (the memory-pressure cap)
+ * GPU layers live in VRAM with their KV cache on a discrete GPU; on a unified-memory GPU they
+ * stay in RAM (the set M2 of the paper) and only count against VRAM as well.
+ *
+ * Disk reloads: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the
+ * paper; otherwise M4). It keeps what fits resident and streams the rest, prefetching its next
+ * window while the token is elsewhere; the prefetched window needs room of its own, so it
+ * re-reads  anon + page - budget + window  bytes per token. The window (its RAM part) must fit
+ * next to anon or the prefetch evicts what it is about to use (the prefetch-release conflict):
+ * that is a hard limit for every device. macOS faults pages in one by one (random reads), Linux
+ * and Android read ahead (sequential). A device with no measured disk may not be overloaded. */
+#ifndef PRIMA_COST_H
+#define PRIMA_COST_H
+
+#include <stdbool.h>
+
+#include "cluster/plan.h"
+#include "sched/profile.h"
+
+/* The model as the cost model sees it: layers are taken as equal (their mean). */
+typedef struct sched_model {
+    int n_layer, n_embd, n_vocab;
+    double layer_params[DT_COUNT]; /* weights of each type in one layer (mean over layers) */
+    double layer_bytes;            /* bytes of one layer's weights (mean) */
+    double kv_bytes;               /* KV cache of one layer for the whole context */
+    double kv_read;                /* KV bytes one decoded token reads per layer */
+    double out_params;             /* output matrix weights (n_vocab * n_embd) */
+    enum dtype out_type;
+    double out_bytes;              /* output matrix + output norm: read by the head every token */
+    double embd_row_bytes;         /* one row of the token embedding */
+    double hop_bytes;              /* bytes sent per hop for one decoded token */
+    double proc_bytes;             /* every process: code, buffers, compute scratch */
+    double head_bytes;             /* the head's own extra: logits and sampling buffers */
+} sched_model;
+
+typedef struct sched_opts {
+    double reserve;     /* fraction of available RAM left to the rest of the system */
+    bool fixed_ring;    /* devices cannot be bypassed: a dropped device forwards (window 0) */
+    bool allow_disk;    /* prefer the fastest plan even if one that fits in memory exists */
+    int k;              /* rounds: 0 = let Halda choose */
+    double net_rtt;     /* seconds, for hops whose profile has no measurement */
+    double net_bw;      /* bytes/s, likewise */
+} sched_opts;
+
+/* Defaults: reserve 10%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s. */
+sched_opts sched_opts_default(void);
+
+/* One device's per-layer costs and memory, derived from its profile. Times in seconds, sizes
+ * in bytes. */
+typedef struct dev_cost {
+    char name[64];      /* for messages */
+    double cpu_layer;   /* one layer on the CPU */
+    double cpu_compute; /* of which compute (the rest is memory access) */
+    double gpu_layer;   /* one layer on the GPU (0 with no GPU) */
+    double hop;         /* one hop to the next device */
+    double disk_bps;    /* re-read throughput; 0 = must not be overloaded */
+    double ram;         /* budget after the reserve */
+    double vram;        /* budget for GPU layers and their KV cache */
+    bool has_gpu, unified;
+    enum os_class os;
+    double fixed_anon;  /* process and buffers (head: + its extras) */
+    double fixed_page;  /* head: output matrix */
+    double head_time;   /* head only: embedding, output layer, sampling */
+} dev_cost;
+
+/* Fails (one line naming the device and what is missing) when the profile lacks a rate for a
+ * weight type of the model, or bandwidth, or is otherwise unusable. */
+int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o, bool is_head,
+                dev_cost *dc, char *err, size_t errlen);
+
+typedef struct dev_result {
+    bool in_ring;          /* false: bypassed */
+    int layers, gpu_layers;
+    bool overloaded;       /* reads weights from disk every token */
+    double anon, page, vram, budget;  /* bytes: expected use and the RAM budget */
+    double disk_bytes;     /* re-read per token */
+    double t_compute, t_memory, t_gpu, t_disk, t_net;
+} dev_result;
+
+typedef struct cost_result {
+    bool feasible;
+    char why[192];         /* when not feasible: which device and limit */
+    double tpot;
+    double t_compute, t_memory, t_gpu, t_disk, t_net, t_head;
+    dev_result dev[PRIMA_MAX_DEVICES];
+} cost_result;
+
+/* Evaluate a plan directly (no linearisation): what Halda's integer programs must agree with.
+ * dc[0] is the head. */
+void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, const ring_plan *p,
+               cost_result *r);
+
+/* "M1".."M4": the paper's device set for this device in this result. */
+const char *cost_device_set(const dev_cost *dc, const dev_result *d);
+
+#endif

@@ -1,0 +1,420 @@
+/* halda.c — one exact integer program per number of rounds k (see halda.h), solved with GLPK. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <glpk.h>
+
+#include "sched/halda.h"
+
+#define MIB (1024.0 * 1024.0)
+#define MS 1e3
+
+/* Columns per device, in this order. */
+enum { C_W, C_V, C_N, C_G, C_F, C_O, C_U, C_H, C_E, N_COLS };
+
+/* What one family of programs (one call of solve_all) is allowed to do. */
+typedef struct problem {
+    const dev_cost *dc;
+    int n;
+    const sched_model *sm;
+    const sched_opts *o;
+    bool fit_only;        /* every device in M4 */
+    int force_in;         /* device that must compute at least one layer, or -1 */
+} problem;
+
+static int col(int m, int c)
+{
+    return 1 + m * N_COLS + c;
+}
+
+/* The "ring has a second device" binary: the head's hop is paid only then. */
+static int col_a(const problem *pb)
+{
+    return 1 + pb->n * N_COLS;
+}
+
+/* Rows are added one at a time from (column, coefficient) lists. */
+typedef struct row {
+    int n;
+    int ind[16 + 2 * PRIMA_MAX_DEVICES];
+    double val[16 + 2 * PRIMA_MAX_DEVICES];
+} row;
+
+static void term(row *r, int c, double v)
+{
+    r->n++;
+    r->ind[r->n] = c;
+    r->val[r->n] = v;
+}
+
+static void add_row(glp_prob *lp, row *r, int type, double lo, double hi)
+{
+    int i = glp_add_rows(lp, 1);
+    glp_set_row_bnds(lp, i, type, lo, hi);
+    glp_set_mat_row(lp, i, r->n, r->ind, r->val);
+    r->n = 0;
+}
+
+static void set_col(glp_prob *lp, int c, int kind, int type, double lo, double hi)
+{
+    glp_set_col_kind(lp, c, kind);
+    if (kind == GLP_BV)
+        type = lo == hi ? GLP_FX : GLP_DB;
+    glp_set_col_bnds(lp, c, type, lo, hi);
+}
+
+/* Memory terms of device m in MiB, as (column, coefficient) lists, for k rounds:
+ *   anon = fixed*U + kv*(y - off*G),  page = b*(y - off*G) (+ fixed page, a constant),
+ *   wbuf = b*(W - off*N),  y = (k-1)*W + V. */
+static void mem_terms(const problem *pb, int m, int k, row *r, double s_anon, double s_page, double s_wbuf)
+{
+    const dev_cost *c = &pb->dc[m];
+    double b = pb->sm->layer_bytes / MIB, kv = pb->sm->kv_bytes / MIB;
+    double off = c->has_gpu && !c->unified ? 1 : 0;
+    double per_y = s_anon * kv + s_page * b;
+    term(r, col(m, C_U), s_anon * c->fixed_anon / MIB);
+    term(r, col(m, C_W), per_y * (k - 1) + s_wbuf * b);
+    term(r, col(m, C_V), per_y);
+    if (off) {
+        term(r, col(m, C_G), -per_y);
+        term(r, col(m, C_N), -s_wbuf * b);
+    }
+}
+
+/* The integer program for exactly k rounds; objective in milliseconds without the head's
+ * constant work. */
+static glp_prob *build(const problem *pb, int k)
+{
+    const sched_model *sm = pb->sm;
+    int L = sm->n_layer, n = pb->n;
+    double b = sm->layer_bytes / MIB, kv = sm->kv_bytes / MIB;
+    glp_prob *lp = glp_create_prob();
+    glp_set_obj_dir(lp, GLP_MIN);
+    glp_add_cols(lp, n * N_COLS + 1);
+    row r = {0};
+    /* (k-1) * sum(W) <= L - 1 bounds every window, and y = (k-1) W + V <= k W */
+    int wmax = k == 1 ? L : (L - 1) / (k - 1) < L ? (L - 1) / (k - 1) : L;
+    int ymax = (double)k * wmax < L ? k * wmax : L;
+
+    for (int m = 0; m < n; m++) {
+        const dev_cost *c = &pb->dc[m];
+        bool gpu = c->has_gpu;
+        bool may_overload = !pb->fit_only && c->disk_bps > 0;
+        bool u_fixed = m == 0 || pb->o->fixed_ring;
+        double ram = c->ram / MIB, fp = c->fixed_page / MIB;
+        /* most memory a device can need: bounds the overload flag's row */
+        double big = fmax(1, c->fixed_anon / MIB + fp + (kv + b) * ymax - ram);
+
+        set_col(lp, col(m, C_W), GLP_IV, GLP_DB, pb->force_in == m ? 1 : 0, wmax);
+        set_col(lp, col(m, C_V), GLP_IV, GLP_DB, 0, wmax);
+        set_col(lp, col(m, C_N), GLP_IV, gpu ? GLP_DB : GLP_FX, 0, gpu ? wmax : 0);
+        set_col(lp, col(m, C_G), GLP_CV, gpu ? GLP_DB : GLP_FX, 0, gpu ? ymax : 0);
+        set_col(lp, col(m, C_F), GLP_BV, 0, 0, 1);
+        set_col(lp, col(m, C_O), GLP_BV, 0, 0, may_overload ? 1 : 0);
+        set_col(lp, col(m, C_U), GLP_BV, 0, u_fixed || pb->force_in == m ? 1 : 0, 1);
+        set_col(lp, col(m, C_H), GLP_BV, 0, 0, gpu ? 1 : 0);
+        set_col(lp, col(m, C_E), GLP_CV, may_overload ? GLP_LO : GLP_FX, 0, 0);
+
+        /* objective: compute on CPU and GPU, disk, network */
+        glp_set_obj_coef(lp, col(m, C_W), c->cpu_layer * MS * (k - 1));
+        glp_set_obj_coef(lp, col(m, C_V), c->cpu_layer * MS);
+        glp_set_obj_coef(lp, col(m, C_G), (c->gpu_layer - c->cpu_layer) * MS);
+        if (may_overload)
+            glp_set_obj_coef(lp, col(m, C_E), MIB / c->disk_bps * MS);
+        if (m > 0)
+            glp_set_obj_coef(lp, col(m, C_U), k * c->hop * MS);
+
+        /* last round: V <= W; F => V = W; V > 0 only after full devices; F monotone */
+        term(&r, col(m, C_V), 1), term(&r, col(m, C_W), -1);
+        add_row(lp, &r, GLP_UP, 0, 0);
+        term(&r, col(m, C_V), 1), term(&r, col(m, C_W), -1), term(&r, col(m, C_F), -wmax);
+        add_row(lp, &r, GLP_LO, -wmax, 0);
+        if (m > 0) {
+            term(&r, col(m, C_F), 1), term(&r, col(m - 1, C_F), -1);
+            add_row(lp, &r, GLP_UP, 0, 0);
+            term(&r, col(m, C_V), 1), term(&r, col(m - 1, C_F), -wmax);
+            add_row(lp, &r, GLP_UP, 0, 0);
+        }
+        /* in the ring <=> computes (a bypassable device with no layers leaves the ring) */
+        if (!u_fixed) {
+            term(&r, col(m, C_W), 1), term(&r, col(m, C_U), -wmax);
+            add_row(lp, &r, GLP_UP, 0, 0);
+            term(&r, col(m, C_W), 1), term(&r, col(m, C_U), -1);
+            add_row(lp, &r, GLP_LO, 0, 0);
+        }
+        if (m > 0) {   /* the head's hop is paid when any other device is in the ring */
+            term(&r, col_a(pb), 1), term(&r, col(m, C_U), -1);
+            add_row(lp, &r, GLP_LO, 0, 0);
+        }
+        /* GPU: N <= W; G = (k-1) N + min(N, V) through H; VRAM */
+        if (gpu) {
+            double bg = (double)k * wmax;
+            term(&r, col(m, C_N), 1), term(&r, col(m, C_W), -1);
+            add_row(lp, &r, GLP_UP, 0, 0);
+            term(&r, col(m, C_G), 1), term(&r, col(m, C_N), -k);
+            add_row(lp, &r, GLP_UP, 0, 0);
+            term(&r, col(m, C_G), 1), term(&r, col(m, C_N), -(k - 1)), term(&r, col(m, C_V), -1);
+            add_row(lp, &r, GLP_UP, 0, 0);
+            term(&r, col(m, C_G), 1), term(&r, col(m, C_N), -k), term(&r, col(m, C_H), -bg);
+            add_row(lp, &r, GLP_LO, -bg, 0);
+            term(&r, col(m, C_G), 1), term(&r, col(m, C_N), -(k - 1)), term(&r, col(m, C_V), -1);
+            term(&r, col(m, C_H), bg);
+            add_row(lp, &r, GLP_LO, 0, 0);
+            term(&r, col(m, C_G), b + kv);
+            add_row(lp, &r, GLP_UP, 0, c->vram / MIB);
+        }
+        /* memory: the window fits next to anon; O = 0 => everything fits; disk bytes
+         * E = max(0, anon + page - budget) + O * wbuf, written as two rows: the first holds for
+         * every plan, the second adds the window only when overloaded (wb bounds wbuf) */
+        mem_terms(pb, m, k, &r, 1, 0, 1);
+        add_row(lp, &r, GLP_UP, 0, ram);
+        mem_terms(pb, m, k, &r, 1, 1, 0);
+        term(&r, col(m, C_O), -big);
+        add_row(lp, &r, GLP_UP, 0, ram - fp);
+        if (may_overload) {
+            double wb = b * wmax;
+            term(&r, col(m, C_E), 1);
+            mem_terms(pb, m, k, &r, -1, -1, 0);
+            add_row(lp, &r, GLP_LO, fp - ram, 0);
+            term(&r, col(m, C_E), 1);
+            mem_terms(pb, m, k, &r, -1, -1, -1);
+            term(&r, col(m, C_O), -wb);
+            add_row(lp, &r, GLP_LO, fp - ram - wb, 0);
+        }
+    }
+    /* the head's hop: paid when the ring has another device */
+    bool alone_possible = n == 1 || !pb->o->fixed_ring;
+    set_col(lp, col_a(pb), GLP_BV, 0, n > 1 && !alone_possible ? 1 : 0, n > 1 ? 1 : 0);
+    glp_set_obj_coef(lp, col_a(pb), k * pb->dc[0].hop * MS);
+
+    /* every layer exactly once; exactly k rounds (the last one not empty) */
+    for (int m = 0; m < n; m++)
+        term(&r, col(m, C_W), k - 1), term(&r, col(m, C_V), 1);
+    add_row(lp, &r, GLP_FX, L, L);
+    if (k > 1) {
+        for (int m = 0; m < n; m++)
+            term(&r, col(m, C_V), 1);
+        add_row(lp, &r, GLP_LO, 1, 0);
+    }
+    return lp;
+}
+
+/* The LP relaxation's optimum: a lower bound for this k (HUGE_VAL when infeasible). */
+static double lp_bound(glp_prob *lp)
+{
+    glp_smcp sp;
+    glp_init_smcp(&sp);
+    sp.msg_lev = GLP_MSG_OFF;
+    sp.presolve = GLP_ON;
+    if (glp_simplex(lp, &sp) != 0 || glp_get_status(lp) != GLP_OPT)
+        return HUGE_VAL;
+    return glp_get_obj_val(lp);
+}
+
+/* Solve exactly, accepting only objectives below cutoff (ms). Returns 1 with a plan, 0 if no
+ * plan beats the cutoff, -1 on solver failure. */
+static int solve_ilp(const problem *pb, glp_prob *lp, int k, double cutoff, ring_plan *p)
+{
+    if (isfinite(cutoff)) {
+        int n = glp_get_num_cols(lp);
+        row r = {0};
+        for (int c = 1; c <= n; c++)
+            if (glp_get_obj_coef(lp, c) != 0)
+                term(&r, c, glp_get_obj_coef(lp, c));
+        add_row(lp, &r, GLP_UP, 0, cutoff);
+    }
+    glp_iocp ip;
+    glp_init_iocp(&ip);
+    ip.msg_lev = GLP_MSG_OFF;
+    ip.presolve = GLP_ON;
+    ip.tol_int = 1e-9;
+    ip.mip_gap = 0;
+    int rc = glp_intopt(lp, &ip);
+    if (rc == GLP_ENOPFS || rc == GLP_ENODFS)
+        return 0;
+    if (rc != 0)
+        return -1;
+    int st = glp_mip_status(lp);
+    if (st == GLP_NOFEAS)
+        return 0;
+    if (st != GLP_OPT)
+        return -1;
+    memset(p, 0, sizeof *p);
+    p->n_dev = pb->n;
+    p->n_layer = pb->sm->n_layer;
+    p->k = k;
+    for (int m = 0; m < pb->n; m++) {
+        int w = (int)lround(glp_mip_col_val(lp, col(m, C_W)));
+        int v = (int)lround(glp_mip_col_val(lp, col(m, C_V)));
+        int g = (int)lround(glp_mip_col_val(lp, col(m, C_N)));
+        /* one round: a window larger than its layers only costs memory */
+        if (k == 1)
+            w = v;
+        p->window[m] = w;
+        p->gpu_layers[m] = g < w ? g : w;
+    }
+    return 1;
+}
+
+/* Candidate k in order of their LP bound (then k): good plans come first and cut off the rest. */
+typedef struct cand {
+    int k;
+    double lb;
+    glp_prob *lp;
+} cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->lb != y->lb)
+        return x->lb < y->lb ? -1 : 1;
+    return x->k - y->k;
+}
+
+/* The best plan over every k (or pb->o->k). Returns 1 with *best, 0 if none, -1 on failure.
+ * Equal predictions keep the smaller k, whatever the order of solving. */
+static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost, int *n_ilp)
+{
+    int k0 = pb->o->k > 0 ? pb->o->k : 1, k1 = pb->o->k > 0 ? pb->o->k : pb->sm->n_layer;
+    int nc = k1 - k0 + 1;
+    cand *cs = malloc(sizeof *cs * (size_t)nc);
+    if (!cs)
+        return -1;
+    for (int i = 0; i < nc; i++) {
+        cs[i].k = k0 + i;
+        cs[i].lp = build(pb, cs[i].k);
+        cs[i].lb = lp_bound(cs[i].lp);
+    }
+    qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
+    double head_ms = pb->dc[0].head_time * MS;
+    double best_ms = HUGE_VAL;
+    int found = 0;
+    for (int i = 0; i < nc && found >= 0; i++) {
+        int k = cs[i].k;
+        double cutoff = HUGE_VAL;
+        if (isfinite(best_ms)) {   /* beat the incumbent, or tie it with a smaller k */
+            double tol = 1e-9 * fmax(1, best_ms);
+            cutoff = best_ms - head_ms + (k < best->k ? tol : -tol);
+        }
+        if (!(cs[i].lb < cutoff))
+            continue;
+        ring_plan p;
+        (*n_ilp)++;
+        int rc = solve_ilp(pb, cs[i].lp, k, cutoff, &p);
+        if (rc < 0)
+            found = -1;
+        if (rc <= 0)
+            continue;
+        cost_result cr;
+        cost_eval(pb->dc, pb->sm, pb->o, &p, &cr);
+        if (cr.feasible && (!found || cr.tpot * MS < best_ms - 1e-9 * fmax(1, best_ms) ||
+                            (cr.tpot * MS <= best_ms + 1e-9 * fmax(1, best_ms) && k < best->k))) {
+            best_ms = cr.tpot * MS;
+            *best = p;
+            *best_cost = cr;
+            found = 1;
+        }
+    }
+    for (int i = 0; i < nc; i++)
+        glp_delete_prob(cs[i].lp);
+    free(cs);
+    return found;
+}
+
+/* Why nothing fits: the most layers each device could hold, for the message. */
+static void explain_infeasible(const problem *pb, char *why, size_t len)
+{
+    const sched_model *sm = pb->sm;
+    double b = sm->layer_bytes, kv = sm->kv_bytes;
+    int n = snprintf(why, len, "no plan: the devices can hold at most");
+    int total = 0;
+    for (int m = 0; m < pb->n && n < (int)len; m++) {
+        const dev_cost *c = &pb->dc[m];
+        double room = c->ram - c->fixed_anon;
+        double y;
+        if (c->disk_bps > 0)   /* streaming: KV cache and one layer's window must fit */
+            y = room >= b ? (kv > 0 ? (room - b) / kv : sm->n_layer) : 0;
+        else
+            y = (room - c->fixed_page) / (b + kv);
+        if (c->has_gpu && b + kv > 0)
+            y += c->vram / (b + kv);
+        int yi = y < 0 ? 0 : y > sm->n_layer ? sm->n_layer : (int)y;
+        total += yi;
+        n += snprintf(why + n, len - (size_t)n, "%s %s %d", m ? "," : "", c->name, yi);
+    }
+    if (n < (int)len)
+        snprintf(why + n, len - (size_t)n, total < sm->n_layer
+                 ? " of %d layers within their memory budgets"
+                 : " layers each, yet no split of the %d layers meets every memory limit", sm->n_layer);
+}
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
+                halda_result *r)
+{
+    memset(r, 0, sizeof *r);
+    if (n_dev < 1 || n_dev > PRIMA_MAX_DEVICES || sm->n_layer < 1 || o->k < 0 || o->k > sm->n_layer) {
+        snprintf(r->why, sizeof r->why, "halda: %d devices, %d layers, k = %d: out of range",
+                 n_dev, sm->n_layer, o->k);
+        return -1;
+    }
+    double t0 = seconds_now();
+    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1};
+    int rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
+    if (rc == 0 && pb.fit_only) {   /* nothing fits in memory: let devices read from disk */
+        pb.fit_only = false;
+        rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
+    }
+    r->seconds = seconds_now() - t0;
+    if (rc < 0) {
+        snprintf(r->why, sizeof r->why, "halda: the GLPK integer solver failed");
+        return -1;
+    }
+    r->found = rc == 1;
+    if (!r->found) {
+        explain_infeasible(&pb, r->why, sizeof r->why);
+        return 0;
+    }
+    r->fits = true;
+    for (int m = 0; m < n_dev; m++)
+        r->fits &= !r->cost.dev[m].overloaded;
+    return 0;
+}
+
+int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
+                  halda_result *r)
+{
+    if (!r->found)
+        return 0;
+    for (int m = 1; m < n_dev; m++) {
+        r->left_out[m][0] = '\0';
+        if (r->plan.window[m] > 0)
+            continue;
+        /* the same search, with this device made to compute */
+        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m};
+        ring_plan p;
+        cost_result c;
+        int n_ilp = 0;
+        int rc = solve_all(&pb, &p, &c, &n_ilp);
+        if (rc < 0)
+            return -1;
+        const char *role = o->fixed_ring ? "forwards only" : "left out";
+        if (rc == 0)
+            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: no plan in which it computes "
+                     "a layer meets every memory limit%s", role,
+                     pb.fit_only ? " without reading from disk" : "");
+        else
+            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: the best plan in which it "
+                     "computes is %.2f ms per token slower", role, (c.tpot - r->cost.tpot) * MS);
+    }
+    return 0;
+}

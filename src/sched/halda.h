@@ -1,0 +1,49 @@
+/* halda.h — the layer-to-device assignment: windows, GPU layers, rounds and device selection
+ * that minimise the predicted TPOT of cost.h.
+ *
+ * For each number of rounds k = 1..L, the plans with exactly k rounds (a partial last round
+ * included) form one integer linear program; every valid plan has exactly one k, so solving
+ * them all exactly (GLPK, branch and bound) and keeping the best gives the optimum over all
+ * plans. Per device m the program has
+ *   W (window), V (layers in the last round), N (GPU layers per window), G (GPU layers in all),
+ *   and binaries F (the last round fills m's whole window), O (overloaded: sets M1-M3 rather
+ *   than M4), U (in the ring), H (the last round holds all N GPU layers), plus E (disk bytes).
+ * Owned layers y = (k-1) W + V; the F chain encodes that the last round fills the devices in
+ * ring order; H makes G = (k-1) N + min(N, V) exact; O and E make the disk term
+ * max(0, anon + page + window - budget) exact with the window-fit and set rules of cost.h.
+ * The paper breaks the cycle "sets depend on the plan, the plan on the sets" by iterating; here
+ * the set of each device is a variable of the program, so the solution's sets are consistent by
+ * construction and one solve is the fixed point. Device selection is exact too (U): a device is
+ * left out exactly when every plan using it is slower. LP bounds prune the k that cannot win.
+ *
+ * Unless allow_disk is set, plans in which no device reads from disk are searched first; only if
+ * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k. */
+#ifndef PRIMA_HALDA_H
+#define PRIMA_HALDA_H
+
+#include <stdbool.h>
+
+#include "sched/cost.h"
+
+typedef struct halda_result {
+    bool found;
+    char why[320];          /* not found: why no plan exists */
+    ring_plan plan;
+    cost_result cost;       /* cost_eval of the plan */
+    bool fits;              /* no device reads from disk */
+    char left_out[PRIMA_MAX_DEVICES][160];  /* why a device computes no layer; "" if it does */
+    int n_ilp;              /* integer programs solved (the k not pruned by LP bounds) */
+    double seconds;         /* solve time, explanations excluded */
+} halda_result;
+
+/* dc[0] is the head; n_dev devices in ring order. Returns 0 (r->found says whether a plan
+ * exists), or -1 on a solver failure (r->why). */
+int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
+                halda_result *r);
+
+/* Fill r->left_out for every device without layers: whether it cannot hold a layer, or by how
+ * much the best plan that uses it would be slower. Solves once more per such device. */
+int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
+                  halda_result *r);
+
+#endif

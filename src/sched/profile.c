@@ -1,0 +1,456 @@
+/* profile.c — device profiles: parsing the system's memory files, and the JSON form. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sched/profile.h"
+
+static const char *const os_names[] = {[OS_LINUX] = "linux", [OS_ANDROID] = "android",
+                                       [OS_MACOS] = "macos"};
+
+const char *os_class_name(enum os_class os)
+{
+    return os_names[os];
+}
+
+int os_class_from_name(const char *name)
+{
+    for (int i = 0; i < (int)(sizeof os_names / sizeof os_names[0]); i++)
+        if (!strcmp(name, os_names[i]))
+            return i;
+    return -1;
+}
+
+uint64_t profile_available(const dev_profile *p)
+{
+    uint64_t avail = p->mem_available;
+    if (p->cgroup_limit) {
+        uint64_t used = p->cgroup_usage > p->cgroup_reclaimable
+                            ? p->cgroup_usage - p->cgroup_reclaimable : 0;
+        uint64_t left = p->cgroup_limit > used ? p->cgroup_limit - used : 0;
+        if (left < avail)
+            avail = left;
+    }
+    return avail;
+}
+
+/* ---- /proc/meminfo ---- */
+
+/* The value of "Key:" in kB text as bytes; false when the key is absent or malformed. */
+static bool meminfo_field(const char *text, const char *key, uint64_t *bytes)
+{
+    size_t klen = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (strncmp(line, key, klen) || line[klen] != ':')
+            continue;
+        char *end;
+        unsigned long long v = strtoull(line + klen + 1, &end, 10);
+        if (end == line + klen + 1)
+            return false;
+        while (*end == ' ')
+            end++;
+        uint64_t unit = strncmp(end, "kB", 2) ? 1 : 1024;
+        *bytes = (uint64_t)v * unit;
+        return true;
+    }
+    return false;
+}
+
+int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen)
+{
+    memset(mi, 0, sizeof *mi);
+    uint64_t free_b = 0, cached = 0, buffers = 0, sreclaim = 0, shmem = 0;
+    if (!meminfo_field(text, "MemTotal", &mi->total) || !mi->total) {
+        snprintf(err, errlen, "/proc/meminfo: no MemTotal line");
+        return -1;
+    }
+    meminfo_field(text, "MemFree", &free_b);
+    meminfo_field(text, "Cached", &cached);
+    meminfo_field(text, "Buffers", &buffers);
+    meminfo_field(text, "SReclaimable", &sreclaim);
+    meminfo_field(text, "Shmem", &shmem);
+    meminfo_field(text, "SwapTotal", &mi->swap_total);
+    meminfo_field(text, "SwapFree", &mi->swap_free);
+    uint64_t page = cached + buffers + sreclaim;
+    mi->reclaimable = page > shmem ? page - shmem : 0;
+    if (!meminfo_field(text, "MemAvailable", &mi->available))
+        mi->available = free_b + mi->reclaimable;   /* kernels before 3.14 */
+    if (mi->available > mi->total)
+        mi->available = mi->total;
+    return 0;
+}
+
+/* ---- cgroups ---- */
+
+/* Copy line [p, end) into buf as a C string; false if it does not fit. */
+static bool copy_line(const char *p, const char *end, char *buf, size_t len)
+{
+    size_t n = (size_t)(end - p);
+    if (n + 1 > len)
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return true;
+}
+
+/* Does the comma-separated list contain item? */
+static bool list_has(const char *list, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
+        if (!strncmp(p, item, n) && (p[n] == ',' || p[n] == '\0'))
+            return true;
+    return false;
+}
+
+/* The cgroup path of the process for the v1 memory controller (version 1) or the unified
+ * hierarchy (version 2), from /proc/self/cgroup. */
+static bool cgroup_path(const char *proc_cgroup, int version, char *path, size_t len)
+{
+    char line[1024];
+    for (const char *p = proc_cgroup; p && *p;) {
+        const char *end = strchr(p, '\n');
+        if (!end)
+            end = p + strlen(p);
+        if (copy_line(p, end, line, sizeof line)) {
+            char *c1 = strchr(line, ':');
+            char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+            if (c2) {
+                *c2 = '\0';
+                /* v2: "0::PATH" (hierarchy 0, no controller list); v1: "N:memory:PATH" */
+                bool match = version == 2 ? !strcmp(line, "0:") : list_has(c1 + 1, "memory");
+                if (match && strlen(c2 + 1) < len) {
+                    strcpy(path, c2 + 1);
+                    return true;
+                }
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    return false;
+}
+
+/* Find the mount of a cgroup hierarchy in mountinfo: fstype "cgroup2" (version 2) or "cgroup"
+ * with the memory controller in its super options (version 1). */
+static bool cgroup_mount(const char *mountinfo, int version, char *root, char *mnt, size_t len)
+{
+    char line[2048];
+    for (const char *p = mountinfo; p && *p;) {
+        const char *end = strchr(p, '\n');
+        if (!end)
+            end = p + strlen(p);
+        if (copy_line(p, end, line, sizeof line)) {
+            /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
+            char *f[5], *save = NULL, *tok = strtok_r(line, " ", &save);
+            int nf = 0;
+            while (tok && nf < 5) {
+                f[nf++] = tok;
+                tok = strtok_r(NULL, " ", &save);
+            }
+            while (tok && strcmp(tok, "-"))
+                tok = strtok_r(NULL, " ", &save);
+            char *fstype = tok ? strtok_r(NULL, " ", &save) : NULL;
+            char *source = fstype ? strtok_r(NULL, " ", &save) : NULL;
+            char *super = source ? strtok_r(NULL, " ", &save) : NULL;
+            bool match = nf == 5 && fstype &&
+                         (version == 2 ? !strcmp(fstype, "cgroup2")
+                                       : !strcmp(fstype, "cgroup") && super && list_has(super, "memory"));
+            if (match && strlen(f[3]) < len && strlen(f[4]) < len) {
+                strcpy(root, f[3]);
+                strcpy(mnt, f[4]);
+                return true;
+            }
+        }
+        p = *end ? end + 1 : end;
+    }
+    return false;
+}
+
+int cgroup_memory_dir(const char *proc_cgroup, const char *mountinfo, char *dir, size_t dirlen)
+{
+    char path[1024], root[1024], mnt[1024];
+    /* A memory controller on a v1 hierarchy takes precedence: on hybrid systems the unified
+     * hierarchy exists but does not control memory. */
+    for (int version = 1; version <= 2; version++) {
+        if (!cgroup_path(proc_cgroup, version, path, sizeof path) ||
+            !cgroup_mount(mountinfo, version, root, mnt, sizeof mnt))
+            continue;
+        /* The mount shows the hierarchy from `root` down (a container sees its own subtree);
+         * a path outside it is not visible here. */
+        size_t rl = strlen(root);
+        const char *rest;
+        if (!strcmp(root, "/"))
+            rest = path;
+        else if (!strncmp(path, root, rl) && (path[rl] == '/' || path[rl] == '\0'))
+            rest = path + rl;
+        else
+            continue;
+        if (!strcmp(rest, "/"))
+            rest = "";
+        if ((size_t)snprintf(dir, dirlen, "%s%s", mnt, rest) >= dirlen)
+            return 0;
+        return version;
+    }
+    return 0;
+}
+
+uint64_t parse_cgroup_limit(const char *text)
+{
+    while (*text == ' ' || *text == '\n')
+        text++;
+    if (!strncmp(text, "max", 3))
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (end == text || v >= (1ULL << 62))
+        return 0;
+    return (uint64_t)v;
+}
+
+/* A "key value" line of memory.stat; false if absent. */
+static bool stat_field(const char *text, const char *key, uint64_t *v)
+{
+    size_t klen = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (!strncmp(line, key, klen) && line[klen] == ' ') {
+            *v = strtoull(line + klen + 1, NULL, 10);
+            return true;
+        }
+    }
+    return false;
+}
+
+void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs)
+{
+    uint64_t inact = 0, act = 0;
+    if (stat_field(memory_stat, "total_inactive_file", &inact))
+        stat_field(memory_stat, "total_active_file", &act);
+    else {
+        stat_field(memory_stat, "inactive_file", &inact);
+        stat_field(memory_stat, "active_file", &act);
+    }
+    cs->reclaimable = inact + act;
+    uint64_t lim = 0;
+    cs->hier_limit = stat_field(memory_stat, "hierarchical_memory_limit", &lim) && lim < (1ULL << 62)
+                         ? lim : 0;
+}
+
+/* ---- JSON ---- */
+
+static cJSON *rates_to_json(const type_rate *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < DT_COUNT; t++) {
+        if (!r[t].matvec && !r[t].matmul)
+            continue;
+        cJSON *e = cJSON_AddObjectToObject(o, dtype_get((uint32_t)t)->name);
+        cJSON_AddNumberToObject(e, "matvec", r[t].matvec);
+        cJSON_AddNumberToObject(e, "matmul", r[t].matmul);
+    }
+    return o;
+}
+
+cJSON *profile_to_json(const dev_profile *p)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "version", 1);
+    cJSON_AddStringToObject(j, "name", p->name);
+    cJSON_AddStringToObject(j, "os", os_class_name(p->os));
+
+    cJSON *cpu = cJSON_AddObjectToObject(j, "cpu");
+    cJSON_AddNumberToObject(cpu, "cores", p->cores);
+    cJSON_AddNumberToObject(cpu, "threads", p->threads);
+    cJSON_AddStringToObject(cpu, "simd", p->simd);
+    cJSON_AddItemToObject(cpu, "types", rates_to_json(p->cpu));
+
+    cJSON *mem = cJSON_AddObjectToObject(j, "memory");
+    cJSON_AddNumberToObject(mem, "total", (double)p->mem_total);
+    cJSON_AddNumberToObject(mem, "available", (double)p->mem_available);
+    cJSON_AddNumberToObject(mem, "reclaimable", (double)p->mem_reclaimable);
+    cJSON_AddNumberToObject(mem, "swap_total", (double)p->swap_total);
+    cJSON_AddNumberToObject(mem, "swap_free", (double)p->swap_free);
+    cJSON_AddNumberToObject(mem, "cgroup_limit", (double)p->cgroup_limit);
+    cJSON_AddNumberToObject(mem, "cgroup_usage", (double)p->cgroup_usage);
+    cJSON_AddNumberToObject(mem, "cgroup_reclaimable", (double)p->cgroup_reclaimable);
+    cJSON_AddNumberToObject(mem, "bandwidth", p->mem_bw);
+
+    cJSON *disk = cJSON_AddObjectToObject(j, "disk");
+    cJSON_AddNumberToObject(disk, "sequential", p->disk_seq);
+    cJSON_AddNumberToObject(disk, "random", p->disk_rand);
+    cJSON_AddStringToObject(disk, "method", p->disk_method);
+
+    cJSON *gpu = cJSON_AddObjectToObject(j, "gpu");
+    cJSON_AddBoolToObject(gpu, "present", p->gpu_present);
+    cJSON_AddBoolToObject(gpu, "unified", p->gpu_unified);
+    cJSON_AddStringToObject(gpu, "name", p->gpu_name);
+    cJSON_AddNumberToObject(gpu, "vram_total", (double)p->vram_total);
+    cJSON_AddNumberToObject(gpu, "vram_free", (double)p->vram_free);
+    cJSON_AddNumberToObject(gpu, "bandwidth", p->gpu_bw);
+    cJSON_AddItemToObject(gpu, "types", rates_to_json(p->gpu));
+
+    cJSON *net = cJSON_AddObjectToObject(j, "network");
+    cJSON_AddNumberToObject(net, "rtt", p->net_rtt);
+    cJSON_AddNumberToObject(net, "throughput", p->net_bw);
+    return j;
+}
+
+/* Reading with validation: each getter writes a one-line error naming the source and field. */
+typedef struct jreader {
+    const char *what;
+    char *err;
+    size_t errlen;
+    int failed;
+} jreader;
+
+static const cJSON *jr_obj(jreader *r, const cJSON *parent, const char *key)
+{
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(parent, key);
+    if (!cJSON_IsObject(o)) {
+        if (!r->failed++)
+            snprintf(r->err, r->errlen, "%s: \"%s\" is missing or not an object", r->what, key);
+        return NULL;
+    }
+    return o;
+}
+
+static double jr_num(jreader *r, const cJSON *o, const char *sect, const char *key, double max)
+{
+    if (!o)
+        return 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > max) {
+        if (!r->failed++)
+            snprintf(r->err, r->errlen, "%s: %s.%s is missing or not a number in [0, %g]", r->what,
+                     sect, key, max);
+        return 0;
+    }
+    return v->valuedouble;
+}
+
+static void jr_str(jreader *r, const cJSON *o, const char *sect, const char *key, char *buf, size_t len)
+{
+    if (!o)
+        return;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= len) {
+        if (!r->failed++)
+            snprintf(r->err, r->errlen, "%s: %s.%s is missing or not a string of under %zu bytes",
+                     r->what, sect, key, len);
+        return;
+    }
+    strcpy(buf, v->valuestring);
+}
+
+static bool jr_bool(jreader *r, const cJSON *o, const char *sect, const char *key)
+{
+    if (!o)
+        return false;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsBool(v)) {
+        if (!r->failed++)
+            snprintf(r->err, r->errlen, "%s: %s.%s is missing or not true/false", r->what, sect, key);
+        return false;
+    }
+    return cJSON_IsTrue(v);
+}
+
+/* Sizes and rates beyond these are not a real device: they catch corrupted or hostile input
+ * before it reaches the solver's arithmetic. */
+#define MAX_BYTES 1e15   /* 1 PB */
+#define MAX_RATE 1e16    /* weights or bytes per second */
+#define MAX_RTT 60.0     /* seconds */
+
+static void jr_rates(jreader *r, const cJSON *o, const char *sect, type_rate *rates)
+{
+    const cJSON *types = o ? cJSON_GetObjectItemCaseSensitive(o, "types") : NULL;
+    if (o && !cJSON_IsObject(types)) {
+        if (!r->failed++)
+            snprintf(r->err, r->errlen, "%s: %s.types is missing or not an object", r->what, sect);
+        return;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, types) {
+        int t = dtype_from_name(e->string);
+        if (t < 0) {
+            if (!r->failed++)
+                snprintf(r->err, r->errlen, "%s: %s.types has unknown weight type \"%s\"", r->what,
+                         sect, e->string);
+            return;
+        }
+        char where[64];
+        snprintf(where, sizeof where, "%s.types.%s", sect, e->string);
+        rates[t].matvec = jr_num(r, e, where, "matvec", MAX_RATE);
+        rates[t].matmul = jr_num(r, e, where, "matmul", MAX_RATE);
+    }
+}
+
+int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    jreader r = {what, err, errlen, 0};
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, errlen, "%s: not a JSON object", what);
+        return -1;
+    }
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(j, "version");
+    if (!cJSON_IsNumber(ver) || ver->valuedouble != 1) {
+        snprintf(err, errlen, "%s: \"version\" must be 1 (a prima device profile)", what);
+        return -1;
+    }
+    jr_str(&r, j, "profile", "name", p->name, sizeof p->name);
+    char os[16] = "";
+    jr_str(&r, j, "profile", "os", os, sizeof os);
+    int osc = os_class_from_name(os);
+    if (!r.failed && osc < 0) {
+        snprintf(err, errlen, "%s: os \"%s\" is not linux, android or macos", what, os);
+        return -1;
+    }
+    p->os = osc < 0 ? OS_LINUX : (enum os_class)osc;
+
+    const cJSON *cpu = jr_obj(&r, j, "cpu");
+    p->cores = (int)jr_num(&r, cpu, "cpu", "cores", 65536);
+    p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
+    jr_str(&r, cpu, "cpu", "simd", p->simd, sizeof p->simd);
+    jr_rates(&r, cpu, "cpu", p->cpu);
+
+    const cJSON *mem = jr_obj(&r, j, "memory");
+    p->mem_total = (uint64_t)jr_num(&r, mem, "memory", "total", MAX_BYTES);
+    p->mem_available = (uint64_t)jr_num(&r, mem, "memory", "available", MAX_BYTES);
+    p->mem_reclaimable = (uint64_t)jr_num(&r, mem, "memory", "reclaimable", MAX_BYTES);
+    p->swap_total = (uint64_t)jr_num(&r, mem, "memory", "swap_total", MAX_BYTES);
+    p->swap_free = (uint64_t)jr_num(&r, mem, "memory", "swap_free", MAX_BYTES);
+    p->cgroup_limit = (uint64_t)jr_num(&r, mem, "memory", "cgroup_limit", MAX_BYTES);
+    p->cgroup_usage = (uint64_t)jr_num(&r, mem, "memory", "cgroup_usage", MAX_BYTES);
+    p->cgroup_reclaimable = (uint64_t)jr_num(&r, mem, "memory", "cgroup_reclaimable", MAX_BYTES);
+    p->mem_bw = jr_num(&r, mem, "memory", "bandwidth", MAX_RATE);
+
+    const cJSON *disk = jr_obj(&r, j, "disk");
+    p->disk_seq = jr_num(&r, disk, "disk", "sequential", MAX_RATE);
+    p->disk_rand = jr_num(&r, disk, "disk", "random", MAX_RATE);
+    jr_str(&r, disk, "disk", "method", p->disk_method, sizeof p->disk_method);
+
+    const cJSON *gpu = jr_obj(&r, j, "gpu");
+    p->gpu_present = jr_bool(&r, gpu, "gpu", "present");
+    p->gpu_unified = jr_bool(&r, gpu, "gpu", "unified");
+    jr_str(&r, gpu, "gpu", "name", p->gpu_name, sizeof p->gpu_name);
+    p->vram_total = (uint64_t)jr_num(&r, gpu, "gpu", "vram_total", MAX_BYTES);
+    p->vram_free = (uint64_t)jr_num(&r, gpu, "gpu", "vram_free", MAX_BYTES);
+    p->gpu_bw = jr_num(&r, gpu, "gpu", "bandwidth", MAX_RATE);
+    jr_rates(&r, gpu, "gpu", p->gpu);
+
+    const cJSON *net = jr_obj(&r, j, "network");
+    p->net_rtt = jr_num(&r, net, "network", "rtt", MAX_RTT);
+    p->net_bw = jr_num(&r, net, "network", "throughput", MAX_RATE);
+
+    if (!r.failed && p->mem_total == 0) {
+        snprintf(err, errlen, "%s: memory.total is 0", what);
+        return -1;
+    }
+    if (!r.failed && p->mem_available > p->mem_total) {
+        snprintf(err, errlen, "%s: memory.available exceeds memory.total", what);
+        return -1;
+    }
+    return r.failed ? -1 : 0;
+}

@@ -1,0 +1,107 @@
+/* profile.h — what one device can do: the measured numbers Halda plans with.
+ *
+ * A profile is measured on the device itself (measure.h) and travels as JSON
+ * (profile_to_json / profile_from_json): workers send theirs to the head, `prima profile --json`
+ * saves one for offline planning with `prima plan`.
+ *
+ * Units: bytes, bytes per second, seconds; kernel throughput in weights per second (one weight =
+ * one multiply-add), so a layer's compute time is its weight count divided by the rate. A rate
+ * or throughput of 0 means "not measured". The parsers below take file contents, not paths, so
+ * recorded samples of /proc and cgroup files can be fed to them in tests. */
+#ifndef PRIMA_PROFILE_H
+#define PRIMA_PROFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "gguf/dtype.h"
+
+enum os_class { OS_LINUX, OS_ANDROID, OS_MACOS };
+
+/* Throughput of the matrix kernels for one weight type. */
+typedef struct type_rate {
+    double matvec;  /* one token (decode), weights/s */
+    double matmul;  /* a batch of tokens (prefill), weights/s per token */
+} type_rate;
+
+typedef struct dev_profile {
+    char name[64];              /* host name, for messages */
+    enum os_class os;
+
+    /* CPU */
+    int cores;                  /* online CPUs */
+    int threads;                /* threads the rates were measured with */
+    char simd[16];              /* active kernel path (kern_path_name) */
+    type_rate cpu[DT_COUNT];    /* per weight type; 0 = not measured */
+
+    /* memory */
+    uint64_t mem_total, mem_available, mem_reclaimable;  /* reclaimable: page cache + slab */
+    uint64_t swap_total, swap_free;
+    uint64_t cgroup_limit;      /* 0 = no cgroup limit below the machine's memory */
+    uint64_t cgroup_usage;      /* bytes charged to the cgroup ... */
+    uint64_t cgroup_reclaimable;/* ... of which page cache the kernel can drop */
+    double mem_bw;              /* read bandwidth, bytes/s */
+
+    /* disk holding the model, read with the page cache bypassed */
+    double disk_seq, disk_rand; /* bytes/s */
+    char disk_method[16];       /* "o_direct", "fadvise" or "" when not measured */
+
+    /* GPU (no backend yet: present = false, all zero) */
+    bool gpu_present, gpu_unified;  /* unified: the GPU uses RAM (Apple silicon) */
+    char gpu_name[64];
+    uint64_t vram_total, vram_free;
+    double gpu_bw;
+    type_rate gpu[DT_COUNT];
+
+    /* network from this device to the next one in the ring, measured by the head */
+    double net_rtt;             /* seconds, 0 = not measured */
+    double net_bw;              /* bytes/s */
+} dev_profile;
+
+const char *os_class_name(enum os_class os);
+/* Parse "linux" / "android" / "macos"; -1 if unknown. */
+int os_class_from_name(const char *name);
+
+/* Memory this device can give to inference before the memory-pressure cap: MemAvailable, or
+ * what the cgroup has left (limit - usage + its reclaimable page cache) when that is lower. */
+uint64_t profile_available(const dev_profile *p);
+
+/* ---- parsing recorded system files ---- */
+
+typedef struct meminfo {
+    uint64_t total, available, reclaimable, swap_total, swap_free;
+} meminfo;
+
+/* /proc/meminfo. Needs MemTotal; MemAvailable is estimated (free + reclaimable) on kernels that
+ * lack it. reclaimable = Cached + Buffers + SReclaimable - Shmem. Returns 0 or -1 (err set). */
+int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen);
+
+/* The memory cgroup of the process: where its files are, from /proc/self/cgroup and
+ * /proc/self/mountinfo. Writes the directory (v2 unified, or the v1 memory controller) into dir
+ * and returns 2 or 1 for the version, 0 if the process has no memory cgroup mounted. */
+int cgroup_memory_dir(const char *proc_cgroup, const char *mountinfo, char *dir, size_t dirlen);
+
+/* A limit file: "max" (v2) or a number; values at or above 2^62 (v1's "unlimited") mean none.
+ * Returns the limit, or 0 for none or unreadable text. */
+uint64_t parse_cgroup_limit(const char *text);
+typedef struct cgroup_stat {
+    uint64_t reclaimable;   /* page cache the kernel may drop */
+    uint64_t hier_limit;    /* v1: the lowest limit of the cgroup and its ancestors; 0 = none */
+} cgroup_stat;
+
+/* memory.stat: reclaimable = v2 "inactive_file" + "active_file", v1 the hierarchical
+ * "total_inactive_file" + "total_active_file" (else the local ones); v1's
+ * "hierarchical_memory_limit" covers ancestors the mount may not show. */
+void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs);
+
+/* ---- JSON ---- */
+
+cJSON *profile_to_json(const dev_profile *p);
+/* Validates every field (types, finite, non-negative, known names); `what` names the source in
+ * errors ("a.json"). Returns 0 or -1 with a one-line error. */
+int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,263 @@
+/* Halda against exhaustive search: on hand-made devices (2-5 of them, 3-8 layers) every
+ * window, GPU split and round count is evaluated with cost_eval, and Halda's plan must reach the
+ * same optimum. Also: infeasible set-ups, forced k, a hand-computed cost_eval, determinism. */
+#include <string.h>
+
+#include "sched/halda.h"
+#include "test.h"
+
+#define MIB (1024.0 * 1024.0)
+
+static unsigned long long rng_state;
+
+static double urand(void)   /* deterministic, in [0, 1) */
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+
+static sched_model small_model(int n_layer)
+{
+    sched_model sm = {.n_layer = n_layer, .n_embd = 4096, .n_vocab = 32000};
+    sm.layer_params[DT_Q4_K] = 200e6;
+    sm.layer_bytes = 100 * MIB;
+    sm.kv_bytes = 8 * MIB;
+    sm.kv_read = 2 * MIB;
+    sm.out_params = 131e6;
+    sm.out_type = DT_Q6_K;
+    sm.out_bytes = 60 * MIB;
+    sm.embd_row_bytes = 4096 * 0.5625;
+    sm.hop_bytes = 4096 * 4;
+    sm.proc_bytes = 40 * MIB;
+    sm.head_bytes = 10 * MIB;
+    return sm;
+}
+
+/* A device with per-layer cost and memory drawn for a scenario of n_layer layers. */
+static dev_cost random_device(int m, int n_layer, bool tight)
+{
+    dev_cost c = {0};
+    snprintf(c.name, sizeof c.name, "d%d", m);
+    c.cpu_layer = (5 + 45 * urand()) * 1e-3;
+    c.cpu_compute = c.cpu_layer * (0.4 + 0.6 * urand());
+    c.hop = (0.5 + 10 * urand()) * 1e-3;
+    c.os = urand() < 0.3 ? OS_MACOS : OS_LINUX;
+    c.disk_bps = urand() < 0.2 ? 0 : (0.3 + 3 * urand()) * 1e9;
+    c.fixed_anon = 40 * MIB + (m == 0 ? 10 * MIB : 0);
+    c.fixed_page = m == 0 ? 60 * MIB : 0;
+    c.head_time = m == 0 ? 3e-3 : 0;
+    /* RAM from "half a layer" to "every layer" (tight: at most about a third of the model) */
+    double layers = tight ? 0.5 + n_layer * 0.35 * urand() : 0.5 + (n_layer + 1) * urand();
+    c.ram = c.fixed_anon + c.fixed_page + layers * 108 * MIB;
+    if (urand() < 0.35) {
+        c.has_gpu = true;
+        c.unified = c.os == OS_MACOS;
+        c.gpu_layer = c.cpu_layer * (0.1 + 1.2 * urand());
+        c.vram = urand() * n_layer * 0.6 * 108 * MIB;
+    }
+    return c;
+}
+
+typedef struct search {
+    const dev_cost *dc;
+    const sched_model *sm;
+    const sched_opts *o;
+    int n;
+    ring_plan p;
+    double best_all, best_fit;   /* optimum over all feasible plans, and over plans without disk */
+    long evaluated;
+} search;
+
+static void enumerate(search *s, int m)
+{
+    if (m == s->n) {
+        int k = plan_rounds_needed(s->p.window, s->n, s->sm->n_layer);
+        if (k == 0 || (s->o->k && k != s->o->k))
+            return;
+        s->p.k = k;
+        cost_result r;
+        cost_eval(s->dc, s->sm, s->o, &s->p, &r);
+        s->evaluated++;
+        if (!r.feasible)
+            return;
+        bool fits = true;
+        for (int d = 0; d < s->n; d++)
+            fits &= !r.dev[d].overloaded;
+        if (r.tpot < s->best_all)
+            s->best_all = r.tpot;
+        if (fits && r.tpot < s->best_fit)
+            s->best_fit = r.tpot;
+        return;
+    }
+    for (int w = 0; w <= s->sm->n_layer; w++) {
+        s->p.window[m] = w;
+        int gmax = s->dc[m].has_gpu ? w : 0;
+        for (int g = 0; g <= gmax; g++) {
+            s->p.gpu_layers[m] = g;
+            enumerate(s, m + 1);
+        }
+    }
+}
+
+static bool close_to(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * fmax(1, fabs(b));
+}
+
+/* Halda equals the exhaustive optimum: over fitting plans first, over all plans otherwise. */
+static void check_scenario(const dev_cost *dc, int n, const sched_model *sm, const sched_opts *o,
+                           const char *label)
+{
+    search s = {dc, sm, o, n, {.n_dev = n, .n_layer = sm->n_layer}, HUGE_VAL, HUGE_VAL, 0};
+    enumerate(&s, 0);
+    halda_result r;
+    REQUIRE(halda_solve(dc, n, sm, o, &r) == 0, "%s: %s", label, r.why);
+    double want = o->allow_disk || !isfinite(s.best_fit) ? s.best_all : s.best_fit;
+    if (!isfinite(want)) {
+        CHECK(!r.found, "%s: Halda found a plan (%.3f ms) where exhaustive search has none",
+              label, r.cost.tpot * 1e3);
+        CHECK(strstr(r.why, "no plan") != NULL, "%s: reason \"%s\"", label, r.why);
+        return;
+    }
+    REQUIRE(r.found, "%s: no plan, exhaustive optimum %.4f ms (%s)", label, want * 1e3, r.why);
+    CHECK(close_to(r.cost.tpot, want), "%s: Halda %.6f ms, exhaustive optimum %.6f ms (%ld plans)",
+          label, r.cost.tpot * 1e3, want * 1e3, s.evaluated);
+    /* the plan is valid and its reported cost is the direct evaluation */
+    char err[256];
+    CHECK(plan_validate(&r.plan, err, sizeof err) == 0, "%s: %s", label, err);
+    cost_result again;
+    cost_eval(dc, sm, o, &r.plan, &again);
+    CHECK(again.feasible && again.tpot == r.cost.tpot, "%s: reported cost differs from evaluation", label);
+    CHECK(r.fits == isfinite(s.best_fit) || o->allow_disk, "%s: fits = %d, a fitting plan %s",
+          label, r.fits, isfinite(s.best_fit) ? "exists" : "does not exist");
+}
+
+static void random_scenarios(void)
+{
+    static const int shapes[][2] = {{2, 8}, {3, 7}, {3, 5}, {4, 5}, {4, 4}, {5, 4}, {5, 3}};
+    rng_state = 12345;
+    int count = 0;
+    for (int rep = 0; rep < 6; rep++) {
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int n = shapes[s][0], L = shapes[s][1];
+            sched_model sm = small_model(L);
+            dev_cost dc[5];
+            bool tight = rep % 2 == 1;
+            for (int m = 0; m < n; m++)
+                dc[m] = random_device(m, L, tight);
+            sched_opts o = sched_opts_default();
+            o.fixed_ring = rep % 3 == 2;
+            o.allow_disk = rep == 3;
+            char label[96];
+            snprintf(label, sizeof label, "scenario %d (%d devices, %d layers, %s ring%s%s)",
+                     count++, n, L, o.fixed_ring ? "fixed" : "bypassable", tight ? ", tight" : "",
+                     o.allow_disk ? ", disk allowed" : "");
+            check_scenario(dc, n, &sm, &o, label);
+            if (rep == 0) {   /* forced rounds */
+                o.k = 2;
+                strcat(label, ", k=2");
+                check_scenario(dc, n, &sm, &o, label);
+            }
+        }
+    }
+}
+
+/* Three devices by hand: the expected plan and its cost worked out on paper. */
+static void hand_computed(void)
+{
+    sched_model sm = small_model(6);
+    sm.kv_bytes = 0;
+    dev_cost dc[3] = {0};
+    for (int m = 0; m < 3; m++) {
+        snprintf(dc[m].name, sizeof dc[m].name, "h%d", m);
+        dc[m].cpu_layer = 10e-3;
+        dc[m].cpu_compute = 6e-3;
+        dc[m].hop = 1e-3;
+        dc[m].disk_bps = 1e9;
+        dc[m].ram = 1000 * MIB;
+    }
+    dc[0].head_time = 2e-3;
+    dc[1].cpu_layer = 5e-3;          /* twice as fast */
+    dc[1].cpu_compute = 5e-3;
+    sched_opts o = sched_opts_default();
+    /* a = 1, b = 4, c = 1 in one round: 10 + 20 + 10 ms compute, 3 hops, 2 ms head */
+    ring_plan p = {.n_dev = 3, .n_layer = 6, .k = 1, .window = {1, 4, 1}};
+    cost_result r;
+    cost_eval(dc, &sm, &o, &p, &r);
+    REQUIRE(r.feasible, "%s", r.why);
+    CHECK(close_to(r.tpot, 45e-3), "tpot %.6f ms, want 45", r.tpot * 1e3);
+    CHECK(close_to(r.t_compute, 6e-3 * 2 + 5e-3 * 4) && close_to(r.t_memory, 4e-3 * 2),
+          "compute %.3f memory %.3f", r.t_compute * 1e3, r.t_memory * 1e3);
+    CHECK(close_to(r.t_net, 3e-3), "net %.3f ms", r.t_net * 1e3);
+
+    /* device 2's budget: buffers + the head's... it holds 150 MiB: one 100 MiB layer + 40 MiB */
+    dc[2].ram = 150 * MIB;
+    dc[2].fixed_anon = 40 * MIB;
+    ring_plan q = {.n_dev = 3, .n_layer = 6, .k = 2, .window = {1, 1, 1}};
+    cost_eval(dc, &sm, &o, &q, &r);
+    REQUIRE(r.feasible, "%s", r.why);
+    /* device 2 owns 2 layers: 40 + 200 MiB > 150: overloaded, re-reads 240 + 100 - 150 MiB */
+    CHECK(r.dev[2].overloaded && close_to(r.dev[2].disk_bytes, 190 * MIB),
+          "disk %.1f MiB", r.dev[2].disk_bytes / MIB);
+    CHECK(close_to(r.dev[2].t_disk, 190 * MIB / 1e9), "disk time %.3f ms", r.dev[2].t_disk * 1e3);
+    CHECK(close_to(r.t_net, 6e-3), "two rounds, three devices: 6 hops, got %.3f ms", r.t_net * 1e3);
+    /* a window of two layers does not fit next to its buffers */
+    q.window[2] = 2;
+    q.k = plan_rounds_needed(q.window, 3, 6);
+    cost_eval(dc, &sm, &o, &q, &r);
+    CHECK(!r.feasible && strstr(r.why, "h2"), "window of 2 accepted: %s", r.why);
+
+    /* Halda: the fast device should get the most layers and nothing should read from disk */
+    halda_result h;
+    REQUIRE(halda_solve(dc, 3, &sm, &o, &h) == 0 && h.found, "%s", h.why);
+    CHECK(h.fits, "a fitting plan exists but Halda's reads from disk");
+    CHECK(h.plan.window[1] * h.plan.k >= 3, "fast device got %d x %d layers", h.plan.window[1], h.plan.k);
+}
+
+/* More layers than memory and disk paths allow. */
+static void infeasible(void)
+{
+    sched_model sm = small_model(6);
+    dev_cost dc[2] = {0};
+    for (int m = 0; m < 2; m++) {
+        snprintf(dc[m].name, sizeof dc[m].name, "tiny%d", m);
+        dc[m].cpu_layer = dc[m].cpu_compute = 10e-3;
+        dc[m].hop = 1e-3;
+        dc[m].ram = 300 * MIB;
+        dc[m].fixed_anon = 40 * MIB;
+    }
+    sched_opts o = sched_opts_default();
+    halda_result h;
+    REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0, "%s", h.why);
+    CHECK(!h.found && strstr(h.why, "of 6 layers"), "no disk, 2 x 2 layers of memory: %s", h.why);
+    check_scenario(dc, 2, &sm, &o, "infeasible without disk");
+    /* with a disk they can stream: a plan exists, and it says who reads how much */
+    dc[1].disk_bps = 1e9;
+    REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0 && h.found, "%s", h.why);
+    CHECK(!h.fits && h.cost.dev[1].overloaded && h.cost.dev[1].disk_bytes > 0,
+          "device 1 should stream from disk");
+    check_scenario(dc, 2, &sm, &o, "streaming device");
+}
+
+static void deterministic(void)
+{
+    rng_state = 777;
+    sched_model sm = small_model(16);
+    dev_cost dc[4];
+    for (int m = 0; m < 4; m++)
+        dc[m] = random_device(m, 16, false);
+    sched_opts o = sched_opts_default();
+    halda_result a, b;
+    REQUIRE(halda_solve(dc, 4, &sm, &o, &a) == 0 && halda_solve(dc, 4, &sm, &o, &b) == 0, "solve");
+    CHECK(a.found == b.found && !memcmp(&a.plan, &b.plan, sizeof a.plan) &&
+          a.cost.tpot == b.cost.tpot, "two solves of the same input differ");
+}
+
+int main(void)
+{
+    hand_computed();
+    infeasible();
+    random_scenarios();
+    deterministic();
+    return test_done();
+}
