@@ -357,6 +357,25 @@ static void check_specials(void)
     close_vocab(v);
 }
 
+/* Text that is not UTF-8: BPE reads the first byte of each broken sequence as U+FFFD and goes
+ * on with the next byte (as the reference does);
+ * SPM writes the bytes as byte tokens. */
+static void check_ill_formed(void)
+{
+    vocab v = open_vocab("tokenizer/gpt-2.gguf");
+    int32_t want[64];
+    int n = plain(v.t, "a\xEF\xBF\xBD\xEF\xBF\xBD" "b", want);
+    check_ids(v.t, "a\xFF\xC3" "b", false, false, want, n);
+    n = plain(v.t, "a\xEF\xBF\xBD\xEF\xBF\xBD", want);   /* each byte of a cut sequence */
+    check_ids(v.t, "a\xE2\x96", false, false, want, n);
+    close_vocab(v);
+
+    v = open_vocab("tokenizer/llama-spm.gguf");
+    int32_t sp = tokenizer_find(v.t, "\xE2\x96\x81");
+    check_ids(v.t, "\xFF", false, false, (int32_t[]){sp, tokenizer_find(v.t, "<0xFF>")}, 2);
+    close_vocab(v);
+}
+
 int main(void)
 {
     fixtures = test_fixtures();
@@ -367,5 +386,6 @@ int main(void)
     check_references();
     check_streaming();
     check_specials();
+    check_ill_formed();
     return test_done();
 }
