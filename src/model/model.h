@@ -39,6 +39,8 @@ typedef struct model {
 
 model *model_load(const char *path, char *err, size_t errlen);
 void model_free(model *m);
+/* Lock the whole mapping in RAM (--mlock): weights are never paged out. */
+int model_mlock(const model *m, char *err, size_t errlen);
 /* Byte range [*begin, *end) of the file holding layer il's tensors (for prefetch and planning). */
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
 /* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output). */
@@ -55,15 +57,19 @@ void engine_free(engine *e);
 
 /* hidden: n x n_embd */
 void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden);
-/* Run layers [first, last) in place on hidden for n tokens at positions pos (ascending, one
- * sequence). Returns 0, or -1 if a layer is not owned or a position is out of the context. */
+/* Run layers [first, last) in place on hidden for n tokens at positions pos (consecutive, one
+ * sequence; pos[0] at most the number of positions already cached in those layers). Returns 0,
+ * or -1 if a layer is not owned, n exceeds max_batch or a position is out of the context. */
 int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last);
 /* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
  * (n_rows x n_vocab). */
 void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
 /* KV cache edits, applied to every owned layer: forget positions >= p0; and move positions
- * [p0, p1) by delta (re-rotating K), for context shift. */
-void engine_kv_truncate(engine *e, int p0);
-void engine_kv_shift(engine *e, int p0, int p1, int delta);
+ * [p0, p1) by delta < 0 towards the start (re-rotating K), for context shift. Return 0, or -1
+ * for a range outside the context. */
+int engine_kv_truncate(engine *e, int p0);
+int engine_kv_shift(engine *e, int p0, int p1, int delta);
+/* Bytes held by the KV cache and by the scratch buffers. */
+void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes);
 
 #endif

@@ -1,0 +1,277 @@
+/* engine.c — the forward pass of a llama-family transformer over any range of its layers.
+ *
+ * Per layer (pre-norm residual blocks):
+ *   h += Wo · attention(rope(norm_q(Wq·x + bq)), rope(norm_k(Wk·x + bk)), Wv·x + bv),  x = rms(h)
+ *   h += Wdown · (silu(Wgate·x) * Wup·x),                                               x = rms(h)
+ * A batch of n tokens goes through every matrix in one kern_matmul call, so prefill reads each
+ * weight matrix once per batch and decode (n = 1) streams it once per token. All buffers are
+ * allocated in engine_create; evaluating allocates nothing. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+struct engine {
+    const model *m;
+    kern_ctx *kc;
+    int n_ctx, max_batch;
+    bool *owns;          /* n_layer */
+    uint16_t **k_cache;  /* per layer: [n_ctx][n_head_kv * head_dim] F16, NULL if not owned */
+    uint16_t **v_cache;
+    int *filled;         /* per layer: positions [0, filled) hold valid K/V */
+    /* scratch, max_batch rows each */
+    float *x;            /* normalized input of a block, and a block's output before the add */
+    float *q, *k, *v, *att;
+    float *gate, *up;
+    uint64_t kv_bytes, scratch_bytes;
+};
+
+static void *alloc_floats(engine *e, size_t rows, size_t cols)
+{
+    size_t bytes = rows * cols * sizeof(float);
+    e->scratch_bytes += bytes;
+    return malloc(bytes);
+}
+
+engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, const bool *owns,
+                      char *err, size_t errlen)
+{
+    const model_hparams *hp = &m->hp;
+    if (n_ctx < 1 || max_batch < 1) {
+        snprintf(err, errlen, "context size (%d) and batch size (%d) must be positive", n_ctx,
+                 max_batch);
+        return NULL;
+    }
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        goto oom;
+    e->m = m;
+    e->kc = kc;
+    e->n_ctx = n_ctx;
+    e->max_batch = max_batch;
+    e->owns = calloc((size_t)hp->n_layer, sizeof *e->owns);
+    e->k_cache = calloc((size_t)hp->n_layer, sizeof *e->k_cache);
+    e->v_cache = calloc((size_t)hp->n_layer, sizeof *e->v_cache);
+    e->filled = calloc((size_t)hp->n_layer, sizeof *e->filled);
+    if (!e->owns || !e->k_cache || !e->v_cache || !e->filled)
+        goto oom;
+
+    const size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const size_t cache_bytes = (size_t)n_ctx * kv_row * sizeof(uint16_t);
+    for (int il = 0; il < hp->n_layer; il++) {
+        e->owns[il] = owns ? owns[il] : true;
+        if (!e->owns[il])
+            continue;
+        /* calloc: pages of positions never reached are never touched */
+        e->k_cache[il] = calloc(1, cache_bytes);
+        e->v_cache[il] = calloc(1, cache_bytes);
+        if (!e->k_cache[il] || !e->v_cache[il])
+            goto oom;
+        e->kv_bytes += 2 * cache_bytes;
+    }
+
+    const size_t B = (size_t)max_batch;
+    const size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
+    e->x = alloc_floats(e, B, (size_t)hp->n_embd);
+    e->q = alloc_floats(e, B, q_dim);
+    e->k = alloc_floats(e, B, kv_row);
+    e->v = alloc_floats(e, B, kv_row);
+    e->att = alloc_floats(e, B, q_dim);
+    e->gate = alloc_floats(e, B, (size_t)hp->n_ff);
+    e->up = alloc_floats(e, B, (size_t)hp->n_ff);
+    if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->gate || !e->up)
+        goto oom;
+    return e;
+
+oom:
+    snprintf(err, errlen, "out of memory for a %d-position KV cache and %d-token batches", n_ctx,
+             max_batch);
+    engine_free(e);
+    return NULL;
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    for (int il = 0; e->k_cache && il < e->m->hp.n_layer; il++) {
+        free(e->k_cache[il]);
+        free(e->v_cache[il]);
+    }
+    free(e->k_cache);
+    free(e->v_cache);
+    free(e->owns);
+    free(e->filled);
+    free(e->x);
+    free(e->q);
+    free(e->k);
+    free(e->v);
+    free(e->att);
+    free(e->gate);
+    free(e->up);
+    free(e);
+}
+
+void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes)
+{
+    *kv_bytes = e->kv_bytes;
+    *scratch_bytes = e->scratch_bytes;
+}
+
+void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden)
+{
+    const gguf_tensor *te = e->m->tok_embd;
+    const int n_embd = e->m->hp.n_embd;
+    for (int t = 0; t < n; t++)
+        kern_get_row(te->data, te->type, n_embd, tokens[t], hidden + (size_t)t * (size_t)n_embd);
+}
+
+static void matmul(engine *e, const gguf_tensor *w, const float *x, int n, float *y)
+{
+    kern_matmul(e->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
+}
+
+static void rmsnorm_rows(float *out, const float *x, const gguf_tensor *w, int n, int dim,
+                         float eps)
+{
+    for (int t = 0; t < n; t++)
+        kern_rmsnorm(out + (size_t)t * (size_t)dim, x + (size_t)t * (size_t)dim, w->data, dim, eps);
+}
+
+static void add_bias_rows(float *y, const gguf_tensor *b, int n, int dim)
+{
+    for (int t = 0; t < n; t++)
+        kern_add(y + (size_t)t * (size_t)dim, b->data, dim);
+}
+
+/* Q and K of token t: per-head norm (qwen3), rotation for its position; K and V then go to the
+ * cache row of that position. */
+static void prepare_qkv(engine *e, int il, int n, const int32_t *pos)
+{
+    const model_hparams *hp = &e->m->hp;
+    const layer_weights *L = &e->m->layers[il];
+    const int hd = hp->head_dim;
+    const size_t q_dim = (size_t)hp->n_head * (size_t)hd;
+    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hd;
+    for (int t = 0; t < n; t++) {
+        float *q = e->q + (size_t)t * q_dim, *k = e->k + (size_t)t * kv_dim;
+        const float *v = e->v + (size_t)t * kv_dim;
+        if (L->q_norm) {
+            for (int h = 0; h < hp->n_head; h++)
+                kern_rmsnorm(q + h * hd, q + h * hd, L->q_norm->data, hd, hp->rms_eps);
+            for (int h = 0; h < hp->n_head_kv; h++)
+                kern_rmsnorm(k + h * hd, k + h * hd, L->k_norm->data, hd, hp->rms_eps);
+        }
+        kern_rope(q, hp->n_head, hd, pos[t], &hp->rope);
+        kern_rope(k, hp->n_head_kv, hd, pos[t], &hp->rope);
+        uint16_t *kc = e->k_cache[il] + (size_t)pos[t] * kv_dim;
+        uint16_t *vc = e->v_cache[il] + (size_t)pos[t] * kv_dim;
+        for (size_t i = 0; i < kv_dim; i++) {
+            kc[i] = fp32_to_fp16(k[i]);
+            vc[i] = fp32_to_fp16(v[i]);
+        }
+    }
+}
+
+static void layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos)
+{
+    const model_hparams *hp = &e->m->hp;
+    const layer_weights *L = &e->m->layers[il];
+    const int n_embd = hp->n_embd;
+    const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
+    const size_t all = (size_t)n * (size_t)n_embd;
+
+    rmsnorm_rows(e->x, hidden, L->attn_norm, n, n_embd, hp->rms_eps);
+    matmul(e, L->wq, e->x, n, e->q);
+    matmul(e, L->wk, e->x, n, e->k);
+    matmul(e, L->wv, e->x, n, e->v);
+    if (L->bq) {
+        add_bias_rows(e->q, L->bq, n, q_dim);
+        add_bias_rows(e->k, L->bk, n, kv_dim);
+        add_bias_rows(e->v, L->bv, n, kv_dim);
+    }
+    prepare_qkv(e, il, n, pos);
+    kern_attention(e->kc, e->att, e->q, n, pos, e->k_cache[il], e->v_cache[il], hp->n_head,
+                   hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim));
+    matmul(e, L->wo, e->att, n, e->x);
+    kern_add(hidden, e->x, (int)all);
+
+    rmsnorm_rows(e->x, hidden, L->ffn_norm, n, n_embd, hp->rms_eps);
+    matmul(e, L->ffn_gate, e->x, n, e->gate);
+    matmul(e, L->ffn_up, e->x, n, e->up);
+    kern_silu_mul(e->gate, e->up, n * hp->n_ff);
+    matmul(e, L->ffn_down, e->gate, n, e->x);
+    kern_add(hidden, e->x, (int)all);
+
+    if (pos[n - 1] + 1 > e->filled[il])
+        e->filled[il] = pos[n - 1] + 1;
+}
+
+int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last)
+{
+    if (n < 1 || n > e->max_batch || first < 0 || last > e->m->hp.n_layer || first > last)
+        return -1;
+    for (int t = 0; t < n; t++)
+        if (pos[t] < 0 || pos[t] >= e->n_ctx || (t > 0 && pos[t] != pos[t - 1] + 1))
+            return -1;
+    for (int il = first; il < last; il++)
+        if (!e->owns[il] || pos[0] > e->filled[il])
+            return -1;
+    for (int il = first; il < last; il++)
+        layer_forward(e, il, hidden, n, pos);
+    return 0;
+}
+
+void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits)
+{
+    const model *m = e->m;
+    const int n_embd = m->hp.n_embd;
+    for (int r = 0; r < n_rows; r += e->max_batch) {
+        int n = n_rows - r < e->max_batch ? n_rows - r : e->max_batch;
+        rmsnorm_rows(e->x, hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm, n, n_embd,
+                     m->hp.rms_eps);
+        matmul(e, m->output, e->x, n, logits + (size_t)r * (size_t)m->hp.n_vocab);
+    }
+}
+
+int engine_kv_truncate(engine *e, int p0)
+{
+    if (p0 < 0 || p0 > e->n_ctx)
+        return -1;
+    for (int il = 0; il < e->m->hp.n_layer; il++)
+        if (e->filled[il] > p0)
+            e->filled[il] = p0;
+    return 0;
+}
+
+int engine_kv_shift(engine *e, int p0, int p1, int delta)
+{
+    if (delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
+        return -1;
+    const model_hparams *hp = &e->m->hp;
+    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    float *row = e->k; /* scratch: at least one row of K */
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!e->owns[il])
+            continue;
+        int end = p1 < e->filled[il] ? p1 : e->filled[il];
+        /* ascending: a destination row is always below every source row still to be read */
+        for (int p = p0; p < end; p++) {
+            uint16_t *src = e->k_cache[il] + (size_t)p * kv_dim;
+            uint16_t *dst = e->k_cache[il] + (size_t)(p + delta) * kv_dim;
+            for (size_t i = 0; i < kv_dim; i++)
+                row[i] = fp16_to_fp32(src[i]);
+            /* rotations compose: rotating a key cached at p by delta places it at p + delta */
+            kern_rope(row, hp->n_head_kv, hp->head_dim, delta, &hp->rope);
+            for (size_t i = 0; i < kv_dim; i++)
+                dst[i] = fp32_to_fp16(row[i]);
+            memcpy(e->v_cache[il] + (size_t)(p + delta) * kv_dim,
+                   e->v_cache[il] + (size_t)p * kv_dim, kv_dim * sizeof(uint16_t));
+        }
+        if (end == e->filled[il] && end > p0)
+            e->filled[il] = end + delta;
+    }
+    return 0;
+}

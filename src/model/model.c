@@ -1,0 +1,425 @@
+/* model.c — a transformer's hyper-parameters and weight tensors, read from GGUF metadata.
+ *
+ * Everything the forward pass will touch is checked here, once: every tensor exists, has the
+ * shape the hyper-parameters imply, and a type the kernels can compute with. After model_load
+ * succeeds the engine can index weights without further checks. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "model/model.h"
+
+struct arch_desc {
+    const char *name;
+    enum model_arch arch;
+    bool neox;        /* rotate pairs (i, i + n_rot/2) */
+    bool qkv_bias;
+    bool qk_norm;     /* RMSNorm over each head of Q and K before RoPE */
+};
+
+static const struct arch_desc archs[] = {
+    {"llama", ARCH_LLAMA, false, false, false},
+    {"qwen2", ARCH_QWEN2, true, true, false},
+    {"qwen3", ARCH_QWEN3, true, false, true},
+};
+
+/* Loader state: the file, its name for messages, and the caller's error buffer. */
+typedef struct loader {
+    const gguf_file *f;
+    const char *path;
+    const char *arch;
+    char *err;
+    size_t errlen;
+    bool failed;
+} loader;
+
+__attribute__((format(printf, 2, 3))) static void fail(loader *ld, const char *fmt, ...)
+{
+    if (ld->failed)
+        return; /* keep the first error: later ones are usually consequences */
+    ld->failed = true;
+    int n = snprintf(ld->err, ld->errlen, "%s: ", ld->path);
+    if (n < 0 || (size_t)n >= ld->errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static int64_t arch_int(loader *ld, const char *suffix, int64_t def, bool required)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    if (!gguf_find(ld->f, key)) {
+        if (required)
+            fail(ld, "missing metadata key '%s'", key);
+        return def;
+    }
+    const int64_t bad = INT64_MIN;
+    int64_t v = gguf_get_int(ld->f, key, bad);
+    if (v == bad || v < 0 || v > INT32_MAX) {
+        fail(ld, "metadata key '%s' is not a valid count", key);
+        return def;
+    }
+    return v;
+}
+
+static double arch_float(loader *ld, const char *suffix, double def)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", ld->arch, suffix);
+    if (!gguf_find(ld->f, key))
+        return def;
+    double v = gguf_get_float(ld->f, key, NAN);
+    if (!isfinite(v)) {
+        fail(ld, "metadata key '%s' is not a finite number", key);
+        return def;
+    }
+    return v;
+}
+
+/* A tensor that must exist with exactly the dimensions given (n_dims entries, innermost
+ * first). matrix: it is multiplied by the kernels, so its type must be computable. */
+static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bool matrix,
+                                 int n_dims, uint64_t ne0, uint64_t ne1)
+{
+    const gguf_tensor *t = gguf_tensor_find(ld->f, name);
+    if (!t) {
+        if (required)
+            fail(ld, "missing tensor '%s'", name);
+        return NULL;
+    }
+    uint64_t want[GGUF_MAX_DIMS] = {ne0, n_dims > 1 ? ne1 : 1, 1, 1};
+    for (int d = 0; d < GGUF_MAX_DIMS; d++)
+        if (t->ne[d] != want[d]) {
+            if (n_dims == 1)
+                fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%llu]", name,
+                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                     (unsigned long long)ne0);
+            else
+                fail(ld, "tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu]", name,
+                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                     (unsigned long long)t->ne[2], (unsigned long long)ne0,
+                     (unsigned long long)ne1);
+            return NULL;
+        }
+    const dtype_info *di = dtype_get(t->type);
+    const char *tname = di ? di->name : "unknown";
+    if (matrix) {
+        if (!kern_type_get(t->type)) {
+            fail(ld, "tensor '%s' has type %s, which the kernels cannot compute with", name, tname);
+            return NULL;
+        }
+    } else if (t->type != DT_F32) {
+        /* norms, biases and rope factors are applied as F32 vectors */
+        fail(ld, "tensor '%s' has type %s, expected F32", name, tname);
+        return NULL;
+    }
+    return t;
+}
+
+static const gguf_tensor *layer_tensor(loader *ld, int il, const char *what, bool required,
+                                       bool matrix, int n_dims, uint64_t ne0, uint64_t ne1)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s", il, what);
+    return tensor(ld, name, required, matrix, n_dims, ne0, ne1);
+}
+
+/* Llama 3.1 frequency scaling given as metadata keys instead of a rope_freqs tensor: long
+ * wavelengths are slowed by `factor`, short ones kept, and the band between interpolated. */
+static float *llama3_freq_factors(int n_rot, float base, float factor, float low, float high,
+                                  float orig_ctx)
+{
+    float *ff = malloc(sizeof(float) * (size_t)(n_rot / 2));
+    if (!ff)
+        return NULL;
+    const float low_wavelen = orig_ctx / low, high_wavelen = orig_ctx / high;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float freq = powf(base, -2.0f * (float)i / (float)n_rot);
+        float wavelen = 2.0f * (float)M_PI / freq;
+        if (wavelen < high_wavelen) {
+            ff[i] = 1.0f;
+        } else if (wavelen > low_wavelen) {
+            ff[i] = factor;
+        } else {
+            float smooth = (orig_ctx / wavelen - low) / (high - low);
+            ff[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+    return ff;
+}
+
+static void load_rope(loader *ld, model *m, float **owned_factors)
+{
+    model_hparams *hp = &m->hp;
+    hp->rope.n_rot = (int)arch_int(ld, "rope.dimension_count", hp->head_dim, false);
+    if (hp->rope.n_rot <= 0 || hp->rope.n_rot > hp->head_dim || hp->rope.n_rot % 2) {
+        fail(ld, "%s.rope.dimension_count = %d does not fit head size %d", ld->arch,
+             hp->rope.n_rot, hp->head_dim);
+        return;
+    }
+    hp->rope.freq_base = (float)arch_float(ld, "rope.freq_base", 10000.0);
+    hp->rope.freq_scale = 1.0f;
+
+    char key[128], type[32] = "none";
+    snprintf(key, sizeof key, "%s.rope.scaling.type", ld->arch);
+    gguf_get_str(ld->f, key, type, sizeof type);
+    double factor = arch_float(ld, "rope.scaling.factor", 0.0);
+    if (!strcmp(type, "none") || !strcmp(type, "linear")) {
+        /* older files give linear scaling as rope.scale_linear */
+        if (factor == 0.0)
+            factor = arch_float(ld, "rope.scale_linear", 0.0);
+        if (!strcmp(type, "linear") || factor > 0.0)
+            hp->rope.freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
+    } else if (!strcmp(type, "llama3")) {
+        if (factor <= 0.0) {
+            fail(ld, "rope scaling 'llama3' needs %s.rope.scaling.factor > 0", ld->arch);
+            return;
+        }
+        float low = (float)arch_float(ld, "rope.scaling.low_freq_factor", 1.0);
+        float high = (float)arch_float(ld, "rope.scaling.high_freq_factor", 4.0);
+        float orig = (float)arch_float(ld, "rope.scaling.original_context_length", 8192.0);
+        if (!(high > low) || low <= 0.0f || orig <= 0.0f) {
+            fail(ld, "rope scaling 'llama3' has invalid frequency factors");
+            return;
+        }
+        *owned_factors =
+            llama3_freq_factors(hp->rope.n_rot, hp->rope.freq_base, (float)factor, low, high, orig);
+        if (!*owned_factors) {
+            fail(ld, "out of memory");
+            return;
+        }
+    } else {
+        fail(ld, "rope scaling type '%s' is not supported", type);
+        return;
+    }
+
+    /* A rope_freqs tensor (Llama 3.1/3.2 files) carries the same factors precomputed. */
+    const gguf_tensor *rf = tensor(ld, "rope_freqs.weight", false, false, 1,
+                                   (uint64_t)hp->rope.n_rot / 2, 1);
+    if (rf)
+        hp->rope.freq_factors = rf->data;
+    else if (*owned_factors)
+        hp->rope.freq_factors = *owned_factors;
+}
+
+static void load_hparams(loader *ld, model *m, const struct arch_desc *ad)
+{
+    model_hparams *hp = &m->hp;
+    hp->arch = ad->arch;
+    hp->n_layer = (int)arch_int(ld, "block_count", 0, true);
+    hp->n_embd = (int)arch_int(ld, "embedding_length", 0, true);
+    hp->n_ff = (int)arch_int(ld, "feed_forward_length", 0, true);
+    hp->n_head = (int)arch_int(ld, "attention.head_count", 0, true);
+    hp->n_head_kv = (int)arch_int(ld, "attention.head_count_kv", hp->n_head, false);
+    hp->n_ctx_train = (int)arch_int(ld, "context_length", 2048, false);
+    if (ld->failed)
+        return;
+    if (hp->n_layer < 1 || hp->n_embd < 1 || hp->n_ff < 1 || hp->n_head < 1 ||
+        hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv) {
+        fail(ld, "invalid hyper-parameters: %d layers, n_embd %d, n_ff %d, %d heads / %d kv heads",
+             hp->n_layer, hp->n_embd, hp->n_ff, hp->n_head, hp->n_head_kv);
+        return;
+    }
+    int def_hd = hp->n_embd % hp->n_head ? 0 : hp->n_embd / hp->n_head;
+    hp->head_dim = (int)arch_int(ld, "attention.key_length", def_hd, false);
+    int v_dim = (int)arch_int(ld, "attention.value_length", hp->head_dim, false);
+    if (hp->head_dim < 2 || hp->head_dim % 2 || hp->head_dim > KERN_MAX_HEAD_DIM ||
+        v_dim != hp->head_dim) {
+        fail(ld, "unsupported head size: key %d, value %d (even, at most %d)", hp->head_dim,
+             v_dim, KERN_MAX_HEAD_DIM);
+        return;
+    }
+    hp->rms_eps = (float)arch_float(ld, "attention.layer_norm_rms_epsilon", 1e-5);
+    if (!(hp->rms_eps > 0.0f)) {
+        fail(ld, "%s.attention.layer_norm_rms_epsilon must be positive", ld->arch);
+        return;
+    }
+    hp->rope.neox = ad->neox;
+}
+
+static void load_layers(loader *ld, model *m, const struct arch_desc *ad)
+{
+    const model_hparams *hp = &m->hp;
+    const uint64_t e = (uint64_t)hp->n_embd, ff = (uint64_t)hp->n_ff;
+    const uint64_t q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    if (gguf_tensor_find(ld->f, "blk.0.ffn_gate_inp.weight")) {
+        fail(ld, "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not supported");
+        return;
+    }
+    for (int il = 0; il < hp->n_layer && !ld->failed; il++) {
+        layer_weights *L = &m->layers[il];
+        L->attn_norm = layer_tensor(ld, il, "attn_norm.weight", true, false, 1, e, 1);
+        L->wq = layer_tensor(ld, il, "attn_q.weight", true, true, 2, e, q);
+        L->wk = layer_tensor(ld, il, "attn_k.weight", true, true, 2, e, kv);
+        L->wv = layer_tensor(ld, il, "attn_v.weight", true, true, 2, e, kv);
+        L->wo = layer_tensor(ld, il, "attn_output.weight", true, true, 2, q, e);
+        if (ad->qkv_bias) {
+            L->bq = layer_tensor(ld, il, "attn_q.bias", true, false, 1, q, 1);
+            L->bk = layer_tensor(ld, il, "attn_k.bias", true, false, 1, kv, 1);
+            L->bv = layer_tensor(ld, il, "attn_v.bias", true, false, 1, kv, 1);
+        }
+        if (ad->qk_norm) {
+            L->q_norm = layer_tensor(ld, il, "attn_q_norm.weight", true, false, 1,
+                                     (uint64_t)hp->head_dim, 1);
+            L->k_norm = layer_tensor(ld, il, "attn_k_norm.weight", true, false, 1,
+                                     (uint64_t)hp->head_dim, 1);
+        }
+        L->ffn_norm = layer_tensor(ld, il, "ffn_norm.weight", true, false, 1, e, 1);
+        L->ffn_gate = layer_tensor(ld, il, "ffn_gate.weight", true, true, 2, e, ff);
+        L->ffn_up = layer_tensor(ld, il, "ffn_up.weight", true, true, 2, e, ff);
+        L->ffn_down = layer_tensor(ld, il, "ffn_down.weight", true, true, 2, ff, e);
+    }
+}
+
+/* The model owns the factors it computed from metadata; they live just past the layers. */
+struct model_alloc {
+    model m;
+    float *rope_factors;
+};
+
+model *model_load(const char *path, char *err, size_t errlen)
+{
+    gguf_file *f = gguf_open(path, err, errlen);
+    if (!f)
+        return NULL;
+    struct model_alloc *ma = calloc(1, sizeof *ma);
+    if (!ma) {
+        gguf_close(f);
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    model *m = &ma->m;
+    m->file = f;
+    loader ld = {.f = f, .path = path, .err = err, .errlen = errlen};
+
+    char arch[64] = "";
+    if (!gguf_get_str(f, "general.architecture", arch, sizeof arch)) {
+        fail(&ld, "missing metadata key 'general.architecture'");
+        goto fail;
+    }
+    const struct arch_desc *ad = NULL;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(arch, archs[i].name))
+            ad = &archs[i];
+    if (!ad) {
+        fail(&ld, "unknown model architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+        goto fail;
+    }
+    ld.arch = ad->name;
+    load_hparams(&ld, m, ad);
+    if (ld.failed)
+        goto fail;
+    load_rope(&ld, m, &ma->rope_factors);
+    if (ld.failed)
+        goto fail;
+
+    const gguf_tensor *te = gguf_tensor_find(f, "token_embd.weight");
+    if (!te) {
+        fail(&ld, "missing tensor 'token_embd.weight'");
+        goto fail;
+    }
+    if (te->ne[1] < 1 || te->ne[1] > INT32_MAX) {
+        fail(&ld, "tensor 'token_embd.weight' has an invalid vocabulary size");
+        goto fail;
+    }
+    m->hp.n_vocab = (int)te->ne[1];
+    const uint64_t e = (uint64_t)m->hp.n_embd, nv = (uint64_t)m->hp.n_vocab;
+    m->tok_embd = tensor(&ld, "token_embd.weight", true, true, 2, e, nv);
+    m->output_norm = tensor(&ld, "output_norm.weight", true, false, 1, e, 1);
+    m->output = tensor(&ld, "output.weight", false, true, 2, e, nv);
+    if (!m->output && !ld.failed)
+        m->output = m->tok_embd; /* tied embeddings */
+    if (ld.failed)
+        goto fail;
+
+    m->layers = calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if (!m->layers) {
+        fail(&ld, "out of memory");
+        goto fail;
+    }
+    load_layers(&ld, m, ad);
+    if (ld.failed)
+        goto fail;
+    return m;
+
+fail:
+    model_free(m);
+    return NULL;
+}
+
+void model_free(model *m)
+{
+    if (!m)
+        return;
+    struct model_alloc *ma = (struct model_alloc *)m;
+    gguf_close(m->file);
+    free(m->layers);
+    free(ma->rope_factors);
+    free(ma);
+}
+
+int model_mlock(const model *m, char *err, size_t errlen)
+{
+    if (mlock(m->file->map, m->file->size) != 0) {
+        snprintf(err, errlen, "%s: cannot lock %llu bytes in memory: %s (see ulimit -l)",
+                 m->file->path, (unsigned long long)m->file->size, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The tensors of layer il, in a fixed order; absent optional ones are NULL. */
+static int layer_tensors(const model *m, int il, const gguf_tensor **out)
+{
+    const layer_weights *L = &m->layers[il];
+    const gguf_tensor *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
+                                L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->ffn_gate,
+                                L->ffn_up, L->ffn_down};
+    int n = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (all[i])
+            out[n++] = all[i];
+    return n;
+}
+
+void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
+{
+    const gguf_tensor *ts[16];
+    int n = layer_tensors(m, il, ts);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = m->file->data_offset + ts[i]->offset;
+        if (b < lo)
+            lo = b;
+        if (b + ts[i]->nbytes > hi)
+            hi = b + ts[i]->nbytes;
+    }
+    *begin = lo;
+    *end = hi;
+}
+
+uint64_t model_layer_bytes(const model *m, int il)
+{
+    const gguf_tensor *ts[16];
+    int n = layer_tensors(m, il, ts);
+    uint64_t sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += ts[i]->nbytes;
+    return sum;
+}
+
+uint64_t model_head_bytes(const model *m)
+{
+    uint64_t sum = m->tok_embd->nbytes + m->output_norm->nbytes;
+    if (m->output != m->tok_embd)
+        sum += m->output->nbytes;
+    return sum;
+}

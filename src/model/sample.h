@@ -1,0 +1,38 @@
+/* sample.h — choosing the next token from a row of logits.
+ *
+ * The chain, in order: repetition / presence / frequency penalties over the last repeat_last_n
+ * tokens seen, then (temp > 0) top-k, top-p, min-p, temperature and a draw from the
+ * distribution; temp <= 0 takes the argmax (ties -> lowest id) after the penalties.
+ * The random stream is the sampler's own (seeded), so a seed reproduces a run exactly. */
+#ifndef PRIMA_SAMPLE_H
+#define PRIMA_SAMPLE_H
+
+#include <stdint.h>
+
+typedef struct sampler_params {
+    float temp;              /* <= 0: greedy */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off; keeps tokens with p >= min_p * p_max */
+    float repeat_penalty;    /* 1: off; logit / r if positive, * r if negative */
+    int repeat_last_n;       /* penalty window; 0: off */
+    float presence_penalty;  /* subtracted once from each token in the window */
+    float frequency_penalty; /* subtracted per occurrence in the window */
+    uint64_t seed;
+} sampler_params;
+
+/* llama.cpp's defaults: temp 0.8, top-k 40, top-p 0.95, min-p 0.05, no penalties (window 64). */
+void sampler_params_default(sampler_params *p);
+
+typedef struct sampler sampler;
+
+sampler *sampler_create(const sampler_params *p, int n_vocab);
+void sampler_free(sampler *s);
+/* Record a token of the sequence (prompt or generated) in the penalty window. */
+void sampler_accept(sampler *s, int32_t token);
+/* Forget the window (a new sequence). */
+void sampler_reset(sampler *s);
+/* Choose a token from n_vocab logits (not modified). Does not accept it. */
+int32_t sampler_sample(sampler *s, const float *logits);
+
+#endif

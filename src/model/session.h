@@ -1,0 +1,42 @@
+/* session.h — one sequence on one device: the engine over all layers plus the token history.
+ *
+ * This is the single-device evaluation used by `prima run`, `prima logits`, the benchmarks and
+ * the public API: it splits a prompt into batches, keeps the positions, and knows how full the
+ * context is. Logits are produced only for the rows a caller asks for. */
+#ifndef PRIMA_SESSION_H
+#define PRIMA_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct session {
+    const model *m;
+    engine *e;
+    int n_ctx, n_batch;
+    int n_past;        /* tokens in the cache, at positions [0, n_past) */
+    int32_t *tokens;   /* n_ctx: the history */
+    float *hidden;     /* n_batch x n_embd */
+    int32_t *pos;      /* n_batch */
+    float *logits;     /* n_vocab: the logits after the last evaluated token */
+} session;
+
+session *session_create(const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
+                        size_t errlen);
+void session_free(session *s);
+
+/* Evaluate n tokens after the history, in batches of at most n_batch. all_logits (n x n_vocab)
+ * receives the logits of every one of them when not NULL; s->logits always holds the last row.
+ * Returns 0, or -1 with a message when a token id is out of range or the tokens do not fit the
+ * context (nothing is evaluated then). */
+int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
+                 size_t errlen);
+/* Context shift: drop the oldest half of the history after the first n_keep tokens, moving the
+ * rest down (keys re-rotated). Returns the number of tokens dropped (0 if nothing to drop). */
+int session_shift(session *s, int n_keep);
+/* Forget the history from position n_past on. */
+void session_truncate(session *s, int n_past);
+
+#endif
