@@ -1,0 +1,353 @@
+/* prima run — generate text with a model on this device, or chat with it (-cnv). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/generate.h"
+#include "cli/run_opts.h"
+
+static void usage(FILE *out, const run_opts *o)
+{
+    fputs("usage: prima run -m FILE (-p PROMPT | -f FILE | -cnv) [options]\n"
+          "\n"
+          "Generate text on this device. The answer streams to stdout; load time, prompt\n"
+          "tokens/s, generation ms/token and tokens/s, and memory use go to stderr.\n"
+          "Generation ends at an end-of-generation token of the vocabulary, a --stop string,\n"
+          "after -n tokens, or when the context is full (unless --context-shift).\n"
+          "The prompt is tokenized with the vocabulary's BOS setting, and control tokens\n"
+          "written in it (e.g. <|im_start|>) are recognised.\n\n",
+          out);
+    run_opts_usage(o, out);
+    fputs("  -h, --help              show this help\n"
+          "\n"
+          "Exit status: 0 on success (a full context included), 1 on an error, 2 on a usage\n"
+          "error.\n",
+          out);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void emit_stdout(void *user, const char *text, size_t len)
+{
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+}
+
+/* Everything one run holds. */
+typedef struct runner {
+    run_opts o;
+    model *m;
+    tokenizer *tk;
+    kern_ctx *kc;
+    session *s;
+    sampler *smp;
+    gen_opts go;
+    gen_stats st;
+    double load_s;
+} runner;
+
+static int runner_open(runner *r)
+{
+    char err[512];
+    double t0 = now_s();
+    r->m = model_load(r->o.model, err, sizeof err);
+    if (!r->m)
+        return cli_fail("%s", err);
+    if (r->o.mlock && model_mlock(r->m, err, sizeof err))
+        return cli_fail("%s", err);
+    r->tk = tokenizer_load(r->m->file, err, sizeof err);
+    if (!r->tk)
+        return cli_fail("%s", err);
+    const model_hparams *hp = &r->m->hp;
+    int n_ctx = r->o.n_ctx;
+    if (n_ctx == 0)
+        n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    else if (n_ctx > hp->n_ctx_train)
+        fprintf(stderr, "prima: warning: context %d is larger than the model's training context %d\n",
+                n_ctx, hp->n_ctx_train);
+    r->kc = kern_ctx_create(r->o.n_threads);
+    if (!r->kc)
+        return cli_fail("cannot start %d compute threads", r->o.n_threads);
+    r->s = session_create(r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
+    if (!r->s)
+        return cli_fail("%s", err);
+    r->smp = sampler_create(&r->o.sp, hp->n_vocab);
+    if (!r->smp)
+        return cli_fail("out of memory");
+    r->load_s = now_s() - t0;
+    r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
+                       .context_shift = r->o.context_shift, .n_keep = r->o.n_keep};
+    if (r->go.n_keep < 0)
+        r->go.n_keep = tokenizer_add_bos(r->tk) ? 1 : 0;
+    return 0;
+}
+
+static void runner_close(runner *r)
+{
+    sampler_free(r->smp);
+    session_free(r->s);
+    kern_ctx_free(r->kc);
+    tokenizer_free(r->tk);
+    model_free(r->m);
+    run_opts_free(&r->o);
+}
+
+static void print_stats(const runner *r)
+{
+    const gen_stats *st = &r->st;
+    uint64_t kv, scratch;
+    engine_memory(r->s->e, &kv, &scratch);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double mib = 1024.0 * 1024.0;
+    const model_hparams *hp = &r->m->hp;
+    fprintf(stderr, "\nprima: %s: %d layers, n_embd %d, %d heads / %d kv, vocab %d; context %d, "
+                    "batch %d, %d threads, seed %" PRIu64 "\n",
+            r->o.model, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
+            r->s->n_ctx, r->s->n_batch, r->o.n_threads, r->o.sp.seed);
+    fprintf(stderr, "prima: load %.2f s\n", r->load_s);
+    if (st->n_prompt)
+        fprintf(stderr, "prima: prompt %d tokens in %.2f s: %.2f tokens/s\n", st->n_prompt,
+                st->prompt_s, st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0.0);
+    if (st->n_gen)
+        fprintf(stderr, "prima: generation %d tokens in %.2f s: %.2f ms/token, %.2f tokens/s\n",
+                st->n_gen, st->gen_s, 1e3 * st->gen_s / st->n_gen,
+                st->gen_s > 0 ? st->n_gen / st->gen_s : 0.0);
+    if (st->n_shift)
+        fprintf(stderr, "prima: %d context shift(s)\n", st->n_shift);
+    fprintf(stderr, "prima: memory: weights %.1f MiB mapped, KV cache %.1f MiB, scratch %.1f MiB; "
+                    "peak resident %.1f MiB\n",
+            (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,
+            (double)ru.ru_maxrss / 1024.0);
+}
+
+/* Report why generation ended when it is not the ordinary end; returns the exit status. */
+static int report_end(const runner *r, enum gen_end end, const char *err)
+{
+    if (end == GEN_ERROR)
+        return cli_fail("%s", err);
+    if (end == GEN_CONTEXT_FULL)
+        fprintf(stderr, "\nprima: context full (%d tokens): stopping (use -c to enlarge it, or "
+                        "--context-shift)\n",
+                r->s->n_ctx);
+    return 0;
+}
+
+static int run_prompt(runner *r)
+{
+    char err[512];
+    int32_t *toks = NULL;
+    const char *p = r->o.prompt;
+    int n = tokenizer_encode(r->tk, p, strlen(p), true, true, &toks);
+    if (n < 0)
+        return cli_fail("cannot tokenize the prompt");
+    if (n == 0) {
+        free(toks);
+        return cli_fail("the prompt is empty and the vocabulary adds no BOS token");
+    }
+    if (n > r->s->n_ctx && !r->o.context_shift) {
+        free(toks);
+        return cli_fail("the prompt has %d tokens; the context holds %d (-c)", n, r->s->n_ctx);
+    }
+    if (r->o.display_prompt) {
+        fputs(p, stdout);
+        fflush(stdout);
+    }
+    int rc = gen_feed(r->s, r->smp, &r->go, toks, n, &r->st, err, sizeof err);
+    free(toks);
+    if (rc)
+        return cli_fail("%s", err);
+    enum gen_end end = gen_reply(r->s, r->tk, r->smp, &r->go, emit_stdout, NULL, NULL, &r->st,
+                                 err, sizeof err);
+    fputc('\n', stdout);
+    return report_end(r, end, err);
+}
+
+/* Chat: the whole conversation is rendered with the template and tokenized every turn; only
+ * the tokens after the part already in the cache are evaluated. */
+typedef struct chat {
+    chat_msg *msgs;
+    char **owned;   /* texts we allocated (user lines, replies), freed at the end */
+    int n, cap;
+} chat;
+
+static int chat_add(chat *c, const char *role, char *content, bool owned)
+{
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        chat_msg *m = realloc(c->msgs, sizeof *m * (size_t)cap);
+        if (!m)
+            return -1;
+        c->msgs = m;
+        char **o = realloc(c->owned, sizeof *o * (size_t)cap);
+        if (!o)
+            return -1;
+        c->owned = o;
+        c->cap = cap;
+    }
+    c->msgs[c->n] = (chat_msg){role, content};
+    c->owned[c->n] = owned ? content : NULL;
+    c->n++;
+    return 0;
+}
+
+static void chat_free(chat *c)
+{
+    for (int i = 0; i < c->n; i++)
+        free(c->owned[i]);
+    free(c->msgs);
+    free(c->owned);
+}
+
+/* Tokenize the conversation; if it no longer fits, drop the oldest turns after the system
+ * message (with --context-shift). Returns the token count or -1. */
+static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **toks)
+{
+    for (;;) {
+        char *text = chat_render(tpl, c->msgs, c->n, true);
+        if (!text)
+            return -1;
+        int n = tokenizer_encode(r->tk, text, strlen(text), true, true, toks);
+        free(text);
+        if (n < 0 || n < r->s->n_ctx)
+            return n;
+        free(*toks);
+        *toks = NULL;
+        int first = c->n > 0 && !strcmp(c->msgs[0].role, "system") ? 1 : 0;
+        if (!r->o.context_shift || c->n - first < 3)
+            return -2;
+        /* forget the oldest user/assistant exchange */
+        free(c->owned[first]);
+        free(c->owned[first + 1]);
+        memmove(c->msgs + first, c->msgs + first + 2, sizeof *c->msgs * (size_t)(c->n - first - 2));
+        memmove(c->owned + first, c->owned + first + 2,
+                sizeof *c->owned * (size_t)(c->n - first - 2));
+        c->n -= 2;
+        r->st.n_shift++;
+    }
+}
+
+static int run_chat(runner *r)
+{
+    char err[512];
+    bool warned = false;
+    enum chat_template tpl = chat_template_detect(r->m->file, &warned);
+    if (warned)
+        fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
+    chat c = {0};
+    int rc = 0;
+    if (r->o.prompt && *r->o.prompt && chat_add(&c, "system", (char *)r->o.prompt, false))
+        return cli_fail("out of memory");
+    fprintf(stderr, "prima: chat mode: type a message, /exit or Ctrl-D to quit\n");
+    char *line = NULL;
+    size_t line_cap = 0;
+    for (;;) {
+        fputs("\n> ", stdout);
+        fflush(stdout);
+        ssize_t len = getline(&line, &line_cap, stdin);
+        if (len < 0)
+            break;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            line[--len] = '\0';
+        if (!strcmp(line, "/exit"))
+            break;
+        if (len == 0)
+            continue;
+        char *msg = strdup(line);
+        if (!msg || chat_add(&c, "user", msg, true)) {
+            free(msg);
+            rc = cli_fail("out of memory");
+            break;
+        }
+        int32_t *toks = NULL;
+        int n = chat_tokens(r, tpl, &c, &toks);
+        if (n == -2) {
+            fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
+                            "enlarge it, or --context-shift)\n",
+                    r->s->n_ctx);
+            break;
+        }
+        if (n < 0) {
+            rc = cli_fail("cannot render or tokenize the conversation");
+            break;
+        }
+        int common = 0;
+        while (common < n && common < r->s->n_past && toks[common] == r->s->tokens[common])
+            common++;
+        if (common == n) /* at least one token must be evaluated to get fresh logits */
+            common--;
+        session_truncate(r->s, common);
+        sampler_reset(r->smp);
+        for (int i = 0; i < common; i++)
+            sampler_accept(r->smp, toks[i]);
+        int frc = gen_feed(r->s, r->smp, &r->go, toks + common, n - common, &r->st, err,
+                           sizeof err);
+        free(toks);
+        if (frc) {
+            rc = cli_fail("%s", err);
+            break;
+        }
+        char *reply = NULL;
+        enum gen_end end = gen_reply(r->s, r->tk, r->smp, &r->go, emit_stdout, NULL, &reply,
+                                     &r->st, err, sizeof err);
+        fputc('\n', stdout);
+        if (!reply || chat_add(&c, "assistant", reply, true)) {
+            free(reply);
+            rc = cli_fail("out of memory");
+            break;
+        }
+        if (end == GEN_ERROR || end == GEN_CONTEXT_FULL) {
+            rc = report_end(r, end, err);
+            break;
+        }
+    }
+    free(line);
+    chat_free(&c);
+    return rc;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    runner r = {0};
+    run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout, &r.o);
+            return 0;
+        }
+        int c = run_opts_parse(&r.o, argc, argv, &i);
+        if (c < 0)
+            return 2;
+        if (c == 0) {
+            cli_fail("run: unknown option '%s' (see prima run --help)", argv[i]);
+            return 2;
+        }
+    }
+    if (run_opts_finish(&r.o))
+        return 2;
+    if (!r.o.prompt && !r.o.conversation) {
+        cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
+        return 2;
+    }
+    int rc = runner_open(&r);
+    if (rc == 0) {
+        rc = r.o.conversation ? run_chat(&r) : run_prompt(&r);
+        if (rc == 0)
+            print_stats(&r);
+    }
+    runner_close(&r);
+    return rc;
+}
+
+const struct cli_command cli_cmd_run = {"run", "generate text or chat with a model on this device",
+                                        cmd_run};

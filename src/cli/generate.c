@@ -1,0 +1,146 @@
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/generate.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens, int n,
+             gen_stats *st, char *err, size_t errlen)
+{
+    while (n > s->n_ctx - s->n_past && o->context_shift && session_shift(s, o->n_keep) > 0)
+        st->n_shift++;
+    double t0 = now_s();
+    if (session_eval(s, tokens, n, NULL, err, errlen))
+        return -1;
+    st->prompt_s += now_s() - t0;
+    st->n_prompt += n;
+    for (int i = 0; i < n; i++)
+        sampler_accept(smp, tokens[i]);
+    return 0;
+}
+
+typedef struct text_buf {
+    char *p;
+    size_t len, cap;
+} text_buf;
+
+static int text_append(text_buf *b, const char *s, size_t n)
+{
+    if (n > SIZE_MAX / 4 - b->len)
+        return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+/* Where the earliest stop string starts in text (searching from `from`), or -1. Otherwise
+ * *hold is how many trailing bytes could still become a stop string and must wait. */
+static long find_stop(const text_buf *t, size_t from, const gen_opts *o, size_t *hold)
+{
+    long found = -1;
+    *hold = 0;
+    for (int i = 0; i < o->n_stop; i++) {
+        size_t sl = strlen(o->stop[i]);
+        size_t start = from >= sl ? from - sl + 1 : 0;
+        if (start < t->len) {
+            const char *hit = memmem(t->p + start, t->len - start, o->stop[i], sl);
+            if (hit && (found < 0 || hit - t->p < found))
+                found = hit - t->p;
+        }
+        for (size_t k = sl - 1; k > *hold; k--)
+            if (k <= t->len && !memcmp(t->p + t->len - k, o->stop[i], k)) {
+                *hold = k;
+                break;
+            }
+    }
+    return found;
+}
+
+enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_opts *o,
+                       gen_emit_fn emit, void *user, char **reply, gen_stats *st, char *err,
+                       size_t errlen)
+{
+    text_buf text = {0};
+    size_t printed = 0;
+    detok_stream ds;
+    detok_init(&ds);
+    ds.first = false; /* a reply continues the text before it: keep its leading space */
+    enum gen_end end = GEN_LIMIT;
+    double t0 = now_s();
+    char piece[512];
+
+    for (int n_gen = 0; o->n_predict < 0 || n_gen < o->n_predict;) {
+        int32_t tok = sampler_sample(smp, s->logits);
+        if (tokenizer_is_eog(tk, tok)) {
+            end = GEN_EOG;
+            break;
+        }
+        sampler_accept(smp, tok);
+        n_gen++;
+        st->n_gen++;
+        size_t np = detok_push(&ds, tk, tok, piece, sizeof piece);
+        if (text_append(&text, piece, np)) {
+            snprintf(err, errlen, "out of memory");
+            end = GEN_ERROR;
+            break;
+        }
+        size_t hold;
+        long at = find_stop(&text, printed, o, &hold);
+        if (at >= 0) {
+            emit(user, text.p + printed, (size_t)at - printed);
+            text.len = (size_t)at;
+            text.p[at] = '\0';
+            printed = text.len;
+            end = GEN_STOP_STRING;
+            break;
+        }
+        if (text.len - hold > printed) {
+            emit(user, text.p + printed, text.len - hold - printed);
+            printed = text.len - hold;
+        }
+        if (o->n_predict >= 0 && n_gen >= o->n_predict)
+            break; /* the last token is chosen, not evaluated */
+        if (s->n_past == s->n_ctx) {
+            if (!o->context_shift || session_shift(s, o->n_keep) == 0) {
+                end = GEN_CONTEXT_FULL;
+                break;
+            }
+            st->n_shift++;
+        }
+        if (session_eval(s, &tok, 1, NULL, err, errlen)) {
+            end = GEN_ERROR;
+            break;
+        }
+    }
+    if (end != GEN_STOP_STRING) {
+        size_t np = detok_flush(&ds, piece, sizeof piece);
+        if (text_append(&text, piece, np) == 0 && text.len > printed)
+            emit(user, text.p + printed, text.len - printed);
+    }
+    st->gen_s += now_s() - t0;
+    if (reply)
+        *reply = text.p ? text.p : calloc(1, 1);
+    else
+        free(text.p);
+    return end;
+}

@@ -1,0 +1,44 @@
+/* generate.h — the token loop shared by the commands that produce text: feed a prompt, then
+ * sample, print and evaluate one token at a time until an end-of-generation token, a user stop
+ * string, the token limit or a full context (optionally shifted away). */
+#ifndef PRIMA_GENERATE_H
+#define PRIMA_GENERATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/sample.h"
+#include "model/session.h"
+#include "text/tokenizer.h"
+
+typedef struct gen_opts {
+    int n_predict;              /* tokens per reply; -1: no limit */
+    const char *const *stop;    /* stop strings (not printed) */
+    int n_stop;
+    bool context_shift;
+    int n_keep;                 /* tokens kept at the start on a context shift */
+} gen_opts;
+
+typedef struct gen_stats {
+    int n_prompt, n_gen, n_shift;
+    double prompt_s, gen_s;
+} gen_stats;
+
+enum gen_end { GEN_EOG, GEN_STOP_STRING, GEN_LIMIT, GEN_CONTEXT_FULL, GEN_ERROR };
+
+/* Printable output, in order, complete UTF-8 sequences only. */
+typedef void (*gen_emit_fn)(void *user, const char *text, size_t len);
+
+/* Evaluate n tokens after the history and record them in the sampler's penalty window. When
+ * they do not fit, a context shift makes room if allowed (and possible). */
+int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens, int n,
+             gen_stats *st, char *err, size_t errlen);
+
+/* Generate from the current logits. reply (if not NULL) receives the printed text, malloc'd.
+ * GEN_ERROR comes with a message in err. */
+enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_opts *o,
+                       gen_emit_fn emit, void *user, char **reply, gen_stats *st, char *err,
+                       size_t errlen);
+
+#endif

@@ -1,0 +1,274 @@
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/run_opts.h"
+
+int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_fail("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int parse_float_arg(const char *flag, const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        cli_fail("%s: expected a number, got '%s'", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+void run_opts_init(run_opts *o, unsigned groups)
+{
+    memset(o, 0, sizeof *o);
+    o->groups = groups;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    o->n_threads = ncpu > 0 ? (int)ncpu : 1;
+    o->n_batch = 512;
+    sampler_params_default(&o->sp);
+    o->n_predict = -1;
+    o->n_keep = -1;
+    o->display_prompt = true;
+}
+
+enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR, OPT_SEED, OPT_STOP };
+
+struct opt_desc {
+    const char *flag, *alt;
+    unsigned group;
+    enum opt_kind kind;
+    size_t off;     /* of the field in run_opts */
+    long lo, hi;    /* OPT_INT range */
+};
+
+#define F(field) offsetof(run_opts, field)
+static const struct opt_desc opts[] = {
+    {"-m", "--model", RUN_OPT_MODEL, OPT_STR, F(model), 0, 0},
+    {"-t", "--threads", RUN_OPT_MODEL, OPT_INT, F(n_threads), 1, 1024},
+    {"-c", "--ctx-size", RUN_OPT_MODEL, OPT_INT, F(n_ctx), 1, 1 << 24},
+    {"-b", "--batch-size", RUN_OPT_MODEL, OPT_INT, F(n_batch), 1, 1 << 16},
+    {"--mlock", NULL, RUN_OPT_MODEL, OPT_FLAG, F(mlock), 0, 0},
+    {"--temp", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.temp), 0, 0},
+    {"--top-k", NULL, RUN_OPT_SAMPLING, OPT_INT, F(sp.top_k), 0, INT_MAX},
+    {"--top-p", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.top_p), 0, 0},
+    {"--min-p", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.min_p), 0, 0},
+    {"--repeat-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.repeat_penalty), 0, 0},
+    {"--repeat-last-n", NULL, RUN_OPT_SAMPLING, OPT_INT, F(sp.repeat_last_n), 0, 1 << 20},
+    {"--presence-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.presence_penalty), 0, 0},
+    {"--frequency-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.frequency_penalty), 0, 0},
+    {"-s", "--seed", RUN_OPT_SAMPLING, OPT_SEED, F(sp.seed), 0, 0},
+    {"-p", "--prompt", RUN_OPT_GEN, OPT_STR, F(prompt), 0, 0},
+    {"-f", "--file", RUN_OPT_GEN, OPT_STR, F(prompt_file), 0, 0},
+    {"-n", "--n-predict", RUN_OPT_GEN, OPT_INT, F(n_predict), -1, INT_MAX},
+    {"--stop", NULL, RUN_OPT_GEN, OPT_STOP, 0, 0, 0},
+    {"--context-shift", NULL, RUN_OPT_GEN, OPT_FLAG, F(context_shift), 0, 0},
+    {"--keep", NULL, RUN_OPT_GEN, OPT_INT, F(n_keep), -1, INT_MAX},
+    {"-cnv", "--conversation", RUN_OPT_GEN, OPT_FLAG, F(conversation), 0, 0},
+};
+#undef F
+
+int run_opts_parse(run_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    if (!strcmp(a, "--no-display-prompt") && (o->groups & RUN_OPT_GEN)) {
+        o->display_prompt = false;
+        return 1;
+    }
+    const struct opt_desc *d = NULL;
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
+        if ((opts[k].group & o->groups) &&
+            (!strcmp(a, opts[k].flag) || (opts[k].alt && !strcmp(a, opts[k].alt))))
+            d = &opts[k];
+    if (!d)
+        return 0;
+    char *field = (char *)o + d->off;
+    if (d->kind == OPT_FLAG) {
+        *(bool *)field = true;
+        return 1;
+    }
+    if (*i + 1 >= argc) {
+        cli_fail("%s needs a value", a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    switch (d->kind) {
+    case OPT_INT:
+        return parse_int_arg(a, v, d->lo, d->hi, (int *)field) ? -1 : 1;
+    case OPT_FLOAT:
+        return parse_float_arg(a, v, (float *)field) ? -1 : 1;
+    case OPT_STR:
+        *(const char **)field = v;
+        return 1;
+    case OPT_SEED: {
+        char *end;
+        errno = 0;
+        unsigned long long seed = strtoull(v, &end, 10);
+        if (errno || end == v || *end || *v == '-') {
+            cli_fail("%s: expected a non-negative integer, got '%s'", a, v);
+            return -1;
+        }
+        o->sp.seed = seed;
+        o->seed_given = true;
+        return 1;
+    }
+    case OPT_STOP:
+        if (o->n_stop == RUN_OPTS_MAX_STOP) {
+            cli_fail("--stop: at most %d stop strings", RUN_OPTS_MAX_STOP);
+            return -1;
+        }
+        if (!*v) {
+            cli_fail("--stop: the stop string is empty");
+            return -1;
+        }
+        o->stop[o->n_stop++] = v;
+        return 1;
+    case OPT_FLAG:
+        break;
+    }
+    return 1;
+}
+
+/* The whole prompt file, refusing anything that is not a regular readable file. */
+static char *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        cli_fail("%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            fclose(f);
+            cli_fail("%s: out of memory", path);
+            return NULL;
+        }
+        len += fread(buf + len, 1, cap - len - 1, f);
+        if (len < cap - 1)
+            break;
+        cap *= 2;
+        char *nb = realloc(buf, cap);
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        cli_fail("%s: read error", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+int run_opts_finish(run_opts *o)
+{
+    if ((o->groups & RUN_OPT_MODEL) && !o->model) {
+        cli_fail("no model given (-m FILE)");
+        return -1;
+    }
+    if (o->groups & RUN_OPT_SAMPLING) {
+        if (o->sp.top_p <= 0.0f || o->sp.top_p > 1.0f) {
+            cli_fail("--top-p must be in (0, 1], got %g", (double)o->sp.top_p);
+            return -1;
+        }
+        if (o->sp.min_p < 0.0f || o->sp.min_p > 1.0f) {
+            cli_fail("--min-p must be in [0, 1], got %g", (double)o->sp.min_p);
+            return -1;
+        }
+        if (o->sp.repeat_penalty <= 0.0f) {
+            cli_fail("--repeat-penalty must be positive, got %g", (double)o->sp.repeat_penalty);
+            return -1;
+        }
+        if (!o->seed_given) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            o->sp.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
+                         ((uint64_t)getpid() << 32);
+        }
+    }
+    if (o->groups & RUN_OPT_GEN) {
+        if (o->prompt && o->prompt_file) {
+            cli_fail("give the prompt with -p or -f, not both");
+            return -1;
+        }
+        if (o->prompt_file) {
+            o->prompt_owned = read_file(o->prompt_file);
+            if (!o->prompt_owned)
+                return -1;
+            o->prompt = o->prompt_owned;
+        }
+    }
+    return 0;
+}
+
+void run_opts_free(run_opts *o)
+{
+    free(o->prompt_owned);
+    o->prompt_owned = NULL;
+}
+
+void run_opts_usage(const run_opts *o, FILE *out)
+{
+    if (o->groups & RUN_OPT_MODEL)
+        fputs("model and compute:\n"
+              "  -m, --model FILE        GGUF model (llama, qwen2 or qwen3 architecture)\n"
+              "  -t, --threads N         compute threads (default: the online CPUs)\n"
+              "  -c, --ctx-size N        context size in tokens (default: the model's training\n"
+              "                          context, at most 4096)\n"
+              "  -b, --batch-size N      prompt tokens evaluated per batch (default 512)\n"
+              "  --mlock                 lock the model's weights in RAM\n",
+              out);
+    if (o->groups & RUN_OPT_SAMPLING)
+        fputs("sampling (applied in this order):\n"
+              "  --repeat-penalty R      divide positive / multiply negative logits of tokens in\n"
+              "                          the penalty window by R (default 1.0 = off)\n"
+              "  --presence-penalty P    subtract P from tokens in the window (default 0)\n"
+              "  --frequency-penalty F   subtract F per occurrence in the window (default 0)\n"
+              "  --repeat-last-n N       penalty window: the last N tokens (default 64, 0 = off)\n"
+              "  --top-k K               keep the K most likely tokens (default 40, 0 = off)\n"
+              "  --top-p P               keep the smallest set with probability >= P (default\n"
+              "                          0.95, 1 = off)\n"
+              "  --min-p M               keep tokens with p >= M * p_max (default 0.05, 0 = off)\n"
+              "  --temp T                temperature (default 0.8; 0 = greedy: the most likely\n"
+              "                          token, ties to the lowest id)\n"
+              "  -s, --seed S            random seed (default: drawn from the clock, printed)\n",
+              out);
+    if (o->groups & RUN_OPT_GEN)
+        fputs("generation:\n"
+              "  -p, --prompt TEXT       the prompt (with -cnv: the system message)\n"
+              "  -f, --file FILE         read the prompt from FILE\n"
+              "  -n, --n-predict N       tokens to generate (default -1: until an end-of-\n"
+              "                          generation token or a full context)\n"
+              "  --stop STR              stop when the output contains STR (not printed);\n"
+              "                          repeatable, up to 16\n"
+              "  --context-shift         when the context is full, drop the oldest half of it\n"
+              "                          after the kept tokens and go on (default: stop)\n"
+              "  --keep N                tokens kept at the start on a context shift (default:\n"
+              "                          the BOS token if any; -1 = that default)\n"
+              "  -cnv, --conversation    interactive chat with the model's chat template; type\n"
+              "                          /exit or end the input (Ctrl-D) to quit\n"
+              "  --no-display-prompt     do not echo the prompt before the answer\n",
+              out);
+}

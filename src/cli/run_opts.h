@@ -1,0 +1,59 @@
+/* run_opts.h — the options shared by every command that loads and runs a model (`prima run`,
+ * `prima logits`, `prima bench run`, and the distributed commands): one parser, one help text,
+ * llama.cpp's flag names. A command picks the groups it accepts. */
+#ifndef PRIMA_RUN_OPTS_H
+#define PRIMA_RUN_OPTS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "model/sample.h"
+
+enum run_opt_group {
+    RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock */
+    RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
+    RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
+};
+
+#define RUN_OPTS_MAX_STOP 16
+
+typedef struct run_opts {
+    unsigned groups;
+    /* model */
+    const char *model;
+    int n_threads;
+    int n_ctx;           /* 0: min(4096, the model's training context) */
+    int n_batch;
+    bool mlock;
+    /* sampling */
+    sampler_params sp;
+    bool seed_given;
+    /* generation */
+    const char *prompt;
+    const char *prompt_file;
+    char *prompt_owned;  /* contents of prompt_file */
+    int n_predict;       /* -1: until end of generation or a full context */
+    const char *stop[RUN_OPTS_MAX_STOP];
+    int n_stop;
+    bool context_shift;
+    int n_keep;          /* -1: keep just the BOS token on a context shift */
+    bool conversation;
+    bool display_prompt;
+} run_opts;
+
+void run_opts_init(run_opts *o, unsigned groups);
+/* Parse argv[*i] (and its value, advancing *i) if it is an option of o's groups. Returns 1 if
+ * consumed, 0 if it is not one of them, -1 after printing an error naming the flag. */
+int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
+/* After the whole command line: check required options, read the prompt file, draw a seed.
+ * Returns 0, or -1 after printing an error. */
+int run_opts_finish(run_opts *o);
+void run_opts_free(run_opts *o);
+/* The help lines of o's groups. */
+void run_opts_usage(const run_opts *o, FILE *out);
+
+/* Strict number parsing for command-line values: the whole string, in range. */
+int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out);
+int parse_float_arg(const char *flag, const char *s, float *out);
+
+#endif
