@@ -1,0 +1,96 @@
+#!/bin/bash
+# prima run / prima logits end to end on the fixture models: greedy output equal to the
+# reference's, stop strings, a full context (stop, or shift and go on), seeded sampling,
+# chat mode, and one-line errors with the documented exit statuses.
+set -u
+fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
+[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+prima=${PRIMA_BIN:?PRIMA_BIN not set}
+model=$fixtures/models/stories260K.gguf
+ref=$fixtures/reference/stories260K.once.json
+tmp=$(mktemp -d /tmp/prima-run-cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+want_text=$(sed -n 's/^  "greedy_text": "\(.*\)",$/\1/p' "$ref")
+want_ids=$(sed -n 's/^  "greedy_tokens": \[\(.*\)\],$/\1/p' "$ref" | tr -d ',')
+[ -n "$want_text" ] && [ -n "$want_ids" ] || fail "cannot read the reference $ref"
+
+"$prima" run --help | grep -q -- "--context-shift" || fail "run --help"
+"$prima" logits --help | grep -q -- "--tokens" || fail "logits --help"
+
+# greedy: the prompt echoed, then the reference continuation
+"$prima" run -m "$model" -p "Once upon a time" -n 32 --temp 0 -t 2 >"$tmp/out" 2>"$tmp/err" ||
+    fail "run exit status"
+[ "$(cat "$tmp/out")" = "Once upon a time$want_text" ] || fail "greedy text: $(cat "$tmp/out")"
+grep -q "prompt 5 tokens" "$tmp/err" || fail "prompt stats"
+grep -Eq "generation 32 tokens in .* ms/token, .* tokens/s" "$tmp/err" || fail "generation stats"
+grep -q "KV cache" "$tmp/err" || fail "memory stats"
+
+# a stop string ends the output just before it
+"$prima" run -m "$model" -p "Once upon a time" --temp 0 --stop " named" --no-display-prompt \
+    >"$tmp/out" 2>/dev/null || fail "stop: exit status"
+[ "$(cat "$tmp/out")" = ", there was a little girl" ] || fail "stop string: '$(cat "$tmp/out")'"
+
+# a full context stops with a message (status 0); --context-shift goes on past it
+"$prima" run -m "$model" -p "Once upon a time" --temp 0 -c 12 >"$tmp/out" 2>"$tmp/err" ||
+    fail "full context: exit status"
+grep -q "context full (12 tokens)" "$tmp/err" || fail "full context message"
+grep -q "generation 8 tokens" "$tmp/err" || fail "full context: 12 - 5 + 1 tokens expected"
+"$prima" run -m "$model" -p "Once upon a time" --temp 0 -c 12 -n 40 --context-shift \
+    >"$tmp/out" 2>"$tmp/err" || fail "context shift: exit status"
+grep -q "generation 40 tokens" "$tmp/err" || fail "context shift: 40 tokens"
+grep -q "context shift" "$tmp/err" || fail "context shift: count"
+
+# the same seed gives the same sample; sampling flags are accepted
+for i in 1 2; do
+    "$prima" run -m "$model" -p "Once upon a time" -n 24 --seed 7 --temp 1.2 --top-k 20 \
+        --top-p 0.9 --min-p 0.02 --repeat-penalty 1.1 --repeat-last-n 16 \
+        --presence-penalty 0.1 --frequency-penalty 0.1 >"$tmp/seed$i" 2>/dev/null ||
+        fail "seeded run $i"
+done
+cmp -s "$tmp/seed1" "$tmp/seed2" || fail "same seed, different text"
+
+# chat (ChatML control tokens in a BPE vocabulary): two turns then /exit
+printf 'Hello\nTell me a story\n/exit\n' |
+    "$prima" run -m "$fixtures/models/synth-qwen2-l2-e64-q8_0.gguf" -cnv -n 6 --temp 0 >"$tmp/out" 2>"$tmp/err" || fail "chat exit status"
+[ "$(grep -c '^> ' "$tmp/out")" -ge 2 ] || fail "chat: expected two prompts"
+grep -q "generation 12 tokens" "$tmp/err" || fail "chat: 2 x 6 tokens"
+
+# logits: file size, the reference's greedy ids, and identical bits at 1 and 2 threads
+"$prima" logits -m "$model" -p "Once upon a time" -o "$tmp/l1.f32" -n 32 -t 1 >"$tmp/out" ||
+    fail "logits exit status"
+[ "$(stat -c %s "$tmp/l1.f32")" -eq $((5 * 512 * 4)) ] || fail "logits file size"
+grep -q "^greedy tokens: $want_ids$" "$tmp/out" || fail "logits greedy: $(grep greedy "$tmp/out")"
+"$prima" logits -m "$model" --tokens 1,403,407,261,378 -o "$tmp/l2.f32" -t 2 --json >"$tmp/json" ||
+    fail "logits --tokens exit status"
+cmp -s "$tmp/l1.f32" "$tmp/l2.f32" || fail "logits differ between -p/1 thread and --tokens/2 threads"
+grep -Eq '"n_positions":[[:space:]]*5,' "$tmp/json" || fail "logits --json"
+
+# errors: one line naming the problem; 1 for errors, 2 for usage
+expect() { # STATUS TEXT COMMAND...
+    local want=$1 text=$2
+    shift 2
+    "$@" >/dev/null 2>"$tmp/err" </dev/null
+    local rc=$?
+    [ $rc -eq "$want" ] || fail "$*: status $rc, expected $want"
+    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$*: stderr is not one line: $(cat "$tmp/err")"
+    grep -q -- "$text" "$tmp/err" || fail "$*: error lacks '$text': $(cat "$tmp/err")"
+}
+expect 1 "$tmp/none.gguf" "$prima" run -m "$tmp/none.gguf" -p hi
+expect 1 "$fixtures/README.md" "$prima" run -m "$fixtures/README.md" -p hi
+expect 2 "unknown option '--frobnicate'" "$prima" run -m "$model" -p hi --frobnicate
+expect 2 "--temp: expected a number" "$prima" run -m "$model" -p hi --temp warm
+expect 2 "-n needs a value" "$prima" run -m "$model" -p hi -n
+expect 2 "no prompt" "$prima" run -m "$model"
+expect 2 "no model" "$prima" run -p hi
+expect 2 "--top-p must be in" "$prima" run -m "$model" -p hi --top-p 0
+expect 1 "the prompt has" "$prima" run -m "$model" -p "Once upon a time there was" -c 4
+expect 1 "token id 512 is outside the vocabulary" "$prima" logits -m "$model" --tokens 1,512 -o "$tmp/x"
+expect 2 "expected comma-separated token ids" "$prima" logits -m "$model" --tokens 1,,2 -o "$tmp/x"
+expect 1 "$tmp/no/dir/x.f32" "$prima" logits -m "$model" --tokens 1 -o "$tmp/no/dir/x.f32"
+expect 2 "exactly one of -p TEXT and --tokens" "$prima" logits -m "$model" -o "$tmp/x"
+
+[ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
+echo "all checks passed"

@@ -1,0 +1,97 @@
+/* The public API (include/prima.h) alone: stories260K greedy through open / tokenize / eval /
+ * sample equals the reference's 32 tokens; rewinding and regenerating gives them again; a
+ * seeded sampling session is reproducible; errors come back as messages. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "prima.h"
+#include "support/fidelity.h"
+#include "test.h"
+
+static int generate(prima_session *s, int n, int32_t *out)
+{
+    char err[256];
+    for (int i = 0; i < n; i++) {
+        out[i] = prima_sample(s);
+        if (i + 1 < n && prima_eval(s, &out[i], 1, err, sizeof err) != 0) {
+            fprintf(stderr, "eval: %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int main(void)
+{
+    const char *fixtures = test_fixtures();
+    char err[256], path[4096], refdir[4096];
+    snprintf(refdir, sizeof refdir, "%s/reference", fixtures);
+    fid_case c;
+    REQUIRE(fid_case_load(refdir, "stories260K.once.json", &c, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/models/%s", fixtures, c.model_file);
+
+    prima_model *m = prima_model_open(path, NULL, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    CHECK(prima_model_n_vocab(m) == 512 && prima_model_n_layer(m) == 5, "hyper-parameters");
+    CHECK(prima_token_bos(m) == 1, "BOS");
+
+    int32_t toks[64];
+    int n = prima_tokenize(m, c.prompt_text, toks, 64, true, false);
+    CHECK(n == c.n_prompt && !memcmp(toks, c.prompt, sizeof(int32_t) * (size_t)n), "prompt ids");
+    CHECK(prima_tokenize(m, c.prompt_text, toks, 2, true, false) == n, "count beyond cap");
+
+    prima_session_params sp = prima_session_default_params();
+    sp.temp = 0.0f;
+    sp.n_ctx = 128;
+    sp.n_threads = 2;
+    prima_session *s = prima_session_create(m, &sp, err, sizeof err);
+    REQUIRE(s, "%s", err);
+    REQUIRE(prima_eval(s, c.prompt, c.n_prompt, err, sizeof err) == 0, "%s", err);
+    int32_t got[32];
+    REQUIRE(generate(s, 32, got) == 0, "generation");
+    CHECK(!memcmp(got, c.greedy, sizeof got), "greedy tokens differ from the reference");
+    CHECK(prima_session_n_past(s) == c.n_prompt + 31, "n_past %d", prima_session_n_past(s));
+
+    char piece[64];
+    size_t len = prima_token_piece(m, got[1], piece, sizeof piece);
+    CHECK(len == 6 && !memcmp(piece, " there", 6), "piece of token %d", got[1]);
+    CHECK(!prima_token_is_eog(m, got[0]) && prima_token_is_eog(m, 2), "end of generation");
+
+    /* rewind to the prompt's end: the last prompt token evaluated again, same continuation */
+    prima_session_rewind(s, c.n_prompt - 1);
+    REQUIRE(prima_eval(s, &c.prompt[c.n_prompt - 1], 1, err, sizeof err) == 0, "%s", err);
+    int32_t again[32];
+    REQUIRE(generate(s, 32, again) == 0, "generation after rewind");
+    CHECK(!memcmp(again, c.greedy, sizeof again), "greedy tokens differ after a rewind");
+
+    /* errors */
+    int32_t bad = 512;
+    CHECK(prima_eval(s, &bad, 1, err, sizeof err) == -1 && strstr(err, "512"), "bad id: %s", err);
+    int32_t many[128] = {0};
+    prima_session_rewind(s, 0);
+    CHECK(prima_eval(s, many, 128, err, sizeof err) == 0, "a full context");
+    CHECK(prima_eval(s, many, 1, err, sizeof err) == -1 && strstr(err, "fit"), "overflow: %s", err);
+    prima_session_free(s);
+    CHECK(!prima_model_open("/nonexistent.gguf", NULL, err, sizeof err) &&
+              strstr(err, "/nonexistent.gguf"),
+          "missing file: %s", err);
+
+    /* sampling with a seed: two sessions, the same tokens */
+    sp = prima_session_default_params();
+    sp.seed = 1234;
+    sp.temp = 1.0f;
+    sp.n_ctx = 64;
+    int32_t a[16], b[16];
+    for (int run = 0; run < 2; run++) {
+        s = prima_session_create(m, &sp, err, sizeof err);
+        REQUIRE(s, "%s", err);
+        REQUIRE(prima_eval(s, c.prompt, c.n_prompt, err, sizeof err) == 0, "%s", err);
+        REQUIRE(generate(s, 16, run ? b : a) == 0, "sampled generation");
+        prima_session_free(s);
+    }
+    CHECK(!memcmp(a, b, sizeof a), "the same seed must give the same tokens");
+
+    prima_model_free(m);
+    fid_case_free(&c);
+    return test_done();
+}

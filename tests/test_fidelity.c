@@ -1,0 +1,141 @@
+/* Fidelity against the reference implementation: for every case in fixtures/reference, the
+ * prompt is evaluated in one batch and every logits row must meet the README's tolerance rule
+ * for the model's weight class; then 32 greedy tokens are compared (trained models: identical;
+ * random models: the first divergence must be a near-tie of the reference). Everything runs at
+ * 1 and 2 threads, which must give bitwise identical logits and tokens. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/session.h"
+#include "support/fidelity.h"
+#include "test.h"
+#include "text/tokenizer.h"
+
+typedef struct run_result {
+    float *logits;    /* n_prompt x n_vocab */
+    int32_t *greedy;  /* n_greedy */
+} run_result;
+
+static void evaluate(const model *m, const fid_case *c, const int32_t *prompt, int n_threads,
+                     run_result *out)
+{
+    char err[512];
+    const int nv = m->hp.n_vocab;
+    kern_ctx *kc = kern_ctx_create(n_threads);
+    REQUIRE(kc, "kern_ctx_create(%d)", n_threads);
+    /* the reference: n_ctx 256, the whole prompt in one batch */
+    session *s = session_create(m, kc, 256, c->n_prompt, err, sizeof err);
+    REQUIRE(s, "%s", err);
+    out->logits = malloc(sizeof(float) * (size_t)c->n_prompt * (size_t)nv);
+    out->greedy = malloc(sizeof(int32_t) * (size_t)c->n_greedy);
+    REQUIRE(out->logits && out->greedy, "out of memory");
+    REQUIRE(session_eval(s, prompt, c->n_prompt, out->logits, err, sizeof err) == 0, "%s", err);
+    for (int g = 0; g < c->n_greedy; g++) {
+        out->greedy[g] = fid_argmax(s->logits, nv);
+        if (g + 1 < c->n_greedy)
+            REQUIRE(session_eval(s, &out->greedy[g], 1, NULL, err, sizeof err) == 0, "%s", err);
+    }
+    session_free(s);
+    kern_ctx_free(kc);
+}
+
+static void check_case(const char *fixtures, const char *refdir, const char *json)
+{
+    char err[512], path[4096];
+    fid_case c;
+    REQUIRE(fid_case_load(refdir, json, &c, err, sizeof err) == 0, "%s", err);
+    snprintf(path, sizeof path, "%s/models/%s", fixtures, c.model_file);
+    model *m = model_load(path, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    REQUIRE(m->hp.n_vocab == c.n_vocab, "%s: n_vocab %d, reference %d", json, m->hp.n_vocab,
+            c.n_vocab);
+    const bool trained = strncmp(c.model_file, "synth-", 6) != 0;
+    const enum fid_class cls = fid_weight_class(m->file);
+    const fid_tol tol = fid_tolerance(cls);
+
+    /* Text prompts go through our tokenizer, which must agree with the reference's ids. */
+    if (c.prompt_text) {
+        tokenizer *tk = tokenizer_load(m->file, err, sizeof err);
+        REQUIRE(tk, "%s", err);
+        int32_t *ids = NULL;
+        int n = tokenizer_encode(tk, c.prompt_text, strlen(c.prompt_text), c.add_special,
+                                 c.parse_special, &ids);
+        CHECK(n == c.n_prompt && !memcmp(ids, c.prompt, sizeof(int32_t) * (size_t)n),
+              "%s: tokenizer gives %d tokens, reference %d (or different ids)", json, n,
+              c.n_prompt);
+        free(ids);
+        tokenizer_free(tk);
+    }
+
+    run_result r1, r2;
+    evaluate(m, &c, c.prompt, 1, &r1);
+    evaluate(m, &c, c.prompt, 2, &r2);
+    const size_t n_logits = (size_t)c.n_prompt * (size_t)c.n_vocab;
+    CHECK(!memcmp(r1.logits, r2.logits, sizeof(float) * n_logits),
+          "%s: logits differ between 1 and 2 threads", json);
+    CHECK(!memcmp(r1.greedy, r2.greedy, sizeof(int32_t) * (size_t)c.n_greedy),
+          "%s: greedy tokens differ between 1 and 2 threads", json);
+
+    double worst_cos = 1.0, worst_dev = 0.0;
+    int bad_rows = 0;
+    for (int i = 0; i < c.n_prompt; i++) {
+        const float *ref = c.logits + (size_t)i * (size_t)c.n_vocab;
+        fid_row row = fid_compare_row(ref, r1.logits + (size_t)i * (size_t)c.n_vocab, c.n_vocab,
+                                      &tol);
+        if (row.cos < worst_cos)
+            worst_cos = row.cos;
+        if (row.dev > worst_dev)
+            worst_dev = row.dev;
+        if (!row.ok) {
+            bad_rows++;
+            CHECK(row.ok, "%s row %d: cos %.7f (min %.5f), dev %.4f sd (max %.2f), argmax %d vs %d",
+                  json, i, row.cos, tol.min_cos, row.dev, tol.max_dev, row.argmax, row.ref_argmax);
+        }
+    }
+    char msg[256];
+    bool greedy_ok = fid_compare_greedy(&c, r1.greedy, trained, &tol, msg, sizeof msg);
+    CHECK(greedy_ok, "%s: %s", json, msg);
+    fprintf(stderr, "%-45s %-9s %2d rows: worst 1-cos %.2e, dev %.4f sd%s; %s\n", json,
+            fid_class_name(cls), c.n_prompt, 1.0 - worst_cos, worst_dev,
+            bad_rows ? " FAIL" : "", msg);
+
+    free(r1.logits);
+    free(r1.greedy);
+    free(r2.logits);
+    free(r2.greedy);
+    model_free(m);
+    fid_case_free(&c);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int main(void)
+{
+    kern_init();
+    const char *fixtures = test_fixtures();
+    char refdir[4096];
+    snprintf(refdir, sizeof refdir, "%s/reference", fixtures);
+    DIR *d = opendir(refdir);
+    REQUIRE(d, "cannot open %s", refdir);
+    char *names[256];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 256) {
+        size_t len = strlen(de->d_name);
+        if (len > 5 && !strcmp(de->d_name + len - 5, ".json"))
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    /* every model in the fixtures has cases: stories260K 2, tinystories 4, synthetic 11 */
+    CHECK(n >= 17, "only %d reference cases found in %s", n, refdir);
+    for (int i = 0; i < n; i++) {
+        check_case(fixtures, refdir, names[i]);
+        free(names[i]);
+    }
+    return test_done();
+}
