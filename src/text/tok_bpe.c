@@ -232,19 +232,20 @@ static int compile_pretok(tokenizer *t, const struct pretok_def *def, const char
 
 /* ---- merges ---- */
 
-static uint64_t merge_key(int32_t left, int32_t right)
+static merge_slot *merge_find(merge_slot *m, uint32_t mask, int32_t left, int32_t right)
 {
-    return (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
-}
-
-static merge_slot *merge_find(merge_slot *m, uint32_t mask, uint64_t key)
-{
-    uint64_t h = key * 0x9E3779B97F4A7C15ull;
-    for (uint32_t i = (uint32_t)(h >> 32) & mask;; i = (i + 1) & mask)
-        if (m[i].key == key || m[i].key == UINT64_MAX)
+    uint64_t h = (uint64_t)(uint32_t)left << 32 | (uint32_t)right;
+    h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;   /* splitmix64's finalizer */
+    h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    for (uint32_t i = (uint32_t)h & mask;; i = (i + 1) & mask)
+        if (m[i].left < 0 || (m[i].left == left && m[i].right == right))
             return &m[i];
 }
 
+/* Ranks keyed by the ids of the two sides. A side that is not a token gets an id all the same:
+ * another merge may build it. (The merged text needs no id here: it is looked up when a merge
+ * is applied, and if it has none, no rule can extend it.) */
 static int load_merges(tokenizer *t, const gguf_file *f, char *err, size_t errlen)
 {
     const gguf_array *a = gguf_get_arr(f, "tokenizer.ggml.merges");
@@ -258,16 +259,14 @@ static int load_merges(tokenizer *t, const gguf_file *f, char *err, size_t errle
         return -1;
     }
     uint32_t cap = 64;
-    while (cap / 2 < a->n)
+    while (cap / 4 * 3 < a->n)   /* at most 3/4 full */
         cap *= 2;
     t->merges = malloc(sizeof *t->merges * cap);
-    char *cat = malloc((size_t)t->max_text_len * 2 + 2);
-    if (!t->merges || !cat)
+    if (!t->merges)
         goto oom;
     t->merge_mask = cap - 1;
     for (uint32_t i = 0; i < cap; i++)
-        t->merges[i].key = UINT64_MAX;
-    size_t cat_cap = (size_t)t->max_text_len * 2 + 2;
+        t->merges[i].left = -1;
     for (uint64_t r = 0; r < a->n; r++) {
         const char *s = a->strs[r].ptr;
         size_t n = a->strs[r].len;
@@ -275,33 +274,18 @@ static int load_merges(tokenizer *t, const gguf_file *f, char *err, size_t errle
         if (!sp) {
             snprintf(err, errlen, "%s: merge %llu is not two texts separated by a space", f->path,
                      (unsigned long long)r);
-            free(cat);
             return -1;
         }
-        size_t nl = (size_t)(sp - s), nr = n - nl - 1;
-        if (nl + nr > cat_cap) {
-            char *g = realloc(cat, nl + nr);
-            if (!g)
-                goto oom;
-            cat = g;
-            cat_cap = nl + nr;
-        }
-        memcpy(cat, s, nl);
-        memcpy(cat + nl, sp + 1, nr);
-        /* Sides that are not tokens still get ids: a merge may build them from smaller ones. */
-        int32_t left = tok_intern(t, s, nl, false);
-        int32_t right = tok_intern(t, sp + 1, nr, false);
-        int32_t result = tok_intern(t, cat, nl + nr, false);
-        if (left < 0 || right < 0 || result < 0)
+        int32_t left = tok_intern(t, s, (size_t)(sp - s), false);
+        int32_t right = tok_intern(t, sp + 1, n - (size_t)(sp - s) - 1, false);
+        if (left < 0 || right < 0)
             goto oom;
-        merge_slot *m = merge_find(t->merges, t->merge_mask, merge_key(left, right));
-        if (m->key == UINT64_MAX)   /* the first rank of a repeated rule counts */
-            *m = (merge_slot){merge_key(left, right), (int32_t)r, result};
+        merge_slot *m = merge_find(t->merges, t->merge_mask, left, right);
+        if (m->left < 0)   /* the first rank of a repeated rule counts */
+            *m = (merge_slot){left, right, (int32_t)r};
     }
-    free(cat);
     return 0;
 oom:
-    free(cat);
     snprintf(err, errlen, "%s: out of memory loading %llu merges", f->path, (unsigned long long)a->n);
     return -1;
 }
@@ -407,10 +391,10 @@ static void try_merge(bpe_work *w, int32_t left, int32_t right)
 {
     if (left < 0 || right < 0 || w->sym[left].id < 0 || w->sym[right].id < 0)
         return;
-    const merge_slot *m = merge_find(w->t->merges, w->t->merge_mask, merge_key(w->sym[left].id, w->sym[right].id));
-    if (m->key == UINT64_MAX)
+    const merge_slot *m = merge_find(w->t->merges, w->t->merge_mask, w->sym[left].id, w->sym[right].id);
+    if (m->left < 0)
         return;
-    tok_bigram b = {(double)m->rank, left, right, w->sym[left].n + w->sym[right].n, m->result};
+    tok_bigram b = {(double)m->rank, left, right, w->sym[left].n + w->sym[right].n};
     if (!tok_heap_push(&w->heap, b))
         w->oom = true;
 }
@@ -446,7 +430,7 @@ static void encode_word(bpe_work *w, const char *word, size_t n, tok_vec *out)
         if (!l->n || !r->n || l->n + r->n != b.size)
             continue;   /* one side changed since this pair was queued */
         l->n += r->n;
-        l->id = b.result;
+        l->id = tok_lookup(t, w->mapped, map_bytes(word + l->start, l->n, w->mapped));
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0)

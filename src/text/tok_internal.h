@@ -21,13 +21,13 @@ enum tok_model { TOK_MODEL_SPM, TOK_MODEL_BPE };
 
 typedef struct tok_slot {
     uint32_t hash;
+    uint32_t len;               /* of the text, checked before the text itself */
     int32_t id;                 /* -1: empty */
 } tok_slot;
 
 typedef struct merge_slot {
-    uint64_t key;               /* left id << 32 | right id; UINT64_MAX: empty */
+    int32_t left, right;        /* ids of the two sides; left -1: empty */
     int32_t rank;
-    int32_t result;             /* id of the concatenated text */
 } merge_slot;
 
 /* A node of the trie of special-token texts, matched against raw text before tokenizing. */
@@ -53,7 +53,6 @@ struct tokenizer {
     uint8_t *type;              /* per vocabulary id (enum tok_type) */
     tok_slot *slots;            /* text -> id; the last of duplicate texts wins */
     uint32_t slot_mask, n_slots_used;
-    uint32_t max_text_len;
 
     trie_node *trie;
     int32_t n_trie;
@@ -94,7 +93,6 @@ typedef struct tok_bigram {
     double key;                 /* SPM: -score; BPE: merge rank */
     int32_t left, right;        /* symbol indices */
     uint32_t size;              /* bytes of the merged text (detects stale entries) */
-    int32_t result;             /* token id of the merged text */
 } tok_bigram;
 typedef struct tok_heap {
     tok_bigram *v;

@@ -25,7 +25,7 @@ static void try_merge(spm_session *s, int32_t left, int32_t right)
     int32_t id = tok_lookup(s->t, s->text + s->sym[left].start, size);
     if (id < 0 || id >= s->t->n_vocab)
         return;
-    tok_bigram b = {-(double)s->t->score[id], left, right, size, id};
+    tok_bigram b = {-(double)s->t->score[id], left, right, size};
     if (!tok_heap_push(&s->heap, b))
         s->oom = true;
 }

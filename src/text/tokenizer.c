@@ -6,8 +6,9 @@
 
 #include "text/tok_internal.h"
 
-/* Inputs longer than this are refused: symbol indices are 32-bit. */
-#define TOK_MAX_INPUT ((size_t)1 << 30)
+/* Inputs longer than this are refused: symbol indices are 32-bit, and the SPM segmenter's text
+ * (spaces written as 3-byte U+2581) can be three times as long as the input. */
+#define TOK_MAX_INPUT ((size_t)1 << 28)
 
 /* ---- interned texts ---- */
 
@@ -27,7 +28,7 @@ static tok_slot *find_slot(const tokenizer *t, const char *s, size_t n, uint32_t
         tok_slot *sl = &t->slots[i];
         if (sl->id < 0)
             return sl;
-        if (sl->hash == h && t->text_len[sl->id] == n && !memcmp(tok_text(t, sl->id), s, n))
+        if (sl->hash == h && sl->len == n && !memcmp(tok_text(t, sl->id), s, n))
             return sl;
     }
 }
@@ -103,11 +104,10 @@ int32_t tok_intern(tokenizer *t, const char *s, size_t n, bool dup_wins)
     memcpy(t->arena + t->arena_len, s, n);
     t->arena[t->arena_len + n] = '\0';
     t->arena_len += n + 1;
-    if (n > t->max_text_len)
-        t->max_text_len = (uint32_t)n;
     if (sl->id < 0)
         t->n_slots_used++;
     sl->hash = h;
+    sl->len = (uint32_t)n;
     sl->id = id;
     return id;
 }
@@ -518,8 +518,10 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
         tok_vec_push(&v, t->bos);
     special_match *m;
     size_t nm;
-    if (find_specials(t, text, len, parse_special, &m, &nm) < 0)
+    if (find_specials(t, text, len, parse_special, &m, &nm) < 0) {
+        free(v.v);
         return -1;
+    }
     /* SPM adds its space prefix at the start of the text and after every special token. */
     size_t at = 0;
     bool after_special = true;

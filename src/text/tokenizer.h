@@ -34,7 +34,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
                      bool parse_special, int32_t **out);
 
 /* The bytes a token stands for (SPM: U+2581 -> space, <0xNN> -> byte; BPE: byte-level decoded).
- * special: render control tokens as their text (else they give no bytes). */
+ * special: render control tokens as their text (else they give no bytes). Returns the full
+ * length of the piece and copies at most cap bytes of it (like snprintf, without a NUL). */
 size_t tokenizer_piece(const tokenizer *t, int32_t id, bool special, char *buf, size_t cap);
 
 /* Streaming detokenization: bytes are released only as complete UTF-8 sequences. */
@@ -44,7 +45,8 @@ typedef struct detok_stream {
     bool first;        /* SPM: drop the leading space of the very first piece */
 } detok_stream;
 void detok_init(detok_stream *s);
-/* Appends the printable bytes of token id to out (at most cap); returns the count. */
+/* Appends the printable bytes of token id to out (at most cap); returns the count. A token of
+ * piece length n releases at most 3 * n + 4 bytes; what does not fit in cap is dropped. */
 size_t detok_push(detok_stream *s, const tokenizer *t, int32_t id, char *out, size_t cap);
 /* Flush what is left (an incomplete sequence becomes U+FFFD). */
 size_t detok_flush(detok_stream *s, char *out, size_t cap);
