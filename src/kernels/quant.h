@@ -74,27 +74,48 @@ static inline int32_t clampi(int32_t v, int32_t lo, int32_t hi)
 /* Q4_K / Q5_K: the eight 6-bit scales and mins packed in 12 bytes. Sub-blocks 0-3 keep their
  * scale and min in the low 6 bits of bytes 0-3 and 4-7; sub-blocks 4-7 keep the low 4 bits in
  * the nibbles of bytes 8-11 and the top 2 bits in the spare high bits of bytes 0-7. */
+static inline void k4_unpack_scales_u64(const uint8_t packed[12], uint64_t *sc, uint64_t *m)
+{
+    uint32_t u[3];
+    memcpy(u, packed, 12);
+    uint32_t s_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+    uint32_t s_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    *sc = s_lo | (uint64_t)s_hi << 32;
+    *m = m_lo | (uint64_t)m_hi << 32;
+}
+
 static inline void k4_unpack_scales(const uint8_t packed[12], uint8_t sc[8], uint8_t m[8])
 {
-    uint32_t u[3], s[2], mn[2];
-    memcpy(u, packed, 12);
-    s[0] = u[0] & 0x3f3f3f3f;
-    mn[0] = u[1] & 0x3f3f3f3f;
-    s[1] = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-    mn[1] = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-    memcpy(sc, s, 8);
-    memcpy(m, mn, 8);
+    uint64_t s, mn;
+    k4_unpack_scales_u64(packed, &s, &mn);
+    memcpy(sc, &s, 8);
+    memcpy(m, &mn, 8);
 }
 
 /* Q3_K: sixteen 6-bit scales (stored + 32) in 12 bytes: low nibbles in bytes 0-7 (scales 0-7
- * low nibble, 8-15 high nibble), top 2 bits of scale j at bits 2*(j/4) of byte 8 + j%4. */
+ * low nibble, 8-15 high nibble), top 2 bits of scale j at bits 2*(j/4) of byte 8 + j%4.
+ * Returns the stored (offset) values, scales 0-7 in lo and 8-15 in hi, one per byte. */
+static inline void k3_unpack_scales_u64(const uint8_t packed[12], uint64_t *lo, uint64_t *hi)
+{
+    uint64_t l;
+    uint32_t h;
+    memcpy(&l, packed, 8);
+    memcpy(&h, packed + 8, 4);
+    uint64_t top_lo = (h & 0x03030303u) | (uint64_t)((h >> 2) & 0x03030303u) << 32;
+    uint64_t top_hi = ((h >> 4) & 0x03030303u) | (uint64_t)((h >> 6) & 0x03030303u) << 32;
+    *lo = (l & 0x0f0f0f0f0f0f0f0full) | top_lo << 4;
+    *hi = ((l >> 4) & 0x0f0f0f0f0f0f0f0full) | top_hi << 4;
+}
+
 static inline void k3_unpack_scales(const uint8_t packed[12], int8_t sc[16])
 {
-    for (int j = 0; j < 16; j++) {
-        int lo = j < 8 ? packed[j] & 0xf : packed[j - 8] >> 4;
-        int hi = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        sc[j] = (int8_t)((lo | hi << 4) - 32);
-    }
+    uint64_t v[2];
+    k3_unpack_scales_u64(packed, &v[0], &v[1]);
+    uint8_t u[16];
+    memcpy(u, v, 16);
+    for (int j = 0; j < 16; j++)
+        sc[j] = (int8_t)(u[j] - 32);
 }
 
 /* Quantized level of element e (0..255) of a K-quant block, as the format defines it. */

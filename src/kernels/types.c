@@ -9,7 +9,7 @@
 /* Only the current architecture's SIMD files are built (CMakeLists.txt). */
 #if defined(__x86_64__)
 #define ON_X86 1
-#define AVX2(f) NULL
+#define AVX2(f) f
 #define AVX512(f) NULL
 #else
 #define ON_X86 0

@@ -18,7 +18,7 @@
  * n passed to to_float / from_float / vec_dot is a multiple of the type's block size.
  *
  * vec_dot is resolved once by kern_init() from the CPU's features (cpu.h); every path must agree
- * with the scalar reference within the tolerance stated in tests/test_quant.c. */
+ * with the scalar reference within the tolerance stated in tests/support/quant_check.c. */
 #ifndef PRIMA_KERNEL_TYPES_H
 #define PRIMA_KERNEL_TYPES_H
 

@@ -1,0 +1,65 @@
+/* quant_x86.h — AVX2 building blocks shared by the x86 paths (quant_avx2.c, quant_avx512.c).
+ * Include only from files built with at least -mavx2 -mfma -mf16c. */
+#ifndef PRIMA_KERNELS_QUANT_X86_H
+#define PRIMA_KERNELS_QUANT_X86_H
+
+#include <immintrin.h>
+
+#include "kernels/quant.h"
+
+static inline float hsum_ps256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256i loadu256(const void *p)
+{
+    return _mm256_loadu_si256((const __m256i *)p);
+}
+
+/* F16C converts exactly like half_to_f32 (fp16 -> fp32 is exact). */
+static inline float half_f16c(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* Products of 32 signed bytes summed in pairs to 16 int16. maddubs wants one unsigned operand:
+ * move w's sign onto a. No saturation: |w| <= 128 and |a| <= 127 give at most 32512. */
+static inline __m256i mul_i8_pairs(__m256i w, __m256i a)
+{
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+/* ... and on to 8 int32 partial sums. */
+static inline __m256i dot_i8x32(__m256i w, __m256i a)
+{
+    return _mm256_madd_epi16(mul_i8_pairs(w, a), _mm256_set1_epi16(1));
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes: the low nibbles, then the high nibbles (the element
+ * order of Q4_0 and IQ4_NL). */
+static inline __m256i nibbles_lo_hi(const uint8_t *p)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* Bytes 2j, 2j+1 in every 16-bit slot: with _mm256_shuffle_epi8 on a lane-broadcast vector of
+ * eight int16 scales, fills a register with scale j. */
+static inline __m256i scale_selector(int j)
+{
+    return _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j)));
+}
+
+/* Scale j in lane 0 and scale j+1 in lane 1 (the two 16-element halves of a 32-byte group). */
+static inline __m256i scale_pair_selector(int j)
+{
+    return _mm256_set_m128i(_mm_set1_epi16((short)(((2 * j + 3) << 8) | (2 * j + 2))),
+                            _mm_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+}
+
+#endif

@@ -1,0 +1,8 @@
+/* The neon dot products against the scalar reference (tests/support/quant_check.c).
+ * Skipped (exit 77) on a CPU or build without this path. */
+#include "support/quant_check.h"
+
+int main(void)
+{
+    return quant_check_path(KERN_NEON) ? 1 : 0;
+}
