@@ -68,6 +68,13 @@ grep -q "^greedy tokens: $want_ids$" "$tmp/out" || fail "logits greedy: $(grep g
 cmp -s "$tmp/l1.f32" "$tmp/l2.f32" || fail "logits differ between -p/1 thread and --tokens/2 threads"
 grep -Eq '"n_positions":[[:space:]]*5,' "$tmp/json" || fail "logits --json"
 
+# bench run: every measurement present, in JSON lines
+"$prima" bench run -m "$model" -t 2 --reps 1 --decode 2 --json >"$tmp/bench" || fail "bench run status"
+for op in load read_bandwidth first_token prefill prefill_roofline decode decode_roofline memory; do
+    grep -q "\"op\":\"$op\"" "$tmp/bench" || fail "bench run: no $op"
+done
+[ "$(grep -c '"op":"prefill"' "$tmp/bench")" -eq 2 ] || fail "bench run: prefill at 64 and 512"
+
 # errors: one line naming the problem; 1 for errors, 2 for usage
 expect() { # STATUS TEXT COMMAND...
     local want=$1 text=$2
@@ -91,6 +98,9 @@ expect 1 "token id 512 is outside the vocabulary" "$prima" logits -m "$model" --
 expect 2 "expected comma-separated token ids" "$prima" logits -m "$model" --tokens 1,,2 -o "$tmp/x"
 expect 1 "$tmp/no/dir/x.f32" "$prima" logits -m "$model" --tokens 1 -o "$tmp/no/dir/x.f32"
 expect 2 "exactly one of -p TEXT and --tokens" "$prima" logits -m "$model" -o "$tmp/x"
+expect 2 "unknown option '--frob'" "$prima" bench run -m "$model" --frob
+expect 2 "no model" "$prima" bench run
+expect 1 "$tmp/none.gguf" "$prima" bench run -m "$tmp/none.gguf"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all checks passed"

@@ -1,0 +1,247 @@
+/* prima bench run — whole-model throughput on this device: prompt processing at 64 and 512
+ * tokens and decode, each beside the memory-bandwidth roofline measured in the same run.
+ *
+ * Decode reads every weight once per token, so its bound is (weight bytes per token) / (read
+ * bandwidth). Prefill reads the weights once per batch; its memory roofline is far above what
+ * arithmetic allows, and the fraction shows how compute-bound it is. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "cli/run_opts.h"
+#include "kernels/probe.h"
+#include "model/session.h"
+
+#define BANDWIDTH_BYTES (512ull << 20)
+static const int prefill_tokens[] = {64, 512};
+
+static const char usage_text[] =
+    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N]\n"
+    "\n"
+    "Run a model on this device and measure, in one run:\n"
+    "  load            seconds to open and check the model (the weights stay mapped)\n"
+    "  read_bandwidth  streaming read bandwidth of a 512 MiB buffer, GB/s\n"
+    "  first_token     seconds for the first decode step: with a cold page cache (e.g. after\n"
+    "                  echo 3 > /proc/sys/vm/drop_caches) this reads the weights from disk\n"
+    "  prefill         prompt tokens/s for 64 and 512 tokens (one batch each with the default\n"
+    "                  -b 512), with the memory roofline: tokens * bandwidth / weight bytes\n"
+    "  decode          ms per generated token (one token per evaluation, positions 1..N),\n"
+    "                  with the roofline: weight bytes per token / bandwidth\n"
+    "  memory          mapped weights, KV cache, scratch and peak resident MiB\n"
+    "'bound' is the fraction of the roofline reached; 'spread' the interquartile range of the\n"
+    "repetitions relative to their median (a busy machine shows a large one). The token ids\n"
+    "are a fixed pseudo-random sequence.\n"
+    "\n"
+    "  --reps N        repetitions of each prefill (default 3)\n"
+    "  --decode N      decode steps timed (default 32)\n"
+    "  --json          one JSON object per measurement and line (see prima bench kernels)\n";
+
+struct opts {
+    run_opts ro;
+    bool json;
+    int reps, n_decode;
+};
+
+static int parse(struct opts *o, int argc, char **argv)
+{
+    run_opts_init(&o->ro, RUN_OPT_MODEL);
+    o->ro.n_ctx = 0;
+    o->reps = 3;
+    o->n_decode = 32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int c = run_opts_parse(&o->ro, argc, argv, &i);
+        if (c < 0)
+            return 2;
+        if (c > 0)
+            continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            run_opts_usage(&o->ro, stdout);
+            fputs("                          (-c defaults to 512 + the decode steps + 1)\n"
+                  "  -h, --help              show this help\n",
+                  stdout);
+            return -1;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode")) {
+            if (i + 1 >= argc)
+                return cli_fail("%s needs a value", a), 2;
+            if (parse_int_arg(a, argv[++i], 1, 100000, a[2] == 'r' ? &o->reps : &o->n_decode))
+                return 2;
+        } else {
+            cli_fail("bench run: unknown option '%s' (see prima bench run --help)", a);
+            return 2;
+        }
+    }
+    return run_opts_finish(&o->ro) ? 2 : 0;
+}
+
+static void report(const struct opts *o, bench_result r)
+{
+    r.threads = o->ro.n_threads;
+    bench_print(&r, o->json);
+}
+
+/* Bytes of weights one decode step reads: every layer, the final norm and output matrix, and
+ * one embedding row. */
+static double decode_bytes(const model *m)
+{
+    double b = (double)m->output->nbytes + (double)m->output_norm->nbytes;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        b += (double)model_layer_bytes(m, il);
+    return b + (double)m->tok_embd->nbytes / m->hp.n_vocab;
+}
+
+static void fill_tokens(int32_t *t, int n, int n_vocab)
+{
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        t[i] = (int32_t)(x % (uint64_t)n_vocab);
+    }
+}
+
+static int measure(const struct opts *o, const model *m, kern_ctx *kc, session *s, double bw)
+{
+    char err[256];
+    const int max_prompt = prefill_tokens[1];
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_prompt + o->n_decode));
+    double *secs = malloc(sizeof(double) * (size_t)(o->reps > o->n_decode ? o->reps : o->n_decode));
+    if (!toks || !secs) {
+        free(toks);
+        free(secs);
+        return cli_fail("bench run: out of memory");
+    }
+    fill_tokens(toks, max_prompt + o->n_decode, m->hp.n_vocab);
+    const double wbytes = decode_bytes(m);
+    double spread;
+    int rc = 0;
+
+    double t0 = probe_now();
+    if (session_eval(s, toks, 1, NULL, err, sizeof err)) {
+        rc = cli_fail("bench run: %s", err);
+        goto out;
+    }
+    report(o, (bench_result){.op = "first_token", .value = probe_now() - t0, .unit = "s",
+                             .fraction = -1, .spread = -1});
+
+    for (size_t k = 0; k < sizeof prefill_tokens / sizeof prefill_tokens[0]; k++) {
+        int n = prefill_tokens[k];
+        for (int r = 0; r < o->reps; r++) {
+            session_truncate(s, 0);
+            t0 = probe_now();
+            if (session_eval(s, toks, n, NULL, err, sizeof err)) {
+                rc = cli_fail("bench run: %s", err);
+                goto out;
+            }
+            secs[r] = probe_now() - t0;
+        }
+        double t = bench_median_spread(secs, o->reps, &spread);
+        /* the weights are read once per batch */
+        int batches = (n + s->n_batch - 1) / s->n_batch;
+        double roof = n * bw / (wbytes * batches);
+        report(o, (bench_result){.op = "prefill", .tokens = n, .value = n / t, .unit = "tok/s",
+                                 .fraction = (n / t) / roof, .spread = spread});
+        report(o, (bench_result){.op = "prefill_roofline", .tokens = n, .value = roof,
+                                 .unit = "tok/s", .fraction = -1, .spread = -1});
+    }
+
+    session_truncate(s, 0);
+    if (session_eval(s, toks, 1, NULL, err, sizeof err)) {
+        rc = cli_fail("bench run: %s", err);
+        goto out;
+    }
+    for (int i = 0; i < o->n_decode; i++) {
+        t0 = probe_now();
+        if (session_eval(s, &toks[1 + i], 1, NULL, err, sizeof err)) {
+            rc = cli_fail("bench run: %s", err);
+            goto out;
+        }
+        secs[i] = probe_now() - t0;
+    }
+    double t = bench_median_spread(secs, o->n_decode, &spread);
+    double roof_ms = 1e3 * wbytes / bw;
+    report(o, (bench_result){.op = "decode", .value = 1e3 * t, .unit = "ms/tok",
+                             .fraction = roof_ms / (1e3 * t), .spread = spread});
+    report(o, (bench_result){.op = "decode_roofline", .value = roof_ms, .unit = "ms/tok",
+                             .fraction = -1, .spread = -1});
+
+    uint64_t kv, scratch;
+    engine_memory(s->e, &kv, &scratch);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const double mib = 1024.0 * 1024.0;
+    const struct { const char *what; double v; } mem[] = {
+        {"weights", (double)m->file->size / mib}, {"kv_cache", (double)kv / mib},
+        {"scratch", (double)scratch / mib}, {"peak_resident", (double)ru.ru_maxrss / 1024.0}};
+    for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
+        report(o, (bench_result){.op = "memory", .source = mem[i].what, .value = mem[i].v,
+                                 .unit = "MiB", .fraction = -1, .spread = -1});
+out:
+    (void)kc;
+    free(toks);
+    free(secs);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    struct opts o = {0};
+    int rc = parse(&o, argc, argv);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    char err[512];
+    double t0 = probe_now();
+    model *m = model_load(o.ro.model, err, sizeof err);
+    if (!m)
+        return cli_fail("%s", err);
+    if (o.ro.mlock && model_mlock(m, err, sizeof err)) {
+        model_free(m);
+        return cli_fail("%s", err);
+    }
+    double load_s = probe_now() - t0;
+    kern_ctx *kc = kern_ctx_create(o.ro.n_threads);
+    int n_ctx = o.ro.n_ctx ? o.ro.n_ctx : prefill_tokens[1] + o.n_decode + 1;
+    session *s = kc ? session_create(m, kc, n_ctx, o.ro.n_batch, err, sizeof err) : NULL;
+    if (!s) {
+        rc = kc ? cli_fail("%s", err) : cli_fail("cannot start %d threads", o.ro.n_threads);
+    } else if (n_ctx < prefill_tokens[1] + o.n_decode + 1) {
+        rc = cli_fail("bench run: -c %d is too small for 512 prompt tokens and %d decode steps",
+                      n_ctx, o.n_decode);
+    } else {
+        const char *path = kern_path_name(kern_active_path());
+        if (o.json)
+            printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
+        else
+            printf("%s: %d layers, n_embd %d, vocab %d; SIMD path %s, %d threads\n"
+                   "%-7s %-22s %-11s %6s %3s %9s %-7s %7s %6s\n",
+                   o.ro.model, m->hp.n_layer, m->hp.n_embd, m->hp.n_vocab, path, o.ro.n_threads,
+                   "", "op", "", "tokens", "thr", "value", "unit", "bound", "spread");
+        report(&o, (bench_result){.op = "load", .value = load_s, .unit = "s", .fraction = -1,
+                                  .spread = -1});
+        double bw = probe_read_bandwidth(kc, BANDWIDTH_BYTES, 5);
+        if (bw <= 0) {
+            rc = cli_fail("bench run: cannot allocate the bandwidth buffer");
+        } else {
+            report(&o, (bench_result){.op = "read_bandwidth", .value = bw / 1e9, .unit = "GB/s",
+                                      .fraction = -1, .spread = -1});
+            rc = measure(&o, m, kc, s, bw);
+        }
+    }
+    session_free(s);
+    kern_ctx_free(kc);
+    model_free(m);
+    run_opts_free(&o.ro);
+    return rc;
+}
+
+const struct bench_sub bench_run = {
+    "run", "a model's prefill tokens/s and decode ms/token vs the memory-bandwidth roofline", run};
