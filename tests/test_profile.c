@@ -104,17 +104,28 @@ static const char mountinfo_container[] =
 static void cgroup_parsing(void)
 {
     char dir[512];
-    CHECK(cgroup_memory_dir(cgroup_v1, mountinfo_v1, dir, sizeof dir) == 1 &&
+    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "memory", dir, sizeof dir) == 1 &&
           !strcmp(dir, "/sys/fs/cgroup/memory/process_api/6c09c6bac4f99f9b5207d94bb1ce4255"),
           "v1 dir %s", dir);
-    CHECK(cgroup_memory_dir(cgroup_v2, mountinfo_v2, dir, sizeof dir) == 2 &&
+    CHECK(cgroup_dir(cgroup_v2, mountinfo_v2, "memory", dir, sizeof dir) == 2 &&
           !strcmp(dir, "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"), "v2 dir %s", dir);
-    CHECK(cgroup_memory_dir(cgroup_container, mountinfo_container, dir, sizeof dir) == 2 &&
+    CHECK(cgroup_dir(cgroup_container, mountinfo_container, "memory", dir, sizeof dir) == 2 &&
           !strcmp(dir, "/sys/fs/cgroup"), "container dir %s", dir);
-    CHECK(cgroup_memory_dir("0::/elsewhere\n", mountinfo_container, dir, sizeof dir) == 0,
+    CHECK(cgroup_dir("0::/elsewhere\n", mountinfo_container, "memory", dir, sizeof dir) == 0,
           "a cgroup outside the mounted subtree was resolved to %s", dir);
-    CHECK(cgroup_memory_dir("", "", dir, sizeof dir) == 0, "no cgroup resolved to %s", dir);
-    CHECK(cgroup_memory_dir(cgroup_v1, mountinfo_v1, dir, 8) == 0, "truncated dir returned");
+    CHECK(cgroup_dir("", "", "memory", dir, sizeof dir) == 0, "no cgroup resolved to %s", dir);
+    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "memory", dir, 8) == 0, "truncated dir returned");
+
+    /* the cpu controller of the same v1 layout, and of v2 */
+    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "cpu", dir, sizeof dir) == 1 &&
+          !strcmp(dir, "/sys/fs/cgroup/cpu"), "v1 cpu dir %s", dir);
+    CHECK(cgroup_dir(cgroup_v2, mountinfo_v2, "cpu", dir, sizeof dir) == 2 &&
+          !strcmp(dir, "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"), "v2 cpu dir %s", dir);
+    CHECK(parse_cpu_quota("50000 100000\n", NULL) == 0.5, "v2 cpu.max half a CPU");
+    CHECK(parse_cpu_quota("max 100000\n", NULL) == 0, "v2 cpu.max unlimited");
+    CHECK(parse_cpu_quota("250000\n", "100000\n") == 2.5, "v1 two and a half CPUs");
+    CHECK(parse_cpu_quota("-1\n", "100000\n") == 0, "v1 unlimited");
+    CHECK(parse_cpu_quota("", NULL) == 0, "empty cpu.max");
 
     CHECK(parse_cgroup_limit("max\n") == 0, "v2 max");
     CHECK(parse_cgroup_limit("9223372036854771712\n") == 0, "v1 unlimited");
@@ -151,10 +162,12 @@ static dev_profile sample_profile(void)
     p.os = OS_ANDROID;
     p.cores = 8;
     p.threads = 6;
+    p.cpu_quota = 2.5;
     strcpy(p.simd, "neon");
     p.cpu[DT_Q4_K] = (type_rate){1.25e10 / 3, 3.1e10};
     p.cpu[DT_Q6_K] = (type_rate){2.0e9, 0.1};
     p.cpu[DT_F32] = (type_rate){1e-300, 7};
+    p.noise = 0.07;
     p.mem_total = 8ULL << 30;
     p.mem_available = 3ULL << 30;
     p.mem_reclaimable = 123456789;

@@ -105,9 +105,10 @@ static bool list_has(const char *list, const char *item)
     return false;
 }
 
-/* The cgroup path of the process for the v1 memory controller (version 1) or the unified
- * hierarchy (version 2), from /proc/self/cgroup. */
-static bool cgroup_path(const char *proc_cgroup, int version, char *path, size_t len)
+/* The cgroup path of the process for a v1 controller (version 1) or the unified hierarchy
+ * (version 2), from /proc/self/cgroup. */
+static bool cgroup_path(const char *proc_cgroup, int version, const char *controller, char *path,
+                        size_t len)
 {
     char line[1024];
     for (const char *p = proc_cgroup; p && *p;) {
@@ -120,7 +121,7 @@ static bool cgroup_path(const char *proc_cgroup, int version, char *path, size_t
             if (c2) {
                 *c2 = '\0';
                 /* v2: "0::PATH" (hierarchy 0, no controller list); v1: "N:memory:PATH" */
-                bool match = version == 2 ? !strcmp(line, "0:") : list_has(c1 + 1, "memory");
+                bool match = version == 2 ? !strcmp(line, "0:") : list_has(c1 + 1, controller);
                 if (match && strlen(c2 + 1) < len) {
                     strcpy(path, c2 + 1);
                     return true;
@@ -133,8 +134,9 @@ static bool cgroup_path(const char *proc_cgroup, int version, char *path, size_t
 }
 
 /* Find the mount of a cgroup hierarchy in mountinfo: fstype "cgroup2" (version 2) or "cgroup"
- * with the memory controller in its super options (version 1). */
-static bool cgroup_mount(const char *mountinfo, int version, char *root, char *mnt, size_t len)
+ * with the controller in its super options (version 1). */
+static bool cgroup_mount(const char *mountinfo, int version, const char *controller, char *root,
+                         char *mnt, size_t len)
 {
     char line[2048];
     for (const char *p = mountinfo; p && *p;) {
@@ -156,7 +158,7 @@ static bool cgroup_mount(const char *mountinfo, int version, char *root, char *m
             char *super = source ? strtok_r(NULL, " ", &save) : NULL;
             bool match = nf == 5 && fstype &&
                          (version == 2 ? !strcmp(fstype, "cgroup2")
-                                       : !strcmp(fstype, "cgroup") && super && list_has(super, "memory"));
+                                       : !strcmp(fstype, "cgroup") && super && list_has(super, controller));
             if (match && strlen(f[3]) < len && strlen(f[4]) < len) {
                 strcpy(root, f[3]);
                 strcpy(mnt, f[4]);
@@ -168,14 +170,15 @@ static bool cgroup_mount(const char *mountinfo, int version, char *root, char *m
     return false;
 }
 
-int cgroup_memory_dir(const char *proc_cgroup, const char *mountinfo, char *dir, size_t dirlen)
+int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *controller, char *dir,
+               size_t dirlen)
 {
     char path[1024], root[1024], mnt[1024];
-    /* A memory controller on a v1 hierarchy takes precedence: on hybrid systems the unified
-     * hierarchy exists but does not control memory. */
+    /* A controller on a v1 hierarchy takes precedence: on hybrid systems the unified hierarchy
+     * exists but does not have the controllers v1 holds. */
     for (int version = 1; version <= 2; version++) {
-        if (!cgroup_path(proc_cgroup, version, path, sizeof path) ||
-            !cgroup_mount(mountinfo, version, root, mnt, sizeof mnt))
+        if (!cgroup_path(proc_cgroup, version, controller, path, sizeof path) ||
+            !cgroup_mount(mountinfo, version, controller, root, mnt, sizeof mnt))
             continue;
         /* The mount shows the hierarchy from `root` down (a container sees its own subtree);
          * a path outside it is not visible here. */
@@ -207,6 +210,20 @@ uint64_t parse_cgroup_limit(const char *text)
     if (end == text || v >= (1ULL << 62))
         return 0;
     return (uint64_t)v;
+}
+
+double parse_cpu_quota(const char *quota, const char *period)
+{
+    char *end;
+    double q = strtod(quota, &end);
+    if (end == quota || q <= 0)   /* "max" (v2) or -1 (v1): no quota */
+        return 0;
+    /* v2 has both in one file: "QUOTA PERIOD" */
+    const char *ps = period ? period : end;
+    double per = strtod(ps, &end);
+    if (end == ps || per <= 0)
+        return 0;
+    return q / per;
 }
 
 /* A "key value" line of memory.stat; false if absent. */
@@ -258,10 +275,12 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(j, "version", 1);
     cJSON_AddStringToObject(j, "name", p->name);
     cJSON_AddStringToObject(j, "os", os_class_name(p->os));
+    cJSON_AddNumberToObject(j, "noise", p->noise);
 
     cJSON *cpu = cJSON_AddObjectToObject(j, "cpu");
     cJSON_AddNumberToObject(cpu, "cores", p->cores);
     cJSON_AddNumberToObject(cpu, "threads", p->threads);
+    cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
     cJSON_AddStringToObject(cpu, "simd", p->simd);
     cJSON_AddItemToObject(cpu, "types", rates_to_json(p->cpu));
 
@@ -408,10 +427,12 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
         return -1;
     }
     p->os = osc < 0 ? OS_LINUX : (enum os_class)osc;
+    p->noise = jr_num(&r, j, "profile", "noise", 1e6);
 
     const cJSON *cpu = jr_obj(&r, j, "cpu");
     p->cores = (int)jr_num(&r, cpu, "cpu", "cores", 65536);
     p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
+    p->cpu_quota = jr_num(&r, cpu, "cpu", "quota", 65536);
     jr_str(&r, cpu, "cpu", "simd", p->simd, sizeof p->simd);
     jr_rates(&r, cpu, "cpu", p->cpu);
 

@@ -30,10 +30,12 @@ typedef struct type_rate {
 typedef struct dev_profile {
     char name[64];              /* host name, for messages */
     enum os_class os;
+    double noise;               /* largest relative spread (IQR / median) of any measurement */
 
     /* CPU */
     int cores;                  /* online CPUs */
     int threads;                /* threads the rates were measured with */
+    double cpu_quota;           /* CPUs the cgroup's CFS quota allows; 0 = no quota */
     char simd[16];              /* active kernel path (kern_path_name) */
     type_rate cpu[DT_COUNT];    /* per weight type; 0 = not measured */
 
@@ -79,10 +81,16 @@ typedef struct meminfo {
  * lack it. reclaimable = Cached + Buffers + SReclaimable - Shmem. Returns 0 or -1 (err set). */
 int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen);
 
-/* The memory cgroup of the process: where its files are, from /proc/self/cgroup and
- * /proc/self/mountinfo. Writes the directory (v2 unified, or the v1 memory controller) into dir
- * and returns 2 or 1 for the version, 0 if the process has no memory cgroup mounted. */
-int cgroup_memory_dir(const char *proc_cgroup, const char *mountinfo, char *dir, size_t dirlen);
+/* The process's cgroup for a controller ("memory", "cpu"): where its files are, from
+ * /proc/self/cgroup and /proc/self/mountinfo. Writes the directory (the v1 hierarchy holding the
+ * controller, else the v2 unified one) into dir and returns 1 or 2 for the version, 0 if none is
+ * mounted where this process can see it. */
+int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *controller, char *dir,
+               size_t dirlen);
+
+/* CPUs a CFS quota allows: v2 cpu.max ("QUOTA PERIOD", period NULL) or v1 cpu.cfs_quota_us and
+ * cpu.cfs_period_us. 0 = no quota ("max", -1). */
+double parse_cpu_quota(const char *quota, const char *period);
 
 /* A limit file: "max" (v2) or a number; values at or above 2^62 (v1's "unlimited") mean none.
  * Returns the limit, or 0 for none or unreadable text. */

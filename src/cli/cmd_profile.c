@@ -1,0 +1,105 @@
+/* prima profile — measure this device as Halda sees it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "sched/measure.h"
+
+static const char usage_text[] =
+    "usage: prima profile [-m FILE] [-t N] [--json]\n"
+    "\n"
+    "Measure this device for the layer scheduler (Halda), in under 10 seconds and 0.5 GiB of\n"
+    "memory, writing no files:\n"
+    "  cpu      usable cores, the active SIMD path, and the throughput of prima's own\n"
+    "           matrix-vector (1 token) and matrix-matrix (32 tokens) kernels for every weight\n"
+    "           type of the model (without -m: every type the kernels compute), in weights/s\n"
+    "           on cache-resident matrices;\n"
+    "  memory   total, available (MemAvailable), reclaimable page cache, swap, the memory\n"
+    "           cgroup's limit (v1 or v2, lowest of the cgroup and its ancestors), usage and\n"
+    "           page cache when the limit is below the machine's memory; read bandwidth over\n"
+    "           a 128 MiB buffer;\n"
+    "  disk     (with -m) sequential (1 MiB requests) and random (16 KiB) read throughput of\n"
+    "           the model file itself with the page cache bypassed: O_DIRECT, or evicting\n"
+    "           with posix_fadvise where the file system has no O_DIRECT (\"cached\" and 0\n"
+    "           when the file stays in memory regardless, e.g. on tmpfs);\n"
+    "  os       linux, android or macos (memory is measured on Linux and Android);\n"
+    "  gpu      none yet (no GPU backend).\n"
+    "Every figure is the median of repeated runs; \"noise\" is the largest interquartile\n"
+    "spread relative to its median (a busy machine shows a large one: profile again).\n"
+    "\n"
+    "  -m FILE     the GGUF model to plan for (weight types, disk holding it)\n"
+    "  -t N        threads for the kernel measurements (default: every usable CPU)\n"
+    "  --json      print the profile as JSON (the input of prima plan --device)\n"
+    "  -h, --help  show this help\n"
+    "\n"
+    "Exit status: 0 on success, 1 if a measurement fails, 2 on a usage error.\n";
+
+static void print_text(const dev_profile *p, const char *model)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    printf("device     %s (%s)\n", p->name, os_class_name(p->os));
+    printf("cpu        %d usable cores, measured with %d threads, SIMD path %s\n", p->cores,
+           p->threads, p->simd);
+    for (int t = 0; t < DT_COUNT; t++)
+        if (p->cpu[t].matvec > 0)
+            printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
+                   dtype_get((uint32_t)t)->name, p->cpu[t].matvec / 1e9, p->cpu[t].matmul / 1e9);
+    printf("memory     total %.2f GiB, available %.2f GiB, reclaimable %.2f GiB, swap %.2f of "
+           "%.2f GiB free\n", p->mem_total / gib, p->mem_available / gib, p->mem_reclaimable / gib,
+           p->swap_free / gib, p->swap_total / gib);
+    if (p->cgroup_limit)
+        printf("cgroup     limit %.2f GiB, usage %.2f GiB of which %.2f GiB page cache\n",
+               p->cgroup_limit / gib, p->cgroup_usage / gib, p->cgroup_reclaimable / gib);
+    printf("           %.2f GiB usable by inference before the reserve\n",
+           profile_available(p) / gib);
+    printf("bandwidth  %.2f GB/s read\n", p->mem_bw / 1e9);
+    if (model)
+        printf("disk       sequential %.3f GB/s, random 16 KiB %.3f GB/s (%s, %s)\n",
+               p->disk_seq / 1e9, p->disk_rand / 1e9, p->disk_method, model);
+    printf("gpu        none\n");
+    printf("noise      %.0f%%\n", 100 * p->noise);
+}
+
+static int run(int argc, char **argv)
+{
+    profile_opts o = {0};
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "-m") && i + 1 < argc) {
+            o.model_path = argv[++i];
+        } else if (!strcmp(a, "-t") && i + 1 < argc) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 256) {
+                cli_fail("profile: -t wants a thread count from 1 to 256, not '%s'", argv[i]);
+                return 2;
+            }
+            o.threads = (int)n;
+        } else {
+            cli_fail("profile: unknown or incomplete option '%s' (see prima profile --help)", a);
+            return 2;
+        }
+    }
+    dev_profile p;
+    char err[512];
+    if (profile_measure(&o, &p, err, sizeof err))
+        return cli_fail("%s", err);
+    if (json) {
+        cJSON *j = profile_to_json(&p);
+        char *s = cJSON_Print(j);
+        puts(s);
+        free(s);
+        cJSON_Delete(j);
+    } else
+        print_text(&p, o.model_path);
+    return 0;
+}
+
+const struct cli_command cli_cmd_profile = {"profile", "measure this device for the scheduler", run};

@@ -1,0 +1,522 @@
+/* measure.c — profiling this device (measure.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "kernels/kern.h"
+#include "kernels/probe.h"
+#include "sched/measure.h"
+
+#define MIB (1024.0 * 1024.0)
+
+/* Bandwidth buffer: larger than any last-level cache the target devices have. */
+#define BW_BYTES (128u << 20)
+/* Kernel rates: a matrix of about this size stays in cache, so the rate is the kernels' compute
+ * rate; memory traffic is the bandwidth's part of the cost model. */
+#define RATE_MATRIX_BYTES (1u << 20)
+#define RATE_N_IN 4096
+#define RATE_TOKENS 32
+/* Repetitions: each at least BATCH_SECONDS long; the median of REPS. */
+#define BATCH_SECONDS 0.02
+#define REPS 7
+/* Time for all kernel rates together, shared by the weight types measured. */
+#define RATES_SECONDS 3.0
+/* Integer dot-product paths do up to four multiply-adds where float FMA does one. */
+#define INT_DOT_FACTOR 4
+/* Disk: sequential reads of 1 MiB in up to 32 MiB regions; random reads of 16 KiB (the page
+ * size macOS faults in); samples of at least SAMPLE_SECONDS, at most DISK_SECONDS per test. */
+#define SEQ_CHUNK (1u << 20)
+#define SEQ_REGION (32u << 20)
+#define RAND_BLOCK (16u << 10)
+#define SAMPLE_SECONDS 0.05
+#define DISK_SECONDS 1.0
+#define DIRECT_ALIGN 4096
+
+/* A small system file as a C string (NULL if unreadable). */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 14, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1 || cap >= (4u << 20))
+            break;
+        char *bigger = realloc(buf, cap * 2);
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
+    }
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* A limit or counter file of the memory cgroup, in bytes (0 if absent or no limit). */
+static uint64_t read_cgroup_value(const char *dir, const char *file)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    char *t = read_text(path);
+    uint64_t v = t ? parse_cgroup_limit(t) : 0;
+    free(t);
+    return v;
+}
+
+static uint64_t min_limit(uint64_t a, uint64_t b)
+{
+    return !a ? b : !b ? a : a < b ? a : b;
+}
+
+/* The lowest limit of the cgroup and its visible ancestors: each caps its whole subtree. */
+static uint64_t cgroup_limit(char *dir, int version)
+{
+    uint64_t lim = 0;
+    char path[1200];
+    for (;;) {
+        snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "memory.max" : "memory.limit_in_bytes");
+        if (access(path, R_OK))
+            break;   /* above the cgroup mount */
+        if (version == 2) {
+            lim = min_limit(lim, read_cgroup_value(dir, "memory.max"));
+            lim = min_limit(lim, read_cgroup_value(dir, "memory.high"));  /* reclaim starts here */
+        } else
+            lim = min_limit(lim, read_cgroup_value(dir, "memory.limit_in_bytes"));
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        *slash = '\0';
+    }
+    return lim;
+}
+
+/* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota). */
+static double cpu_quota(void)
+{
+    char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
+    char dir[1024];
+    int version = cg && mounts ? cgroup_dir(cg, mounts, "cpu", dir, sizeof dir) : 0;
+    free(cg);
+    free(mounts);
+    double q = 0;
+    while (version) {
+        char path[1200], path2[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "cpu.max" : "cpu.cfs_quota_us");
+        snprintf(path2, sizeof path2, "%s/cpu.cfs_period_us", dir);
+        char *a = read_text(path), *b = version == 1 ? read_text(path2) : NULL;
+        double here = a && (version == 2 || b) ? parse_cpu_quota(a, b) : 0;
+        bool found = a != NULL;
+        free(a);
+        free(b);
+        if (!found)
+            break;   /* above the cgroup mount */
+        if (here > 0 && (q == 0 || here < q))
+            q = here;
+        char *slash = strrchr(dir, '/');
+        if (!slash || slash == dir)
+            break;
+        *slash = '\0';
+    }
+    return q;
+}
+
+int profile_memory(dev_profile *p, char *err, size_t errlen)
+{
+    char *text = read_text("/proc/meminfo");
+    if (!text) {
+        snprintf(err, errlen, "profile: cannot read /proc/meminfo (memory is measured on Linux "
+                 "and Android only)");
+        return -1;
+    }
+    meminfo mi;
+    int rc = parse_meminfo(text, &mi, err, errlen);
+    free(text);
+    if (rc)
+        return -1;
+    p->mem_total = mi.total;
+    p->mem_available = mi.available;
+    p->mem_reclaimable = mi.reclaimable;
+    p->swap_total = mi.swap_total;
+    p->swap_free = mi.swap_free;
+    p->cgroup_limit = p->cgroup_usage = p->cgroup_reclaimable = 0;
+
+    char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
+    char dir[1024];
+    int version = cg && mounts ? cgroup_dir(cg, mounts, "memory", dir, sizeof dir) : 0;
+    free(cg);
+    free(mounts);
+    if (!version)
+        return 0;
+    char stat_path[1100];
+    snprintf(stat_path, sizeof stat_path, "%s/memory.stat", dir);
+    char *stat = read_text(stat_path);
+    cgroup_stat cs = {0};
+    if (stat)
+        parse_cgroup_stat(stat, &cs);
+    free(stat);
+    uint64_t usage = read_cgroup_value(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes");
+    uint64_t lim = min_limit(cgroup_limit(dir, version), cs.hier_limit);
+    if (lim && lim < mi.total) {
+        p->cgroup_limit = lim;
+        p->cgroup_usage = usage;
+        p->cgroup_reclaimable = cs.reclaimable < usage ? cs.reclaimable : usage;
+    }
+    return 0;
+}
+
+static enum os_class detect_os(void)
+{
+#if defined(__APPLE__)
+    return OS_MACOS;
+#else
+    /* Android (Termux included) always has its system partition and ANDROID_ROOT */
+    if (getenv("ANDROID_ROOT") || access("/system/build.prop", F_OK) == 0)
+        return OS_ANDROID;
+    return OS_LINUX;
+#endif
+}
+
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Median of v[0..n) and its relative spread (interquartile range / median); sorts v. */
+static double median_spread(double *v, int n, double *spread)
+{
+    double med = probe_median(v, n);
+    double s = med > 0 ? (v[(3 * n) / 4] - v[n / 4]) / med : 0;
+    if (s > *spread)
+        *spread = s;
+    return med;
+}
+
+/* A CPU-bound rate from repeated short runs. Under a CFS quota smaller than the threads used,
+ * runs that hit the throttle are stretched by an amount that depends on where in the quota
+ * period they fell, so the unthrottled rate (the fastest run) is scaled to the share of time
+ * the quota grants instead: quota_share = quota / threads. */
+static double cpu_rate(double *v, int n, double quota_share, double *spread)
+{
+    double med = median_spread(v, n, spread);
+    return quota_share < 1 ? v[n - 1] * quota_share : med;
+}
+
+/* ---- kernel rates ---- */
+
+typedef struct rate_job {
+    kern_ctx *c;
+    const void *w;
+    enum dtype t;
+    int n_in;
+    const float *x;
+    float *y;
+} rate_job;
+
+/* Weight-token products per second of kern_matmul with n_tokens tokens: the median of up to
+ * REPS batches (at least 3) of about BATCH_SECONDS each, within about `budget` seconds. */
+static double time_matmul(const rate_job *j, int n_out, int n_tokens, double budget,
+                          double quota_share, double *spread)
+{
+    double t0 = probe_now();
+    kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);   /* warm up */
+    double t_call = probe_now() - t0;
+    int calls = t_call >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / fmax(t_call, 1e-7));
+    int reps = (int)(budget / (calls * fmax(t_call, 1e-7)));
+    reps = reps < 3 ? 3 : reps > REPS ? REPS : reps;
+    double rates[REPS];
+    double work = (double)j->n_in * n_out * n_tokens * calls;
+    for (int r = 0; r < reps; r++) {
+        t0 = probe_now();
+        for (int i = 0; i < calls; i++)
+            kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);
+        rates[r] = work / (probe_now() - t0);
+    }
+    return cpu_rate(rates, reps, quota_share, spread);
+}
+
+static uint64_t lcg_next(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return *s >> 16;
+}
+
+static int measure_type(kern_ctx *c, enum dtype t, double fma_peak, double budget,
+                        double quota_share, type_rate *out, double *spread, char *err,
+                        size_t errlen)
+{
+    const kern_type *kt = kern_type_get(t);
+    const char *name = dtype_get((uint32_t)t)->name;
+    if (!kt) {
+        snprintf(err, errlen, "profile: the kernels cannot compute %s weights", name);
+        return -1;
+    }
+    size_t row = dtype_row_bytes(t, RATE_N_IN);
+    int threads = kern_ctx_threads(c);
+    int n_out = (int)(RATE_MATRIX_BYTES / row);
+    if (n_out < 8 * threads)
+        n_out = 8 * threads;
+    uint8_t *w = malloc(row * (size_t)n_out);
+    float *f = malloc(sizeof(float) * RATE_N_IN);
+    float *x = malloc(sizeof(float) * RATE_N_IN * RATE_TOKENS);
+    float *y = malloc(sizeof(float) * (size_t)n_out * RATE_TOKENS);
+    int rc = -1;
+    if (!w || !f || !x || !y) {
+        snprintf(err, errlen, "profile: out of memory measuring %s", name);
+        goto done;
+    }
+    /* quantized random rows (one row repeated: the values do not change the work) */
+    uint64_t s = 0x9e3779b97f4a7c15ULL + (uint64_t)t;
+    for (int i = 0; i < RATE_N_IN; i++)
+        f[i] = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
+    kt->from_float(f, w, RATE_N_IN);
+    for (int r = 1; r < n_out; r++)
+        memcpy(w + (size_t)r * row, w, row);
+    for (int i = 0; i < RATE_N_IN * RATE_TOKENS; i++)
+        x[i] = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
+    rate_job j = {c, w, t, RATE_N_IN, x, y};
+    /* the batch product on an eighth of the rows: four times the matvec's work per call */
+    int mm_rows = n_out / 8 > 4 * threads ? n_out / 8 : 4 * threads;
+    out->matvec = time_matmul(&j, n_out, 1, budget / 2, quota_share, spread);
+    out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, quota_share, spread);
+    /* two flops per weight: more than the FMA peak allows means a broken timer or kernel
+     * (both are scaled alike under a quota) */
+    double cap = INT_DOT_FACTOR * fma_peak / 2;
+    if (!(out->matvec > 0 && out->matmul > 0) || out->matvec > cap || out->matmul > cap) {
+        snprintf(err, errlen, "profile: %s rates %.3g / %.3g weights/s fail the sanity check "
+                 "against the FMA peak (%.3g flop/s)", name, out->matvec, out->matmul, fma_peak);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(w);
+    free(f);
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* The weight types of a model's matrices. */
+static int model_types(const char *path, bool *present, char *err, size_t errlen)
+{
+    gguf_file *g = gguf_open(path, err, errlen);
+    if (!g)
+        return -1;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].n_dims >= 2)
+            present[g->tensors[i].type] = true;
+    gguf_close(g);
+    return 0;
+}
+
+/* ---- disk ---- */
+
+typedef struct disk_test {
+    int fd;
+    bool direct;        /* O_DIRECT; otherwise evict with posix_fadvise before reading */
+    uint64_t size;      /* file size rounded down to the alignment */
+    uint8_t *buf;
+    const char *path;
+} disk_test;
+
+static int read_at(disk_test *d, uint64_t off, size_t len, char *err, size_t errlen)
+{
+    if (!d->direct)
+        posix_fadvise(d->fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(d->fd, d->buf + done, len - done, (off_t)(off + done));
+        if (n <= 0) {
+            snprintf(err, errlen, "profile: reading %s at %llu: %s", d->path,
+                     (unsigned long long)(off + done), n < 0 ? strerror(errno) : "unexpected end");
+            return -1;
+        }
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+/* Sequential: 1 MiB requests front to back through up to three regions spread over the file
+ * (a small file: all of it), each sample reading for at least SAMPLE_SECONDS. */
+static int disk_sequential(disk_test *d, double *bps, double *spread, char *err, size_t errlen)
+{
+    uint64_t region = d->size / 3 / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (region > SEQ_REGION)
+        region = SEQ_REGION;
+    int n_regions = 3;
+    if (region < SEQ_CHUNK) {
+        region = d->size;
+        n_regions = 1;
+    }
+    double rates[REPS];
+    int n = 0, pass = 0;
+    double t_end = probe_now() + DISK_SECONDS;
+    while (n < REPS && (n < 3 || probe_now() < t_end)) {
+        double t0 = probe_now(), bytes = 0;
+        do {
+            uint64_t base = (uint64_t)(pass++ % n_regions) * (d->size / (uint64_t)n_regions) /
+                            DIRECT_ALIGN * DIRECT_ALIGN;
+            for (uint64_t off = 0; off < region; off += SEQ_CHUNK) {
+                size_t len = region - off < SEQ_CHUNK ? (size_t)(region - off) : SEQ_CHUNK;
+                if (read_at(d, base + off, len, err, errlen))
+                    return -1;
+            }
+            bytes += (double)region;
+        } while (probe_now() - t0 < SAMPLE_SECONDS);
+        rates[n++] = bytes / (probe_now() - t0);
+    }
+    *bps = median_spread(rates, n, spread);
+    return 0;
+}
+
+/* Random: 16 KiB reads at aligned pseudo-random offsets over the whole file, each sample
+ * reading for at least SAMPLE_SECONDS. */
+static int disk_random(disk_test *d, double *bps, double *spread, char *err, size_t errlen)
+{
+    uint64_t blocks = d->size / RAND_BLOCK;
+    if (blocks < 2) {
+        *bps = 0;
+        return 0;
+    }
+    uint64_t s = 0x2545f4914f6cdd1dULL;
+    double rates[REPS];
+    int n = 0;
+    double t_end = probe_now() + DISK_SECONDS;
+    while (n < REPS && (n < 3 || probe_now() < t_end)) {
+        double t0 = probe_now(), bytes = 0;
+        do {
+            if (read_at(d, lcg_next(&s) % blocks * RAND_BLOCK, RAND_BLOCK, err, errlen))
+                return -1;
+            bytes += RAND_BLOCK;
+        } while (probe_now() - t0 < SAMPLE_SECONDS);
+        rates[n++] = bytes / (probe_now() - t0);
+    }
+    *bps = median_spread(rates, n, spread);
+    return 0;
+}
+
+static int measure_disk(const char *path, dev_profile *p, char *err, size_t errlen)
+{
+    disk_test d = {.path = path, .direct = true};
+    d.fd = open(path, O_RDONLY | O_DIRECT);
+    if (d.fd < 0 && errno == EINVAL) {   /* file system without O_DIRECT (tmpfs, some FUSE) */
+        d.direct = false;
+        d.fd = open(path, O_RDONLY);
+    }
+    if (d.fd < 0) {
+        snprintf(err, errlen, "profile: cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    int rc = -1;
+    if (fstat(d.fd, &st)) {
+        snprintf(err, errlen, "profile: cannot stat %s: %s", path, strerror(errno));
+        goto done;
+    }
+    d.size = (uint64_t)st.st_size / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (d.size < DIRECT_ALIGN) {
+        snprintf(err, errlen, "profile: %s is too small to measure the disk", path);
+        goto done;
+    }
+    if (posix_memalign((void **)&d.buf, DIRECT_ALIGN, SEQ_CHUNK)) {
+        snprintf(err, errlen, "profile: out of memory for the disk test");
+        d.buf = NULL;
+        goto done;
+    }
+    double seq, rnd;
+    if (disk_sequential(&d, &seq, &p->noise, err, errlen) ||
+        disk_random(&d, &rnd, &p->noise, err, errlen))
+        goto done;
+    /* Evicting fails for pages someone maps or the file system keeps in memory (tmpfs): reads
+     * that fast came from RAM, so this device has no disk to plan reloads with. */
+    if (!d.direct && seq > p->mem_bw / 2) {
+        seq = rnd = 0;
+        snprintf(p->disk_method, sizeof p->disk_method, "cached");
+    } else
+        snprintf(p->disk_method, sizeof p->disk_method, d.direct ? "o_direct" : "fadvise");
+    p->disk_seq = seq;
+    p->disk_rand = rnd;
+    rc = 0;
+done:
+    free(d.buf);
+    close(d.fd);
+    return rc;
+}
+
+int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    if (gethostname(p->name, sizeof p->name - 1))
+        snprintf(p->name, sizeof p->name, "localhost");
+    p->os = detect_os();
+    p->cores = usable_cpus();
+    p->threads = o->threads > 0 ? o->threads : p->cores;
+    if (p->threads > KERN_MAX_THREADS) {
+        snprintf(err, errlen, "profile: %d threads (at most %d)", p->threads, KERN_MAX_THREADS);
+        return -1;
+    }
+    bool types[DT_COUNT] = {false};
+    if (o->model_path) {
+        if (model_types(o->model_path, types, err, errlen))
+            return -1;
+    } else {
+        for (int t = 0; t < DT_COUNT; t++)
+            types[t] = dtype_get((uint32_t)t) && kern_type_get((enum dtype)t);
+    }
+    if (profile_memory(p, err, errlen))
+        return -1;
+
+    kern_init();
+    snprintf(p->simd, sizeof p->simd, "%s", kern_path_name(kern_active_path()));
+    kern_ctx *c = kern_ctx_create(p->threads);
+    if (!c) {
+        snprintf(err, errlen, "profile: cannot start %d threads", p->threads);
+        return -1;
+    }
+    int rc = -1;
+    p->cpu_quota = cpu_quota();
+    double share = p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
+    double bws[3], fmas[3];
+    int n_bw = share < 1 ? 3 : 1;
+    for (int i = 0; i < n_bw; i++) {
+        bws[i] = probe_read_bandwidth(c, BW_BYTES, share < 1 ? 3 : 5);
+        fmas[i] = probe_fma_peak(c, share < 1 ? 2 : 3);
+    }
+    p->mem_bw = cpu_rate(bws, n_bw, share, &p->noise);
+    double fma = cpu_rate(fmas, n_bw, share, &p->noise);
+    if (!(p->mem_bw > 0) || !(fma > 0)) {
+        snprintf(err, errlen, "profile: cannot measure memory bandwidth (%.0f MiB buffer)",
+                 BW_BYTES / MIB);
+        goto done;
+    }
+    int n_types = 0;
+    for (int t = 0; t < DT_COUNT; t++)
+        n_types += types[t];
+    for (int t = 0; t < DT_COUNT; t++)
+        if (types[t] && measure_type(c, (enum dtype)t, fma, RATES_SECONDS / n_types, share,
+                                     &p->cpu[t], &p->noise, err, errlen))
+            goto done;
+    if (o->model_path && measure_disk(o->model_path, p, err, errlen))
+        goto done;
+    rc = 0;
+done:
+    kern_ctx_free(c);
+    return rc;
+}

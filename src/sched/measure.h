@@ -1,0 +1,28 @@
+/* measure.h — profiling this device: the numbers of profile.h, measured in a few seconds.
+ *
+ * Trustworthiness: every figure is the median of repeated runs, each long enough for timer and
+ * thread wake-up costs to vanish; the largest relative spread is kept in the profile (noise),
+ * and kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
+ * two flops per weight by more than the integer dot-product paths allow). Devices that share
+ * hardware must be profiled one after another: the head asks its workers in turn.
+ *
+ * Limits: under 10 s, under 0.5 GiB of memory (a 128 MiB bandwidth buffer, cache-sized
+ * matrices, a 1 MiB read buffer), no file written. */
+#ifndef PRIMA_MEASURE_H
+#define PRIMA_MEASURE_H
+
+#include "sched/profile.h"
+
+typedef struct profile_opts {
+    const char *model_path;  /* NULL: no disk test, CPU rates for every type the kernels compute */
+    int threads;             /* 0: every CPU this process may run on */
+} profile_opts;
+
+/* Returns 0, or -1 with a one-line error (an unreadable model file, a weight type the kernels
+ * cannot compute, a measurement that fails its sanity check). */
+int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t errlen);
+
+/* This process's memory as the planner sees it: /proc/meminfo and the memory cgroup. */
+int profile_memory(dev_profile *p, char *err, size_t errlen);
+
+#endif

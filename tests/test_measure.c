@@ -1,0 +1,51 @@
+/* Profiling this machine: memory agrees with the kernel's own count (sysinfo), the measured
+ * weight types are exactly those of the model (per the fixtures README), rates and the disk
+ * figures are positive and pass the profile's JSON validation. No speed is checked. */
+#include <string.h>
+#include <sys/sysinfo.h>
+
+#include "sched/measure.h"
+#include "test.h"
+
+int main(void)
+{
+    char err[512];
+    dev_profile p;
+    memset(&p, 0, sizeof p);
+    REQUIRE(profile_memory(&p, err, sizeof err) == 0, "%s", err);
+    struct sysinfo si;
+    REQUIRE(sysinfo(&si) == 0, "sysinfo");
+    CHECK(p.mem_total == (uint64_t)si.totalram * si.mem_unit, "MemTotal %llu, sysinfo %llu",
+          (unsigned long long)p.mem_total, (unsigned long long)si.totalram * si.mem_unit);
+    CHECK(p.mem_available > 0 && p.mem_available <= p.mem_total, "available %llu",
+          (unsigned long long)p.mem_available);
+    CHECK(profile_available(&p) <= p.mem_available, "cgroup rule raised the available memory");
+
+    const char *fx = test_fixtures();
+    char model[4096];
+    snprintf(model, sizeof model, "%s/models/synth-spm512-l4-e256-q4_k_m.gguf", fx);
+    profile_opts o = {.model_path = model, .threads = 1};
+    REQUIRE(profile_measure(&o, &p, err, sizeof err) == 0, "%s", err);
+    for (int t = 0; t < DT_COUNT; t++) {
+        bool want = t == DT_Q4_K || t == DT_Q6_K;   /* the README: Q4_K, Q6_K for some tensors */
+        CHECK(want == (p.cpu[t].matvec > 0 && p.cpu[t].matmul > 0), "type %s measured: %d",
+              dtype_get((uint32_t)t) ? dtype_get((uint32_t)t)->name : "?", p.cpu[t].matvec > 0);
+    }
+    CHECK(p.threads == 1 && p.cores >= 1, "threads %d cores %d", p.threads, p.cores);
+    CHECK(p.mem_bw > 0, "bandwidth %g", p.mem_bw);
+    CHECK(!strcmp(p.disk_method, "o_direct") || !strcmp(p.disk_method, "fadvise") ||
+              !strcmp(p.disk_method, "cached"), "disk method '%s'", p.disk_method);
+    CHECK(!strcmp(p.disk_method, "cached") ? p.disk_seq == 0 : p.disk_seq > 0 && p.disk_rand > 0,
+          "disk %g %g via %s", p.disk_seq, p.disk_rand, p.disk_method);
+    CHECK(!p.gpu_present && p.net_rtt == 0, "gpu or network filled in");
+
+    cJSON *j = profile_to_json(&p);
+    dev_profile back;
+    CHECK(profile_from_json(j, &back, "measured", err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(j);
+
+    o.model_path = "/nonexistent/model.gguf";
+    CHECK(profile_measure(&o, &p, err, sizeof err) == -1 && strstr(err, "/nonexistent/model.gguf"),
+          "missing model: %s", err);
+    return test_done();
+}
