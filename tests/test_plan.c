@@ -38,5 +38,27 @@ int main(void)
     bool owns[5];
     plan_owned_layers(&p, 1, owns);
     CHECK(!owns[0] && !owns[1] && owns[2] && !owns[3] && !owns[4], "device 1 owns the wrong layers");
+
+    /* Default windows: proportional to free memory, largest remainders first. */
+    ring_plan m;
+    CHECK(plan_by_memory(&m, 3, 16, 1, (uint64_t[]){4ull << 30, 2ull << 30, 2ull << 30}, err, sizeof err) == 0,
+          "%s", err);
+    CHECK(m.k == 1 && m.window[0] == 8 && m.window[1] == 4 && m.window[2] == 4,
+          "memory 4:2:2 over 16 layers gave %d,%d,%d k=%d", m.window[0], m.window[1], m.window[2], m.k);
+    CHECK(plan_by_memory(&m, 3, 16, 1, (uint64_t[]){0, 0, 0}, err, sizeof err) == 0 &&
+              m.window[0] == 6 && m.window[1] == 5 && m.window[2] == 5,
+          "unknown memory: %d,%d,%d", m.window[0], m.window[1], m.window[2]);
+    CHECK(plan_by_memory(&m, 3, 16, 2, (uint64_t[]){4ull << 30, 2ull << 30, 2ull << 30}, err, sizeof err) == 0 &&
+              m.k == 2 && m.window[0] == 4 && m.window[1] == 2 && m.window[2] == 2,
+          "k=2: %d,%d,%d k=%d", m.window[0], m.window[1], m.window[2], m.k);
+    CHECK(plan_by_memory(&m, 2, 7, 3, (uint64_t[]){1, 1}, err, sizeof err) == 0 && m.k == 3 &&
+              m.window[0] + m.window[1] == 3,
+          "7 layers in 3 rounds: %d,%d k=%d", m.window[0], m.window[1], m.k);
+
+    char text[64];
+    plan_format_layers(&p, 0, text, sizeof text);
+    CHECK(!strcmp(text, "0-1 3-4"), "device 0 of windows 2,1 over 5 layers: '%s'", text);
+    plan_format_layers(&p, 1, text, sizeof text);
+    CHECK(!strcmp(text, "2"), "device 1: '%s'", text);
     return test_done();
 }

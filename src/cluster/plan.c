@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <string.h>
 
 #include "cluster/plan.h"
 
@@ -68,4 +69,64 @@ void plan_owned_layers(const ring_plan *p, int dev, bool *owns)
         for (int il = a; il < b; il++)
             owns[il] = true;
     }
+}
+
+int plan_by_memory(ring_plan *p, int n_dev, int n_layer, int k, const uint64_t *mem, char *err,
+                   size_t errlen)
+{
+    if (n_dev < 1 || n_dev > PRIMA_MAX_DEVICES || n_layer < 1) {
+        snprintf(err, errlen, "plan: %d devices for %d layers", n_dev, n_layer);
+        return -1;
+    }
+    if (k < 1)
+        k = 1;
+    if (k > n_layer) {
+        snprintf(err, errlen, "plan: %d rounds for %d layers", k, n_layer);
+        return -1;
+    }
+    int total = (n_layer + k - 1) / k;
+    long double sum = 0;
+    for (int d = 0; d < n_dev; d++)
+        sum += (long double)mem[d];
+    long double share[PRIMA_MAX_DEVICES];
+    int given = 0;
+    memset(p, 0, sizeof *p);
+    for (int d = 0; d < n_dev; d++) {
+        share[d] = sum > 0 ? total * (long double)mem[d] / sum : (long double)total / n_dev;
+        p->window[d] = (int)share[d];
+        share[d] -= p->window[d];
+        given += p->window[d];
+    }
+    /* Hand out what rounding down left, largest remainder first (lower rank on ties). */
+    for (; given < total; given++) {
+        int best = 0;
+        for (int d = 1; d < n_dev; d++)
+            if (share[d] > share[best])
+                best = d;
+        p->window[best]++;
+        share[best] = -1;
+    }
+    p->n_dev = n_dev;
+    p->n_layer = n_layer;
+    p->k = plan_rounds_needed(p->window, n_dev, n_layer);
+    return plan_validate(p, err, errlen);
+}
+
+void plan_format_layers(const ring_plan *p, int dev, char *out, size_t cap)
+{
+    size_t off = 0;
+    out[0] = 0;
+    for (int r = 0; r < p->k && off < cap; r++) {
+        int a, b;
+        plan_range(p, dev, r, &a, &b);
+        if (a == b)
+            continue;
+        const char *sep = off ? " " : "";
+        if (b - a == 1)
+            off += (size_t)snprintf(out + off, cap - off, "%s%d", sep, a);
+        else
+            off += (size_t)snprintf(out + off, cap - off, "%s%d-%d", sep, a, b - 1);
+    }
+    if (!off)
+        snprintf(out, cap, "none");
 }

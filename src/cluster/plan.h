@@ -9,6 +9,8 @@
 #define PRIMA_PLAN_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #define PRIMA_MAX_DEVICES 32
 
@@ -27,7 +29,15 @@ int plan_validate(const ring_plan *p, char *err, size_t errlen);
 void plan_range(const ring_plan *p, int dev, int round, int *first, int *last);
 /* owns[il] = true for every layer device dev computes in any round (n_layer entries). */
 void plan_owned_layers(const ring_plan *p, int dev, bool *owns);
+/* The layers device dev computes, as "0-2 6-8" ("none" when there are none). */
+void plan_format_layers(const ring_plan *p, int dev, char *out, size_t cap);
 /* Smallest k that covers n_layer with the given windows. */
 int plan_rounds_needed(const int *window, int n_dev, int n_layer);
+/* The default plan when the user gives no windows: k rounds (1 if k < 1) of ceil(n_layer / k)
+ * layers, split between the devices in proportion to their free memory mem[d] (equal shares
+ * when no memory is known), largest remainders first. This is the one place the scheduler
+ * replaces. Returns 0, or -1 (err set) when the plan cannot be made. */
+int plan_by_memory(ring_plan *p, int n_dev, int n_layer, int k, const uint64_t *mem, char *err,
+                   size_t errlen);
 
 #endif

@@ -1,0 +1,201 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "cluster/device.h"
+
+bool device_visits(const ring_plan *p, int rank, int round)
+{
+    if (round >= p->k)
+        return false;
+    int first, last;
+    plan_range(p, rank, round, &first, &last);
+    return first < p->n_layer;
+}
+
+/* The window's layers as file ranges; returns how many. */
+static int window_ranges(const device *d, int round, byte_range *out)
+{
+    int first, last, n = 0;
+    plan_range(&d->plan, d->rank, round, &first, &last);
+    for (int il = first; il < last; il++)
+        out[n++] = (byte_range){d->m->layer_begin[il], d->m->layer_end[il]};
+    return n;
+}
+
+static bool window_empty(const device *d, int round)
+{
+    int first, last;
+    plan_range(&d->plan, d->rank, round, &first, &last);
+    return first == last;
+}
+
+/* The next round, after `round`, in which this device computes something: later in this batch,
+ * else its first window of the next batch. -1 when it computes nothing at all. */
+static int next_window(const device *d, int round)
+{
+    for (int r = round + 1; r < d->plan.k; r++)
+        if (!window_empty(d, r))
+            return r;
+    for (int r = 0; r <= round && r < d->plan.k; r++)
+        if (!window_empty(d, r))
+            return r;
+    return -1;
+}
+
+static uint64_t owned_bytes(const device *d)
+{
+    uint64_t b = d->rank == 0 ? d->m->head_bytes : 0;
+    for (int r = 0; r < d->plan.k; r++) {
+        int first, last;
+        plan_range(&d->plan, d->rank, r, &first, &last);
+        for (int il = first; il < last; il++)
+            b += d->m->layer_end[il] - d->m->layer_begin[il];
+    }
+    return b;
+}
+
+int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
+                const ring_layers *layers, const device_opts *o, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    d->m = m;
+    d->plan = *p;
+    d->rank = rank;
+    d->layers = *layers;
+    d->scratch = calloc((size_t)m->n_layer, sizeof *d->scratch);
+    d->scratch2 = calloc((size_t)m->n_layer, sizeof *d->scratch2);
+    if (!d->scratch || !d->scratch2) {
+        device_free(d);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    d->prefetch = o->prefetch;
+    /* Releasing only helps a device whose windows cannot all stay in memory at once (auto), and
+     * only one with more than one window: otherwise what it drops is what it needs next. */
+    int windows = 0;
+    for (int r = 0; r < p->k; r++)
+        windows += !window_empty(d, r);
+    d->release = windows > 1 && (o->release == RELEASE_ALWAYS ||
+                                 (o->release == RELEASE_AUTO && owned_bytes(d) > o->mem_budget));
+    if ((d->prefetch || d->release) && windows > 0) {
+        d->pg = pager_create(m->path, m->map, m->map_size, o->method, err, errlen);
+        if (!d->pg) {
+            device_free(d);
+            return -1;
+        }
+        if (d->prefetch) {
+            int n = window_ranges(d, next_window(d, -1), d->scratch);
+            pager_request(d->pg, NULL, 0, d->scratch, n);
+        }
+    }
+    d->idle_since = net_now_ns();
+    d->disk_mark = process_disk_read_bytes();
+    return 0;
+}
+
+void device_free(device *d)
+{
+    pager_free(d->pg);
+    free(d->scratch);
+    free(d->scratch2);
+    memset(d, 0, sizeof *d);
+}
+
+void device_arrived(device *d)
+{
+    d->cur.wait_ns += (uint64_t)(net_now_ns() - d->idle_since);
+}
+
+static uint64_t process_major_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_majflt;
+}
+
+int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos)
+{
+    d->cur.hops++;
+    int first, last;
+    plan_range(&d->plan, d->rank, round, &first, &last);
+    if (first == last)
+        return 0;
+    int nr = window_ranges(d, round, d->scratch);
+    uint64_t res, tot;
+    pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
+    d->cur.pages += tot;
+    d->cur.pages_resident += res;
+    uint64_t pf0 = d->pg ? pager_thread_faults(d->pg) : 0, f0 = process_major_faults();
+    int64_t t0 = net_now_ns();
+    int rc = d->layers.eval(d->layers.ctx, hidden, n, pos, first, last);
+    d->cur.compute_ns += (uint64_t)(net_now_ns() - t0);
+    uint64_t faults = process_major_faults() - f0;
+    uint64_t pf = d->pg ? pager_thread_faults(d->pg) - pf0 : 0;
+    d->cur.major_faults += faults > pf ? faults - pf : 0;
+    return rc;
+}
+
+void device_handed_on(device *d, int round)
+{
+    d->idle_since = net_now_ns();
+    if (!d->pg)
+        return;
+    int next = next_window(d, round);
+    if (next < 0)
+        return;
+    int n_drop = 0, n_fetch = 0;
+    if (d->release && next != round && !window_empty(d, round))
+        n_drop = window_ranges(d, round, d->scratch);
+    if (d->prefetch)
+        n_fetch = window_ranges(d, next, d->scratch2);
+    if (n_drop || n_fetch)
+        pager_request(d->pg, d->scratch, n_drop, d->scratch2, n_fetch);
+}
+
+void device_take_counters(device *d, ring_counters *out)
+{
+    uint64_t disk = process_disk_read_bytes();
+    d->cur.disk_bytes = disk - d->disk_mark;
+    d->disk_mark = disk;
+    *out = d->cur;
+    memset(&d->cur, 0, sizeof d->cur);
+}
+
+void counters_add(ring_counters *dst, const ring_counters *src)
+{
+    uint64_t *a = &dst->compute_ns;
+    const uint64_t *b = &src->compute_ns;
+    for (size_t i = 0; i < sizeof *dst / sizeof(uint64_t); i++)
+        a[i] += b[i];
+}
+
+static void human_bytes(uint64_t b, char *out, size_t cap)
+{
+    if (b >= (1u << 30))
+        snprintf(out, cap, "%.2f GiB", b / (double)(1u << 30));
+    else if (b >= (1u << 20))
+        snprintf(out, cap, "%.2f MiB", b / (double)(1u << 20));
+    else if (b >= 1024)
+        snprintf(out, cap, "%.1f KiB", b / 1024.0);
+    else
+        snprintf(out, cap, "%llu B", (unsigned long long)b);
+}
+
+void counters_format(const ring_counters *c, char *out, size_t cap)
+{
+    char disk[32], sent[32], recv[32], hit[16];
+    human_bytes(c->disk_bytes, disk, sizeof disk);
+    human_bytes(c->bytes_sent, sent, sizeof sent);
+    human_bytes(c->bytes_recv, recv, sizeof recv);
+    if (c->pages)
+        snprintf(hit, sizeof hit, "%.1f%%", 100.0 * (double)c->pages_resident / (double)c->pages);
+    else
+        snprintf(hit, sizeof hit, "-");
+    snprintf(out, cap,
+             "compute %.2f ms, wait %.2f ms, major faults %llu, disk %s, resident at start %s, "
+             "sent %s, received %s",
+             c->compute_ns / 1e6, c->wait_ns / 1e6, (unsigned long long)c->major_faults, disk,
+             hit, sent, recv);
+}

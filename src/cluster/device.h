@@ -1,0 +1,80 @@
+/* device.h — what every device of a ring does, head and workers alike: compute its window of the
+ * current round, hand the activations on, then release and prefetch windows in the background,
+ * counting where the time went.
+ *
+ * The layers themselves are behind ring_layers, so the runtime does not depend on how they are
+ * computed (the model's engine in prima; simple stand-ins in the protocol tests). */
+#ifndef PRIMA_DEVICE_H
+#define PRIMA_DEVICE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cluster/pager.h"
+#include "cluster/plan.h"
+#include "cluster/proto.h"
+
+/* Evaluation of layer ranges on one device, with a KV cache for the layers it owns. */
+typedef struct ring_layers {
+    void *ctx;
+    /* Run layers [first, last) in place on n rows of hidden at positions pos. 0 or -1. */
+    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last);
+    /* KV-cache edits on the owned layers (forget from p0; move [p0, p1) by delta). 0 or -1. */
+    int (*kv_truncate)(void *ctx, int p0);
+    int (*kv_shift)(void *ctx, int p0, int p1, int delta);
+} ring_layers;
+
+/* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */
+typedef struct ring_model {
+    uint8_t identity[PROTO_ID_BYTES];
+    int n_layer, n_embd;
+    const char *path;
+    const uint8_t *map;            /* the whole file, mapped read-only */
+    uint64_t map_size;
+    uint64_t *layer_begin, *layer_end;   /* n_layer file byte ranges */
+    uint64_t head_bytes;           /* embedding, final norm and output: the head's extra weights */
+} ring_model;
+
+typedef struct device_opts {
+    bool prefetch;
+    enum release_policy release;
+    enum prefetch_method method;
+    uint64_t mem_budget;           /* for RELEASE_AUTO */
+} device_opts;
+
+typedef struct device {
+    const ring_model *m;
+    ring_plan plan;
+    int rank;
+    ring_layers layers;
+    pager *pg;                     /* NULL when neither prefetching nor releasing */
+    bool prefetch, release;
+    ring_counters cur;             /* this batch so far */
+    int64_t idle_since;
+    uint64_t disk_mark;
+    byte_range *scratch;           /* n_layer ranges */
+    byte_range *scratch2;
+} device;
+
+/* Does the batch reach device `rank` in `round`? (It stops at the device computing the last
+ * layer, which sends it to the head.) */
+bool device_visits(const ring_plan *p, int rank, int round);
+
+int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
+                const ring_layers *layers, const device_opts *o, char *err, size_t errlen);
+void device_free(device *d);
+/* A batch arrived from the previous device: the time since the last hand-off was waiting. */
+void device_arrived(device *d);
+/* Compute this device's window of `round` (a forward-only hop when it is empty). */
+int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos);
+/* The activations of `round` have been handed on: drop that window if the release policy says
+ * so, and prefetch the window this device computes next. */
+void device_handed_on(device *d, int round);
+/* The counters of the batch just finished (disk bytes included); starts a new batch. */
+void device_take_counters(device *d, ring_counters *out);
+/* Accumulate src into dst. */
+void counters_add(ring_counters *dst, const ring_counters *src);
+/* One line: "compute 1.2 ms, wait 3.4 ms, ..." */
+void counters_format(const ring_counters *c, char *out, size_t cap);
+
+#endif

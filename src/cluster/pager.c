@@ -1,0 +1,263 @@
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "cluster/pager.h"
+
+/* Work is done in chunks so that a newer request can cut an outdated one short. */
+#define CHUNK_BYTES (4u << 20)
+
+struct pager {
+    int fd;
+    const uint8_t *map;
+    uint64_t size;
+    uint64_t page;
+    enum prefetch_method method;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop, pending, busy;
+    /* The pending request, and the one the thread works on: swapped under the lock, so the
+     * requester never writes ranges the thread is reading. */
+    struct job {
+        byte_range *drop, *fetch;
+        int n_drop, n_fetch, cap;
+    } req, work;
+    _Atomic uint64_t faults;
+};
+
+int prefetch_method_parse(const char *s)
+{
+    if (!strcmp(s, "madvise"))
+        return PREFETCH_MADVISE;
+    if (!strcmp(s, "fadvise"))
+        return PREFETCH_FADVISE;
+    if (!strcmp(s, "touch"))
+        return PREFETCH_TOUCH;
+    return -1;
+}
+
+const char *prefetch_method_name(enum prefetch_method m)
+{
+    return m == PREFETCH_MADVISE ? "madvise" : m == PREFETCH_FADVISE ? "fadvise" : "touch";
+}
+
+static uint64_t thread_major_faults(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_THREAD, &ru);
+    return (uint64_t)ru.ru_majflt;
+}
+
+/* Whole pages strictly inside [b, e): releasing must not drop a neighbour's bytes. */
+static bool inner_pages(const pager *p, byte_range r, uint64_t *b, uint64_t *e)
+{
+    *b = (r.begin + p->page - 1) / p->page * p->page;
+    *e = (r.end > p->size ? p->size : r.end) / p->page * p->page;
+    return *b < *e;
+}
+
+static void drop_range(pager *p, byte_range r)
+{
+    uint64_t b, e;
+    if (!inner_pages(p, r, &b, &e))
+        return;
+    madvise((void *)(p->map + b), e - b, MADV_DONTNEED);
+    posix_fadvise(p->fd, (off_t)b, (off_t)(e - b), POSIX_FADV_DONTNEED);
+}
+
+static void fetch_chunk(pager *p, uint64_t b, uint64_t e)
+{
+    switch (p->method) {
+    case PREFETCH_MADVISE:
+        madvise((void *)(p->map + b), e - b, MADV_WILLNEED);
+        break;
+    case PREFETCH_FADVISE:
+        posix_fadvise(p->fd, (off_t)b, (off_t)(e - b), POSIX_FADV_WILLNEED);
+        break;
+    case PREFETCH_TOUCH: {
+        const volatile uint8_t *q = p->map;
+        uint8_t sink = 0;
+        for (uint64_t o = b; o < e; o += p->page)
+            sink ^= q[o];
+        (void)sink;
+        break;
+    }
+    }
+}
+
+static bool superseded(pager *p)
+{
+    pthread_mutex_lock(&p->lock);
+    bool s = p->pending || p->stop;
+    pthread_mutex_unlock(&p->lock);
+    return s;
+}
+
+static void *pager_main(void *arg)
+{
+    pager *p = arg;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        p->busy = false;
+        pthread_cond_broadcast(&p->cond);
+        while (!p->pending && !p->stop)
+            pthread_cond_wait(&p->cond, &p->lock);
+        if (p->stop)
+            break;
+        struct job t = p->work;
+        p->work = p->req;
+        p->req = t;
+        p->pending = false;
+        p->busy = true;
+        pthread_mutex_unlock(&p->lock);
+
+        uint64_t f0 = thread_major_faults();
+        const struct job *j = &p->work;
+        for (int i = 0; i < j->n_drop; i++)
+            drop_range(p, j->drop[i]);
+        for (int i = 0; i < j->n_fetch && !superseded(p); i++) {
+            uint64_t b = j->fetch[i].begin / p->page * p->page;
+            uint64_t e = j->fetch[i].end > p->size ? p->size : j->fetch[i].end;
+            for (; b < e && !superseded(p); b += CHUNK_BYTES)
+                fetch_chunk(p, b, b + CHUNK_BYTES < e ? b + CHUNK_BYTES : e);
+        }
+        atomic_fetch_add(&p->faults, thread_major_faults() - f0);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+pager *pager_create(const char *path, const uint8_t *map, uint64_t size,
+                    enum prefetch_method method, char *err, size_t errlen)
+{
+    pager *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(err, errlen, "pager: out of memory");
+        return NULL;
+    }
+    p->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (p->fd < 0) {
+        snprintf(err, errlen, "%s: cannot open for prefetching", path);
+        free(p);
+        return NULL;
+    }
+    p->map = map;
+    p->size = size;
+    p->page = (uint64_t)sysconf(_SC_PAGESIZE);
+    p->method = method;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->busy = true;   /* until the thread has started and parked */
+    if (pthread_create(&p->thread, NULL, pager_main, p)) {
+        snprintf(err, errlen, "pager: cannot start its thread");
+        close(p->fd);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void pager_free(pager *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->cond);
+    close(p->fd);
+    free(p->req.drop);
+    free(p->req.fetch);
+    free(p->work.drop);
+    free(p->work.fetch);
+    free(p);
+}
+
+void pager_request(pager *p, const byte_range *drop, int n_drop, const byte_range *fetch, int n_fetch)
+{
+    pthread_mutex_lock(&p->lock);
+    struct job *j = &p->req;
+    int need = n_drop > n_fetch ? n_drop : n_fetch;
+    if (need > j->cap) {
+        /* At most one range per layer of the model, so this stops growing quickly. */
+        byte_range *d = realloc(j->drop, sizeof *d * (size_t)need);
+        if (d)
+            j->drop = d;
+        byte_range *f = d ? realloc(j->fetch, sizeof *f * (size_t)need) : NULL;
+        if (!f) {
+            pthread_mutex_unlock(&p->lock);
+            return;   /* prefetching is an optimisation: skipping it is always correct */
+        }
+        j->fetch = f;
+        j->cap = need;
+    }
+    if (n_drop)
+        memcpy(j->drop, drop, sizeof *drop * (size_t)n_drop);
+    if (n_fetch)
+        memcpy(j->fetch, fetch, sizeof *fetch * (size_t)n_fetch);
+    j->n_drop = n_drop;
+    j->n_fetch = n_fetch;
+    p->pending = true;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pager_wait_idle(pager *p)
+{
+    pthread_mutex_lock(&p->lock);
+    while (p->pending || p->busy)
+        pthread_cond_wait(&p->cond, &p->lock);
+    pthread_mutex_unlock(&p->lock);
+}
+
+uint64_t pager_thread_faults(pager *p)
+{
+    return atomic_load(&p->faults);
+}
+
+void pages_resident(const uint8_t *map, uint64_t size, const byte_range *r, int n,
+                    uint64_t *resident, uint64_t *total)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    unsigned char vec[4096];
+    *resident = *total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = r[i].begin / page * page;
+        uint64_t e = r[i].end > size ? size : r[i].end;
+        while (b < e) {
+            uint64_t len = e - b < sizeof vec * page ? e - b : sizeof vec * page;
+            uint64_t np = (len + page - 1) / page;
+            if (mincore((void *)(map + b), len, vec) == 0)
+                for (uint64_t j = 0; j < np; j++)
+                    *resident += vec[j] & 1;
+            *total += np;
+            b += len;
+        }
+    }
+}
+
+uint64_t process_disk_read_bytes(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1)
+            break;
+    fclose(f);
+    return v;
+}

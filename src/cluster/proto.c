@@ -1,0 +1,605 @@
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster/proto.h"
+
+/* Bodies are little-endian on the wire; arrays of positions and hidden states are sent as they lie
+ * in memory, which is only right on little-endian hosts (every target prima has). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ring protocol sends arrays in host order: little-endian hosts only"
+#endif
+
+static const char *const names[RM_TYPE_END] = {
+    [RM_HELLO] = "HELLO", [RM_WELCOME] = "WELCOME", [RM_PLAN] = "PLAN", [RM_READY] = "READY",
+    [RM_BATCH] = "BATCH", [RM_RESULT] = "RESULT", [RM_KVOP] = "KVOP", [RM_STATS] = "STATS",
+    [RM_PING] = "PING", [RM_ERROR] = "ERROR", [RM_BYE] = "BYE",
+};
+
+const char *msg_name(int type)
+{
+    return type > 0 && type < RM_TYPE_END ? names[type] : "unknown";
+}
+
+void conn_init(conn *c, int fd, const char *name)
+{
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    pthread_mutex_init(&c->send_lock, NULL);
+    c->last_seen_ns = net_now_ns();
+}
+
+void conn_close(conn *c)
+{
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    free(c->buf);
+    c->buf = NULL;
+    c->cap = 0;
+    pthread_mutex_destroy(&c->send_lock);
+}
+
+void conn_move(conn *dst, conn *src)
+{
+    conn_init(dst, src->fd, src->name);
+    dst->seq_out = src->seq_out;
+    dst->seq_in = src->seq_in;
+    dst->max_data = src->max_data;
+    dst->buf = src->buf;
+    dst->cap = src->cap;
+    dst->bytes_sent = src->bytes_sent;
+    dst->bytes_recv = src->bytes_recv;
+    dst->last_seen_ns = src->last_seen_ns;
+    src->fd = -1;
+    src->buf = NULL;
+    conn_close(src);
+}
+
+uint32_t proto_data_bound(int n_embd, int max_batch, enum wire_type wire)
+{
+    uint64_t row = (uint64_t)n_embd * (wire == WIRE_F16 ? 2 : 4) + 8;
+    uint64_t b = 13 + row * (uint64_t)max_batch;
+    return b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, size_t errlen)
+{
+    struct iovec iov[8];
+    uint8_t hdr[PROTO_HEADER_BYTES];
+    uint64_t len = 0;
+    if (n > 7) {
+        snprintf(err, errlen, "%s: frame of %d pieces", c->name, n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        iov[i + 1] = body[i];
+        len += body[i].iov_len;
+    }
+    if (len > UINT32_MAX) {
+        snprintf(err, errlen, "%s: %s of %llu bytes is too large", c->name, msg_name(type),
+                 (unsigned long long)len);
+        return -1;
+    }
+    pthread_mutex_lock(&c->send_lock);
+    put32(hdr, PROTO_MAGIC);
+    hdr[4] = PROTO_VERSION & 0xff;
+    hdr[5] = PROTO_VERSION >> 8;
+    hdr[6] = (uint8_t)type;
+    hdr[7] = (uint8_t)(type >> 8);
+    put32(hdr + 8, c->seq_out++);
+    put32(hdr + 12, (uint32_t)len);
+    iov[0] = (struct iovec){hdr, sizeof hdr};
+    int rc = net_send_all(c->fd, iov, n + 1, PROTO_STALL_MS);
+    if (rc == 0)
+        c->bytes_sent += sizeof hdr + len;
+    pthread_mutex_unlock(&c->send_lock);
+    if (rc) {
+        snprintf(err, errlen, "%s: sending %s: %s", c->name, msg_name(type), net_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen)
+{
+    struct iovec iov = {(void *)body, len};
+    return conn_sendv(c, type, &iov, len ? 1 : 0, err, errlen);
+}
+
+static uint32_t body_bound(const conn *c, int type)
+{
+    switch (type) {
+    case RM_READY:
+    case RM_PING:
+    case RM_BYE:
+        return 0;
+    case RM_BATCH:
+    case RM_RESULT:
+        return c->max_data;
+    default:
+        return PROTO_SMALL_MAX;
+    }
+}
+
+int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
+{
+    uint8_t hdr[PROTO_HEADER_BYTES];
+    /* Wait for the frame to start, then let the rest arrive at the pace of a live peer. */
+    struct pollfd p = {.fd = c->fd, .events = POLLIN};
+    int prc;
+    do
+        prc = poll(&p, 1, wait_ms);
+    while (prc < 0 && errno == EINTR);
+    if (prc == 0)
+        return 1;
+    int rc = net_recv_all(c->fd, hdr, sizeof hdr, PROTO_STALL_MS);
+    if (rc) {
+        snprintf(err, errlen, "%s: %s", c->name, net_strerror(rc));
+        return -1;
+    }
+    uint32_t magic = get32(hdr), seq = get32(hdr + 8), len = get32(hdr + 12);
+    int version = hdr[4] | hdr[5] << 8, type = hdr[6] | hdr[7] << 8;
+    if (magic != PROTO_MAGIC) {
+        snprintf(err, errlen, "%s: not a prima frame (magic %08x)", c->name, magic);
+        return -1;
+    }
+    if (version != PROTO_VERSION) {
+        snprintf(err, errlen, "%s speaks protocol version %d, this side speaks %d", c->name,
+                 version, PROTO_VERSION);
+        return -1;
+    }
+    if (type <= 0 || type >= RM_TYPE_END) {
+        snprintf(err, errlen, "%s: unknown message type %d", c->name, type);
+        return -1;
+    }
+    if (seq != c->seq_in) {
+        snprintf(err, errlen, "%s: %s has sequence number %u, expected %u", c->name,
+                 msg_name(type), seq, c->seq_in);
+        return -1;
+    }
+    if (len > body_bound(c, type)) {
+        snprintf(err, errlen, "%s: %s of %u bytes exceeds the bound of %u", c->name,
+                 msg_name(type), len, body_bound(c, type));
+        return -1;
+    }
+    if (len > c->cap) {
+        uint8_t *nb = realloc(c->buf, len);
+        if (!nb) {
+            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len, msg_name(type));
+            return -1;
+        }
+        c->buf = nb;
+        c->cap = len;
+    }
+    rc = len ? net_recv_all(c->fd, c->buf, len, PROTO_STALL_MS) : 0;
+    if (rc) {
+        snprintf(err, errlen, "%s: reading %s: %s", c->name, msg_name(type), net_strerror(rc));
+        return -1;
+    }
+    c->seq_in++;
+    c->bytes_recv += sizeof hdr + len;
+    c->last_seen_ns = net_now_ns();
+    *f = (frame){type, c->buf, len};
+    return 0;
+}
+
+static void *heartbeat_main(void *arg)
+{
+    heartbeat *h = arg;
+    char ignored[512];
+    pthread_mutex_lock(&h->lock);
+    while (!h->stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)PROTO_PING_MS * 1000000;
+        until.tv_sec += until.tv_nsec / 1000000000;
+        until.tv_nsec %= 1000000000;
+        pthread_cond_timedwait(&h->cond, &h->lock, &until);
+        if (h->stop)
+            break;
+        /* A failed ping is not reported here: the reader of that link sees the failure too. */
+        for (int i = 0; i < h->n; i++)
+            if (h->conns[i] && h->conns[i]->fd >= 0)
+                conn_send(h->conns[i], RM_PING, NULL, 0, ignored, sizeof ignored);
+    }
+    pthread_mutex_unlock(&h->lock);
+    return NULL;
+}
+
+int heartbeat_start(heartbeat *h, conn **conns, int n)
+{
+    memset(h, 0, sizeof *h);
+    pthread_mutex_init(&h->lock, NULL);
+    pthread_cond_init(&h->cond, NULL);
+    h->conns = conns;
+    h->n = n;
+    if (pthread_create(&h->thread, NULL, heartbeat_main, h)) {
+        pthread_mutex_destroy(&h->lock);
+        pthread_cond_destroy(&h->cond);
+        return -1;
+    }
+    return 0;
+}
+
+void heartbeat_set(heartbeat *h, conn **conns, int n)
+{
+    pthread_mutex_lock(&h->lock);
+    h->conns = conns;
+    h->n = n;
+    pthread_mutex_unlock(&h->lock);
+}
+
+void heartbeat_stop(heartbeat *h)
+{
+    pthread_mutex_lock(&h->lock);
+    h->stop = true;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+    pthread_join(h->thread, NULL);
+    pthread_mutex_destroy(&h->lock);
+    pthread_cond_destroy(&h->cond);
+}
+
+/* ---- body encoding ---- */
+
+typedef struct wr {
+    uint8_t b[PROTO_SMALL_MAX];
+    size_t n;
+} wr;
+
+static void w_bytes(wr *w, const void *p, size_t n)
+{
+    memcpy(w->b + w->n, p, n);   /* every small message is far below PROTO_SMALL_MAX */
+    w->n += n;
+}
+static void w_u8(wr *w, uint8_t v) { w_bytes(w, &v, 1); }
+static void w_u32(wr *w, uint32_t v)
+{
+    put32(w->b + w->n, v);
+    w->n += 4;
+}
+static void w_u64(wr *w, uint64_t v)
+{
+    w_u32(w, (uint32_t)v);
+    w_u32(w, (uint32_t)(v >> 32));
+}
+static void w_str(wr *w, const char *s)
+{
+    size_t n = strlen(s);
+    w_u32(w, (uint32_t)n);
+    w_bytes(w, s, n);
+}
+
+typedef struct rd {
+    const uint8_t *p;
+    size_t n, off;
+    bool bad;
+} rd;
+
+static const uint8_t *r_take(rd *r, size_t n)
+{
+    if (r->bad || r->n - r->off < n) {
+        r->bad = true;
+        return NULL;
+    }
+    const uint8_t *q = r->p + r->off;
+    r->off += n;
+    return q;
+}
+static void r_bytes(rd *r, void *out, size_t n)
+{
+    const uint8_t *q = r_take(r, n);
+    if (q)
+        memcpy(out, q, n);
+    else
+        memset(out, 0, n);
+}
+static uint8_t r_u8(rd *r)
+{
+    const uint8_t *q = r_take(r, 1);
+    return q ? *q : 0;
+}
+static uint32_t r_u32(rd *r)
+{
+    const uint8_t *q = r_take(r, 4);
+    return q ? get32(q) : 0;
+}
+static uint64_t r_u64(rd *r)
+{
+    uint64_t lo = r_u32(r);
+    return lo | (uint64_t)r_u32(r) << 32;
+}
+static void r_str(rd *r, char *out, size_t cap)
+{
+    uint32_t n = r_u32(r);
+    if (n >= cap) {
+        r->bad = true;
+        out[0] = 0;
+        return;
+    }
+    r_bytes(r, out, n);
+    out[r->bad ? 0 : n] = 0;
+}
+
+static rd reader(const frame *f) { return (rd){f->body, f->len, 0, false}; }
+
+/* The body must have been consumed exactly: a shorter or longer one is malformed. */
+static int r_done(const rd *r, const frame *f, char *err, size_t errlen)
+{
+    if (r->bad || r->off != r->n) {
+        snprintf(err, errlen, "malformed %s (%u bytes)", msg_name(f->type), f->len);
+        return -1;
+    }
+    return 0;
+}
+
+static int expect(const frame *f, int type, char *err, size_t errlen)
+{
+    if (f->type != type) {
+        snprintf(err, errlen, "expected %s, got %s", msg_name(type), msg_name(f->type));
+        return -1;
+    }
+    return 0;
+}
+
+int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u8(&w, m->role);
+    w_bytes(&w, m->identity, sizeof m->identity);
+    w_bytes(&w, m->nonce, sizeof m->nonce);
+    w_bytes(&w, m->session, sizeof m->session);
+    w_u32(&w, m->rank);
+    w_bytes(&w, m->proof, sizeof m->proof);
+    return conn_send(c, RM_HELLO, w.b, w.n, err, errlen);
+}
+
+int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_HELLO, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->role = r_u8(&r);
+    r_bytes(&r, m->identity, sizeof m->identity);
+    r_bytes(&r, m->nonce, sizeof m->nonce);
+    r_bytes(&r, m->session, sizeof m->session);
+    m->rank = r_u32(&r);
+    r_bytes(&r, m->proof, sizeof m->proof);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    if (m->role != ROLE_HEAD && m->role != ROLE_PEER) {
+        snprintf(err, errlen, "HELLO with unknown role %u", m->role);
+        return -1;
+    }
+    return 0;
+}
+
+int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u64(&w, m->instance);
+    w_bytes(&w, m->identity, sizeof m->identity);
+    w_u32(&w, m->n_layer);
+    w_u32(&w, m->n_embd);
+    w_u32(&w, m->threads);
+    w_u64(&w, m->mem_budget);
+    w_bytes(&w, m->nonce, sizeof m->nonce);
+    w_bytes(&w, m->proof, sizeof m->proof);
+    return conn_send(c, RM_WELCOME, w.b, w.n, err, errlen);
+}
+
+int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_WELCOME, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->instance = r_u64(&r);
+    r_bytes(&r, m->identity, sizeof m->identity);
+    m->n_layer = r_u32(&r);
+    m->n_embd = r_u32(&r);
+    m->threads = r_u32(&r);
+    m->mem_budget = r_u64(&r);
+    r_bytes(&r, m->nonce, sizeof m->nonce);
+    r_bytes(&r, m->proof, sizeof m->proof);
+    return r_done(&r, f, err, errlen);
+}
+
+int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_bytes(&w, m->session, sizeof m->session);
+    w_bytes(&w, m->proof, sizeof m->proof);
+    w_u32(&w, m->rank);
+    w_u32(&w, m->n_dev);
+    w_u32(&w, m->k);
+    w_u32(&w, m->n_layer);
+    for (uint32_t d = 0; d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
+        w_u32(&w, m->window[d]);
+    w_u32(&w, m->n_ctx);
+    w_u32(&w, m->max_batch);
+    w_u32(&w, m->threads);
+    w_u8(&w, m->wire);
+    w_u8(&w, m->prefetch);
+    w_u8(&w, m->release);
+    w_u8(&w, m->verbose);
+    w_str(&w, m->succ_host);
+    w_u32(&w, m->succ_port);
+    return conn_send(c, RM_PLAN, w.b, w.n, err, errlen);
+}
+
+int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_PLAN, err, errlen))
+        return -1;
+    rd r = reader(f);
+    memset(m, 0, sizeof *m);
+    r_bytes(&r, m->session, sizeof m->session);
+    r_bytes(&r, m->proof, sizeof m->proof);
+    m->rank = r_u32(&r);
+    m->n_dev = r_u32(&r);
+    m->k = r_u32(&r);
+    m->n_layer = r_u32(&r);
+    if (m->n_dev < 2 || m->n_dev > PRIMA_MAX_DEVICES || m->rank < 1 || m->rank >= m->n_dev) {
+        snprintf(err, errlen, "PLAN for rank %u of %u devices", m->rank, m->n_dev);
+        return -1;
+    }
+    for (uint32_t d = 0; d < m->n_dev; d++)
+        m->window[d] = r_u32(&r);
+    m->n_ctx = r_u32(&r);
+    m->max_batch = r_u32(&r);
+    m->threads = r_u32(&r);
+    m->wire = r_u8(&r);
+    m->prefetch = r_u8(&r);
+    m->release = r_u8(&r);
+    m->verbose = r_u8(&r);
+    r_str(&r, m->succ_host, sizeof m->succ_host);
+    m->succ_port = r_u32(&r);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    if (m->wire > WIRE_F16 || m->release > RELEASE_ALWAYS || m->succ_port > 65535 ||
+        m->max_batch < 1 || m->max_batch > PROTO_MAX_BATCH || m->n_ctx < 1 || m->threads > 4096) {
+        snprintf(err, errlen, "PLAN with out-of-range settings (wire %u, release %u, port %u, "
+                 "batch %u, context %u, threads %u)", m->wire, m->release, m->succ_port,
+                 m->max_batch, m->n_ctx, m->threads);
+        return -1;
+    }
+    return 0;
+}
+
+int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, m->serial);
+    w_u32(&w, m->round);
+    w_u32(&w, m->n);
+    w_u8(&w, m->wire);
+    struct iovec iov[4] = {
+        {w.b, w.n},
+        {(void *)m->pos, sizeof(int32_t) * m->n},
+        {(void *)m->seq, sizeof(int32_t) * m->n},
+        {(void *)m->hidden, hidden_bytes},
+    };
+    return conn_sendv(c, type, iov, 4, err, errlen);
+}
+
+int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen)
+{
+    if (f->type != RM_BATCH && f->type != RM_RESULT) {
+        snprintf(err, errlen, "expected BATCH or RESULT, got %s", msg_name(f->type));
+        return -1;
+    }
+    rd r = reader(f);
+    m->serial = r_u32(&r);
+    m->round = r_u32(&r);
+    m->n = r_u32(&r);
+    m->wire = r_u8(&r);
+    if (r.bad || m->n < 1 || m->n > PROTO_MAX_BATCH || m->wire > WIRE_F16) {
+        snprintf(err, errlen, "malformed %s header (%u tokens, wire %u)", msg_name(f->type),
+                 m->n, m->wire);
+        return -1;
+    }
+    size_t elt = m->wire == WIRE_F16 ? 2 : 4;
+    m->pos = (const int32_t *)r_take(&r, sizeof(int32_t) * m->n);
+    m->seq = (const int32_t *)r_take(&r, sizeof(int32_t) * m->n);
+    m->hidden = r_take(&r, elt * (size_t)n_embd * m->n);
+    return r_done(&r, f, err, errlen);
+}
+
+int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u8(&w, m->op);
+    w_u32(&w, (uint32_t)m->p0);
+    w_u32(&w, (uint32_t)m->p1);
+    w_u32(&w, (uint32_t)m->delta);
+    return conn_send(c, RM_KVOP, w.b, w.n, err, errlen);
+}
+
+int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_KVOP, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->op = r_u8(&r);
+    m->p0 = (int32_t)r_u32(&r);
+    m->p1 = (int32_t)r_u32(&r);
+    m->delta = (int32_t)r_u32(&r);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    if ((m->op != KVOP_TRUNCATE && m->op != KVOP_SHIFT) || m->p0 < 0 || m->p1 < m->p0) {
+        snprintf(err, errlen, "KVOP %u with positions %d..%d", m->op, m->p0, m->p1);
+        return -1;
+    }
+    return 0;
+}
+
+int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, m->serial);
+    w_u32(&w, m->rank);
+    const uint64_t *v = &m->c.compute_ns;
+    for (size_t i = 0; i < sizeof m->c / sizeof(uint64_t); i++)
+        w_u64(&w, v[i]);
+    return conn_send(c, RM_STATS, w.b, w.n, err, errlen);
+}
+
+int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_STATS, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->serial = r_u32(&r);
+    m->rank = r_u32(&r);
+    uint64_t *v = &m->c.compute_ns;
+    for (size_t i = 0; i < sizeof m->c / sizeof(uint64_t); i++)
+        v[i] = r_u64(&r);
+    return r_done(&r, f, err, errlen);
+}
+
+void send_error(conn *c, uint64_t instance, const char *fmt, ...)
+{
+    char text[256], ignored[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    wr w = {.n = 0};
+    w_u64(&w, instance);
+    w_str(&w, text);
+    conn_send(c, RM_ERROR, w.b, w.n, ignored, sizeof ignored);
+}
+
+int decode_error(const frame *f, msg_error *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_ERROR, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->instance = r_u64(&r);
+    r_str(&r, m->text, sizeof m->text);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    /* The text is shown to the user: keep it to one printable line. */
+    for (char *p = m->text; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    return 0;
+}

@@ -1,0 +1,190 @@
+/* proto.h — the ring's wire protocol: framed, typed, versioned messages over TCP.
+ *
+ * A frame is a 16-byte header followed by `length` body bytes, all little-endian:
+ *     u32 magic "PRMA" | u16 version | u16 type | u32 sequence number | u32 length
+ * The header is checked completely (magic, version, known type, the length bound of that type on
+ * this connection, the next expected sequence number) before a single body byte is read, so a
+ * damaged or hostile peer costs at most one bounded read and a dropped connection.
+ *
+ * Messages (who sends them):
+ *   HELLO   head or peer -> worker   role, model identity, nonce (head) / session + rank (peer)
+ *   WELCOME worker -> head           instance id, model identity, shape, memory budget, proof
+ *   PLAN    head -> worker           ring order, windows, k, context, threads, successor, proof
+ *   READY   worker -> head           plan applied, successor connected
+ *   BATCH   device -> successor      one hop: hidden states + positions + sequence ids
+ *   RESULT  device -> head           the batch after the model's last layer
+ *   KVOP    head -> ring             KV-cache edit, forwarded round the ring in data order
+ *   STATS   worker -> head           counters of one batch
+ *   PING    both ways on head links  liveness
+ *   ERROR   any                      a refusal or failure, one line, then the link closes
+ *   BYE     head -> worker -> head   end of session
+ */
+#ifndef PRIMA_PROTO_H
+#define PRIMA_PROTO_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/net.h"
+#include "cluster/plan.h"
+
+#define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
+#define PROTO_VERSION 1
+#define PROTO_HEADER_BYTES 16
+#define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
+#define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
+#define PROTO_PING_MS 1000
+#define PROTO_DEAD_MS 5000        /* a link silent this long (pings included) is dead */
+#define PROTO_MAX_BATCH 8192      /* tokens per batch */
+#define PROTO_ID_BYTES 32
+
+enum msg_type {
+    RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
+    RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_TYPE_END
+};
+const char *msg_name(int type);
+
+enum wire_type { WIRE_F32 = 0, WIRE_F16 = 1 };
+enum release_policy { RELEASE_AUTO = 0, RELEASE_NEVER = 1, RELEASE_ALWAYS = 2 };
+enum kv_op { KVOP_TRUNCATE = 1, KVOP_SHIFT = 2 };
+enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2 };
+
+/* One connection. Sending is serialized by send_lock (a heartbeat thread shares the head links);
+ * receiving belongs to one thread. */
+typedef struct conn {
+    int fd;
+    char name[128];            /* names the peer in every message: "device 2 (10.0.0.5:9300)" */
+    pthread_mutex_t send_lock;
+    uint32_t seq_out, seq_in;
+    uint32_t max_data;         /* bound on BATCH / RESULT bodies; 0 until a plan fixes it */
+    uint8_t *buf;              /* receive buffer, grown to the largest valid frame seen */
+    size_t cap;
+    uint64_t bytes_sent, bytes_recv;
+    int64_t last_seen_ns;      /* last time a frame arrived */
+} conn;
+
+void conn_init(conn *c, int fd, const char *name);
+void conn_close(conn *c);
+/* Move an open connection into dst (initialised in place; src is left closed and freed). */
+void conn_move(conn *dst, conn *src);
+/* Bound on data frames for a model of n_embd and batches of max_batch tokens. */
+uint32_t proto_data_bound(int n_embd, int max_batch, enum wire_type wire);
+
+typedef struct frame {
+    int type;
+    const uint8_t *body;       /* inside the connection's buffer: valid until the next recv */
+    uint32_t len;
+} frame;
+
+/* Send one frame whose body is the concatenation of iov[0..n). Returns 0 or -1 (err set). */
+int conn_sendv(conn *c, int type, const struct iovec *iov, int n, char *err, size_t errlen);
+int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen);
+/* Receive one frame, waiting up to wait_ms (-1: forever) for it to start. Returns 0, 1 when
+ * nothing arrived in time, or -1 (err set: closed, stalled or malformed — drop the link). */
+int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);
+
+/* A thread that sends PING on a set of connections every PROTO_PING_MS, so that the other side
+ * of each link knows this one is alive even while it computes for a long time. */
+typedef struct heartbeat {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stop;
+    conn **conns;
+    int n;
+} heartbeat;
+
+int heartbeat_start(heartbeat *h, conn **conns, int n);
+/* Change the set (the connections must stay valid until the next change or the stop). */
+void heartbeat_set(heartbeat *h, conn **conns, int n);
+void heartbeat_stop(heartbeat *h);
+
+/* ---- message bodies ---- */
+
+typedef struct msg_hello {
+    uint8_t role;
+    uint8_t identity[PROTO_ID_BYTES];  /* of the sender's model file */
+    uint8_t nonce[32];                 /* head: challenge for the worker's proof */
+    uint8_t session[16];               /* peer: the session it belongs to */
+    uint32_t rank;                     /* peer: its place in the ring */
+    uint8_t proof[32];                 /* peer: keyed hash of session and rank (or zeros) */
+} msg_hello;
+
+typedef struct msg_welcome {
+    uint64_t instance;                 /* random per worker process: spots one worker listed twice */
+    uint8_t identity[PROTO_ID_BYTES];
+    uint32_t n_layer, n_embd, threads;
+    uint64_t mem_budget;               /* bytes this device can give to weights and KV */
+    uint8_t nonce[32];                 /* challenge for the head's proof (in PLAN) */
+    uint8_t proof[32];                 /* keyed hash proving the worker holds the secret */
+} msg_welcome;
+
+typedef struct msg_plan {
+    uint8_t session[16];
+    uint8_t proof[32];                 /* keyed hash proving the head holds the secret */
+    uint32_t rank, n_dev, k, n_layer;
+    uint32_t window[PRIMA_MAX_DEVICES];
+    uint32_t n_ctx, max_batch, threads;
+    uint8_t wire, prefetch, release, verbose;
+    char succ_host[NET_HOST_MAX];      /* empty when the successor is the head */
+    uint32_t succ_port;
+} msg_plan;
+
+typedef struct msg_batch {
+    uint32_t serial;                   /* the head's batch counter */
+    uint32_t round;                    /* the round the receiver computes */
+    uint32_t n;
+    uint8_t wire;
+    const int32_t *pos, *seq;          /* n each, inside the frame */
+    const void *hidden;                /* n x n_embd in the wire type, inside the frame */
+} msg_batch;
+
+typedef struct msg_kvop {
+    uint8_t op;
+    int32_t p0, p1, delta;
+} msg_kvop;
+
+/* A device's counters, summed over the hops of one batch (or of a whole run). */
+typedef struct ring_counters {
+    uint64_t compute_ns;       /* inside this device's layers */
+    uint64_t wait_ns;          /* idle, waiting for the previous device */
+    uint64_t major_faults;     /* taken by compute (the prefetch thread's own are not counted) */
+    uint64_t disk_bytes;       /* read from storage by the process, prefetching included */
+    uint64_t pages;            /* pages of the windows computed */
+    uint64_t pages_resident;   /* of those, already in memory when compute started */
+    uint64_t bytes_sent, bytes_recv;
+    uint64_t hops;             /* windows computed or forwarded */
+} ring_counters;
+
+typedef struct msg_stats {
+    uint32_t serial, rank;
+    ring_counters c;
+} msg_stats;
+
+typedef struct msg_error {
+    uint64_t instance;
+    char text[256];
+} msg_error;
+
+/* Encoders send the message; decoders check the body's exact shape (err set on failure). */
+int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen);
+int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen);
+int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
+int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen);
+int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);
+int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen);
+/* Best effort (the link is being dropped anyway); never fails loudly. */
+void send_error(conn *c, uint64_t instance, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen);
+int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen);
+int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen);
+/* n_embd: the model's; the body must hold exactly n rows of it in the stated wire type. */
+int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen);
+int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen);
+int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen);
+int decode_error(const frame *f, msg_error *m, char *err, size_t errlen);
+
+#endif

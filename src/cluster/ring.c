@@ -1,0 +1,505 @@
+#include <errno.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/ring.h"
+#include "cluster/sysmem.h"
+#include "cluster/wire.h"
+
+typedef struct remote {
+    conn c;
+    char addr[NET_HOST_MAX + 8];
+    char host[NET_HOST_MAX];
+    int port;
+    msg_welcome welcome;
+    bool bye;
+} remote;
+
+struct ring {
+    ring_opts o;
+    const ring_model *m;
+    ring_plan plan;
+    int n_workers;
+    remote *w;                     /* n_workers; device d is w[d - 1] */
+    conn **hb_conns;
+    heartbeat hb;
+    bool hb_running;
+    uint8_t nonce[32];
+    device dev;
+    bool dev_init, started, broken;
+    hop_buffers buf;
+    uint32_t serial;
+    ring_counters *totals;         /* per device */
+    uint64_t sent_mark, recv_mark;
+    char err[512];
+};
+
+static int fail(ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(ring *r, const char *fmt, ...)
+{
+    if (!r->broken) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err, sizeof r->err, fmt, ap);
+        va_end(ap);
+        r->broken = true;
+    }
+    return -1;
+}
+
+static int count_workers(const char *list)
+{
+    if (!list || !*list)
+        return 0;
+    int n = 1;
+    for (const char *p = list; *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* Connect to worker i and exchange HELLO / WELCOME. */
+static int greet(ring *r, int i)
+{
+    remote *w = &r->w[i];
+    char err[512], name[128];
+    int d = i + 1;
+    int fd = net_connect(w->host, w->port, PROTO_STALL_MS, err, sizeof err);
+    if (fd < 0)
+        return fail(r, "device %d: %s", d, err);
+    snprintf(name, sizeof name, "device %d (%.100s)", d, w->addr);
+    conn_init(&w->c, fd, name);
+    msg_hello h = {.role = ROLE_HEAD};
+    memcpy(h.identity, r->m->identity, sizeof h.identity);
+    memcpy(h.nonce, r->nonce, sizeof h.nonce);
+    if (send_hello(&w->c, &h, err, sizeof err))
+        return fail(r, "%s", err);
+    frame f;
+    int rc = conn_recv(&w->c, &f, PROTO_DEAD_MS, err, sizeof err);
+    if (rc == 1)
+        return fail(r, "%s did not answer within %d s", name, PROTO_DEAD_MS / 1000);
+    if (rc)
+        return fail(r, "%s", err);
+    if (f.type == RM_ERROR) {
+        msg_error e;
+        if (decode_error(&f, &e, err, sizeof err))
+            return fail(r, "%s: %s", name, err);
+        for (int j = 0; j < i; j++)
+            if (r->w[j].welcome.instance == e.instance)
+                return fail(r, "%s is the same worker as device %d (%s): list each worker once",
+                            name, j + 1, r->w[j].addr);
+        return fail(r, "%s refused: %s", name, e.text);
+    }
+    msg_welcome *wm = &w->welcome;
+    if (decode_welcome(&f, wm, err, sizeof err))
+        return fail(r, "%s: %s", name, err);
+    if (!ring_proof_ok(r->o.secret, "worker", r->nonce, sizeof r->nonce, wm->nonce,
+                       sizeof wm->nonce, wm->proof))
+        return fail(r, "%s did not prove the shared secret (give it the same --secret-file)", name);
+    if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
+        wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
+        return fail(r, "%s holds a different model (%u layers, width %u)", name, wm->n_layer,
+                    wm->n_embd);
+    return 0;
+}
+
+static int make_plan(ring *r)
+{
+    const ring_opts *o = &r->o;
+    int n_dev = r->n_workers + 1;
+    char err[512];
+    if (o->n_lw) {
+        if (o->n_lw != n_dev)
+            return fail(r, "-lw gives %d window(s) for %d device(s) (head first)", o->n_lw, n_dev);
+        ring_plan *p = &r->plan;
+        memset(p, 0, sizeof *p);
+        p->n_dev = n_dev;
+        p->n_layer = r->m->n_layer;
+        for (int d = 0; d < n_dev; d++)
+            p->window[d] = o->lw[d];
+        p->k = plan_rounds_needed(p->window, n_dev, p->n_layer);
+        if (o->k && o->k != p->k)
+            return fail(r, "-k %d does not match -lw: windows of %d layers in total cover the "
+                        "model's %d layers in %d round(s)", o->k, p->k ? (p->n_layer + p->k - 1) / p->k : 0,
+                        p->n_layer, p->k);
+        if (plan_validate(p, err, sizeof err))
+            return fail(r, "%s", err);
+        return 0;
+    }
+    uint64_t mem[PRIMA_MAX_DEVICES];
+    mem[0] = sysmem_budget();
+    for (int i = 0; i < r->n_workers; i++)
+        mem[i + 1] = r->w[i].welcome.mem_budget;
+    if (plan_by_memory(&r->plan, n_dev, r->m->n_layer, o->k, mem, err, sizeof err))
+        return fail(r, "%s", err);
+    return 0;
+}
+
+ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t errlen)
+{
+    ring *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->o = *o;
+    r->m = m;
+    r->n_workers = count_workers(o->workers);
+    if (r->n_workers + 1 > PRIMA_MAX_DEVICES) {
+        snprintf(err, errlen, "--workers lists %d workers; a ring has at most %d devices",
+                 r->n_workers, PRIMA_MAX_DEVICES);
+        free(r);
+        return NULL;
+    }
+    r->w = calloc((size_t)r->n_workers + 1, sizeof *r->w);
+    r->hb_conns = calloc((size_t)r->n_workers + 1, sizeof *r->hb_conns);
+    r->totals = calloc((size_t)r->n_workers + 1, sizeof *r->totals);
+    if (!r->w || !r->hb_conns || !r->totals) {
+        ring_close(r);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < r->n_workers; i++)
+        r->w[i].c.fd = -1;
+    ring_random(r->nonce, sizeof r->nonce);
+    /* Parse every address before connecting to any, so a typo fails fast. */
+    const char *p = o->workers;
+    for (int i = 0; i < r->n_workers; i++) {
+        size_t len = strcspn(p, ",");
+        remote *w = &r->w[i];
+        if (len >= sizeof w->addr)
+            len = sizeof w->addr - 1;
+        memcpy(w->addr, p, len);
+        w->addr[len] = 0;
+        p += len + (p[len] == ',');
+        char e[256];
+        if (net_parse_addr(w->addr, w->host, sizeof w->host, &w->port, e, sizeof e)) {
+            snprintf(err, errlen, "--workers: %s", e);
+            ring_close(r);
+            return NULL;
+        }
+    }
+    if (heartbeat_start(&r->hb, r->hb_conns, 0) == 0)
+        r->hb_running = true;
+    for (int i = 0; i < r->n_workers; i++) {
+        if (greet(r, i)) {
+            snprintf(err, errlen, "%s", r->err);
+            ring_close(r);
+            return NULL;
+        }
+        /* Ping each worker from the moment it has welcomed us, so the ones greeted first do not
+         * give up while later ones are slow to answer. */
+        r->hb_conns[i] = &r->w[i].c;
+        heartbeat_set(&r->hb, r->hb_conns, i + 1);
+    }
+    if (make_plan(r)) {
+        snprintf(err, errlen, "%s", r->err);
+        ring_close(r);
+        return NULL;
+    }
+    return r;
+}
+
+const ring_plan *ring_get_plan(const ring *r)
+{
+    return &r->plan;
+}
+
+const char *ring_error(const ring *r)
+{
+    return r->err;
+}
+
+void ring_totals(const ring *r, int d, ring_counters *out)
+{
+    *out = r->totals[d];
+}
+
+int ring_batches(const ring *r)
+{
+    return (int)r->serial;
+}
+
+static void print_counters(ring *r, int d, uint32_t serial, const ring_counters *c)
+{
+    if (!r->o.verbose)
+        return;
+    char line[400];
+    counters_format(c, line, sizeof line);
+    fprintf(r->o.verbose, "ring: batch %u device %d: %s\n", serial, d, line);
+}
+
+static void record_stats(ring *r, int d, const msg_stats *st)
+{
+    counters_add(&r->totals[d], &st->c);
+    print_counters(r, d, st->serial, &st->c);
+}
+
+/* Frames that may arrive at any time on a worker link. Returns 1 if handled, -1 on failure,
+ * 0 if the caller must look at it. */
+static int handle_common(ring *r, int i, const frame *f)
+{
+    char err[512];
+    remote *w = &r->w[i];
+    switch (f->type) {
+    case RM_PING:
+        return 1;
+    case RM_STATS: {
+        msg_stats st;
+        if (decode_stats(f, &st, err, sizeof err))
+            return fail(r, "%s: %s", w->c.name, err);
+        if (st.rank != (uint32_t)i + 1)
+            return fail(r, "%s sent counters of device %u", w->c.name, st.rank);
+        record_stats(r, i + 1, &st);
+        return 1;
+    }
+    case RM_ERROR: {
+        msg_error e;
+        if (decode_error(f, &e, err, sizeof err))
+            return fail(r, "%s: %s", w->c.name, err);
+        return fail(r, "%s: %s", w->c.name, e.text);
+    }
+    default:
+        return 0;
+    }
+}
+
+/* Read every worker link until `want` arrives from worker `from` (any worker when from < 0),
+ * handling pings, counters and errors on the way, and failing on a dead or silent worker.
+ * On success *got is the frame and *who the worker it came from. */
+static int await(ring *r, int want, int want2, int from, frame *got, int *who)
+{
+    struct pollfd p[PRIMA_MAX_DEVICES];
+    char err[512];
+    for (;;) {
+        for (int i = 0; i < r->n_workers; i++)
+            p[i] = (struct pollfd){.fd = r->w[i].c.fd, .events = POLLIN};
+        int rc = poll(p, (nfds_t)r->n_workers, PROTO_PING_MS);
+        if (rc < 0 && errno != EINTR)
+            return fail(r, "poll: %s", strerror(errno));
+        for (int i = 0; i < r->n_workers; i++) {
+            if (!p[i].revents)
+                continue;
+            frame f;
+            rc = conn_recv(&r->w[i].c, &f, 0, err, sizeof err);
+            if (rc < 0)
+                return fail(r, "%s", err);
+            if (rc == 1)
+                continue;
+            int h = handle_common(r, i, &f);
+            if (h < 0)
+                return -1;
+            if (h > 0)
+                continue;
+            if ((f.type == want || f.type == want2) && (from < 0 || from == i)) {
+                *got = f;
+                *who = i;
+                return 0;
+            }
+            return fail(r, "%s sent an unexpected %s", r->w[i].c.name, msg_name(f.type));
+        }
+        int64_t now = net_now_ns();
+        for (int i = 0; i < r->n_workers; i++)
+            if (now - r->w[i].c.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000)
+                return fail(r, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
+                            PROTO_DEAD_MS / 1000);
+    }
+}
+
+int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
+{
+    const ring_opts *o = &r->o;
+    device_opts dopt = {.prefetch = o->prefetch, .release = o->release, .method = o->method,
+                        .mem_budget = sysmem_budget()};
+    if (device_init(&r->dev, r->m, &r->plan, 0, head, &dopt, err, errlen))
+        return -1;
+    r->dev_init = true;
+    if (hop_buffers_init(&r->buf, r->m->n_embd, o->max_batch, err, errlen))
+        return -1;
+    uint8_t session[16];
+    ring_random(session, sizeof session);
+    uint32_t bound = proto_data_bound(r->m->n_embd, o->max_batch, o->wire);
+    /* Last worker first: each worker connects to its successor while applying its plan, so the
+     * successor must already have applied its own. */
+    for (int i = r->n_workers - 1; i >= 0; i--) {
+        remote *w = &r->w[i];
+        w->c.max_data = bound;
+        msg_plan mp = {.rank = (uint32_t)i + 1, .n_dev = (uint32_t)r->plan.n_dev,
+                       .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
+                       .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
+                       .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
+                       .prefetch = o->prefetch, .release = (uint8_t)o->release};
+        memcpy(mp.session, session, sizeof session);
+        ring_proof(o->secret, "head", w->welcome.nonce, sizeof w->welcome.nonce, session,
+                   sizeof session, mp.proof);
+        for (int d = 0; d < r->plan.n_dev; d++)
+            mp.window[d] = (uint32_t)r->plan.window[d];
+        if (i + 1 < r->n_workers) {
+            snprintf(mp.succ_host, sizeof mp.succ_host, "%s", r->w[i + 1].host);
+            mp.succ_port = (uint32_t)r->w[i + 1].port;
+        }
+        frame f;
+        int who;
+        if (send_plan(&w->c, &mp, err, errlen))
+            fail(r, "%s", err);
+        else if (await(r, RM_READY, RM_READY, i, &f, &who) == 0)
+            continue;
+        snprintf(err, errlen, "%s", r->err);
+        return -1;
+    }
+    r->started = true;
+    return 0;
+}
+
+/* The head's part of one batch: its windows, and the trips round the ring in between. */
+int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
+{
+    if (r->broken)
+        return -1;
+    if (n < 1 || n > r->o.max_batch)
+        return fail(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
+    uint32_t serial = r->serial++;
+    char err[512];
+    for (int round = 0;;) {
+        if (device_compute(&r->dev, round, hidden, n, pos))
+            return fail(r, "layers failed on this device (positions %d..%d)", pos[0], pos[n - 1]);
+        int first, last;
+        plan_range(&r->plan, 0, round, &first, &last);
+        if (last == r->plan.n_layer || r->n_workers == 0) {
+            device_handed_on(&r->dev, round);
+            if (last == r->plan.n_layer)
+                break;
+            round++;
+            continue;
+        }
+        msg_batch b = {.serial = serial, .round = (uint32_t)round, .n = (uint32_t)n,
+                       .wire = (uint8_t)r->o.wire};
+        if (hop_send(&r->buf, &r->w[0].c, RM_BATCH, &b, hidden, pos, err, sizeof err))
+            return fail(r, "%s", err);
+        device_handed_on(&r->dev, round);
+        frame f;
+        int who;
+        if (await(r, RM_BATCH, RM_RESULT, -1, &f, &who))
+            return -1;
+        device_arrived(&r->dev);
+        msg_batch back;
+        int32_t *bpos = r->buf.pos;
+        if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err) ||
+            hop_unpack(&r->buf, &back, r->plan.k, r->o.n_ctx, r->o.max_batch, hidden, bpos, err,
+                       sizeof err))
+            return fail(r, "%s: %s", r->w[who].c.name, err);
+        bool is_result = f.type == RM_RESULT;
+        if (back.serial != serial || back.n != (uint32_t)n || memcmp(bpos, pos, sizeof *pos * (size_t)n) ||
+            (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)round + 1)))
+            return fail(r, "%s returned the wrong batch (%s %u of round %u)", r->w[who].c.name,
+                        msg_name(f.type), back.serial, back.round);
+        if (is_result)
+            break;
+        round++;
+    }
+    ring_counters c;
+    device_take_counters(&r->dev, &c);
+    uint64_t sent = 0, recv = 0;
+    for (int i = 0; i < r->n_workers; i++) {
+        sent += r->w[i].c.bytes_sent;
+        recv += r->w[i].c.bytes_recv;
+    }
+    c.bytes_sent = sent - r->sent_mark;
+    c.bytes_recv = recv - r->recv_mark;
+    r->sent_mark = sent;
+    r->recv_mark = recv;
+    counters_add(&r->totals[0], &c);
+    print_counters(r, 0, serial, &c);
+    return 0;
+}
+
+static int kv_edit(ring *r, const msg_kvop *k)
+{
+    if (r->broken)
+        return -1;
+    const ring_layers *l = &r->dev.layers;
+    int rc = k->op == KVOP_TRUNCATE ? l->kv_truncate(l->ctx, k->p0)
+                                    : l->kv_shift(l->ctx, k->p0, k->p1, k->delta);
+    if (rc)
+        return fail(r, "KV cache edit outside the context (positions %d..%d)", k->p0, k->p1);
+    /* Down the ring like a batch: each worker applies it, then passes it on, so it lands between
+     * the same two batches on every device without a round trip. */
+    char err[512];
+    if (r->n_workers && send_kvop(&r->w[0].c, k, err, sizeof err))
+        return fail(r, "%s", err);
+    return 0;
+}
+
+int ring_kv_truncate(ring *r, int p0)
+{
+    msg_kvop k = {.op = KVOP_TRUNCATE, .p0 = p0, .p1 = p0};
+    return kv_edit(r, &k);
+}
+
+int ring_kv_shift(ring *r, int p0, int p1, int delta)
+{
+    msg_kvop k = {.op = KVOP_SHIFT, .p0 = p0, .p1 = p1, .delta = delta};
+    return kv_edit(r, &k);
+}
+
+/* Say bye and wait (briefly) for every worker's last counters and its bye. */
+static void farewell(ring *r)
+{
+    char err[512];
+    int pending = 0;
+    for (int i = 0; i < r->n_workers; i++)
+        if (r->w[i].c.fd >= 0 && conn_send(&r->w[i].c, RM_BYE, NULL, 0, err, sizeof err) == 0)
+            pending++;
+        else
+            r->w[i].bye = true;
+    int64_t until = net_now_ns() + (int64_t)PROTO_STALL_MS * 1000000;
+    while (pending && net_now_ns() < until) {
+        struct pollfd p[PRIMA_MAX_DEVICES];
+        for (int i = 0; i < r->n_workers; i++)
+            p[i] = (struct pollfd){.fd = r->w[i].bye ? -1 : r->w[i].c.fd, .events = POLLIN};
+        if (poll(p, (nfds_t)r->n_workers, PROTO_PING_MS) <= 0)
+            continue;
+        for (int i = 0; i < r->n_workers; i++) {
+            if (!p[i].revents)
+                continue;
+            frame f;
+            int rc = conn_recv(&r->w[i].c, &f, 0, err, sizeof err);
+            if (rc == 1)
+                continue;
+            if (rc < 0 || f.type == RM_BYE || handle_common(r, i, &f) <= 0) {
+                r->w[i].bye = true;
+                pending--;
+            }
+        }
+    }
+}
+
+void ring_close(ring *r)
+{
+    if (!r)
+        return;
+    if (r->hb_running) {
+        heartbeat_stop(&r->hb);
+        r->hb_running = false;
+    }
+    if (!r->broken && r->started)
+        farewell(r);
+    if (r->o.verbose && r->started) {
+        for (int d = 0; d < r->plan.n_dev; d++) {
+            char line[400];
+            counters_format(&r->totals[d], line, sizeof line);
+            fprintf(r->o.verbose, "ring: total device %d (%u batches): %s\n", d, r->serial, line);
+        }
+    }
+    for (int i = 0; i < r->n_workers; i++)
+        if (r->w[i].c.fd >= 0)
+            conn_close(&r->w[i].c);
+    if (r->dev_init)
+        device_free(&r->dev);
+    hop_buffers_free(&r->buf);
+    free(r->w);
+    free(r->hb_conns);
+    free(r->totals);
+    free(r);
+}

@@ -1,0 +1,14 @@
+/* sysmem.h — how much memory this device can give to model weights.
+ *
+ * The budget is Linux's MemAvailable, capped by the memory cgroup the process runs in (v1 or v2,
+ * the tightest limit on the way to the root) minus the cgroup's non-file usage: a cgroup limit
+ * counts page cache, so weights read through the mapping compete for it. */
+#ifndef PRIMA_SYSMEM_H
+#define PRIMA_SYSMEM_H
+
+#include <stdint.h>
+
+/* Bytes; 0 when nothing can be read (not Linux). */
+uint64_t sysmem_budget(void);
+
+#endif

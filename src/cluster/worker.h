@@ -1,0 +1,49 @@
+/* worker.h — a ring device other than the head: `prima worker`.
+ *
+ * A worker listens on one port. A head connects, proves (if configured) the shared secret,
+ * checks that both hold the same model and sends a plan; the worker then sets up the layers it
+ * owns, connects to its successor in the ring and serves batches until the head says bye or
+ * disappears. Then it is back to waiting for the next head: one worker process serves any number
+ * of runs. While it serves one head it refuses any other, naming the one it serves. */
+#ifndef PRIMA_WORKER_H
+#define PRIMA_WORKER_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "cluster/auth.h"
+#include "cluster/device.h"
+#include "cluster/pager.h"
+
+/* How a worker turns a plan into computable layers; opened for every session. */
+typedef struct ring_backend {
+    const ring_model *model;
+    void *ctx;
+    /* KV cache for the layers in owns only; batches of at most max_batch tokens. */
+    int (*open)(void *ctx, const bool *owns, int n_ctx, int max_batch, int threads,
+                ring_layers *out, char *err, size_t errlen);
+    void (*close)(void *ctx, ring_layers *layers);
+} ring_backend;
+
+typedef struct worker_opts {
+    const char *host;          /* listen address (NULL: all interfaces) */
+    int port;                  /* 0: any free port */
+    int listen_fd;             /* >= 0: an already listening socket to use instead */
+    int threads;               /* default compute threads when the head does not say */
+    enum prefetch_method method;
+    const ring_secret *secret; /* NULL: none */
+    FILE *log;                 /* sessions, refusals and dropped links; NULL: silent */
+    bool verbose;              /* also the counters of every batch */
+} worker_opts;
+
+typedef struct worker worker;
+
+worker *worker_create(const worker_opts *o, const ring_backend *b, char *err, size_t errlen);
+int worker_port(const worker *w);
+/* Serve heads until worker_stop(); returns 0. */
+int worker_run(worker *w);
+/* Ask worker_run to return (async-signal-safe; any thread). */
+void worker_stop(worker *w);
+void worker_free(worker *w);
+
+#endif

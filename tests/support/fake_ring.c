@@ -1,0 +1,201 @@
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fake_ring.h"
+
+#define HEAD_BYTES 8192
+
+int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed)
+{
+    memset(fm, 0, sizeof *fm);
+    if (n_layer > 64)
+        return -1;
+    snprintf(fm->path, sizeof fm->path, "/tmp/prima-fake-%d-XXXXXX", (int)getpid());
+    int fd = mkstemp(fm->path);
+    if (fd < 0)
+        return -1;
+    size_t size = HEAD_BYTES + layer_bytes * (size_t)n_layer;
+    uint8_t *buf = malloc(size);
+    for (size_t i = 0; i < size; i++)
+        buf[i] = (uint8_t)(i * 131 + (size_t)id_seed);
+    ssize_t wr = write(fd, buf, size);
+    free(buf);
+    if (wr != (ssize_t)size) {
+        close(fd);
+        unlink(fm->path);
+        return -1;
+    }
+    fsync(fd);
+    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        unlink(fm->path);
+        return -1;
+    }
+    ring_model *m = &fm->rm;
+    for (int i = 0; i < PROTO_ID_BYTES; i++)
+        m->identity[i] = (uint8_t)(id_seed * 7 + i);
+    m->n_layer = n_layer;
+    m->n_embd = n_embd;
+    m->path = fm->path;
+    m->map = map;
+    m->map_size = size;
+    for (int il = 0; il < n_layer; il++) {
+        fm->begin[il] = HEAD_BYTES + layer_bytes * (size_t)il;
+        fm->end[il] = fm->begin[il] + layer_bytes;
+    }
+    m->layer_begin = fm->begin;
+    m->layer_end = fm->end;
+    m->head_bytes = HEAD_BYTES;
+    return 0;
+}
+
+void fake_model_destroy(fake_model *fm)
+{
+    munmap((void *)fm->rm.map, fm->rm.map_size);
+    unlink(fm->path);
+}
+
+typedef struct fake_layers {
+    const fake_model *fm;
+    bool *owns;
+    int n_ctx;
+    float *kv;     /* n_layer x n_ctx: one number per cached position */
+    int *n_kv;     /* n_layer: positions cached */
+} fake_layers;
+
+static int fake_eval(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last)
+{
+    fake_layers *f = ctx;
+    const int n_embd = f->fm->rm.n_embd;
+    for (int il = first; il < last; il++) {
+        if (!f->owns[il])
+            return -1;
+        float *kv = f->kv + (size_t)il * (size_t)f->n_ctx;
+        /* Read the layer's "weights" so page faults and prefetching are real. */
+        const uint8_t *wts = f->fm->rm.map + f->fm->begin[il];
+        float wsum = 0;
+        for (uint64_t o = 0; o < f->fm->end[il] - f->fm->begin[il]; o += 4096)
+            wsum += wts[o];
+        for (int t = 0; t < n; t++) {
+            if (pos[t] < 0 || pos[t] >= f->n_ctx || pos[t] > f->n_kv[il])
+                return -1;
+            float *row = hidden + (size_t)t * (size_t)n_embd;
+            float s = 0;
+            for (int j = 0; j < n_embd; j++)
+                s += row[j] * (float)(j + 1) / (float)n_embd;
+            kv[pos[t]] = s;
+            f->n_kv[il] = pos[t] + 1;
+            float att = 0;
+            for (int p = 0; p <= pos[t]; p++)
+                att += kv[p] / (float)(p + 1);
+            for (int j = 0; j < n_embd; j++)
+                row[j] = tanhf(row[j] * (1.0f + 0.01f * (float)il) + 0.1f * att +
+                               0.001f * (float)(j - il) + 1e-6f * wsum);
+        }
+    }
+    return 0;
+}
+
+static int fake_kv_truncate(void *ctx, int p0)
+{
+    fake_layers *f = ctx;
+    if (p0 < 0 || p0 > f->n_ctx)
+        return -1;
+    for (int il = 0; il < f->fm->rm.n_layer; il++)
+        if (f->n_kv[il] > p0)
+            f->n_kv[il] = p0;
+    return 0;
+}
+
+static int fake_kv_shift(void *ctx, int p0, int p1, int delta)
+{
+    fake_layers *f = ctx;
+    if (p0 + delta < 0 || p1 > f->n_ctx || delta > 0)
+        return -1;
+    for (int il = 0; il < f->fm->rm.n_layer; il++) {
+        if (!f->owns[il])
+            continue;
+        float *kv = f->kv + (size_t)il * (size_t)f->n_ctx;
+        memmove(kv + p0 + delta, kv + p0, sizeof(float) * (size_t)(p1 - p0));
+        f->n_kv[il] = p1 + delta;
+    }
+    return 0;
+}
+
+int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_layers *out)
+{
+    fake_layers *f = calloc(1, sizeof *f);
+    int n_layer = fm->rm.n_layer;
+    f->fm = fm;
+    f->n_ctx = n_ctx;
+    f->owns = calloc((size_t)n_layer, sizeof *f->owns);
+    f->kv = calloc((size_t)n_layer * (size_t)n_ctx, sizeof *f->kv);
+    f->n_kv = calloc((size_t)n_layer, sizeof *f->n_kv);
+    for (int il = 0; il < n_layer; il++)
+        f->owns[il] = owns ? owns[il] : true;
+    *out = (ring_layers){f, fake_eval, fake_kv_truncate, fake_kv_shift};
+    return 0;
+}
+
+void fake_layers_close(ring_layers *l)
+{
+    fake_layers *f = l->ctx;
+    free(f->owns);
+    free(f->kv);
+    free(f->n_kv);
+    free(f);
+}
+
+static int backend_open(void *ctx, const bool *owns, int n_ctx, int max_batch, int threads,
+                        ring_layers *out, char *err, size_t errlen)
+{
+    return fake_layers_open(ctx, owns, n_ctx, out);
+}
+
+static void backend_close(void *ctx, ring_layers *l)
+{
+    fake_layers_close(l);
+}
+
+static void *worker_thread(void *arg)
+{
+    worker_run(arg);
+    return NULL;
+}
+
+int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret)
+{
+    fm->backend = (ring_backend){&fm->rm, fm, backend_open, backend_close};
+    worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
+                     .method = PREFETCH_MADVISE, .secret = secret,
+                     .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
+    char err[512];
+    fw->w = worker_create(&o, &fm->backend, err, sizeof err);
+    if (!fw->w) {
+        fprintf(stderr, "fake worker: %s\n", err);
+        return -1;
+    }
+    fw->port = worker_port(fw->w);
+    return pthread_create(&fw->thread, NULL, worker_thread, fw->w);
+}
+
+void fake_worker_stop(fake_worker *fw)
+{
+    worker_stop(fw->w);
+    pthread_join(fw->thread, NULL);
+    worker_free(fw->w);
+}
+
+void fake_worker_list(const fake_worker *fw, int n, char *out, size_t cap)
+{
+    size_t off = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && off < cap; i++)
+        off += (size_t)snprintf(out + off, cap - off, "%s127.0.0.1:%d", i ? "," : "", fw[i].port);
+}

@@ -1,0 +1,46 @@
+/* fake_ring.h — a stand-in model for testing the ring runtime without the transformer: a small
+ * file of "weights" (so prefetch and release have real pages to move) and layers that are a
+ * cheap, order-sensitive function of the hidden state, the layer index and a per-layer cache of
+ * earlier positions. Running the same batches through any split of the layers must give the
+ * same floats bit for bit — exactly what a ring has to guarantee for the real model. */
+#ifndef PRIMA_TEST_FAKE_RING_H
+#define PRIMA_TEST_FAKE_RING_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/device.h"
+#include "cluster/worker.h"
+
+typedef struct fake_model {
+    ring_model rm;
+    char path[256];
+    uint64_t begin[64], end[64];
+    ring_backend backend;
+} fake_model;
+
+/* A model of n_layer layers of layer_bytes each (after a head block) in a temporary file. The
+ * identity is derived from id_seed: models with different seeds "differ". */
+int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed);
+void fake_model_destroy(fake_model *fm);
+
+/* Layers with a cache for the owned ones (owns NULL: all). */
+int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_layers *out);
+void fake_layers_close(ring_layers *l);
+
+/* A worker serving fm from a thread of this process. */
+typedef struct fake_worker {
+    worker *w;
+    pthread_t thread;
+    int port;
+} fake_worker;
+
+int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret);
+void fake_worker_stop(fake_worker *fw);
+
+/* "127.0.0.1:p1,127.0.0.1:p2,..." */
+void fake_worker_list(const fake_worker *fw, int n, char *out, size_t cap);
+
+#endif
