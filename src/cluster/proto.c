@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +45,21 @@ void conn_close(conn *c)
     c->buf = NULL;
     c->cap = 0;
     pthread_mutex_destroy(&c->send_lock);
+}
+
+void conn_close_gently(conn *c)
+{
+    if (c->fd >= 0) {
+        shutdown(c->fd, SHUT_WR);
+        uint8_t sink[4096];
+        int64_t until = net_now_ns() + 200 * 1000000ll;
+        for (int i = 0; i < 16 && net_now_ns() < until; i++) {
+            struct pollfd p = {.fd = c->fd, .events = POLLIN};
+            if (poll(&p, 1, 50) <= 0 || recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+                break;
+        }
+    }
+    conn_close(c);
 }
 
 void conn_move(conn *dst, conn *src)

@@ -67,6 +67,9 @@ typedef struct conn {
 
 void conn_init(conn *c, int fd, const char *name);
 void conn_close(conn *c);
+/* Close after a refusal: stop sending, swallow (briefly, boundedly) what the peer still sends, so
+ * the close does not turn into a reset that could destroy the refusal before it is read. */
+void conn_close_gently(conn *c);
 /* Move an open connection into dst (initialised in place; src is left closed and freed). */
 void conn_move(conn *dst, conn *src);
 /* Bound on data frames for a model of n_embd and batches of max_batch tokens. */

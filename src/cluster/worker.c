@@ -124,7 +124,8 @@ static bool stop_requested(const worker *w)
     return read(w->stop_pipe[0], &c, 1) == 1;
 }
 
-/* Read the HELLO of a new connection; -1 (and the link is closed, reason logged) on failure. */
+/* Read the HELLO of a new connection; -1 (and the link is closed, reason logged and, when
+ * the peer can still hear it, sent back) on failure. */
 static int read_hello(worker *w, conn *c, msg_hello *h)
 {
     char err[512];
@@ -134,10 +135,9 @@ static int read_hello(worker *w, conn *c, msg_hello *h)
         snprintf(err, sizeof err, "%s sent no HELLO", c->name);
     if (rc == 0 && decode_hello(&f, h, err, sizeof err) == 0)
         return 0;
-    if (rc == 0 && f.type != RM_HELLO)
-        send_error(c, w->instance, "expected HELLO");
+    send_error(c, w->instance, "refused: %s", err);
     wlog(w, "dropped %s: %s", c->name, err);
-    conn_close(c);
+    conn_close_gently(c);
     return -1;
 }
 
@@ -432,9 +432,9 @@ static void handle_newcomer(wsession *s, int fd, const char *peer)
     if (read_hello(w, &c, &h))
         return;
     if (h.role == ROLE_HEAD) {
-        send_error(&c, w->instance, "busy: serving the head at %s", s->ctrl.name);
+        send_error(&c, w->instance, "busy: serving %s", s->ctrl.name);
         wlog(w, "refused head %s: busy serving %s", peer, s->ctrl.name);
-        conn_close(&c);
+        conn_close_gently(&c);
         return;
     }
     uint32_t r = h.rank;
@@ -451,7 +451,7 @@ static void handle_newcomer(wsession *s, int fd, const char *peer)
     if (why) {
         send_error(&c, w->instance, "refused: %s", why);
         wlog(w, "refused peer %s: %s", peer, why);
-        conn_close(&c);
+        conn_close_gently(&c);
         return;
     }
     if (conn_send(&c, RM_READY, NULL, 0, err, sizeof err)) {
@@ -477,10 +477,10 @@ static void close_session(wsession *s)
         conn_close(&s->pred);
     if (s->has_succ)
         conn_close(&s->succ);
-    conn_close(&s->ctrl);
+    conn_close_gently(&s->ctrl);
 }
 
-static void serve(worker *w, conn *head, const msg_hello *h)
+static void serve(worker *w, conn *head, const char *head_addr, const msg_hello *h)
 {
     wsession *s = calloc(1, sizeof *s);
     if (!s) {
@@ -490,6 +490,7 @@ static void serve(worker *w, conn *head, const msg_hello *h)
     }
     s->w = w;
     conn_move(&s->ctrl, head);
+    snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head_addr);
     s->pred.fd = s->succ.fd = -1;
     memcpy(s->head_nonce, h->nonce, sizeof s->head_nonce);
     ring_random(s->nonce, sizeof s->nonce);
@@ -514,7 +515,7 @@ static void serve(worker *w, conn *head, const msg_hello *h)
         free(s);
         return;
     }
-    wlog(w, "serving head %s", s->ctrl.name);
+    wlog(w, "serving %s", s->ctrl.name);
     while (!s->reason[0]) {
         struct pollfd p[4] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
@@ -589,7 +590,7 @@ int worker_run(worker *w)
         if (h.role != ROLE_HEAD) {
             send_error(&c, w->instance, "refused: no session in progress");
             wlog(w, "refused peer %s: no session in progress", peer);
-            conn_close(&c);
+            conn_close_gently(&c);
             continue;
         }
         if (memcmp(h.identity, m->identity, sizeof h.identity)) {
@@ -599,11 +600,11 @@ int worker_run(worker *w)
             send_error(&c, w->instance, "model mismatch: this worker holds model %s (%s), the head "
                        "holds model %s", mine, m->path, theirs);
             wlog(w, "refused head %s: model mismatch (ours %s, theirs %s)", peer, mine, theirs);
-            conn_close(&c);
+            conn_close_gently(&c);
             continue;
         }
         (void)err;
-        serve(w, &c, &h);
+        serve(w, &c, peer, &h);
     }
     wlog(w, "stopped");
     return 0;

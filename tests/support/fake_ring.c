@@ -163,6 +163,11 @@ static void backend_close(void *ctx, ring_layers *l)
     fake_layers_close(l);
 }
 
+void fake_backend_init(fake_model *fm)
+{
+    fm->backend = (ring_backend){&fm->rm, fm, backend_open, backend_close};
+}
+
 static void *worker_thread(void *arg)
 {
     worker_run(arg);
@@ -171,7 +176,7 @@ static void *worker_thread(void *arg)
 
 int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret)
 {
-    fm->backend = (ring_backend){&fm->rm, fm, backend_open, backend_close};
+    fake_backend_init(fm);
     worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
                      .method = PREFETCH_MADVISE, .secret = secret,
                      .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};

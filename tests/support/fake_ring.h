@@ -30,6 +30,9 @@ void fake_model_destroy(fake_model *fm);
 int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_layers *out);
 void fake_layers_close(ring_layers *l);
 
+/* Fill fm->backend: layers opened with fake_layers_open for each session. */
+void fake_backend_init(fake_model *fm);
+
 /* A worker serving fm from a thread of this process. */
 typedef struct fake_worker {
     worker *w;
