@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "kernels/kern.h"
+#include "kernels/matmul.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -382,6 +383,42 @@ static void test_matmul(void)
     CHECK(tested > 0, "no weight type to test");
 }
 
+/* The SIMD activation quantizers must produce exactly the reference bytes: the kernels' results
+ * are defined by the reference quantization. */
+static void test_act_quantizers(void)
+{
+#if defined(__x86_64__)
+    enum kern_path saved = kern_active_path();
+    if (kern_use_path(KERN_AVX2) != 0)
+        return;
+    enum { N = 256 * 6 };
+    static float x[N];
+    fill(x, N, 3.0);
+    for (int i = 256; i < 512; i++) /* a block of zeros */
+        x[i] = 0;
+    for (int i = 512; i < 768; i++) /* amax 127: id is 1 and every x.5 is a tie */
+        x[i] = (float)((i % 255) - 127) + (i % 2 ? 0.5f : 0.0f);
+    x[512] = 127.0f;
+    for (int i = 768; i < 1024; i++) /* tiny values */
+        x[i] *= 1e-30f;
+    x[1100] = 5e4f; /* one outlier */
+    static const enum dtype acts[] = {DT_Q8_K, DT_Q8_0};
+    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {
+        act_quantize_fn q = mm_quantizer_avx2(acts[k]);
+        REQUIRE(q, "no AVX2 quantizer for %s", dtype_get(acts[k])->name);
+        size_t bytes = dtype_row_bytes(acts[k], N);
+        uint8_t *want = malloc(bytes), *got = malloc(bytes);
+        kern_type_get(acts[k])->from_float(x, want, N);
+        q(x, got, N);
+        CHECK(!memcmp(want, got, bytes), "%s: AVX2 quantizer differs from the reference",
+              dtype_get(acts[k])->name);
+        free(want);
+        free(got);
+    }
+    kern_use_path(saved);
+#endif
+}
+
 static void test_get_row(void)
 {
     enum { N_IN = 256 * 3, ROWS = 5 };
@@ -411,6 +448,7 @@ int main(void)
     test_softmax();
     test_rope();
     test_get_row();
+    test_act_quantizers();
     static const enum kern_path paths[] = {KERN_SCALAR, KERN_AVX2, KERN_AVX512, KERN_NEON};
     enum kern_path best = kern_active_path();
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {

@@ -24,7 +24,7 @@
 #define DECODE_BLOCK_BYTES (64 * 1024)
 
 struct quant_job {
-    void (*from_float)(const float *src, void *dst, int64_t n);
+    act_quantize_fn quantize;
     const float *x;
     uint8_t *dst;
     int64_t n_blocks;
@@ -36,7 +36,7 @@ static void quantize_worker(void *arg, int ith, int nth)
     struct quant_job *J = arg;
     int64_t b0 = J->n_blocks * ith / nth, b1 = J->n_blocks * (ith + 1) / nth;
     if (b1 > b0)
-        J->from_float(J->x + b0 * J->block_size, J->dst + b0 * J->block_bytes,
+        J->quantize(J->x + b0 * J->block_size, J->dst + b0 * J->block_bytes,
                       (b1 - b0) * J->block_size);
 }
 
@@ -108,7 +108,12 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         const dtype_info *ai = dtype_get((uint32_t)kt->act_type);
         a_stride = dtype_row_bytes(kt->act_type, (uint64_t)n_in);
         uint8_t *q = kern_scratch_get(c, KERN_SCRATCH_ACT, a_stride * (size_t)n_tokens);
-        struct quant_job qj = {at->from_float, x, q,
+        act_quantize_fn quantize = at->from_float;
+#if KERN_X86
+        if (kern_avx2_active() && mm_quantizer_avx2(kt->act_type))
+            quantize = mm_quantizer_avx2(kt->act_type);
+#endif
+        struct quant_job qj = {quantize, x, q,
                                (int64_t)n_tokens * n_in / ai->block_size,
                                (int)ai->block_size, (int)ai->block_bytes};
         kern_parallel(c, quantize_worker, &qj);

@@ -24,4 +24,10 @@ typedef struct mm_kernel {
 /* The AVX2 tile kernel for a weight type, or NULL to use the type's vec_dot. */
 const mm_kernel *mm_kernel_avx2(enum dtype t);
 
+/* An activation quantizer that gives exactly the bytes of kern_type_get(act)->from_float. */
+typedef void (*act_quantize_fn)(const float *src, void *dst, int64_t n);
+
+/* The AVX2 quantizer for an activation format, or NULL to use the reference one. */
+act_quantize_fn mm_quantizer_avx2(enum dtype act);
+
 #endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
+#include "kernels/quant.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -115,9 +116,389 @@ DEFINE_TILE_4x3(tile_f32, F32_TILE)
 DEFINE_TILE_4x3(tile_f16, F16_TILE)
 DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
 
+/* ---- K-quants with Q8_K activations ----
+ * Per superblock of 256: integer products per 32 (Q4_K/Q5_K) or 16 (Q6_K) elements, scaled by
+ * the sub-block scales in int32; then one float update per (row, token) with the superblock's
+ * d (and dmin) times the activation's d. The float accumulators keep 8 lanes until the end. */
+
+/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock (k4_unpack_scales in
+ * quant.h), decoded in vector registers into int16 vectors ready for vpmaddwd:
+ *   sc[0]: scales 0-3, each in two adjacent lanes, in both 128-bit halves; sc[1]: scales 4-7;
+ *          so _mm256_shuffle_epi32(sc[j / 4], (j % 4) * 0x55) fills a register with scale j;
+ *   mins:  lanes 2j, 2j+1 = min j, to meet the Q8_K bsums of the two halves of sub-block j.
+ * Reads 16 bytes from `packed` (the 12 packed bytes are followed by the block's quants). */
+ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i sc[2], __m256i *mins)
+{
+    /* 32-bit words u0, u1, u2 of the packed bytes; the decoded words are
+     *   scales 0-3: u0 & 0x3f..            scales 4-7: (u2 & 0x0f..) | (u0 >> 2 & 0x30..)
+     *   mins 0-3:   u1 & 0x3f..            mins 4-7:   (u2 >> 4 & 0x0f..) | (u1 >> 2 & 0x30..) */
+    __m128i u = _mm_loadu_si128((const __m128i *)packed);
+    __m128i x = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));  /* u0 u2 u1 u2 */
+    __m128i z = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  /* -- u0 -- u1 */
+    __m128i low6 = _mm_and_si128(x, _mm_setr_epi32(0x3f3f3f3f, 0, 0x3f3f3f3f, 0));
+    __m128i nib = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 0, 4)),
+                                _mm_setr_epi32(0, 0x0f0f0f0f, 0, 0x0f0f0f0f));
+    __m128i top = _mm_and_si128(_mm_srli_epi32(z, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    __m256i v = _mm256_broadcastsi128_si256(_mm_or_si128(low6, _mm_or_si128(nib, top)));
+    /* Bytes 0-7 are the scales, 8-15 the mins; -1 selects a zero (the high byte of a lane). */
+    sc[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
+                                                    0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
+    sc[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
+                                                    4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1));
+    *mins = _mm256_shuffle_epi8(v, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
+                                                    12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1));
+}
+
+/* Scale j (0-7) of k4_scales' output in every lane. */
+#define K4_SCALE(sc, j) _mm256_shuffle_epi32((sc)[(j) / 4], ((j) % 4) * 0x55)
+
+/* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
+ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
+ALWAYS_INLINE __m256 broadcast_lane1(__m128 v)
+{
+    return _mm256_broadcastss_ps(_mm_movehdup_ps(v));
+}
+
+/* A 32-byte load the compiler may not repeat: it would otherwise fold the load into each of the
+ * two instructions that use the value, doubling the loads of the weight stream. */
+ALWAYS_INLINE __m256i load_once(const void *p)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+ALWAYS_INLINE void store_sums(int R, int T, __m256 facc[4][2], float *y, size_t ys)
+{
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = hsum_ps(facc[r][t]);
+}
+
+ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
+                            size_t as, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 facc[4][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            facc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < n / QK_K; k++) {
+        const block_q8_k *ab[2];
+        for (int t = 0; t < T; t++)
+            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+        for (int r = 0; r < R; r++) {
+            const block_q4_k *b = (const block_q4_k *)((const uint8_t *)w + r * ws) + k;
+            __m256i sc[2], mins, acc[2];
+            k4_scales(b->scales, sc, &mins);
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i q = load_once(b->qs + 32 * c);
+                __m256i lo = _mm256_and_si256(q, low4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+                __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
+                for (int t = 0; t < T; t++) {
+                    __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
+                    __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
+                    __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo);
+                    __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi);
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p_lo, p_hi));
+                }
+            }
+            __m128 d_dmin = load_half_pair(&b->d);
+            for (int t = 0; t < T; t++) {
+                __m128 scale = _mm_mul_ps(d_dmin, _mm_set1_ps(ab[t]->d)); /* d*da, dmin*da */
+                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
+                __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
+                facc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
+                facc[r][t] = _mm256_fnmadd_ps(broadcast_lane1(scale), m, facc[r][t]);
+            }
+        }
+    }
+    store_sums(R, T, facc, y, ys);
+}
+
+#define Q4K_TILE(...) q4k_tile(__VA_ARGS__)
+DEFINE_TILE_4x2(tile_q4k, Q4K_TILE)
+
+/* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
+ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
+{
+    /* Move bit j of every byte to bit 4; the shift stays within bytes for the bits kept. */
+    __m256i v = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+ALWAYS_INLINE void q5k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
+                            size_t as, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 facc[4][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            facc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < n / QK_K; k++) {
+        const block_q8_k *ab[2];
+        for (int t = 0; t < T; t++)
+            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+        for (int r = 0; r < R; r++) {
+            const block_q5_k *b = (const block_q5_k *)((const uint8_t *)w + r * ws) + k;
+            __m256i sc[2], mins, acc[2];
+            k4_scales(b->scales, sc, &mins);
+            __m256i qh = load_once(b->qh);
+            for (int t = 0; t < T; t++)
+                acc[t] = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                __m256i q = load_once(b->qs + 32 * c);
+                __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), q5_high_bit(qh, 2 * c));
+                __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
+                                             q5_high_bit(qh, 2 * c + 1));
+                __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
+                for (int t = 0; t < T; t++) {
+                    __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
+                    __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
+                    __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo);
+                    __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi);
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p_lo, p_hi));
+                }
+            }
+            __m128 d_dmin = load_half_pair(&b->d);
+            for (int t = 0; t < T; t++) {
+                __m128 scale = _mm_mul_ps(d_dmin, _mm_set1_ps(ab[t]->d));
+                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
+                __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
+                facc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
+                facc[r][t] = _mm256_fnmadd_ps(broadcast_lane1(scale), m, facc[r][t]);
+            }
+        }
+    }
+    store_sums(R, T, facc, y, ys);
+}
+
+#define Q5K_TILE(...) q5k_tile(__VA_ARGS__)
+DEFINE_TILE_4x2(tile_q5k, Q5K_TILE)
+
+/* Q6_K: 16 signed 8-bit scales, one per 16 weights; 6-bit quants stored with +32. The quants
+ * enter maddubs unsigned (0..63) and the +32 is taken off once per superblock through the Q8_K
+ * bsums: sum (q - 32) a s = sum q a s - 32 sum_j s_j bsum_j. */
+ALWAYS_INLINE void q6k_scales(const int8_t *scales, __m256i half_sc[2], __m256i *all)
+{
+    /* half_sc[h]: the eight scales of half h as int16, the even ones (duplicated) in the low
+     * 128-bit half and the odd ones in the high half, so that _mm256_shuffle_epi32(., g * 0x55)
+     * gives scale 8h+2g in lanes 0-7 and 8h+2g+1 in lanes 8-15 — the two 16-weight halves of a
+     * 32-weight group. Each byte goes to the high byte of its lane and is shifted down, which
+     * sign-extends it. */
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)scales));
+    half_sc[0] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_setr_epi8(
+        -1, 0, -1, 0, -1, 2, -1, 2, -1, 4, -1, 4, -1, 6, -1, 6,
+        -1, 1, -1, 1, -1, 3, -1, 3, -1, 5, -1, 5, -1, 7, -1, 7)), 8);
+    half_sc[1] = _mm256_srai_epi16(_mm256_shuffle_epi8(v, _mm256_setr_epi8(
+        -1, 8, -1, 8, -1, 10, -1, 10, -1, 12, -1, 12, -1, 14, -1, 14,
+        -1, 9, -1, 9, -1, 11, -1, 11, -1, 13, -1, 13, -1, 15, -1, 15)), 8);
+    *all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
+}
+
+#define Q6_SCALE(half_sc, h, g) _mm256_shuffle_epi32((half_sc)[h], (g) * 0x55)
+
+ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
+                            size_t as, float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    __m256 facc[4][2];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            facc[r][t] = _mm256_setzero_ps();
+    for (int k = 0; k < n / QK_K; k++) {
+        const block_q8_k *ab[2];
+        for (int t = 0; t < T; t++)
+            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+        for (int r = 0; r < R; r++) {
+            const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
+            __m256i hs[2], all, acc[2];
+            q6k_scales(b->scales, hs, &all);
+            for (int t = 0; t < T; t++) {
+                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
+                acc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                          _mm256_slli_epi32(_mm256_madd_epi16(bsums, all), 5));
+            }
+            for (int h = 0; h < 2; h++) {
+                __m256i l0 = load_once(b->ql + 64 * h), l1 = load_once(b->ql + 64 * h + 32);
+                __m256i qh = load_once(b->qh + 32 * h);
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                       _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                       _mm256_and_si256(qh, bits45));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+                for (int g = 0; g < 4; g++) {
+                    __m256i sg = Q6_SCALE(hs, h, g);
+                    for (int t = 0; t < T; t++) {
+                        __m256i av = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 128 * h + 32 * g));
+                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], av), sg));
+                    }
+                }
+            }
+            float d = _cvtsh_ss(b->d);
+            for (int t = 0; t < T; t++)
+                facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab[t]->d), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
+        }
+    }
+    store_sums(R, T, facc, y, ys);
+}
+
+#define Q6K_TILE(...) q6k_tile(__VA_ARGS__)
+DEFINE_TILE_4x2(tile_q6k, Q6K_TILE)
+
+/* ---- 32-blocks with Q8_0 activations: one float update per block ---- */
+
+/* 32 signed weights of block i of a Q8_0 or Q4_0 row. */
+ALWAYS_INLINE __m256i q8_0_weights(const void *row, int i)
+{
+    return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)row)[i].qs);
+}
+
+ALWAYS_INLINE __m256i q4_0_weights(const void *row, int i)
+{
+    __m128i raw = _mm_loadu_si128((const __m128i *)((const block_q4_0 *)row)[i].qs);
+    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
+}
+
+typedef __m256i (*weights32_fn)(const void *row, int i);
+
+/* Both block types start with their fp16 d. */
+ALWAYS_INLINE float block_d(const void *row, size_t block_bytes, int i)
+{
+    uint16_t h;
+    memcpy(&h, (const uint8_t *)row + (size_t)i * block_bytes, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int R, int T,
+                            const void *w, size_t ws, const void *a, size_t as, float *y, size_t ys)
+{
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 facc[4][3];
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            facc[r][t] = _mm256_setzero_ps();
+    for (int i = 0; i < n / QK; i++) {
+        __m256i av[3];
+        float da[3];
+        for (int t = 0; t < T; t++) {
+            av[t] = q8_0_weights((const uint8_t *)a + t * as, i);
+            da[t] = block_d((const uint8_t *)a + t * as, sizeof(block_q8_0), i);
+        }
+        for (int r = 0; r < R; r++) {
+            const uint8_t *row = (const uint8_t *)w + r * ws;
+            __m256i wv = weights(row, i);
+            /* maddubs needs an unsigned operand: |w|, with w's sign moved onto a. */
+            __m256i wabs = _mm256_sign_epi8(wv, wv);
+            float dw = block_d(row, block_bytes, i);
+            for (int t = 0; t < T; t++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[t], wv)), ones);
+                facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t]), _mm256_cvtepi32_ps(p), facc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = hsum_ps(facc[r][t]);
+}
+
+#define Q8_0_TILE(...) q32_tile(q8_0_weights, sizeof(block_q8_0), __VA_ARGS__)
+#define Q4_0_TILE(...) q32_tile(q4_0_weights, sizeof(block_q4_0), __VA_ARGS__)
+DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
+DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
+
+/* ---- activation quantizers ----
+ * Bit for bit the reference quantizers of quant_k.c / quant_scalar.c (tests check it): the same
+ * amax, the same float multiply by 127/amax, and cvtps2dq rounds to nearest even exactly as
+ * q_round does. They run once per matmul call but over every activation, so at decode they are
+ * a visible share of a small matvec. */
+
+/* max |x| over n floats (n a multiple of 32); NaNs are skipped like fmaxf does. */
+ALWAYS_INLINE float abs_max(const float *x, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* 32 floats times id, rounded to nearest even, clamped to [-127, 127], as 32 int8. */
+ALWAYS_INLINE __m256i quantize32(const float *x, __m256 id)
+{
+    __m256i q[4];
+    for (int k = 0; k < 4; k++) {
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), id));
+        q[k] = _mm256_max_epi32(_mm256_min_epi32(v, _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+    }
+    /* The packs interleave 128-bit lanes; the permute restores element order. */
+    __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+static void quantize_q8_k(const float *src, void *dst, int64_t n)
+{
+    block_q8_k *b = dst;
+    for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
+        float amax = abs_max(src, QK_K);
+        __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
+        b[i].d = amax / 127.0f;
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i q = quantize32(src + j, id);
+            _mm256_storeu_si256((__m256i *)(b[i].qs + j), q);
+            /* sums of each 16 quants: widen to int16 pairs, then add pairs up to 16 */
+            __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), q);
+            __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            __m128i h = _mm_hadd_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+            h = _mm_hadd_epi32(h, h);
+            b[i].bsums[j / 16] = (int16_t)_mm_cvtsi128_si32(h);
+            b[i].bsums[j / 16 + 1] = (int16_t)_mm_extract_epi32(h, 1);
+        }
+    }
+}
+
+static void quantize_q8_0(const float *src, void *dst, int64_t n)
+{
+    block_q8_0 *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, src += QK) {
+        float amax = abs_max(src, QK);
+        b[i].d = _cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT);
+        __m256i q = quantize32(src, _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f));
+        _mm256_storeu_si256((__m256i *)b[i].qs, q);
+    }
+}
+
+act_quantize_fn mm_quantizer_avx2(enum dtype act)
+{
+    return act == DT_Q8_K ? quantize_q8_k : act == DT_Q8_0 ? quantize_q8_0 : NULL;
+}
+
 static const mm_kernel kernel_f32 = {tile_f32, 4, 3};
 static const mm_kernel kernel_f16 = {tile_f16, 4, 3};
 static const mm_kernel kernel_bf16 = {tile_bf16, 4, 3};
+static const mm_kernel kernel_q4k = {tile_q4k, 4, 2};
+static const mm_kernel kernel_q5k = {tile_q5k, 4, 2};
+static const mm_kernel kernel_q6k = {tile_q6k, 4, 2};
+static const mm_kernel kernel_q8_0 = {tile_q8_0, 4, 3};
+static const mm_kernel kernel_q4_0 = {tile_q4_0, 4, 3};
 
 const mm_kernel *mm_kernel_avx2(enum dtype t)
 {
@@ -125,6 +506,11 @@ const mm_kernel *mm_kernel_avx2(enum dtype t)
     case DT_F32: return &kernel_f32;
     case DT_F16: return &kernel_f16;
     case DT_BF16: return &kernel_bf16;
+    case DT_Q4_0: return &kernel_q4_0;
+    case DT_Q8_0: return &kernel_q8_0;
+    case DT_Q4_K: return &kernel_q4k;
+    case DT_Q5_K: return &kernel_q5k;
+    case DT_Q6_K: return &kernel_q6k;
     default: return NULL;
     }
 }
