@@ -1,0 +1,187 @@
+/* prima plan — Halda offline: plan a model on saved device profiles (what-if planning). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/run_opts.h"
+#include "sched/report.h"
+#include "sched/shape.h"
+
+/* A profile is a few KiB; anything far larger is not one. */
+#define MAX_PROFILE_BYTES (1 << 20)
+
+static const char usage_text[] =
+    "usage: prima plan -m FILE --device A.json [--device B.json ...] [options]\n"
+    "\n"
+    "Run the layer scheduler (Halda) on saved device profiles (prima profile -m FILE --json)\n"
+    "and print the plan: for each device in ring order (the first is the head) its window\n"
+    "(layers per round), GPU layers, layers in all, device set (M1-M3: reads weights from disk\n"
+    "every token; M4: fits in memory), expected memory (anonymous: process, buffers, KV cache;\n"
+    "page cache: weights kept resident; budget: available memory minus the reserve) and disk\n"
+    "reads per token; the rounds k; the predicted time per token and its terms (compute,\n"
+    "memory access, GPU, disk, network, the head's embedding/output/sampling); which devices\n"
+    "compute nothing and why. A plan that fits every budget is chosen whenever one exists;\n"
+    "otherwise the plan says which devices read from disk and how much.\n"
+    "\n"
+    "  -m FILE          the GGUF model\n"
+    "  --device FILE    a device profile (JSON); give one per device, head first (at most 32)\n"
+    "  -k K             force K rounds (default: the best k from 1 to the layer count)\n"
+    "  -c, --ctx-size N context positions the KV cache holds (default: min(4096, the model's\n"
+    "                   training context))\n"
+    "  -b, --batch-size N  largest batch of prompt tokens, sizes the buffers (default 512)\n"
+    "  --reserve F      fraction of available memory left to other programs (default 0.10)\n"
+    "  --net RTT_MS,MBIT  link for hops whose profile has no network measurement\n"
+    "                   (default 5,100: 5 ms round trip, 100 Mbit/s)\n"
+    "  --fixed-ring     devices cannot be bypassed: one left out still forwards activations\n"
+    "  --allow-disk     choose the fastest predicted plan even if it reads from disk while\n"
+    "                   one that fits in memory exists\n"
+    "  --json           the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
+    "                   devices[], solve_seconds, integer_programs); times in seconds, sizes\n"
+    "                   in bytes\n"
+    "  -h, --help       show this help\n"
+    "\n"
+    "Exit status: 0 with a plan, 1 if no plan exists or an input cannot be read, 2 on a usage\n"
+    "error.\n";
+
+static int load_profile(const char *path, dev_profile *p, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "plan: cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = malloc(MAX_PROFILE_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_PROFILE_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > MAX_PROFILE_BYTES) {
+        snprintf(err, errlen, "plan: %s: %s", path, buf ? "larger than 1 MiB, not a profile" : "out of memory");
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    if (!j) {
+        snprintf(err, errlen, "plan: %s: not valid JSON", path);
+        return -1;
+    }
+    int rc = profile_from_json(j, p, path, err, errlen);
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int parse_net(const char *s, sched_opts *o)
+{
+    char *end;
+    double rtt = strtod(s, &end);
+    if (end == s || *end != ',')
+        return -1;
+    const char *b = end + 1;
+    double mbit = strtod(b, &end);
+    if (end == b || *end || !(rtt >= 0 && rtt <= 60000) || !(mbit > 0 && mbit <= 1e6))
+        return -1;
+    o->net_rtt = rtt / 1e3;
+    o->net_bw = mbit * 1e6 / 8;
+    return 0;
+}
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fputs("prima: plan: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs(" (see prima plan --help)\n", stderr);
+    return 2;
+}
+
+static int run(int argc, char **argv)
+{
+    const char *model_path = NULL;
+    const char *devices[PRIMA_MAX_DEVICES];
+    int n_dev = 0, n_ctx = 0, n_batch = 512;
+    bool json = false;
+    sched_opts o = sched_opts_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_value = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--fixed-ring")) {
+            o.fixed_ring = true;
+        } else if (!strcmp(a, "--allow-disk")) {
+            o.allow_disk = true;
+        } else if (!strcmp(a, "-m") && has_value) {
+            model_path = argv[++i];
+        } else if (!strcmp(a, "--device") && has_value) {
+            if (n_dev == PRIMA_MAX_DEVICES)
+                return usage_error("more than %s devices", "32");
+            devices[n_dev++] = argv[++i];
+        } else if (!strcmp(a, "-k") && has_value) {
+            if (parse_int_arg("-k", argv[++i], 1, 1 << 20, &o.k))
+                return 2;
+        } else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has_value) {
+            if (parse_int_arg(a, argv[++i], 1, 1 << 24, &n_ctx))
+                return 2;
+        } else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has_value) {
+            if (parse_int_arg(a, argv[++i], 1, 1 << 16, &n_batch))
+                return 2;
+        } else if (!strcmp(a, "--reserve") && has_value) {
+            char *end;
+            o.reserve = strtod(argv[++i], &end);
+            if (*end || end == argv[i] || !(o.reserve >= 0 && o.reserve <= 0.9))
+                return usage_error("--reserve wants a fraction from 0 to 0.9, not '%s'", argv[i]);
+        } else if (!strcmp(a, "--net") && has_value) {
+            if (parse_net(argv[++i], &o))
+                return usage_error("--net wants RTT_MS,MBIT (e.g. 5,100), not '%s'", argv[i]);
+        } else {
+            return usage_error("unknown or incomplete option '%s'", a);
+        }
+    }
+    if (!model_path || !n_dev)
+        return usage_error("%s", "needs -m FILE and at least one --device FILE");
+
+    char err[512];
+    model *m = model_load(model_path, err, sizeof err);
+    if (!m)
+        return cli_fail("plan: %s", err);
+    if (o.k > m->hp.n_layer) {
+        cli_fail("plan: -k %d exceeds the model's %d layers", o.k, m->hp.n_layer);
+        model_free(m);
+        return 2;
+    }
+    if (!n_ctx)
+        n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
+    sched_model sm;
+    int rc = sched_model_from(m, n_ctx, n_batch, &sm, err, sizeof err);
+    model_free(m);
+    if (rc)
+        return cli_fail("%s", err);
+
+    dev_cost dc[PRIMA_MAX_DEVICES];
+    for (int d = 0; d < n_dev; d++) {
+        dev_profile p;
+        if (load_profile(devices[d], &p, err, sizeof err) ||
+            cost_device(&sm, &p, &o, d == 0, &dc[d], err, sizeof err))
+            return cli_fail("%s", err);
+    }
+    halda_result r;
+    if (halda_solve(dc, n_dev, &sm, &o, &r) || halda_explain(dc, n_dev, &sm, &o, &r))
+        return cli_fail("plan: %s", r.why[0] ? r.why : "the solver failed");
+    if (json) {
+        cJSON *j = plan_report_json(&r, dc, n_dev, &sm);
+        char *s = cJSON_Print(j);
+        puts(s);
+        free(s);
+        cJSON_Delete(j);
+    } else if (r.found)
+        plan_report_text(stdout, &r, dc, n_dev, &sm);
+    if (!r.found && !json)
+        return cli_fail("plan: %s", r.why);
+    return r.found ? 0 : 1;
+}
+
+const struct cli_command cli_cmd_plan = {"plan", "plan a model on saved device profiles (Halda)", run};

@@ -1,0 +1,96 @@
+/* report.c — printing Halda's plan. */
+#include "sched/report.h"
+
+#define MIB (1024.0 * 1024.0)
+#define GIB (1024.0 * MIB)
+#define MS 1e3
+
+void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int n_dev,
+                      const sched_model *sm)
+{
+    if (!r->found) {
+        fprintf(out, "%s\n", r->why);
+        return;
+    }
+    const cost_result *c = &r->cost;
+    fprintf(out, "plan: %d layers on %d device%s, k = %d round%s, predicted %.1f ms per token\n",
+            sm->n_layer, n_dev, n_dev > 1 ? "s" : "", r->plan.k, r->plan.k > 1 ? "s" : "",
+            c->tpot * MS);
+    fprintf(out, "  %-2s %-16s %-7s %-3s %6s %4s %6s %10s %10s %10s %11s\n", "#", "device", "os",
+            "set", "window", "gpu", "layers", "anon GiB", "page GiB", "budget GiB", "disk MiB/tok");
+    for (int m = 0; m < n_dev; m++) {
+        const dev_result *d = &c->dev[m];
+        fprintf(out, "  %-2d %-16.16s %-7s %-3s %6d %4d %6d %10.2f %10.2f %10.2f %11.1f%s\n", m,
+                dc[m].name, os_class_name(dc[m].os), cost_device_set(&dc[m], d), r->plan.window[m],
+                r->plan.gpu_layers[m], d->layers, d->anon / GIB,
+                (d->page < d->budget - d->anon ? d->page : d->budget - d->anon) / GIB,
+                d->budget / GIB, d->disk_bytes / MIB, m == 0 ? "  (head)" : "");
+    }
+    fprintf(out, "  TPOT terms: compute %.1f ms, memory %.1f ms, gpu %.1f ms, disk %.1f ms, "
+            "network %.1f ms, head %.1f ms\n", c->t_compute * MS, c->t_memory * MS, c->t_gpu * MS,
+            c->t_disk * MS, c->t_net * MS, c->t_head * MS);
+    for (int m = 1; m < n_dev; m++)
+        if (r->left_out[m][0])
+            fprintf(out, "  %s %s\n", dc[m].name, r->left_out[m]);
+    if (!r->fits) {
+        fprintf(out, "  no plan fits every memory budget; reading from disk every token:");
+        for (int m = 0; m < n_dev; m++)
+            if (c->dev[m].overloaded)
+                fprintf(out, " %s %.0f MiB (%.1f ms)", dc[m].name, c->dev[m].disk_bytes / MIB,
+                        c->dev[m].t_disk * MS);
+        fputc('\n', out);
+    }
+    fprintf(out, "  solved in %.3f s (%d integer programs)\n", r->seconds, r->n_ilp);
+}
+
+cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, const sched_model *sm)
+{
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddBoolToObject(j, "found", r->found);
+    if (!r->found) {
+        cJSON_AddStringToObject(j, "why", r->why);
+        return j;
+    }
+    const cost_result *c = &r->cost;
+    cJSON_AddNumberToObject(j, "n_layer", sm->n_layer);
+    cJSON_AddNumberToObject(j, "k", r->plan.k);
+    cJSON_AddBoolToObject(j, "fits", r->fits);
+    cJSON_AddNumberToObject(j, "tpot", c->tpot);
+    cJSON *t = cJSON_AddObjectToObject(j, "terms");
+    cJSON_AddNumberToObject(t, "compute", c->t_compute);
+    cJSON_AddNumberToObject(t, "memory", c->t_memory);
+    cJSON_AddNumberToObject(t, "gpu", c->t_gpu);
+    cJSON_AddNumberToObject(t, "disk", c->t_disk);
+    cJSON_AddNumberToObject(t, "network", c->t_net);
+    cJSON_AddNumberToObject(t, "head", c->t_head);
+    cJSON *devs = cJSON_AddArrayToObject(j, "devices");
+    for (int m = 0; m < n_dev; m++) {
+        const dev_result *d = &c->dev[m];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", dc[m].name);
+        cJSON_AddStringToObject(o, "os", os_class_name(dc[m].os));
+        cJSON_AddStringToObject(o, "set", cost_device_set(&dc[m], d));
+        cJSON_AddNumberToObject(o, "window", r->plan.window[m]);
+        cJSON_AddNumberToObject(o, "gpu_layers", r->plan.gpu_layers[m]);
+        cJSON_AddNumberToObject(o, "layers", d->layers);
+        cJSON_AddBoolToObject(o, "in_ring", d->in_ring);
+        cJSON_AddBoolToObject(o, "overloaded", d->overloaded);
+        cJSON_AddNumberToObject(o, "anon_bytes", d->anon);
+        cJSON_AddNumberToObject(o, "page_bytes", d->page);
+        cJSON_AddNumberToObject(o, "vram_bytes", d->vram);
+        cJSON_AddNumberToObject(o, "budget_bytes", d->budget);
+        cJSON_AddNumberToObject(o, "disk_bytes_per_token", d->disk_bytes);
+        cJSON *tt = cJSON_AddObjectToObject(o, "time");
+        cJSON_AddNumberToObject(tt, "compute", d->t_compute);
+        cJSON_AddNumberToObject(tt, "memory", d->t_memory);
+        cJSON_AddNumberToObject(tt, "gpu", d->t_gpu);
+        cJSON_AddNumberToObject(tt, "disk", d->t_disk);
+        cJSON_AddNumberToObject(tt, "network", d->t_net);
+        if (r->left_out[m][0])
+            cJSON_AddStringToObject(o, "left_out", r->left_out[m]);
+        cJSON_AddItemToArray(devs, o);
+    }
+    cJSON_AddNumberToObject(j, "solve_seconds", r->seconds);
+    cJSON_AddNumberToObject(j, "integer_programs", r->n_ilp);
+    return j;
+}

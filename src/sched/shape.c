@@ -1,0 +1,68 @@
+/* shape.c — sched_model from a loaded model: per-layer weights by type, bytes, KV cache,
+ * buffers. Memory estimates follow what engine.c and session.c allocate. */
+#include <stdio.h>
+#include <string.h>
+
+#include "sched/shape.h"
+
+/* Every process: binary, libraries, thread stacks, the GGUF metadata and the ring's frame
+ * buffers. */
+#define PROCESS_BASE_BYTES (32.0 * 1024 * 1024)
+/* Per token of a frame on the wire besides the activations (header, positions). */
+#define HOP_OVERHEAD_BYTES 64.0
+/* The tokenizer keeps every vocabulary entry's text and hash slots: about this much per token
+ * id on top of the text itself. */
+#define TOKENIZER_BYTES_PER_ID 48.0
+
+static double tensor_params(const gguf_tensor *t)
+{
+    return (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
+}
+
+int sched_model_from(const model *m, int n_ctx, int max_batch, sched_model *sm, char *err,
+                     size_t errlen)
+{
+    const model_hparams *hp = &m->hp;
+    if (n_ctx < 1 || max_batch < 1) {
+        snprintf(err, errlen, "plan: context (%d) and batch (%d) must be positive", n_ctx, max_batch);
+        return -1;
+    }
+    memset(sm, 0, sizeof *sm);
+    sm->n_layer = hp->n_layer;
+    sm->n_embd = hp->n_embd;
+    sm->n_vocab = hp->n_vocab;
+    double bytes = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const layer_weights *lw = &m->layers[il];
+        const gguf_tensor *mats[] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->ffn_gate, lw->ffn_up,
+                                     lw->ffn_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
+        bytes += (double)model_layer_bytes(m, il);
+    }
+    sm->layer_bytes = bytes / hp->n_layer;
+
+    /* F16 K and V for every position; a decoded token reads, on average, half a full cache */
+    double kv_row = (double)hp->n_head_kv * hp->head_dim;
+    sm->kv_bytes = 2.0 * 2.0 * kv_row * n_ctx;
+    sm->kv_read = sm->kv_bytes / 2;
+
+    sm->out_type = m->output->type;
+    sm->out_params = tensor_params(m->output);
+    sm->out_bytes = (double)m->output->nbytes + (double)m->output_norm->nbytes;
+    sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
+    sm->hop_bytes = 4.0 * hp->n_embd + HOP_OVERHEAD_BYTES;
+
+    /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32), the activations
+     * quantized for integer dot products (about a byte per value), the batch's hidden states */
+    double q_dim = (double)hp->n_head * hp->head_dim;
+    double row = 4.0 * (hp->n_embd + 2 * q_dim + 2 * kv_row + 2.0 * hp->n_ff);
+    double quant = 1.1 * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
+    double hidden = 4.0 * hp->n_embd;
+    sm->proc_bytes = PROCESS_BASE_BYTES + (double)max_batch * (row + quant + hidden);
+    /* the head: last-row logits and the sampler's candidates (id, logit, probability), the
+     * token history, and the tokenizer */
+    sm->head_bytes = 4.0 * hp->n_vocab + 12.0 * hp->n_vocab + 4.0 * n_ctx +
+                     TOKENIZER_BYTES_PER_ID * hp->n_vocab;
+    return 0;
+}

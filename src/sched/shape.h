@@ -1,0 +1,13 @@
+/* shape.h — a loaded model as the cost model sees it (cost.h's sched_model). */
+#ifndef PRIMA_SHAPE_H
+#define PRIMA_SHAPE_H
+
+#include "model/model.h"
+#include "sched/cost.h"
+
+/* Layer means, KV cache for n_ctx positions, compute buffers for max_batch-token batches.
+ * Fails (one line) for a context or batch below 1. */
+int sched_model_from(const model *m, int n_ctx, int max_batch, sched_model *sm, char *err,
+                     size_t errlen);
+
+#endif

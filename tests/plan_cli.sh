@@ -1,0 +1,86 @@
+#!/bin/bash
+# plan_cli.sh — prima profile and prima plan end to end: help, the error contract (one line,
+# exit 1 for bad inputs, 2 for bad usage), a measured profile planned on, hand-written profiles
+# whose plan is known, deterministic output, and an infeasible set-up reported as such.
+set -uo pipefail
+prima=${PRIMA_BIN:?}
+fx=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-}}
+[[ -f $fx/README.md ]] || { echo "SKIP: fixtures not found at '$fx'"; exit 77; }
+model=$fx/models/synth-spm512-l4-e256-q4_k_m.gguf
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect CODE CMD...: the exit status, and one line on stderr when it is not 0
+expect() {
+    local want=$1; shift
+    "$@" >"$work/out" 2>"$work/err"
+    local got=$?
+    [[ $got == "$want" ]] || fail "'$*' exited $got, want $want: $(cat "$work/err")"
+    if [[ $want != 0 ]]; then
+        [[ $(wc -l <"$work/err") == 1 ]] || fail "'$*': stderr is not one line: $(cat "$work/err")"
+    fi
+}
+
+expect 0 "$prima" plan --help
+for opt in --device -k --ctx-size --batch-size --reserve --net --fixed-ring --allow-disk --json; do
+    grep -q -- "$opt" "$work/out" || fail "plan --help does not mention $opt"
+done
+expect 0 "$prima" profile --help
+for opt in -m -t --json; do grep -q -- "$opt" "$work/out" || fail "profile --help lacks $opt"; done
+
+expect 2 "$prima" plan
+expect 2 "$prima" plan -m "$model"
+expect 2 "$prima" plan -m "$model" --device x.json --bogus
+expect 2 "$prima" plan -m "$model" --device x.json --reserve 2
+expect 2 "$prima" plan -m "$model" --device x.json --net 5
+expect 2 "$prima" profile -t 0
+expect 1 "$prima" plan -m "$model" --device "$work/missing.json"
+grep -q "missing.json" "$work/err" || fail "missing profile not named: $(cat "$work/err")"
+echo '{"version": 1, "name": "x"' >"$work/broken.json"
+expect 1 "$prima" plan -m "$model" --device "$work/broken.json"
+grep -q "not valid JSON" "$work/err" || fail "broken JSON: $(cat "$work/err")"
+expect 1 "$prima" plan -m "$work/missing.gguf" --device "$work/broken.json"
+expect 1 "$prima" profile -m "$work/missing.gguf"
+
+# A measured profile plans.
+expect 0 "$prima" profile -m "$model" -t 1 --json
+cp "$work/out" "$work/measured.json"
+expect 0 "$prima" plan -m "$model" --device "$work/measured.json" --device "$work/measured.json"
+grep -q "^plan: 4 layers on 2 devices" "$work/out" || fail "plan output: $(cat "$work/out")"
+
+# Hand-written devices: "big" holds everything and is fast; "small" holds nothing but its
+# buffers and is slow. The plan: every layer on big in one round, small left out.
+profile() {   # NAME AVAILABLE_BYTES RATE
+    cat <<EOF
+{"version": 1, "name": "$1", "os": "linux", "noise": 0,
+ "cpu": {"cores": 4, "threads": 4, "quota": 0, "simd": "avx2",
+         "types": {"Q4_K": {"matvec": $3, "matmul": $3}, "Q6_K": {"matvec": $3, "matmul": $3}}},
+ "memory": {"total": 8000000000, "available": $2, "reclaimable": 0, "swap_total": 0,
+            "swap_free": 0, "cgroup_limit": 0, "cgroup_usage": 0, "cgroup_reclaimable": 0,
+            "bandwidth": 10000000000},
+ "disk": {"sequential": 1000000000, "random": 100000000, "method": "o_direct"},
+ "gpu": {"present": false, "unified": false, "name": "", "vram_total": 0, "vram_free": 0,
+         "bandwidth": 0, "types": {}},
+ "network": {"rtt": 0.002, "throughput": 12500000}}
+EOF
+}
+profile big 4000000000 1e10 >"$work/big.json"
+profile small 60000000 1e8 >"$work/small.json"
+expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" --json
+grep -q '"k":	1' "$work/out" && grep -q '"window":	4' "$work/out" && grep -q '"window":	0' "$work/out" \
+    || fail "big/small plan: $(cat "$work/out")"
+grep -q '"left_out":' "$work/out" || fail "small's absence is not explained"
+# the same input gives the same plan, byte for byte (the solve time aside)
+"$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" | grep -v "solved in" >"$work/p1"
+"$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" | grep -v "solved in" >"$work/p2"
+cmp -s "$work/p1" "$work/p2" || fail "two runs gave different plans"
+# forcing two rounds is obeyed
+expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" -k 2 --json
+grep -q '"k":	2' "$work/out" || fail "-k 2 ignored: $(cat "$work/out")"
+
+# Nothing fits and nothing may read from disk: reported as infeasible.
+profile none 30000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"
+expect 1 "$prima" plan -m "$model" --device "$work/none.json"
+grep -q "no plan" "$work/err" || fail "infeasible: $(cat "$work/err")"
+echo "plan_cli: ok"
