@@ -358,6 +358,8 @@ static int split_spans(const pcre2_code *re, pcre2_match_data *md, const char *t
         size_t len = in->v[i].len, pos = 0, done = 0;
         while (pos < len) {
             int rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT)   /* the interpreter keeps its state on the heap */
+                rc = pcre2_match(re, subj, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, NULL);
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
             if (rc < 0)

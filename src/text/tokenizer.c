@@ -200,7 +200,7 @@ static void add_eog(tokenizer *t, int32_t id)
 /* Texts of end-of-turn / end-of-text tokens of common model families. */
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "<|EOT|>", "<|end_of_text|>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",
+    "<EOT>", "<|EOT|>", "<|end_of_text|>", "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>",   /* <｜end▁of▁sentence｜> */
 };
 
 /* End of generation: EOS, the EOT / EOM ids the file names, and tokens known by their text. */

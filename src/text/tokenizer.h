@@ -46,7 +46,7 @@ typedef struct detok_stream {
 } detok_stream;
 void detok_init(detok_stream *s);
 /* Appends the printable bytes of token id to out (at most cap); returns the count. A token of
- * piece length n releases at most 3 * n + 4 bytes; what does not fit in cap is dropped. */
+ * piece length n releases at most 3 * (n + 3) bytes; what does not fit in cap is dropped. */
 size_t detok_push(detok_stream *s, const tokenizer *t, int32_t id, char *out, size_t cap);
 /* Flush what is left (an incomplete sequence becomes U+FFFD). */
 size_t detok_flush(detok_stream *s, char *out, size_t cap);
