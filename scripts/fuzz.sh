@@ -1,14 +1,15 @@
 #!/bin/sh
 # fuzz.sh [SECONDS] — build the libFuzzer targets with clang (ASan + UBSan, build-fuzz/) and run
-# the GGUF reader fuzzer for SECONDS (default 60). Seeds: the fixtures' GGUF files, the large
-# ones cut to their first 64 KiB (the header, which is what the reader parses; the data section
-# is only bounds-checked). Exits non-zero on any crash, leak or sanitizer report.
+# the GGUF reader fuzzer for SECONDS (default 60). Seeds: the fixtures' GGUF files cut to their
+# first 64 KiB (the header, which is what the reader parses; the data section is only
+# bounds-checked), and small complete models from prima mkmodel so that valid files with tensors
+# are in the corpus too. Exits non-zero on any crash, leak or sanitizer report.
 set -eu
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 fixtures=${PRIMA_FIXTURES:-../shared/fixtures}
 CC=clang cmake -S . -B build-fuzz -DPRIMA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz --target fuzz_gguf -j"$(nproc)"
+cmake --build build-fuzz --target fuzz_gguf prima-cli -j"$(nproc)"
 
 corpus=build-fuzz/corpus-gguf
 mkdir -p "$corpus"
@@ -17,8 +18,11 @@ if [ -d "$fixtures" ]; then
         [ -f "$f" ] && head -c 65536 "$f" >"$corpus/seed-$(basename "$f")"
     done
 else
-    echo "fuzz.sh: no fixtures at $fixtures; fuzzing from an empty corpus" >&2
+    echo "fuzz.sh: no fixtures at $fixtures; seeding with generated models only" >&2
 fi
+small="--layers 1 --embd 32 --ff 64 --heads 2 --kv-heads 1 --vocab 258"
+build-fuzz/prima mkmodel -o "$corpus/seed-mk-llama-q8_0.gguf" $small --type q8_0 >/dev/null
+build-fuzz/prima mkmodel -o "$corpus/seed-mk-qwen2-f16.gguf" $small --arch qwen2 --type f16 >/dev/null
 # The artifact (crashing input) goes to build-fuzz/ so a failure can be reproduced with
 # build-fuzz/fuzz_gguf FILE.
 exec build-fuzz/fuzz_gguf -max_total_time="$seconds" -max_len=131072 -timeout=10 \

@@ -64,6 +64,27 @@ static void print_quoted(const char *p, uint64_t len, uint64_t max)
         printf("... (%" PRIu64 " bytes)", len);
 }
 
+/* A key or tensor name for the listing: control bytes become \xNN so that a line stays a line;
+ * names longer than the buffer are cut with "...". */
+static const char *clean_name(gguf_str s, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (uint64_t i = 0; i < s.len; i++) {
+        unsigned char c = (unsigned char)s.ptr[i];
+        if (n + 8 > cap) {
+            memcpy(buf + n, "...", 3);
+            n += 3;
+            break;
+        }
+        if (c < 0x20 || c == 0x7f)
+            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
+        else
+            buf[n++] = (char)c;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
 static void print_array(const gguf_array *a)
 {
     printf("[%s x %" PRIu64 "]", gguf_vtype_name(a->type), a->n);
@@ -156,7 +177,8 @@ static void print_text(const gguf_file *f)
     printf("\nmetadata: %" PRIu64 " keys\n", f->n_kv);
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
-        printf("  %-*.*s  %-6s  ", key_width, (int)kv->key.len, kv->key.ptr,
+        char name[256];
+        printf("  %-*s  %-6s  ", key_width, clean_name(kv->key, name, sizeof name),
                gguf_vtype_name(kv->type));
         print_value(kv);
         putchar('\n');
@@ -177,8 +199,10 @@ static void print_text(const gguf_file *f)
         for (uint32_t d = 0; d < t->n_dims; d++)
             n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%" PRIu64, d ? " x " : "",
                           t->ne[d]);
-        printf("  %-*.*s  %-7s  %-22s  %14" PRIu64 "  %14" PRIu64 "\n", name_width,
-               (int)t->name.len, t->name.ptr, dtype_get(t->type)->name, shape, t->nbytes, t->offset);
+        char name[256];
+        printf("  %-*s  %-7s  %-22s  %14" PRIu64 "  %14" PRIu64 "\n", name_width,
+               clean_name(t->name, name, sizeof name), dtype_get(t->type)->name, shape, t->nbytes,
+               t->offset);
     }
 
     struct type_total by_type[DT_COUNT];
