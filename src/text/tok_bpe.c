@@ -366,6 +366,8 @@ static int split_spans(const pcre2_code *re, pcre2_match_data *md, const char *t
                 return -1;
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             if (ov[1] == ov[0]) {   /* an empty match: step over one character */
+                if (ov[0] >= len)
+                    break;
                 pos = ov[0] + utf8_seq_len(subj[ov[0]]);
                 continue;
             }
