@@ -4,6 +4,9 @@
 #define PRIMA_BENCH_H
 
 #include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels/types.h"
 
 struct bench_sub {
     const char *name;
@@ -12,6 +15,7 @@ struct bench_sub {
 };
 
 extern const struct bench_sub bench_kernels;
+extern const struct bench_sub bench_pages;
 extern const struct bench_sub bench_run;
 
 /* One measurement. Absent fields: NULL strings, tokens 0, fraction and spread < 0. */
@@ -33,6 +37,14 @@ void bench_print(const bench_result *r, bool json);
 
 /* Parse a thread count for -t: 1..max; returns -1 (after a one-line error) otherwise. */
 int bench_parse_threads(const char *s);
+
+/* Rows [0, n_rows) of weight type t with n_in elements each: quantized uniform random values.
+ * Only the first few rows are quantized; the rest repeat them (the reference quantizers would
+ * take longer than the benchmarks on matrices of Llama-3-8B size). */
+void bench_fill_weights(enum dtype t, uint8_t *w, int n_in, long n_rows);
+
+/* Uniform in [-1, 1), from a fixed seed. */
+float bench_rand(void);
 
 /* Median and relative spread of n timings (sorts v). */
 double bench_median_spread(double *v, int n, double *spread);

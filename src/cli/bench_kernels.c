@@ -25,9 +25,6 @@ static const int prefill_tokens[] = {64, 512};
  * this class of machine, so every call reads its weights from DRAM. */
 #define COLD_BYTES (512ull << 20)
 #define BANDWIDTH_BYTES (512ull << 20)
-/* Rows quantized from random data; the rest of a matrix repeats them (quantizing 58 M weights
- * with the reference quantizers would take longer than the benchmark). */
-#define PATTERN_ROWS 16
 
 static const char usage_text[] =
     "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N]\n"
@@ -58,16 +55,6 @@ struct opts {
     bool only[DT_COUNT], filtered;
 };
 
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static float rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-
 /* Anonymous memory in huge pages where the kernel allows, so the kernels are measured rather
  * than the TLB (bench pages measures the difference). */
 static void *alloc_weights(size_t bytes)
@@ -79,27 +66,13 @@ static void *alloc_weights(size_t bytes)
     return p;
 }
 
-/* Fill rows [0, n_rows) of type t with quantized random weights. */
-static void fill_matrix(const kern_type *kt, enum dtype t, uint8_t *w, int n_in, long n_rows)
-{
-    size_t row_bytes = dtype_row_bytes(t, (uint64_t)n_in);
-    long pattern = n_rows < PATTERN_ROWS ? n_rows : PATTERN_ROWS;
-    float *f = malloc(sizeof(float) * (size_t)n_in * (size_t)pattern);
-    for (long i = 0; i < (long)n_in * pattern; i++)
-        f[i] = rnd();
-    kt->from_float(f, w, (int64_t)n_in * pattern);
-    free(f);
-    for (long r = pattern; r < n_rows; r++)
-        memcpy(w + (size_t)r * row_bytes, w + (size_t)(r % pattern) * row_bytes, row_bytes);
-}
-
 static void report(const struct opts *o, bench_result r)
 {
     r.threads = r.threads ? r.threads : o->threads;
     bench_print(&r, o->json);
 }
 
-static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t, const kern_type *kt,
+static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t,
                         int n_in, int n_out, double bandwidth)
 {
     size_t mat = dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out;
@@ -114,11 +87,11 @@ static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t, const k
         return cli_fail("bench kernels: cannot allocate %zu MiB for %s matvec", (mat * copies) >> 20,
                         dtype_get((uint32_t)t)->name);
     }
-    fill_matrix(kt, t, w, n_in, n_out);
+    bench_fill_weights(t, w, n_in, n_out);
     for (size_t k = 1; k < copies; k++)
         memcpy(w + k * mat, w, mat);
     for (int i = 0; i < n_in; i++)
-        x[i] = rnd();
+        x[i] = bench_rand();
     for (size_t k = 0; k < copies; k++) /* every copy once: page faults out of the way */
         kern_matmul(c, w + k * mat, t, n_in, n_out, x, 1, y);
     for (int r = 0; r < reps; r++) {
@@ -138,7 +111,7 @@ static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t, const k
     return 0;
 }
 
-static int bench_prefill(const struct opts *o, kern_ctx *c, enum dtype t, const kern_type *kt,
+static int bench_prefill(const struct opts *o, kern_ctx *c, enum dtype t,
                          int n_tokens, double peak)
 {
     int n_in = prefill_shape[0], n_out = prefill_shape[1];
@@ -152,9 +125,9 @@ static int bench_prefill(const struct opts *o, kern_ctx *c, enum dtype t, const 
         free(x), free(y), free(secs);
         return cli_fail("bench kernels: cannot allocate memory for %s matmul", dtype_get((uint32_t)t)->name);
     }
-    fill_matrix(kt, t, w, n_in, n_out);
+    bench_fill_weights(t, w, n_in, n_out);
     for (long i = 0; i < (long)n_in * n_tokens; i++)
-        x[i] = rnd();
+        x[i] = bench_rand();
     double t0 = probe_now();
     kern_matmul(c, w, t, n_in, n_out, x, n_tokens, y); /* warm up */
     if (probe_now() - t0 > 2.0) /* a slow path: a few seconds are enough to say so */
@@ -240,7 +213,7 @@ static int run(int argc, char **argv)
     if (o.json)
         printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
     else
-        printf("SIMD path: %s, %d threads\n%-7s %-22s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
+        printf("SIMD path: %s, %d threads\n%-7s %-28s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
                o.threads, "type", "op", "shape", "tokens", "thr", "value", "unit", "bound", "spread");
 
     double bw[2], peak[2];
@@ -261,15 +234,14 @@ static int run(int argc, char **argv)
     }
 
     for (int t = 0; t < DT_COUNT && !rc; t++) {
-        const kern_type *kt = kern_type_get((enum dtype)t);
-        if (!kt || t == DT_Q8_K) /* Q8_K only ever holds activations */
+        if (!kern_type_get((enum dtype)t) || t == DT_Q8_K) /* Q8_K only ever holds activations */
             continue;
         if (o.filtered && !o.only[t])
             continue;
         for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0] && !rc; s++)
-            rc = bench_matvec(&o, cn, (enum dtype)t, kt, matvec_shapes[s][0], matvec_shapes[s][1], bw[1]);
+            rc = bench_matvec(&o, cn, (enum dtype)t, matvec_shapes[s][0], matvec_shapes[s][1], bw[1]);
         for (size_t n = 0; n < sizeof prefill_tokens / sizeof prefill_tokens[0] && !rc; n++)
-            rc = bench_prefill(&o, cn, (enum dtype)t, kt, prefill_tokens[n], peak[1]);
+            rc = bench_prefill(&o, cn, (enum dtype)t, prefill_tokens[n], peak[1]);
     }
     kern_ctx_free(c1);
     kern_ctx_free(cn);

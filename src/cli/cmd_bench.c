@@ -11,7 +11,7 @@
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
-static const struct bench_sub *const subs[] = {&bench_kernels, &bench_run};
+static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run};
 #define N_SUBS (sizeof subs / sizeof subs[0])
 
 static void usage(FILE *out)
@@ -79,7 +79,7 @@ void bench_print(const bench_result *r, bool json)
     char tok[16] = "";
     if (r->tokens)
         snprintf(tok, sizeof tok, "%d", r->tokens);
-    printf("%-7s %-22s %-11s %6s %3d %9.1f %-7s %7s %6s\n", r->type ? r->type : "", what,
+    printf("%-7s %-28s %-11s %6s %3d %9.1f %-7s %7s %6s\n", r->type ? r->type : "", what,
            r->shape ? r->shape : "", tok, r->threads, r->value, r->unit, frac, spread);
     fflush(stdout);
 }
@@ -93,6 +93,36 @@ int bench_parse_threads(const char *s)
         return -1;
     }
     return (int)v;
+}
+
+#define PATTERN_ROWS 16
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+float bench_rand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+void bench_fill_weights(enum dtype t, uint8_t *w, int n_in, long n_rows)
+{
+    const kern_type *kt = kern_type_get(t);
+    size_t row_bytes = dtype_row_bytes(t, (uint64_t)n_in);
+    long pattern = n_rows < PATTERN_ROWS ? n_rows : PATTERN_ROWS;
+    float *f = malloc(sizeof(float) * (size_t)n_in * (size_t)pattern);
+    if (!f) {
+        fprintf(stderr, "prima: bench: out of memory\n");
+        exit(1);
+    }
+    for (long i = 0; i < (long)n_in * pattern; i++)
+        f[i] = bench_rand();
+    kt->from_float(f, w, (int64_t)n_in * pattern);
+    free(f);
+    for (long r = pattern; r < n_rows; r++)
+        memcpy(w + (size_t)r * row_bytes, w + (size_t)(r % pattern) * row_bytes, row_bytes);
 }
 
 double bench_median_spread(double *v, int n, double *spread)
