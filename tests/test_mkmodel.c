@@ -10,6 +10,7 @@
 
 #include "gguf/gguf.h"
 #include "kernels/types.h"
+#include "model/session.h"
 #include "model/synth.h"
 #include "test.h"
 #include "text/tokenizer.h"
@@ -357,6 +358,51 @@ static void check_errors(void)
     CHECK(synth_preset(&p, "gpt5") == -1, "unknown preset");
 }
 
+/* The point of the weight scales: a forward pass gives finite logits with a real spread that
+ * change with the input, for every architecture. */
+static void check_activations(enum model_arch arch, enum synth_ftype ft)
+{
+    char err[512];
+    synth_params p;
+    small(&p, arch, ft);
+    REQUIRE(synth_write(&p, path_a, NULL, err, sizeof err) == 0, "%s", err);
+    model *m = model_load(path_a, err, sizeof err);
+    REQUIRE(m, "model_load: %s", err);
+    kern_ctx *kc = kern_ctx_create(1);
+    session *s = session_create(m, kc, 16, 8, err, sizeof err);
+    REQUIRE(kc && s, "session: %s", err);
+    enum { N = 8, V = 260 };
+    const int32_t tokens[N] = {256, 'T', 'h', 'e', ' ', 'c', 'a', 't'};
+    float *logits = malloc(sizeof(float) * N * V);
+    REQUIRE(logits, "out of memory");
+    REQUIRE(session_eval(s, tokens, N, logits, err, sizeof err) == 0, "eval: %s", err);
+    bool finite = true;
+    double min_sd = 1e30, max_sd = 0, row_change = 0;
+    for (int t = 0; t < N; t++) {
+        double sum = 0, sum2 = 0;
+        for (int v = 0; v < V; v++) {
+            float x = logits[t * V + v];
+            finite &= isfinite(x);
+            sum += x;
+            sum2 += (double)x * x;
+            if (t)
+                row_change = fmax(row_change, fabs(x - logits[(t - 1) * V + v]));
+        }
+        double sd = sqrt(sum2 / V - (sum / V) * (sum / V));
+        min_sd = fmin(min_sd, sd);
+        max_sd = fmax(max_sd, sd);
+    }
+    CHECK(finite, "arch %d %s: NaN or Inf in the logits", arch, synth_ftype_name(ft));
+    CHECK(min_sd > 0.3 && max_sd < 30, "arch %d %s: logit row sd in [%g, %g]", arch,
+          synth_ftype_name(ft), min_sd, max_sd);
+    CHECK(row_change > 0.3, "arch %d %s: logits hardly change with the input", arch,
+          synth_ftype_name(ft));
+    free(logits);
+    session_free(s);
+    kern_ctx_free(kc);
+    model_free(m);
+}
+
 int main(void)
 {
     snprintf(path_a, sizeof path_a, "/tmp/prima-mkmodel-%d-a.gguf", (int)getpid());
@@ -368,6 +414,9 @@ int main(void)
         check_model(a, &type_cases[SYNTH_Q8_0]);
         check_model(a, &type_cases[SYNTH_Q5_K_M]);
     }
+    check_activations(ARCH_LLAMA, SYNTH_F32);
+    check_activations(ARCH_QWEN2, SYNTH_Q4_K_M);
+    check_activations(ARCH_QWEN3, SYNTH_Q8_0);
     check_determinism();
     check_large_tensors();
     check_fallback();
