@@ -4,8 +4,36 @@
 
 #include "model/session.h"
 
+static int engine_eval_all(void *ctx, float *hidden, int n, const int32_t *pos, char *err,
+                           size_t errlen)
+{
+    session *s = ctx;
+    if (engine_layers(s->e, hidden, n, pos, 0, s->m->hp.n_layer) == 0)
+        return 0;
+    /* unreachable after session_eval's checks: this engine owns every layer */
+    snprintf(err, errlen, "evaluation failed at position %d", pos[0]);
+    return -1;
+}
+
+static int engine_truncate(void *ctx, int p0)
+{
+    return engine_kv_truncate(((session *)ctx)->e, p0);
+}
+
+static int engine_shift(void *ctx, int p0, int p1, int delta)
+{
+    return engine_kv_shift(((session *)ctx)->e, p0, p1, delta);
+}
+
 session *session_create(const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
                         size_t errlen)
+{
+    return session_create_split(m, kc, n_ctx, n_batch, NULL, NULL, err, errlen);
+}
+
+session *session_create_split(const model *m, kern_ctx *kc, int n_ctx, int n_batch,
+                              const bool *owns, const session_layers *layers, char *err,
+                              size_t errlen)
 {
     if (n_batch > n_ctx)
         n_batch = n_ctx; /* a batch never holds more tokens than the context */
@@ -17,11 +45,12 @@ session *session_create(const model *m, kern_ctx *kc, int n_ctx, int n_batch, ch
     s->m = m;
     s->n_ctx = n_ctx;
     s->n_batch = n_batch;
-    s->e = engine_create(m, kc, n_ctx, n_batch, NULL, err, errlen);
+    s->e = engine_create(m, kc, n_ctx, n_batch, owns, err, errlen);
     if (!s->e) {
         free(s);
         return NULL;
     }
+    s->layers = layers ? *layers : (session_layers){s, engine_eval_all, engine_truncate, engine_shift};
     s->tokens = malloc(sizeof(int32_t) * (size_t)n_ctx);
     s->hidden = malloc(sizeof(float) * (size_t)n_batch * (size_t)m->hp.n_embd);
     s->pos = malloc(sizeof(int32_t) * (size_t)n_batch);
@@ -49,7 +78,7 @@ void session_free(session *s)
 int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
                  size_t errlen)
 {
-    const int n_vocab = s->m->hp.n_vocab, n_layer = s->m->hp.n_layer;
+    const int n_vocab = s->m->hp.n_vocab;
     if (n < 1) {
         snprintf(err, errlen, "nothing to evaluate");
         return -1;
@@ -70,11 +99,8 @@ int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, ch
         for (int t = 0; t < nb; t++)
             s->pos[t] = s->n_past + t;
         engine_embed(s->e, tokens + done, nb, s->hidden);
-        if (engine_layers(s->e, s->hidden, nb, s->pos, 0, n_layer) != 0) {
-            /* unreachable with the checks above: the session owns every layer */
-            snprintf(err, errlen, "evaluation failed at position %d", s->n_past);
+        if (s->layers.eval(s->layers.ctx, s->hidden, nb, s->pos, err, errlen))
             return -1;
-        }
         memcpy(s->tokens + s->n_past, tokens + done, sizeof(int32_t) * (size_t)nb);
         s->n_past += nb;
         done += nb;
@@ -97,7 +123,7 @@ int session_shift(session *s, int n_keep)
     int n_discard = (s->n_past - n_keep) / 2;
     if (n_discard <= 0)
         return 0;
-    engine_kv_shift(s->e, n_keep + n_discard, s->n_past, -n_discard);
+    s->layers.kv_shift(s->layers.ctx, n_keep + n_discard, s->n_past, -n_discard);
     memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard,
             sizeof(int32_t) * (size_t)(s->n_past - n_keep - n_discard));
     s->n_past -= n_discard;
@@ -108,6 +134,6 @@ void session_truncate(session *s, int n_past)
 {
     if (n_past < 0 || n_past >= s->n_past)
         return;
-    engine_kv_truncate(s->e, n_past);
+    s->layers.kv_truncate(s->layers.ctx, n_past);
     s->n_past = n_past;
 }

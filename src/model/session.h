@@ -12,9 +12,21 @@
 
 #include "model/model.h"
 
+/* Where a session's batches go through the model's layers: by default this session's engine;
+ * the ring runtime (cluster/ring.h) plugs in here, so that one generation loop serves a single
+ * device and a cluster alike. */
+typedef struct session_layers {
+    void *ctx;
+    /* Every layer, in place on n rows of hidden at positions pos. 0, or -1 with a message. */
+    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, char *err, size_t errlen);
+    int (*kv_truncate)(void *ctx, int p0);
+    int (*kv_shift)(void *ctx, int p0, int p1, int delta);
+} session_layers;
+
 typedef struct session {
     const model *m;
     engine *e;
+    session_layers layers;
     int n_ctx, n_batch;
     int n_past;        /* tokens in the cache, at positions [0, n_past) */
     int32_t *tokens;   /* n_ctx: the history */
@@ -25,6 +37,11 @@ typedef struct session {
 
 session *session_create(const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
                         size_t errlen);
+/* A session whose engine keeps a KV cache only for the layers in owns (NULL: all) and whose
+ * batches run through `layers` (NULL: the engine). The head of a ring uses this. */
+session *session_create_split(const model *m, kern_ctx *kc, int n_ctx, int n_batch,
+                              const bool *owns, const session_layers *layers, char *err,
+                              size_t errlen);
 void session_free(session *s);
 
 /* Evaluate n tokens after the history, in batches of at most n_batch. all_logits (n x n_vocab)

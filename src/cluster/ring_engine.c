@@ -1,0 +1,126 @@
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/ring_engine.h"
+
+int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
+{
+    memset(rm, 0, sizeof *rm);
+    const gguf_file *f = m->file;
+    if (sodium_init() < 0) {
+        snprintf(err, errlen, "libsodium failed to initialise");
+        return -1;
+    }
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, sizeof rm->identity);
+    crypto_generichash_update(&st, f->map, f->data_offset);
+    uint8_t size[8];
+    for (int i = 0; i < 8; i++)
+        size[i] = (uint8_t)(f->size >> (8 * i));
+    crypto_generichash_update(&st, size, sizeof size);
+    crypto_generichash_final(&st, rm->identity, sizeof rm->identity);
+    int n = m->hp.n_layer;
+    rm->n_layer = n;
+    rm->n_embd = m->hp.n_embd;
+    rm->path = f->path;
+    rm->map = f->map;
+    rm->map_size = f->size;
+    rm->head_bytes = model_head_bytes(m);
+    rm->layer_begin = calloc((size_t)n, sizeof *rm->layer_begin);
+    rm->layer_end = calloc((size_t)n, sizeof *rm->layer_end);
+    if (!rm->layer_begin || !rm->layer_end) {
+        ring_model_release(rm);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int il = 0; il < n; il++)
+        model_layer_span(m, il, &rm->layer_begin[il], &rm->layer_end[il]);
+    return 0;
+}
+
+void ring_model_release(ring_model *rm)
+{
+    free(rm->layer_begin);
+    free(rm->layer_end);
+    rm->layer_begin = rm->layer_end = NULL;
+}
+
+static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last)
+{
+    return engine_layers(ctx, hidden, n, pos, first, last);
+}
+
+static int engine_truncate(void *ctx, int p0)
+{
+    return engine_kv_truncate(ctx, p0);
+}
+
+static int engine_shift(void *ctx, int p0, int p1, int delta)
+{
+    return engine_kv_shift(ctx, p0, p1, delta);
+}
+
+ring_layers ring_layers_of_engine(engine *e)
+{
+    return (ring_layers){e, engine_eval, engine_truncate, engine_shift};
+}
+
+static int backend_open(void *ctx, const bool *owns, int n_ctx, int max_batch, int threads,
+                        ring_layers *out, char *err, size_t errlen)
+{
+    engine_backend *eb = ctx;
+    eb->kc = kern_ctx_create(threads > 0 ? threads : 1);
+    if (!eb->kc) {
+        snprintf(err, errlen, "cannot start %d compute threads", threads);
+        return -1;
+    }
+    engine *e = engine_create(eb->m, eb->kc, n_ctx, max_batch, owns, err, errlen);
+    if (!e) {
+        kern_ctx_free(eb->kc);
+        eb->kc = NULL;
+        return -1;
+    }
+    *out = ring_layers_of_engine(e);
+    return 0;
+}
+
+static void backend_close(void *ctx, ring_layers *layers)
+{
+    engine_backend *eb = ctx;
+    engine_free(layers->ctx);
+    kern_ctx_free(eb->kc);
+    eb->kc = NULL;
+}
+
+void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m)
+{
+    eb->m = m;
+    eb->kc = NULL;
+    eb->b = (ring_backend){rm, eb, backend_open, backend_close};
+}
+
+static int via_ring_eval(void *ctx, float *hidden, int n, const int32_t *pos, char *err,
+                        size_t errlen)
+{
+    if (ring_eval(ctx, hidden, n, pos) == 0)
+        return 0;
+    snprintf(err, errlen, "%s", ring_error(ctx));
+    return -1;
+}
+
+static int via_ring_truncate(void *ctx, int p0)
+{
+    return ring_kv_truncate(ctx, p0);
+}
+
+static int via_ring_shift(void *ctx, int p0, int p1, int delta)
+{
+    return ring_kv_shift(ctx, p0, p1, delta);
+}
+
+session_layers ring_session_layers(ring *r)
+{
+    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift};
+}

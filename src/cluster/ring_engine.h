@@ -1,0 +1,38 @@
+/* ring_engine.h — the ring runtime over prima's model: what the runtime needs to know about a
+ * model file, a worker backend that computes with the engine, and the hook that makes a
+ * session's batches go round the ring.
+ *
+ * Model identity: BLAKE2b-256 of the file's header (metadata and tensor table, everything
+ * before the tensor data) and its size. Two devices with the same identity hold the same
+ * architecture, hyper-parameters, vocabulary, tensor names, types, shapes and offsets; the
+ * weights themselves are not hashed (that would read every byte of a 40 GB file on every
+ * device), so two files that differ only in weight values are not told apart. */
+#ifndef PRIMA_RING_ENGINE_H
+#define PRIMA_RING_ENGINE_H
+
+#include "cluster/ring.h"
+#include "cluster/worker.h"
+#include "model/model.h"
+#include "model/session.h"
+
+/* Fill rm from m (allocates the layer ranges; free with ring_model_release). */
+int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen);
+void ring_model_release(ring_model *rm);
+
+/* The layers of an engine, for the head's own windows. */
+ring_layers ring_layers_of_engine(engine *e);
+
+/* A worker backend over m: every session gets its own compute threads and an engine with KV
+ * for the layers it owns. rm must describe m. */
+typedef struct engine_backend {
+    ring_backend b;
+    const model *m;
+    kern_ctx *kc;       /* the current session's threads: a worker serves one head at a time */
+} engine_backend;
+
+void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m);
+
+/* Send a session's batches round r (all layers: r's plan decides who computes what). */
+session_layers ring_session_layers(ring *r);
+
+#endif
