@@ -100,25 +100,17 @@ static int run_ring(const plan_case *pc, const fid_case *c, outputs *o, char *er
     fake_worker_list(workers, pc->n_dev - 1, list, sizeof list);
     bool by_memory = !pc->lw[0] && !pc->lw[1] && !pc->lw[2] && !pc->lw[3];
     ring_opts ro = {.workers = list, .lw = pc->lw, .n_lw = by_memory ? 0 : pc->n_dev,
-                    .k = pc->k, .n_ctx = N_CTX, .max_batch = N_BATCH, .prefetch = true,
+                    .k = pc->k, .prefetch = true,
                     .release = RELEASE_ALWAYS, .method = PREFETCH_TOUCH, .wire = pc->wire};
-    ring *r = ring_connect(&ro, &rm, err, errlen);
-    if (!r)
-        return -1;
-    bool owns[64];
-    plan_owned_layers(ring_get_plan(r), 0, owns);
     kern_ctx *kc = kern_ctx_create(1);
-    session_layers via = ring_session_layers(r);
-    session *s = session_create_split(m, kc, N_CTX, N_BATCH, owns, &via, err, errlen);
+    ring_head h;
+    session *s = ring_head_session(&h, &ro, m, kc, N_CTX, N_BATCH, err, errlen);
     int rc = -1;
     if (s) {
-        ring_layers head = ring_layers_of_engine(s->e);
-        rc = ring_start(r, &head, err, errlen);
-        if (rc == 0)
-            rc = script(s, c, o, err, errlen);
+        rc = script(s, c, o, err, errlen);
+        ring_head_close(&h);
+        session_free(s);
     }
-    ring_close(r);
-    session_free(s);
     kern_ctx_free(kc);
     return rc;
 }

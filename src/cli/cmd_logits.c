@@ -7,7 +7,9 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
+#include "cluster/ring_engine.h"
 #include "model/session.h"
 #include "text/tokenizer.h"
 
@@ -30,7 +32,10 @@ static void usage(FILE *out, const run_opts *o)
           "                          greedy_text\n",
           out);
     run_opts_usage(o, out);
-    fputs("                          (-c defaults to the prompt plus N; -b to the whole prompt)\n"
+    fputs("                          (-c defaults to the prompt plus N; -b to the whole prompt)\n",
+          out);
+    ring_args_usage(out);
+    fputs(
           "  -h, --help              show this help\n"
           "\n"
           "Exit status: 0 on success, 1 on an error, 2 on a usage error.\n",
@@ -100,6 +105,7 @@ static int argmax(const float *x, int n)
 
 typedef struct logits_job {
     run_opts o;
+    ring_args ra;
     const char *text, *out_path;
     int32_t *ids;    /* --tokens */
     int n_ids;
@@ -116,6 +122,8 @@ static int parse_args(logits_job *j, int argc, char **argv)
             exit(0);
         }
         int c = run_opts_parse(&j->o, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&j->ra, argc, argv, &i);
         if (c < 0)
             return -1;
         if (c > 0)
@@ -148,7 +156,7 @@ static int parse_args(logits_job *j, int argc, char **argv)
         else if (parse_int_arg(a, v, 0, 1 << 20, &j->n_predict))
             return -1;
     }
-    if (run_opts_finish(&j->o))
+    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra))
         return -1;
     if (!j->text == !j->ids) {
         cli_fail("logits: give exactly one of -p TEXT and --tokens IDS");
@@ -241,6 +249,7 @@ static int run_logits(logits_job *j)
     tokenizer *tk = NULL;
     kern_ctx *kc = NULL;
     session *s = NULL;
+    ring_head rh = {0};
     model *m = model_load(j->o.model, err, sizeof err);
     if (!m)
         return cli_fail("%s", err);
@@ -273,7 +282,12 @@ static int run_logits(logits_job *j)
         cli_fail("cannot start %d compute threads", j->o.n_threads);
         goto done;
     }
-    s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
+    if (ring_args_active(&j->ra)) {
+        ring_opts ro = ring_args_opts(&j->ra);
+        s = ring_head_session(&rh, &ro, m, kc, n_ctx, n_batch, err, sizeof err);
+    } else {
+        s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
+    }
     logits = malloc(sizeof(float) * (size_t)n * (size_t)nv);
     greedy = malloc(sizeof(int32_t) * (size_t)(j->n_predict + 1));
     if (!s || !logits || !greedy) {
@@ -307,6 +321,7 @@ done:
     free(greedy);
     free(logits);
     free(toks);
+    ring_head_close(&rh);
     session_free(s);
     kern_ctx_free(kc);
     tokenizer_free(tk);
@@ -318,6 +333,7 @@ static int cmd_logits(int argc, char **argv)
 {
     logits_job j = {0};
     run_opts_init(&j.o, RUN_OPT_MODEL);
+    ring_args_init(&j.ra);
     j.o.n_batch = 0; /* default: the whole prompt in one batch */
     if (parse_args(&j, argc, argv)) {
         free(j.ids);

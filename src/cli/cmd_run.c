@@ -8,13 +8,18 @@
 
 #include "cli/cli.h"
 #include "cli/generate.h"
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
+#include "cluster/ring_engine.h"
 
 static void usage(FILE *out, const run_opts *o)
 {
-    fputs("usage: prima run -m FILE (-p PROMPT | -f FILE | -cnv) [options]\n"
+    fputs("usage: prima run -m FILE (-p PROMPT | -f FILE | -cnv) [--workers H:P,...] [options]\n"
           "\n"
-          "Generate text on this device. The answer streams to stdout; load time, prompt\n"
+          "Generate text on this device, or on a ring of devices: with --workers, this device\n"
+          "is the head (tokenizer, embedding, output layer, sampling; the text never leaves it)\n"
+          "and the model's layers are split over it and the workers (prima worker), each with\n"
+          "its own copy of the model file. The answer streams to stdout; load time, prompt\n"
           "tokens/s, generation ms/token and tokens/s, and memory use go to stderr.\n"
           "Generation ends at an end-of-generation token of the vocabulary, a --stop string,\n"
           "after -n tokens, or when the context is full (unless --context-shift).\n"
@@ -22,6 +27,7 @@ static void usage(FILE *out, const run_opts *o)
           "written in it (e.g. <|im_start|>) are recognised.\n\n",
           out);
     run_opts_usage(o, out);
+    ring_args_usage(out);
     fputs("  -h, --help              show this help\n"
           "\n"
           "Exit status: 0 on success (a full context included), 1 on an error, 2 on a usage\n"
@@ -46,6 +52,8 @@ static void emit_stdout(void *user, const char *text, size_t len)
 /* Everything one run holds. */
 typedef struct runner {
     run_opts o;
+    ring_args ra;
+    ring_head rh;
     model *m;
     tokenizer *tk;
     kern_ctx *kc;
@@ -78,7 +86,12 @@ static int runner_open(runner *r)
     r->kc = kern_ctx_create(r->o.n_threads);
     if (!r->kc)
         return cli_fail("cannot start %d compute threads", r->o.n_threads);
-    r->s = session_create(r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
+    if (ring_args_active(&r->ra)) {
+        ring_opts ro = ring_args_opts(&r->ra);
+        r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
+    } else {
+        r->s = session_create(r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
+    }
     if (!r->s)
         return cli_fail("%s", err);
     r->smp = sampler_create(&r->o.sp, hp->n_vocab);
@@ -95,6 +108,7 @@ static int runner_open(runner *r)
 static void runner_close(runner *r)
 {
     sampler_free(r->smp);
+    ring_head_close(&r->rh);   /* says bye to the workers: before the session goes */
     session_free(r->s);
     kern_ctx_free(r->kc);
     tokenizer_free(r->tk);
@@ -320,12 +334,15 @@ static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
     run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN);
+    ring_args_init(&r.ra);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout, &r.o);
             return 0;
         }
         int c = run_opts_parse(&r.o, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&r.ra, argc, argv, &i);
         if (c < 0)
             return 2;
         if (c == 0) {
@@ -333,7 +350,7 @@ static int cmd_run(int argc, char **argv)
             return 2;
         }
     }
-    if (run_opts_finish(&r.o))
+    if (run_opts_finish(&r.o) || ring_args_finish(&r.ra))
         return 2;
     if (!r.o.prompt && !r.o.conversation) {
         cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
@@ -349,5 +366,5 @@ static int cmd_run(int argc, char **argv)
     return rc;
 }
 
-const struct cli_command cli_cmd_run = {"run", "generate text or chat with a model on this device",
+const struct cli_command cli_cmd_run = {"run", "generate text or chat, on this device or a ring of devices",
                                         cmd_run};

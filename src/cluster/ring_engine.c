@@ -124,3 +124,40 @@ session_layers ring_session_layers(ring *r)
 {
     return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift};
 }
+
+session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
+                           int n_ctx, int n_batch, char *err, size_t errlen)
+{
+    memset(h, 0, sizeof *h);
+    if (ring_model_init(&h->rm, m, err, errlen))
+        return NULL;
+    ring_opts ro = *o;
+    ro.n_ctx = n_ctx;
+    ro.max_batch = n_batch < n_ctx ? n_batch : n_ctx;   /* as the session clamps it */
+    h->r = ring_connect(&ro, &h->rm, err, errlen);
+    bool *owns = calloc((size_t)m->hp.n_layer, sizeof *owns);
+    session *s = NULL;
+    if (h->r && owns) {
+        plan_owned_layers(ring_get_plan(h->r), 0, owns);
+        session_layers via = ring_session_layers(h->r);
+        s = session_create_split(m, kc, n_ctx, n_batch, owns, &via, err, errlen);
+    } else if (h->r) {
+        snprintf(err, errlen, "out of memory");
+    }
+    free(owns);
+    if (s) {
+        ring_layers head = ring_layers_of_engine(s->e);
+        if (ring_start(h->r, &head, err, errlen) == 0)
+            return s;
+    }
+    ring_head_close(h);
+    session_free(s);
+    return NULL;
+}
+
+void ring_head_close(ring_head *h)
+{
+    ring_close(h->r);
+    h->r = NULL;
+    ring_model_release(&h->rm);
+}

@@ -35,4 +35,17 @@ void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *
 /* Send a session's batches round r (all layers: r's plan decides who computes what). */
 session_layers ring_session_layers(ring *r);
 
+/* A head: the ring and what it refers to. */
+typedef struct ring_head {
+    ring_model rm;
+    ring *r;
+} ring_head;
+
+/* The session of a ring's head: connects per o (its n_ctx and max_batch are set here), creates
+ * a session owning the head's layers only, and starts the ring. Close the head before freeing
+ * the session. NULL with a message on failure (h is then closed). */
+session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
+                           int n_ctx, int n_batch, char *err, size_t errlen);
+void ring_head_close(ring_head *h);
+
 #endif

@@ -565,9 +565,7 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
 
 int worker_run(worker *w)
 {
-    char err[512];
     const ring_model *m = w->b->model;
-    wlog(w, "listening; model has %d layers", m->n_layer);
     for (;;) {
         struct pollfd p[2] = {{.fd = w->stop_pipe[0], .events = POLLIN},
                               {.fd = w->lfd, .events = POLLIN}};
@@ -603,7 +601,6 @@ int worker_run(worker *w)
             conn_close_gently(&c);
             continue;
         }
-        (void)err;
         serve(w, &c, peer, &h);
     }
     wlog(w, "stopped");

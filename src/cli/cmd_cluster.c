@@ -1,0 +1,277 @@
+/* prima cluster — the one-command demo of a pipelined ring: workers on this machine, a head, a
+ * prompt. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+#include "cli/worker_serve.h"
+#include "cluster/net.h"
+#include "model/synth.h"
+
+extern const struct cli_command cli_cmd_run;
+
+#define DEFAULT_DEVICES 3
+#define DEFAULT_PROMPT "Once upon a time"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: prima cluster [-m FILE] [--devices N] [-lw W,W,...] [run options]\n"
+            "\n"
+            "Run a prompt on a pipelined ring of N devices on this machine: start N-1 workers\n"
+            "(separate processes, listening on free loopback ports), run `prima run` as the\n"
+            "head with --workers pointing at them, then stop the workers, also when the head\n"
+            "fails, on Ctrl-C, or when this process is killed.\n"
+            "\n"
+            "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
+            "vocabulary, so its text is gibberish) is generated once into\n"
+            "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
+            "-cnv the prompt is \"%s\".\n"
+            "\n"
+            "  --devices N             devices in the ring, the head included (default %d)\n"
+            "  -t, --threads N         compute threads of every device (default: the online\n"
+            "                          CPUs divided by N, at least 1)\n"
+            "  --verbose               also show the workers' logs and every batch's counters\n"
+            "  -h, --help              show this help\n"
+            "Every other option is prima run's (prima run --help), ring options included:\n"
+            "-lw, -k, --release, --no-prefetch, --wire, --secret-file, ...\n"
+            "\n"
+            "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n",
+            DEFAULT_PROMPT, DEFAULT_DEVICES);
+}
+
+/* The demo model's path in the cache directory, generated when missing. */
+static int demo_model(char *path, size_t cap)
+{
+    char dir[1024];
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg)
+        snprintf(dir, sizeof dir, "%s/prima", xdg);
+    else if (home && *home)
+        snprintf(dir, sizeof dir, "%s/.cache/prima", home);
+    else
+        snprintf(dir, sizeof dir, "/tmp/prima-cache-%d", (int)getuid());
+    /* mkdir -p for the two levels that may be missing */
+    char parent[1024];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        mkdir(parent, 0755);
+    }
+    if (mkdir(dir, 0755) && errno != EEXIST)
+        return cli_fail("cluster: cannot create the cache directory %s: %s", dir, strerror(errno));
+    synth_params p;
+    synth_defaults(&p);
+    p.n_layer = 8;
+    p.ftype = SYNTH_Q8_0;
+    p.n_ctx = 2048;
+    p.name = "prima cluster demo";
+    snprintf(path, cap, "%s/cluster-demo-llama-l%d-e%d-%s.gguf", dir, p.n_layer, p.n_embd,
+             synth_ftype_name(p.ftype));
+    struct stat st;
+    if (stat(path, &st) == 0)
+        return 0;
+    fprintf(stderr, "prima cluster: generating a demo model: %s (once)\n", path);
+    /* Written under a temporary name and renamed, so an interrupted run leaves no half file. */
+    char tmp[1500];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    char err[512];
+    if (synth_write(&p, tmp, NULL, err, sizeof err)) {
+        unlink(tmp);
+        return cli_fail("cluster: %s", err);
+    }
+    if (rename(tmp, path)) {
+        unlink(tmp);
+        return cli_fail("cluster: %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+typedef struct workers {
+    pid_t pid[PRIMA_MAX_DEVICES];
+    int port[PRIMA_MAX_DEVICES];
+    int n;
+} workers;
+
+static void stop_workers(workers *w)
+{
+    for (int i = 0; i < w->n; i++)
+        if (w->pid[i] > 0)
+            kill(w->pid[i], SIGTERM);
+    /* A worker stops within a poll period; give them two seconds, then insist. */
+    struct timespec tick = {0, 20 * 1000000};
+    for (int t = 0; t < 100; t++) {
+        int alive = 0;
+        for (int i = 0; i < w->n; i++)
+            if (w->pid[i] > 0 && waitpid(w->pid[i], NULL, WNOHANG) == 0)
+                alive++;
+            else
+                w->pid[i] = 0;
+        if (!alive)
+            return;
+        nanosleep(&tick, NULL);
+    }
+    for (int i = 0; i < w->n; i++)
+        if (w->pid[i] > 0) {
+            kill(w->pid[i], SIGKILL);
+            waitpid(w->pid[i], NULL, 0);
+            w->pid[i] = 0;
+        }
+}
+
+static int start_workers(workers *w, int n, const serve_opts *base)
+{
+    int fds[PRIMA_MAX_DEVICES];
+    char err[512];
+    w->n = 0;
+    for (int i = 0; i < n; i++) {
+        fds[i] = net_listen("127.0.0.1", 0, &w->port[i], err, sizeof err);
+        if (fds[i] < 0) {
+            for (int j = 0; j < i; j++)
+                close(fds[j]);
+            return cli_fail("cluster: %s", err);
+        }
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t parent = getpid();
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            cli_fail("cluster: fork: %s", strerror(errno));
+            for (int j = i; j < n; j++)
+                close(fds[j]);
+            stop_workers(w);
+            return 1;
+        }
+        if (pid == 0) {
+            /* Never outlive the cluster, even when it is killed outright. */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent)
+                _exit(1);
+            for (int j = 0; j < n; j++)
+                if (j != i)
+                    close(fds[j]);
+            serve_opts o = *base;
+            o.listen_fd = fds[i];
+            _exit(serve_worker(&o));
+        }
+        w->pid[i] = pid;
+        w->n = i + 1;
+        close(fds[i]);
+    }
+    return 0;
+}
+
+static int cmd_cluster(int argc, char **argv)
+{
+    int n_dev = DEFAULT_DEVICES;
+    run_opts ro;
+    ring_args ra;
+    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN);
+    ring_args_init(&ra);
+    bool threads_given = false;
+    /* Everything but --devices goes to the head; parse it here only to find what the cluster
+     * itself needs (the model, the thread count, the worker-side options). */
+    char **pass = calloc((size_t)argc + 12, sizeof *pass);
+    if (!pass)
+        return cli_fail("out of memory");
+    int np = 0;
+    pass[np++] = "run";
+    int rc = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            rc = 0;
+            goto done;
+        }
+        if (!strcmp(a, "--devices")) {
+            if (i + 1 >= argc) {
+                cli_fail("--devices needs a value");
+                goto done;
+            }
+            if (parse_int_arg(a, argv[++i], 1, PRIMA_MAX_DEVICES, &n_dev))
+                goto done;
+            continue;
+        }
+        threads_given |= !strcmp(a, "-t") || !strcmp(a, "--threads");
+        int first = i;
+        int c = run_opts_parse(&ro, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&ra, argc, argv, &i);
+        if (c < 0)
+            goto done;
+        if (c == 0) {
+            cli_fail("cluster: unknown option '%s' (see prima cluster --help)", a);
+            goto done;
+        }
+        for (int j = first; j <= i; j++)
+            pass[np++] = argv[j];
+    }
+    if (ra.workers) {
+        cli_fail("cluster: it starts its own workers; to use others, run prima run --workers");
+        goto done;
+    }
+    char model_path[1400];
+    if (ro.model) {
+        snprintf(model_path, sizeof model_path, "%s", ro.model);
+    } else {
+        if (demo_model(model_path, sizeof model_path)) {
+            rc = 1;
+            goto done;
+        }
+        pass[np++] = "-m";
+        pass[np++] = model_path;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = threads_given ? ro.n_threads : (int)(ncpu > n_dev ? ncpu / n_dev : 1);
+    char tbuf[16], list[PRIMA_MAX_DEVICES * 24] = "";
+    snprintf(tbuf, sizeof tbuf, "%d", threads);
+    if (!threads_given) {
+        pass[np++] = "-t";
+        pass[np++] = tbuf;
+    }
+    if (!ro.prompt && !ro.prompt_file && !ro.conversation) {
+        pass[np++] = "-p";
+        pass[np++] = DEFAULT_PROMPT;
+    }
+    workers w = {.n = 0};
+    serve_opts so = {.model_path = model_path, .listen_fd = -1, .threads = threads,
+                     .method = ra.method, .secret_file = ra.secret_file, .verbose = ra.verbose,
+                     .quiet = !ra.verbose};
+    if (start_workers(&w, n_dev - 1, &so)) {
+        rc = 1;
+        goto done;
+    }
+    size_t off = 0;
+    for (int i = 0; i < w.n; i++)
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s127.0.0.1:%d", i ? "," : "",
+                                w.port[i]);
+    if (w.n) {
+        pass[np++] = "--workers";
+        pass[np++] = list;
+    }
+    fprintf(stderr, "prima cluster: %d device(s) on this machine: the head%s%s, %d thread(s) each\n",
+            n_dev, w.n ? " and workers at " : "", list, threads);
+    rc = cli_cmd_run.run(np, pass);
+    stop_workers(&w);
+done:
+    run_opts_free(&ro);
+    free(pass);
+    return rc;
+}
+
+const struct cli_command cli_cmd_cluster = {
+    "cluster", "run a prompt on a ring of N devices on this machine (the demo)", cmd_cluster};

@@ -1,0 +1,160 @@
+/* prima worker — one device of a ring, serving one head after another. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "cli/run_opts.h"
+#include "cli/worker_serve.h"
+#include "cluster/ring_engine.h"
+#include "cluster/sysmem.h"
+
+#define DEFAULT_PORT 9500
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: prima worker -m FILE [--host ADDR] [--port P] [-t N] [options]\n"
+            "\n"
+            "Serve as one device of a ring (see prima run --workers). The worker waits for a\n"
+            "head, checks that both hold the same model file (name, shapes, tensor table) and,\n"
+            "if a secret is set, that the head knows it; then it computes the layers the head's\n"
+            "plan gives it, keeping the KV cache of those layers only, and passes activations to\n"
+            "the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
+            "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
+            "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
+            "read from the model file.\n"
+            "\n"
+            "  -m, --model FILE        the GGUF model (the same file as the head's)\n"
+            "  --host ADDR             address to listen on (default: all interfaces)\n"
+            "  --port P                TCP port (default %d; 0 = any free port, printed)\n"
+            "  -t, --threads N         compute threads (default: the online CPUs; a head may\n"
+            "                          set another count with --worker-threads)\n"
+            "  --prefetch-method M     how the next window is loaded while other devices\n"
+            "                          compute: touch (default), madvise or fadvise\n"
+            "  --secret-file FILE      shared secret the head must prove, and this worker proves\n"
+            "                          (default: $PRIMA_SECRET_FILE; none)\n"
+            "  -v, --verbose           also log every batch's counters\n"
+            "  -q, --quiet             log nothing\n"
+            "  -h, --help              show this help\n"
+            "\n"
+            "Stop it with Ctrl-C or SIGTERM. Exit status: 0 when stopped, 1 on an error (model,\n"
+            "port), 2 on a usage error.\n",
+            DEFAULT_PORT);
+}
+
+static worker *running;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (running)
+        worker_stop(running);   /* async-signal-safe: one write to a pipe */
+}
+
+int serve_worker(const serve_opts *o)
+{
+    char err[512];
+    model *m = model_load(o->model_path, err, sizeof err);
+    if (!m)
+        return cli_fail("%s", err);
+    ring_model rm;
+    ring_secret secret;
+    if (ring_model_init(&rm, m, err, sizeof err) ||
+        ring_secret_load(&secret, o->secret_file, err, sizeof err)) {
+        model_free(m);
+        return cli_fail("%s", err);
+    }
+    engine_backend eb;
+    engine_backend_init(&eb, &rm, m);
+    worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
+                      .threads = o->threads, .method = o->method,
+                      .secret = secret.set ? &secret : NULL, .log = o->quiet ? NULL : stderr,
+                      .verbose = o->verbose};
+    worker *w = worker_create(&wo, &eb.b, err, sizeof err);
+    int rc = 0;
+    if (!w) {
+        rc = cli_fail("%s", err);
+    } else {
+        if (!o->quiet)
+            fprintf(stderr, "prima worker: %s: %d layers; listening on %s:%d; %d threads, %.1f GiB "
+                            "free for weights%s\n",
+                    o->model_path, m->hp.n_layer, o->host ? o->host : "*", worker_port(w),
+                    o->threads, (double)sysmem_budget() / (1u << 30),
+                    secret.set ? "; shared secret required" : "");
+        running = w;
+        struct sigaction sa = {.sa_handler = on_signal};
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        worker_run(w);
+        running = NULL;
+        worker_free(w);
+    }
+    ring_model_release(&rm);
+    model_free(m);
+    return rc;
+}
+
+static int cmd_worker(int argc, char **argv)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    serve_opts o = {.port = DEFAULT_PORT, .listen_fd = -1, .threads = ncpu > 0 ? (int)ncpu : 1,
+                    .method = PREFETCH_TOUCH};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
+            o.verbose = true;
+            continue;
+        }
+        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            o.quiet = true;
+            continue;
+        }
+        bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
+                     !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
+                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--secret-file");
+        if (!known) {
+            cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            cli_fail("%s needs a value", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+            o.model_path = v;
+        else if (!strcmp(a, "--host"))
+            o.host = v;
+        else if (!strcmp(a, "--secret-file"))
+            o.secret_file = v;
+        else if (!strcmp(a, "--port")) {
+            if (parse_int_arg(a, v, 0, 65535, &o.port))
+                return 2;
+        } else if (!strcmp(a, "--prefetch-method")) {
+            int mth = prefetch_method_parse(v);
+            if (mth < 0) {
+                cli_fail("--prefetch-method: expected madvise, fadvise or touch, got '%s'", v);
+                return 2;
+            }
+            o.method = (enum prefetch_method)mth;
+        } else if (parse_int_arg(a, v, 1, 4096, &o.threads)) {
+            return 2;
+        }
+    }
+    if (!o.model_path) {
+        cli_fail("worker: no model (-m FILE)");
+        return 2;
+    }
+    return serve_worker(&o);
+}
+
+const struct cli_command cli_cmd_worker = {"worker", "serve as one device of a ring, head after head",
+                                           cmd_worker};

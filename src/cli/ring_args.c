@@ -1,0 +1,155 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+
+void ring_args_init(ring_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->release = RELEASE_AUTO;
+    a->method = PREFETCH_TOUCH;
+    a->wire = WIRE_F32;
+}
+
+static int parse_windows(ring_args *a, const char *s)
+{
+    a->n_lw = 0;
+    const char *p = s;
+    for (;;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') ||
+            a->n_lw == PRIMA_MAX_DEVICES) {
+            cli_fail("-lw: expected up to %d comma-separated layer counts (head first), got '%s'",
+                     PRIMA_MAX_DEVICES, s);
+            return -1;
+        }
+        a->lw[a->n_lw++] = (int)v;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+}
+
+int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
+{
+    const char *f = argv[*i];
+    if (!strcmp(f, "--no-prefetch")) {
+        a->no_prefetch = true;
+        return 1;
+    }
+    if (!strcmp(f, "--verbose")) {
+        a->verbose = true;
+        return 1;
+    }
+    static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
+                                             "--rounds", "--release", "--wire", "--secret-file",
+                                             "--worker-threads", "--prefetch-method", NULL};
+    int known = 0;
+    for (int j = 0; with_value[j]; j++)
+        known |= !strcmp(f, with_value[j]);
+    if (!known)
+        return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("%s needs a value", f);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (!strcmp(f, "--workers")) {
+        a->workers = v;
+    } else if (!strcmp(f, "-lw") || !strcmp(f, "--layer-window")) {
+        return parse_windows(a, v) ? -1 : 1;
+    } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
+        return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
+    } else if (!strcmp(f, "--worker-threads")) {
+        return parse_int_arg(f, v, 1, 4096, &a->worker_threads) ? -1 : 1;
+    } else if (!strcmp(f, "--release")) {
+        if (!strcmp(v, "auto"))
+            a->release = RELEASE_AUTO;
+        else if (!strcmp(v, "never"))
+            a->release = RELEASE_NEVER;
+        else if (!strcmp(v, "always"))
+            a->release = RELEASE_ALWAYS;
+        else {
+            cli_fail("--release: expected auto, never or always, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(f, "--wire")) {
+        if (!strcmp(v, "f32"))
+            a->wire = WIRE_F32;
+        else if (!strcmp(v, "f16"))
+            a->wire = WIRE_F16;
+        else {
+            cli_fail("--wire: expected f32 or f16, got '%s'", v);
+            return -1;
+        }
+    } else if (!strcmp(f, "--prefetch-method")) {
+        int m = prefetch_method_parse(v);
+        if (m < 0) {
+            cli_fail("--prefetch-method: expected madvise, fadvise or touch, got '%s'", v);
+            return -1;
+        }
+        a->method = (enum prefetch_method)m;
+    } else {
+        a->secret_file = v;
+    }
+    return 1;
+}
+
+int ring_args_finish(ring_args *a)
+{
+    char err[512];
+    if (ring_secret_load(&a->secret, a->secret_file, err, sizeof err)) {
+        cli_fail("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+bool ring_args_active(const ring_args *a)
+{
+    return (a->workers && *a->workers) || a->n_lw > 0 || a->k > 0;
+}
+
+ring_opts ring_args_opts(const ring_args *a)
+{
+    return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .k = a->k,
+                       .worker_threads = a->worker_threads, .prefetch = !a->no_prefetch,
+                       .release = a->release, .method = a->method, .wire = a->wire,
+                       .secret = &a->secret, .verbose = a->verbose ? stderr : NULL};
+}
+
+void ring_args_usage(FILE *out)
+{
+    fputs("ring (layers split over devices; see prima worker):\n"
+          "  --workers H:P,H:P,...   the workers, in ring order after this device (the head)\n"
+          "  -lw, --layer-window W,W,...\n"
+          "                          layers per device and round, head first (0 = the device\n"
+          "                          only forwards); default: in proportion to each device's\n"
+          "                          free memory, one round\n"
+          "  -k, --rounds K          rounds per token (default: as many as -lw needs; without\n"
+          "                          -lw the windows split ceil(layers / K) layers); the last\n"
+          "                          round may be partial\n"
+          "  --worker-threads N      compute threads on every worker (default: each worker's -t)\n"
+          "  --no-prefetch           do not load a device's next window while others compute\n"
+          "  --prefetch-method M     touch (default: read one byte per page from a thread, so\n"
+          "                          compute meets neither disk nor page faults), madvise or\n"
+          "                          fadvise (WILLNEED readahead hints)\n"
+          "  --release P             drop a device's window from memory after computing it:\n"
+          "                          auto (default: when the device's windows do not all fit in\n"
+          "                          its free memory), never or always\n"
+          "  --wire T                activations between devices: f32 (default; output bit-\n"
+          "                          identical to one device) or f16 (half the bytes per hop;\n"
+          "                          logits change by about what an F16 KV cache costs and\n"
+          "                          greedy text may diverge at near-ties)\n"
+          "  --secret-file FILE      shared secret every device must prove (default:\n"
+          "                          $PRIMA_SECRET_FILE; none)\n"
+          "  --verbose               per batch and device: compute and wait time, major page\n"
+          "                          faults, disk bytes read, pages resident at compute start,\n"
+          "                          bytes sent and received; totals at the end\n"
+          "  Without --workers, -lw and -k still split this device's own work into windows and\n"
+          "  rounds (with prefetching and release between them).\n",
+          out);
+}

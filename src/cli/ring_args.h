@@ -1,0 +1,40 @@
+/* ring_args.h — the command-line options of a ring's head (`prima run`, `prima logits`,
+ * `prima cluster`): which workers, which windows, and how devices move weights and activations.
+ * Parsed beside run_opts; turned into cluster/ring.h options. */
+#ifndef PRIMA_RING_ARGS_H
+#define PRIMA_RING_ARGS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "cluster/auth.h"
+#include "cluster/ring.h"
+
+typedef struct ring_args {
+    const char *workers;
+    int lw[PRIMA_MAX_DEVICES];
+    int n_lw;
+    int k;
+    int worker_threads;
+    bool no_prefetch;
+    enum release_policy release;
+    enum prefetch_method method;
+    enum wire_type wire;
+    bool verbose;
+    const char *secret_file;
+    ring_secret secret;
+} ring_args;
+
+void ring_args_init(ring_args *a);
+/* Parse argv[*i] (and its value) if it is a ring option: 1 consumed, 0 not one, -1 after an
+ * error naming the flag. */
+int ring_args_parse(ring_args *a, int argc, char **argv, int *i);
+/* After the command line: load the secret. 0, or -1 after an error. */
+int ring_args_finish(ring_args *a);
+/* Whether the run goes through the ring runtime (workers, windows or rounds were given). */
+bool ring_args_active(const ring_args *a);
+/* The options for ring_connect (n_ctx and max_batch are the caller's). */
+ring_opts ring_args_opts(const ring_args *a);
+void ring_args_usage(FILE *out);
+
+#endif

@@ -1,0 +1,25 @@
+/* worker_serve.h — running a ring worker from the command line: `prima worker`, and the workers
+ * `prima cluster` starts on this machine. */
+#ifndef PRIMA_WORKER_SERVE_H
+#define PRIMA_WORKER_SERVE_H
+
+#include <stdbool.h>
+
+#include "cluster/pager.h"
+
+typedef struct serve_opts {
+    const char *model_path;
+    const char *host;          /* NULL: all interfaces */
+    int port;
+    int listen_fd;             /* >= 0: serve on this listening socket instead */
+    int threads;
+    enum prefetch_method method;
+    const char *secret_file;   /* NULL: $PRIMA_SECRET_FILE or none */
+    bool verbose;              /* counters of every batch */
+    bool quiet;                /* no log at all */
+} serve_opts;
+
+/* Load the model and serve heads until SIGINT or SIGTERM. Returns the exit status. */
+int serve_worker(const serve_opts *o);
+
+#endif

@@ -1,0 +1,131 @@
+#!/bin/bash
+# prima worker / prima run --workers / prima logits --workers / prima cluster end to end, with
+# real processes on loopback: logits bit-identical to one device, the same greedy text, a worker
+# killed mid-generation (the head stops within 5 s naming it; the survivor serves the next
+# head), one-line errors, and no process left behind by prima cluster, even when it is killed.
+set -u
+fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
+[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+prima=${PRIMA_BIN:?PRIMA_BIN not set}
+model=$fixtures/models/stories260K.gguf
+tmp=$(mktemp -d /tmp/prima-ring-cli.XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Start a worker on a free port; sets $port and appends its pid.
+start_worker() { # model log
+    "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 >"$2" 2>&1 &
+    pids+=($!)
+    port=
+    for _ in $(seq 100); do
+        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$2")
+        [ -n "$port" ] && return 0
+        sleep 0.05
+    done
+    fail "worker did not start: $(cat "$2")"
+    return 1
+}
+
+"$prima" worker --help | grep -q -- "--port P" || fail "worker --help"
+"$prima" cluster --help | grep -q -- "--devices N" || fail "cluster --help"
+"$prima" run --help | grep -q -- "--workers H:P" || fail "run --help lacks the ring options"
+
+start_worker "$model" "$tmp/w1.log"; w1=$port; pid1=${pids[-1]}
+start_worker "$model" "$tmp/w2.log"; w2=$port; pid2=${pids[-1]}
+
+# logits: every prompt row and greedy token identical to one device's, for two plans
+toks=1,403,407,261,378,434,402,300,306,267
+"$prima" logits -m "$model" --tokens $toks -o "$tmp/one.f32" -n 12 --json -t 1 >"$tmp/one.json" \
+    2>"$tmp/err" || fail "single-device logits: $(cat "$tmp/err")"
+for lw in 1,2,2 0,1,1 2,1,0; do
+    "$prima" logits -m "$model" --tokens $toks -o "$tmp/ring.f32" -n 12 --json -t 1 \
+        --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw $lw >"$tmp/ring.json" 2>"$tmp/err" ||
+        fail "ring logits -lw $lw: $(cat "$tmp/err")"
+    cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "-lw $lw: logits differ from one device"
+    diff <(grep -v logits_file "$tmp/one.json") <(grep -v logits_file "$tmp/ring.json") >/dev/null ||
+        fail "-lw $lw: greedy tokens or text differ"
+done
+
+# run: the same greedy text through a 3-device ring with 2 rounds, and counters with --verbose
+"$prima" run -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 >"$tmp/one.txt" 2>/dev/null
+"$prima" run -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 --verbose \
+    --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,1,1 >"$tmp/ring.txt" 2>"$tmp/err" ||
+    fail "ring run: $(cat "$tmp/err")"
+cmp -s "$tmp/one.txt" "$tmp/ring.txt" || fail "ring text differs: $(cat "$tmp/ring.txt")"
+grep -q "ring: total device 2 (.* batches): compute .* ms, wait .* major faults" "$tmp/err" ||
+    fail "--verbose counters missing"
+
+# one-line errors, non-zero status
+"$prima" run -m "$model" -p x --workers 127.0.0.1:$w1 -lw 1,1,1 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && grep -q "^prima: -lw gives 3 window(s) for 2 device(s)" "$tmp/err" ||
+    fail "wrong window count: $(cat "$tmp/err")"
+"$prima" run -m "$model" -p x --workers 127.0.0.1:$w1,127.0.0.1:$w1 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && grep -q "is the same worker as device 1" "$tmp/err" || fail "twice: $(cat "$tmp/err")"
+"$prima" run -m "$model" -p x --release sometimes 2>"$tmp/err" >/dev/null
+[ $? = 2 ] && grep -q "^prima: --release: expected auto, never or always" "$tmp/err" ||
+    fail "bad --release: $(cat "$tmp/err")"
+other=$fixtures/models/tinystories-656k-q8_0.gguf
+"$prima" run -m "$other" -p x --workers 127.0.0.1:$w1 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && grep -q "model mismatch" "$tmp/err" || fail "other model: $(cat "$tmp/err")"
+"$prima" worker -m /nonexistent.gguf --port 0 2>"$tmp/err"
+[ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] || fail "worker without a model: $(cat "$tmp/err")"
+
+# a worker killed mid-generation: a long run on a random model (no end-of-text token in sight)
+big=$tmp/big.gguf
+"$prima" mkmodel -o "$big" --layers 6 --type q8_0 --seed 7 >/dev/null 2>&1 || fail "mkmodel"
+start_worker "$big" "$tmp/b1.log"; b1=$port
+start_worker "$big" "$tmp/b2.log"; b2=$port; bpid2=${pids[-1]}
+"$prima" run -m "$big" -p "x" -n 100000 -c 4096 --context-shift --temp 0 -t 1 \
+    --workers 127.0.0.1:$b1,127.0.0.1:$b2 >/dev/null 2>"$tmp/err" &
+head=$!
+sleep 1
+kill -9 "$bpid2"
+killed=$(date +%s%N)
+wait "$bpid2" 2>/dev/null
+for _ in $(seq 70); do kill -0 $head 2>/dev/null || break; sleep 0.1; done
+if kill -0 $head 2>/dev/null; then
+    fail "the head still runs 7 s after its worker died"
+    kill -9 $head
+fi
+wait $head
+status=$?
+took=$((($(date +%s%N) - killed) / 1000000))
+[ $status = 1 ] || fail "head exit status $status after a worker died"
+grep -q "^prima: .*device 2 (127.0.0.1:$b2)" "$tmp/err" || fail "head error: $(cat "$tmp/err")"
+echo "head stopped ${took} ms after the kill: $(tail -n 1 "$tmp/err")"
+# the survivor is back to waiting and serves the next head
+"$prima" run -m "$big" -p "x" -n 4 --temp 0 -t 1 --workers 127.0.0.1:$b1 >/dev/null 2>"$tmp/err" ||
+    fail "survivor did not serve the next head: $(cat "$tmp/err")"
+
+# prima cluster: the ring's text equals one device's; its workers are gone afterwards, also
+# when the cluster process is killed outright
+"$prima" cluster -m "$model" --devices 3 -p "Once upon a time" -n 24 --temp 0 -t 1 \
+    >"$tmp/cluster.txt" 2>"$tmp/err" || fail "cluster: $(cat "$tmp/err")"
+cmp -s "$tmp/one.txt" "$tmp/cluster.txt" || fail "cluster text differs: $(cat "$tmp/cluster.txt")"
+"$prima" cluster -m "$big" --devices 4 -p "x" -n 100000 -c 4096 --context-shift -t 1 \
+    >/dev/null 2>&1 &
+cl=$!
+sleep 1
+kids=$(pgrep -P $cl)
+pids+=($kids)
+[ "$(echo $kids | wc -w)" = 3 ] || fail "cluster: expected 3 workers, saw '$kids'"
+kill -9 $cl
+wait $cl 2>/dev/null
+alive() { for k in $kids; do kill -0 "$k" 2>/dev/null && return 0; done; return 1; }
+for _ in $(seq 50); do alive || break; sleep 0.1; done
+alive && fail "cluster workers outlived it"
+XDG_CACHE_HOME=$tmp/cache "$prima" cluster --devices 2 -n 4 >/dev/null 2>"$tmp/err" ||
+    fail "cluster with its generated model: $(cat "$tmp/err")"
+[ -f "$tmp/cache/prima/cluster-demo-llama-l8-e256-q8_0.gguf" ] || fail "no demo model in the cache"
+
+grep -q "session ended: the head finished; waiting for a head" "$tmp/w1.log" ||
+    fail "worker 1 log: $(cat "$tmp/w1.log")"
+[ $fails = 0 ] && echo "all ring CLI checks passed"
+exit $((fails > 0))
