@@ -82,10 +82,11 @@ big=$tmp/big.gguf
 "$prima" mkmodel -o "$big" --layers 6 --type q8_0 --seed 7 >/dev/null 2>&1 || fail "mkmodel"
 start_worker "$big" "$tmp/b1.log"; b1=$port
 start_worker "$big" "$tmp/b2.log"; b2=$port; bpid2=${pids[-1]}
-"$prima" run -m "$big" -p "x" -n 100000 -c 4096 --context-shift --temp 0 -t 1 \
+"$prima" run -m "$big" -p "x" -n 100000 -c 4096 --context-shift --temp 0 -t 1 --verbose \
     --workers 127.0.0.1:$b1,127.0.0.1:$b2 >/dev/null 2>"$tmp/err" &
 head=$!
-sleep 1
+# kill it once tokens are flowing round the ring
+for _ in $(seq 200); do grep -q "^ring: batch 20 " "$tmp/err" && break; sleep 0.05; done
 kill -9 "$bpid2"
 killed=$(date +%s%N)
 wait "$bpid2" 2>/dev/null
@@ -98,8 +99,8 @@ wait $head
 status=$?
 took=$((($(date +%s%N) - killed) / 1000000))
 [ $status = 1 ] || fail "head exit status $status after a worker died"
-grep -q "^prima: .*device 2 (127.0.0.1:$b2)" "$tmp/err" || fail "head error: $(cat "$tmp/err")"
-echo "head stopped ${took} ms after the kill: $(tail -n 1 "$tmp/err")"
+grep -q "^prima: .*device 2 (127.0.0.1:$b2)" "$tmp/err" || fail "head error: $(tail -n 3 "$tmp/err")"
+echo "head stopped ${took} ms after the kill: $(grep "^prima: " "$tmp/err" | tail -n 1)"
 # the survivor is back to waiting and serves the next head
 "$prima" run -m "$big" -p "x" -n 4 --temp 0 -t 1 --workers 127.0.0.1:$b1 >/dev/null 2>"$tmp/err" ||
     fail "survivor did not serve the next head: $(cat "$tmp/err")"
@@ -112,7 +113,7 @@ cmp -s "$tmp/one.txt" "$tmp/cluster.txt" || fail "cluster text differs: $(cat "$
 "$prima" cluster -m "$big" --devices 4 -p "x" -n 100000 -c 4096 --context-shift -t 1 \
     >/dev/null 2>&1 &
 cl=$!
-sleep 1
+for _ in $(seq 200); do [ "$(pgrep -P $cl | wc -l)" = 3 ] && break; sleep 0.05; done
 kids=$(pgrep -P $cl)
 pids+=($kids)
 [ "$(echo $kids | wc -w)" = 3 ] || fail "cluster: expected 3 workers, saw '$kids'"
