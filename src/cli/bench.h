@@ -17,6 +17,7 @@ struct bench_sub {
 extern const struct bench_sub bench_kernels;
 extern const struct bench_sub bench_pages;
 extern const struct bench_sub bench_run;
+extern const struct bench_sub bench_plan;
 
 /* One measurement. Absent fields: NULL strings, tokens 0, fraction and spread < 0. */
 typedef struct bench_result {

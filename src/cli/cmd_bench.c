@@ -11,7 +11,7 @@
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
-static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run};
+static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run, &bench_plan};
 #define N_SUBS (sizeof subs / sizeof subs[0])
 
 static void usage(FILE *out)
