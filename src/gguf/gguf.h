@@ -3,7 +3,8 @@
  * Contract: gguf_open() validates the whole header (metadata, tensor table, offsets, sizes)
  * before returning, so every pointer it hands out is inside the file. Tensor data is never
  * copied: the file is mapped read-only once and each tensor is a pointer + byte range into that
- * mapping. Nothing a header field says can drive an allocation larger than the file itself.
+ * mapping. Nothing a header field says can drive an allocation beyond a small fixed multiple of
+ * the file size (every count is checked against the bytes left before anything is allocated).
  *
  * Errors are one line, naming the file, the item and the problem, written into the caller's
  * buffer (err, errlen); the functions return NULL / -1 and never abort. */
