@@ -14,6 +14,12 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* The vectors here are written out by hand; GCC's basic-block vectorizer would otherwise move the
+ * scalar scale unpacking (k4_scales) onto the vector units, which are the bottleneck. */
+#pragma GCC optimize("no-tree-slp-vectorize")
+#endif
+
 ALWAYS_INLINE float hsum_ps(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -129,17 +135,15 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * Reads 16 bytes from `packed` (the 12 packed bytes are followed by the block's quants). */
 ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i sc[2], __m256i *mins)
 {
-    /* 32-bit words u0, u1, u2 of the packed bytes; the decoded words are
-     *   scales 0-3: u0 & 0x3f..            scales 4-7: (u2 & 0x0f..) | (u0 >> 2 & 0x30..)
-     *   mins 0-3:   u1 & 0x3f..            mins 4-7:   (u2 >> 4 & 0x0f..) | (u1 >> 2 & 0x30..) */
-    __m128i u = _mm_loadu_si128((const __m128i *)packed);
-    __m128i x = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));  /* u0 u2 u1 u2 */
-    __m128i z = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  /* -- u0 -- u1 */
-    __m128i low6 = _mm_and_si128(x, _mm_setr_epi32(0x3f3f3f3f, 0, 0x3f3f3f3f, 0));
-    __m128i nib = _mm_and_si128(_mm_srlv_epi32(x, _mm_setr_epi32(0, 0, 0, 4)),
-                                _mm_setr_epi32(0, 0x0f0f0f0f, 0, 0x0f0f0f0f));
-    __m128i top = _mm_and_si128(_mm_srli_epi32(z, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    __m256i v = _mm256_broadcastsi128_si256(_mm_or_si128(low6, _mm_or_si128(nib, top)));
+    /* The 6-bit fields (layout: k4_unpack_scales in quant.h) are unpacked with scalar integer
+     * operations: the integer units are idle in this loop, while every vector unit is busy. */
+    uint32_t u[3];
+    memcpy(u, packed, sizeof u);
+    uint64_t sc8 = (u[0] & 0x3f3f3f3fu) |
+                   (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
+    uint64_t m8 = (u[1] & 0x3f3f3f3fu) |
+                  (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)) << 32;
+    __m256i v = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)m8, (long long)sc8));
     /* Bytes 0-7 are the scales, 8-15 the mins; -1 selects a zero (the high byte of a lane). */
     sc[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
                                                     0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
