@@ -18,7 +18,7 @@
 #endif
 #if defined(__aarch64__)
 #define ON_ARM 1
-#define NEON(f) NULL
+#define NEON(f) f
 #else
 #define ON_ARM 0
 #define NEON(f) NULL
