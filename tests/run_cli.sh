@@ -28,6 +28,12 @@ grep -q "prompt 5 tokens" "$tmp/err" || fail "prompt stats"
 grep -Eq "generation 32 tokens in .* ms/token, .* tokens/s" "$tmp/err" || fail "generation stats"
 grep -q "KV cache" "$tmp/err" || fail "memory stats"
 
+# the prompt from a file, weights locked in RAM
+printf 'Once upon a time' >"$tmp/prompt.txt"
+"$prima" run -m "$model" -f "$tmp/prompt.txt" -n 32 --temp 0 --mlock >"$tmp/out" 2>/dev/null ||
+    fail "run -f --mlock exit status"
+[ "$(cat "$tmp/out")" = "Once upon a time$want_text" ] || fail "run -f: $(cat "$tmp/out")"
+
 # a stop string ends the output just before it
 "$prima" run -m "$model" -p "Once upon a time" --temp 0 --stop " named" --no-display-prompt \
     >"$tmp/out" 2>/dev/null || fail "stop: exit status"
