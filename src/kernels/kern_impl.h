@@ -18,7 +18,7 @@ typedef struct kern_scratch {
     size_t size;
 } kern_scratch;
 
-enum { KERN_SCRATCH_ACT, KERN_SCRATCH_ATTN };
+enum { KERN_SCRATCH_ACT, KERN_SCRATCH_RANGES, KERN_SCRATCH_COUNT };
 
 /* A 64-byte aligned buffer of at least `bytes` owned by the context, one per slot. It grows on
  * first use and is then reused: ops do not allocate in steady state. */

@@ -40,6 +40,14 @@ static void quantize_worker(void *arg, int ith, int nth)
                       (b1 - b0) * J->block_size);
 }
 
+/* The row blocks thread i owns at first: [next, end). Padded so that threads claiming blocks do
+ * not contend for one cache line. */
+struct mm_range {
+    _Atomic int next;
+    int end;
+    char pad[64 - sizeof(_Atomic int) - sizeof(int)];
+};
+
 struct mm_job {
     const mm_kernel *kernel; /* NULL: one vec_dot per output */
     vec_dot_fn vec_dot;
@@ -48,7 +56,7 @@ struct mm_job {
     float *y;
     int n_in, n_out, n_tokens;
     int rows_per_block, tokens_per_block, n_units;
-    _Atomic int next_unit;
+    struct mm_range *range; /* one per thread, in the context's scratch */
 };
 
 static void run_tile(const struct mm_job *J, int r0, int nr, int t0, int nt)
@@ -70,14 +78,30 @@ static inline int min_int(int a, int b)
     return a < b ? a : b;
 }
 
+/* Claim a row block: from this thread's own range while it lasts (one contiguous stream of
+ * weights per thread, which the hardware prefetchers follow best), then from the others' (a
+ * thread slowed down by a neighbour on a busy machine gets help). -1 when all are taken. */
+static int claim_block(struct mm_job *J, int ith, int nth)
+{
+    for (int k = 0; k < nth; k++) {
+        struct mm_range *r = &J->range[(ith + k) % nth];
+        if (atomic_load_explicit(&r->next, memory_order_relaxed) >= r->end)
+            continue;
+        int u = atomic_fetch_add(&r->next, 1);
+        if (u < r->end)
+            return u;
+    }
+    return -1;
+}
+
 static void matmul_worker(void *arg, int ith, int nth)
 {
     struct mm_job *J = arg;
     int tile_rows = J->kernel ? J->kernel->rows : 1;
     int tile_tokens = J->kernel ? J->kernel->tokens : 1;
     for (;;) {
-        int u = atomic_fetch_add(&J->next_unit, 1);
-        if (u >= J->n_units)
+        int u = claim_block(J, ith, nth);
+        if (u < 0)
             return;
         int r_begin = u * J->rows_per_block, r_end = min_int(r_begin + J->rows_per_block, J->n_out);
         for (int tb = 0; tb < J->n_tokens; tb += J->tokens_per_block) {
@@ -146,7 +170,11 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         .n_in = n_in, .n_out = n_out, .n_tokens = n_tokens,
         .rows_per_block = rows_per_block, .tokens_per_block = tokens_per_block,
         .n_units = (n_out + rows_per_block - 1) / rows_per_block,
+        .range = kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * (size_t)nth),
     };
-    atomic_init(&J.next_unit, 0);
+    for (int i = 0; i < nth; i++) {
+        atomic_init(&J.range[i].next, (int)((long)J.n_units * i / nth));
+        J.range[i].end = (int)((long)J.n_units * (i + 1) / nth);
+    }
     kern_parallel(c, matmul_worker, &J);
 }

@@ -32,7 +32,7 @@ struct kern_ctx {
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
 
-    kern_scratch scratch[2];     /* see kern_scratch_get */
+    kern_scratch scratch[KERN_SCRATCH_COUNT]; /* see kern_scratch_get */
 };
 
 struct worker_arg {
