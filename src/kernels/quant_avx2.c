@@ -60,55 +60,21 @@ void bf16_dot_avx2(int n, float *s, const void *w, const void *a)
     *s = dot_float(n, w, a, load8_bf16, one_bf16);
 }
 
-/* ---- 32-blocks against Q8_0: each block's 32 signed weights as bytes, then one shared loop ---- */
-
-static inline __m256i q8_0_weights(const block_q8_0 *b) { return loadu256(b->qs); }
-
-static inline __m256i q4_0_weights(const block_q4_0 *b)
-{
-    return _mm256_sub_epi8(nibbles_lo_hi(b->qs), _mm256_set1_epi8(8));
-}
-
-static inline __m256i iq4_nl_weights(const block_iq4_nl *b)
-{
-    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
-    return _mm256_shuffle_epi8(grid, nibbles_lo_hi(b->qs));
-}
-
-/* Two blocks per step into two accumulators: the FMA chains are the only loop-carried
- * dependencies. (Converting four blocks' scales with one vcvtph2ps measured no faster: the
- * integer multiplies and the instruction count bound this loop, not the scalar conversions.) */
-#define DOT_BLOCKS_Q8_0(block_t, weights)                                                   \
-    const block_t *x = w;                                                                   \
-    const block_q8_0 *y = a;                                                                \
-    int nb = n / QK, i = 0;                                                                 \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                          \
-    for (; i + 1 < nb; i += 2) {                                                            \
-        __m256i p0 = dot_i8x32(weights(&x[i]), loadu256(y[i].qs));                          \
-        __m256i p1 = dot_i8x32(weights(&x[i + 1]), loadu256(y[i + 1].qs));                  \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i].d) * half_f16c(y[i].d)),      \
-                               _mm256_cvtepi32_ps(p0), acc0);                               \
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i + 1].d) * half_f16c(y[i + 1].d)), \
-                               _mm256_cvtepi32_ps(p1), acc1);                               \
-    }                                                                                       \
-    if (i < nb)                                                                             \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i].d) * half_f16c(y[i].d)),      \
-                               _mm256_cvtepi32_ps(dot_i8x32(weights(&x[i]), loadu256(y[i].qs))), acc0); \
-    *s = hsum_ps256(_mm256_add_ps(acc0, acc1));
+/* ---- 32-blocks against Q8_0 (extractors and loop in quant_x86.h) ---- */
 
 void q8_0_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_q8_0, q8_0_weights)
+    DOT_BLOCKS_Q8_0(block_q8_0, q8_0_weights, dot_i8x32)
 }
 
 void q4_0_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_q4_0, q4_0_weights)
+    DOT_BLOCKS_Q8_0(block_q4_0, q4_0_weights, dot_i8x32)
 }
 
 void iq4_nl_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_iq4_nl, iq4_nl_weights)
+    DOT_BLOCKS_Q8_0(block_iq4_nl, iq4_nl_weights, dot_i8x32)
 }
 
 /* ---- K-quants against Q8_K ---- */
@@ -129,11 +95,8 @@ void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
     for (int i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        /* minimums: sum over the 16 activation sums of m[k/2] * bsums[k] */
-        __m128i m8 = _mm_cvtsi64_si128((long long)mn);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-        __m256i msum = _mm256_madd_epi16(mins, loadu256(y[i].bsums));
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)), _mm256_cvtepi32_ps(msum), acc_m);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
+                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
 
         __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const uint8_t *q = x[i].qs;
@@ -160,10 +123,8 @@ void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
     for (int i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        __m128i m8 = _mm_cvtsi64_si128((long long)mn);
-        __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-        __m256i msum = _mm256_madd_epi16(mins, loadu256(y[i].bsums));
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)), _mm256_cvtepi32_ps(msum), acc_m);
+        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
+                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
 
         __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const uint8_t *q = x[i].qs;

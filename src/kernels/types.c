@@ -10,7 +10,7 @@
 #if defined(__x86_64__)
 #define ON_X86 1
 #define AVX2(f) f
-#define AVX512(f) NULL
+#define AVX512(f) f
 #else
 #define ON_X86 0
 #define AVX2(f) NULL
