@@ -13,6 +13,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "kernels/cpu.h"
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
@@ -46,7 +47,7 @@ static const char usage_text[] =
     "  --reps N    repetitions per measurement (default 15; prefill uses fewer)\n"
     "  --json      one JSON object per measurement and line: type, op, shape (n_in x n_out),\n"
     "              tokens, threads, value, unit, fraction (of the bound), spread; the first\n"
-    "              line is {\"op\":\"path\", \"path\":NAME}\n"
+    "              line is {\"op\":\"path\", \"path\":NAME, \"cpu\":FEATURES}\n"
     "  -h, --help  show this help\n";
 
 struct opts {
@@ -210,11 +211,13 @@ static int run(int argc, char **argv)
         return cli_fail("bench kernels: cannot start %d threads", o.threads);
     }
     const char *path = kern_path_name(kern_active_path());
+    char cpu[256];
+    cpu_features_str(cpu_features_get(), cpu, sizeof cpu);
     if (o.json)
-        printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
+        printf("{\"op\":\"path\",\"path\":\"%s\",\"cpu\":\"%s\"}\n", path, cpu);
     else
-        printf("SIMD path: %s, %d threads\n%-7s %-28s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
-               o.threads, "type", "op", "shape", "tokens", "thr", "value", "unit", "bound", "spread");
+        printf("SIMD path: %s (CPU: %s), %d threads\n%-7s %-28s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
+               cpu, o.threads, "type", "op", "shape", "tokens", "thr", "value", "unit", "bound", "spread");
 
     double bw[2], peak[2];
     kern_ctx *ctxs[2] = {c1, cn};

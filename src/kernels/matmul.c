@@ -12,6 +12,8 @@
  * tile sits (matmul.h), so results are identical for any thread count and any batch size. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels/kern_impl.h"
 #include "kernels/matmul.h"
@@ -124,6 +126,13 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
 {
     const kern_type *kt = kern_type_require(wt);
     int nth = kern_ctx_threads(c);
+    size_t w_stride = dtype_row_bytes(wt, (uint64_t)n_in);
+    if (w_stride == 0) {
+        /* Model loaders check tensor shapes; reaching this is a bug. */
+        fprintf(stderr, "prima: matmul: a row of %d is not whole blocks of %s\n", n_in,
+                dtype_get((uint32_t)wt)->name);
+        abort();
+    }
 
     const uint8_t *a = (const uint8_t *)x;
     size_t a_stride = sizeof(float) * (size_t)n_in;
@@ -150,7 +159,6 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         kernel = mm_kernel_avx2(wt);
 #endif
     int tile_rows = kernel ? kernel->rows : 1, tile_tokens = kernel ? kernel->tokens : 1;
-    size_t w_stride = dtype_row_bytes(wt, (uint64_t)n_in);
 
     int rows_per_block, tokens_per_block;
     if (n_tokens == 1) {
