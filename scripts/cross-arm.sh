@@ -18,14 +18,14 @@ for s in $srcs; do
     $cc $flags $extra -c "$s" -o "$o"
     objs="$objs $o"
 done
-for t in test_quant test_quant_neon; do
+for t in test_quant test_quant_neon test_ops; do
     $cc $flags "tests/$t.c" tests/support/quant_check.c $objs -lm -lpthread -o "$dir/$t"
 done
-echo "built $dir/test_quant $dir/test_quant_neon for aarch64"
+echo "built $dir/test_quant $dir/test_quant_neon $dir/test_ops for aarch64"
 if command -v qemu-aarch64 >/dev/null; then
     sysroot=${QEMU_LD_PREFIX:-/usr/aarch64-linux-gnu}
     export PRIMA_FIXTURES_DEFAULT="$(pwd)/../shared/fixtures"
-    for t in test_quant test_quant_neon; do
+    for t in test_quant test_quant_neon test_ops; do
         # qemu's default CPU model implements the dot-product and fp16 extensions
         qemu-aarch64 -L "$sysroot" "$dir/$t" || { echo "FAIL $t (qemu-aarch64)"; exit 1; }
     done
