@@ -1,10 +1,13 @@
 /* Profiling this machine: memory agrees with the kernel's own count (sysinfo), the measured
  * weight types are exactly those of the model (per the fixtures README), rates and the disk
- * figures are positive and pass the profile's JSON validation. No speed is checked. */
+ * figures are positive and pass the profile's JSON validation; a worker's profile service
+ * measures once and then answers from what it kept. No speed is checked. */
 #include <string.h>
 #include <sys/sysinfo.h>
 
+#include "cluster/proto.h"
 #include "sched/measure.h"
+#include "sched/startup.h"
 #include "test.h"
 
 int main(void)
@@ -22,10 +25,26 @@ int main(void)
     CHECK(profile_available(&p) <= p.mem_available, "cgroup rule raised the available memory");
 
     const char *fx = test_fixtures();
-    char model[4096];
-    snprintf(model, sizeof model, "%s/models/synth-spm512-l4-e256-q4_k_m.gguf", fx);
-    profile_opts o = {.model_path = model, .threads = 1};
-    REQUIRE(profile_measure(&o, &p, err, sizeof err) == 0, "%s", err);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/synth-spm512-l4-e256-q4_k_m.gguf", fx);
+    /* measured through the worker's profile service, as a head would get it */
+    sched_profiler sp;
+    sched_profiler_init(&sp, path);
+    char json[PROTO_SMALL_MAX], again[PROTO_SMALL_MAX];
+    REQUIRE(sched_profiler_serve(&sp, 1, json, sizeof json, err, sizeof err) == 0, "%s", err);
+    cJSON *j = cJSON_Parse(json);
+    REQUIRE(profile_from_json(j, &p, "served", err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(j);
+    /* asked again: the measurement is kept (the same rates, bit for bit), memory re-read */
+    REQUIRE(sched_profiler_serve(&sp, 1, again, sizeof again, err, sizeof err) == 0, "%s", err);
+    dev_profile q;
+    j = cJSON_Parse(again);
+    REQUIRE(profile_from_json(j, &q, "served again", err, sizeof err) == 0, "%s", err);
+    cJSON_Delete(j);
+    CHECK(!memcmp(q.cpu, p.cpu, sizeof p.cpu) && q.disk_seq == p.disk_seq && q.mem_bw == p.mem_bw,
+          "the second request measured again");
+    CHECK(q.mem_total == p.mem_total, "memory total changed");
+    CHECK(sched_profiler_serve(&sp, 1, again, 16, err, sizeof err) == -1, "16-byte buffer accepted");
     for (int t = 0; t < DT_COUNT; t++) {
         bool want = t == DT_Q4_K || t == DT_Q6_K;   /* the README: Q4_K, Q6_K for some tensors */
         CHECK(want == (p.cpu[t].matvec > 0 && p.cpu[t].matmul > 0), "type %s measured: %d",
@@ -39,12 +58,12 @@ int main(void)
           "disk %g %g via %s", p.disk_seq, p.disk_rand, p.disk_method);
     CHECK(!p.gpu_present && p.net_rtt == 0, "gpu or network filled in");
 
-    cJSON *j = profile_to_json(&p);
+    j = profile_to_json(&p);
     dev_profile back;
     CHECK(profile_from_json(j, &back, "measured", err, sizeof err) == 0, "%s", err);
     cJSON_Delete(j);
 
-    o.model_path = "/nonexistent/model.gguf";
+    profile_opts o = {.model_path = "/nonexistent/model.gguf", .threads = 1};
     CHECK(profile_measure(&o, &p, err, sizeof err) == -1 && strstr(err, "/nonexistent/model.gguf"),
           "missing model: %s", err);
     return test_done();

@@ -14,7 +14,7 @@ int main(void)
     model *m = model_load(path, err, sizeof err);
     REQUIRE(m, "%s", err);
     sched_model sm;
-    REQUIRE(sched_model_from(m, 1000, 8, &sm, err, sizeof err) == 0, "%s", err);
+    REQUIRE(sched_model_from(m, 1000, 8, 4, &sm, err, sizeof err) == 0, "%s", err);
 
     /* per layer: q, o 256x256; k, v 256x128; gate, up 256x768; down 768x256 */
     double per_layer = 2 * 65536.0 + 2 * 32768.0 + 3 * 196608.0;
@@ -42,9 +42,12 @@ int main(void)
 
     /* the buffers grow with the batch */
     sched_model big;
-    REQUIRE(sched_model_from(m, 1000, 512, &big, err, sizeof err) == 0, "%s", err);
+    REQUIRE(sched_model_from(m, 1000, 512, 4, &big, err, sizeof err) == 0, "%s", err);
     CHECK(big.proc_bytes > sm.proc_bytes, "batch 512 buffers not larger");
-    CHECK(sched_model_from(m, 0, 8, &big, err, sizeof err) == -1, "context 0 accepted");
+    /* F16 activations on the wire: two bytes less per value and hop */
+    REQUIRE(sched_model_from(m, 1000, 8, 2, &big, err, sizeof err) == 0, "%s", err);
+    CHECK(sm.hop_bytes - big.hop_bytes == 2 * 256, "F16 hop %g vs F32 %g", big.hop_bytes, sm.hop_bytes);
+    CHECK(sched_model_from(m, 0, 8, 4, &big, err, sizeof err) == -1, "context 0 accepted");
     model_free(m);
     return test_done();
 }

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/ring_args.h"
+#include "sched/startup.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
 #include "model/session.h"
@@ -284,6 +285,9 @@ static int run_logits(logits_job *j)
     }
     if (ring_args_active(&j->ra)) {
         ring_opts ro = ring_args_opts(&j->ra);
+        sched_planner sp;   /* used while the ring connects */
+        sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
+        ro.planner = &sp.rp;
         s = ring_head_session(&rh, &ro, m, kc, n_ctx, n_batch, err, sizeof err);
     } else {
         s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);

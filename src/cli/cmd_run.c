@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/generate.h"
 #include "cli/ring_args.h"
+#include "sched/startup.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
 
@@ -88,6 +89,9 @@ static int runner_open(runner *r)
         return cli_fail("cannot start %d compute threads", r->o.n_threads);
     if (ring_args_active(&r->ra)) {
         ring_opts ro = ring_args_opts(&r->ra);
+        sched_planner sp;   /* used while the ring connects */
+        sched_planner_init(&sp, r->m, r->o.model, r->o.n_threads, stderr);
+        ro.planner = &sp.rp;
         r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
     } else {
         r->s = session_create(r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);

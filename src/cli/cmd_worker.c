@@ -9,6 +9,7 @@
 #include "cli/worker_serve.h"
 #include "cluster/ring_engine.h"
 #include "cluster/sysmem.h"
+#include "sched/startup.h"
 
 #define DEFAULT_PORT 9500
 
@@ -24,7 +25,9 @@ static void usage(FILE *out)
             "the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
             "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
             "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
-            "read from the model file.\n"
+            "read from the model file. When a head plans with the scheduler, the worker\n"
+            "measures itself once (as prima profile -m FILE does, a few seconds) and keeps the\n"
+            "result for later heads, re-reading only its free memory.\n"
             "\n"
             "  -m, --model FILE        the GGUF model (the same file as the head's)\n"
             "  --host ADDR             address to listen on (default: all interfaces)\n"
@@ -68,10 +71,12 @@ int serve_worker(const serve_opts *o)
     }
     engine_backend eb;
     engine_backend_init(&eb, &rm, m);
+    sched_profiler prof;
+    sched_profiler_init(&prof, o->model_path);
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
                       .secret = secret.set ? &secret : NULL, .log = o->quiet ? NULL : stderr,
-                      .verbose = o->verbose};
+                      .verbose = o->verbose, .profile = sched_profiler_serve, .profile_ctx = &prof};
     worker *w = worker_create(&wo, &eb.b, err, sizeof err);
     int rc = 0;
     if (!w) {

@@ -19,7 +19,8 @@
 static const char *const names[RM_TYPE_END] = {
     [RM_HELLO] = "HELLO", [RM_WELCOME] = "WELCOME", [RM_PLAN] = "PLAN", [RM_READY] = "READY",
     [RM_BATCH] = "BATCH", [RM_RESULT] = "RESULT", [RM_KVOP] = "KVOP", [RM_STATS] = "STATS",
-    [RM_PING] = "PING", [RM_ERROR] = "ERROR", [RM_BYE] = "BYE",
+    [RM_PING] = "PING", [RM_ERROR] = "ERROR", [RM_BYE] = "BYE", [RM_PROFILE] = "PROFILE",
+    [RM_PROBE] = "PROBE",
 };
 
 const char *msg_name(int type)
@@ -150,6 +151,8 @@ static uint32_t body_bound(const conn *c, int type)
     case RM_BATCH:
     case RM_RESULT:
         return c->max_data;
+    case RM_PROBE:
+        return PROTO_PROBE_MAX;
     default:
         return PROTO_SMALL_MAX;
     }
@@ -588,6 +591,22 @@ int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
     uint64_t *v = &m->c.compute_ns;
     for (size_t i = 0; i < sizeof m->c / sizeof(uint64_t); i++)
         v[i] = r_u64(&r);
+    return r_done(&r, f, err, errlen);
+}
+
+int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, threads);
+    return conn_send(c, RM_PROFILE, w.b, w.n, err, errlen);
+}
+
+int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen)
+{
+    if (expect(f, RM_PROFILE, err, errlen))
+        return -1;
+    rd r = reader(f);
+    *threads = r_u32(&r);
     return r_done(&r, f, err, errlen);
 }
 

@@ -18,6 +18,10 @@
  *   PING    both ways on head links  liveness
  *   ERROR   any                      a refusal or failure, one line, then the link closes
  *   BYE     head -> worker -> head   end of session
+ *   PROFILE head -> worker -> head   before the plan: threads to measure with / the worker's
+ *                                    device profile (JSON text) for the head's scheduler
+ *   PROBE   head -> worker -> head   a payload the worker echoes: the link's delay and
+ *                                    throughput for the scheduler
  */
 #ifndef PRIMA_PROTO_H
 #define PRIMA_PROTO_H
@@ -39,10 +43,11 @@
 #define PROTO_DEAD_MS 5000        /* a link silent this long (pings included) is dead */
 #define PROTO_MAX_BATCH 8192      /* tokens per batch */
 #define PROTO_ID_BYTES 32
+#define PROTO_PROBE_MAX (1u << 20) /* bound on a PROBE body */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
-    RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_TYPE_END
+    RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_TYPE_END
 };
 const char *msg_name(int type);
 
@@ -178,6 +183,9 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
 int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen);
 int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);
 int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen);
+/* PROFILE request: the threads the worker should measure with (0: its own default). The reply
+ * is JSON text, sent with conn_send. */
+int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen);
 /* Best effort (the link is being dropped anyway); never fails loudly. */
 void send_error(conn *c, uint64_t instance, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -188,6 +196,7 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen);
 int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen);
 int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen);
 int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen);
+int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen);
 int decode_error(const frame *f, msg_error *m, char *err, size_t errlen);
 
 #endif

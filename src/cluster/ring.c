@@ -104,6 +104,42 @@ static int greet(ring *r, int i)
     return 0;
 }
 
+/* Say goodbye to the workers the planner left out and close the ring over the others: they
+ * move down in w[] and in the plan, keeping their order. */
+static void drop_workers(ring *r, const bool *drop)
+{
+    char err[512];
+    heartbeat_set(&r->hb, r->hb_conns, 0);   /* the pinger lets go of the links */
+    int kept = 0;
+    for (int i = 0; i < r->n_workers; i++) {
+        remote *w = &r->w[i];
+        if (drop[i + 1]) {
+            conn_send(&w->c, RM_BYE, NULL, 0, err, sizeof err);
+            conn_close_gently(&w->c);
+            continue;
+        }
+        if (kept != i) {
+            remote *to = &r->w[kept];
+            memcpy(to->addr, w->addr, sizeof to->addr);
+            memcpy(to->host, w->host, sizeof to->host);
+            to->port = w->port;
+            to->welcome = w->welcome;
+            to->bye = w->bye;
+            conn_move(&to->c, &w->c);
+            snprintf(to->c.name, sizeof to->c.name, "device %d (%.100s)", kept + 1, to->addr);
+            r->plan.window[kept + 1] = r->plan.window[i + 1];
+            r->plan.gpu_layers[kept + 1] = r->plan.gpu_layers[i + 1];
+        }
+        r->hb_conns[kept] = &r->w[kept].c;
+        kept++;
+    }
+    for (int d = kept + 1; d < r->plan.n_dev; d++)
+        r->plan.window[d] = r->plan.gpu_layers[d] = 0;
+    r->n_workers = kept;
+    r->plan.n_dev = kept + 1;
+    heartbeat_set(&r->hb, r->hb_conns, kept);
+}
+
 static int make_plan(ring *r)
 {
     const ring_opts *o = &r->o;
@@ -125,6 +161,24 @@ static int make_plan(ring *r)
                         p->n_layer, p->k);
         if (plan_validate(p, err, sizeof err))
             return fail(r, "%s", err);
+        return 0;
+    }
+    if (o->planner) {
+        ring_plan_request q = {.n_dev = n_dev, .n_layer = r->m->n_layer, .k = o->k,
+                               .n_ctx = o->n_ctx, .max_batch = o->max_batch,
+                               .worker_threads = o->worker_threads, .wire = o->wire};
+        bool drop[PRIMA_MAX_DEVICES] = {false};
+        if (o->planner->plan(o->planner->ctx, r, &q, &r->plan, drop, err, sizeof err))
+            return r->broken ? -1 : fail(r, "%s", err);
+        if (r->plan.n_dev != n_dev || r->plan.n_layer != r->m->n_layer)
+            return fail(r, "the planner's plan is for %d devices and %d layers, not %d and %d",
+                        r->plan.n_dev, r->plan.n_layer, n_dev, r->m->n_layer);
+        if (plan_validate(&r->plan, err, sizeof err))
+            return fail(r, "the planner's plan: %s", err);
+        for (int d = 1; d < n_dev; d++)
+            if (drop[d] && r->plan.window[d])
+                return fail(r, "the planner leaves out device %d, which has layers", d);
+        drop_workers(r, drop);
         return 0;
     }
     uint64_t mem[PRIMA_MAX_DEVICES];
@@ -305,6 +359,62 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
                 return fail(r, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
                             PROTO_DEAD_MS / 1000);
     }
+}
+
+int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap)
+{
+    char err[512];
+    if (d < 1 || d > r->n_workers || cap < 1)
+        return fail(r, "no device %d to profile", d);
+    remote *w = &r->w[d - 1];
+    if (send_profile_request(&w->c, (uint32_t)(threads > 0 ? threads : 0), err, sizeof err))
+        return fail(r, "%s", err);
+    frame f;
+    int who;
+    if (await(r, RM_PROFILE, RM_PROFILE, d - 1, &f, &who))
+        return -1;
+    if (f.len >= cap)
+        return fail(r, "%s sent a profile of %u bytes (at most %zu)", w->c.name, f.len, cap - 1);
+    memcpy(json, f.body, f.len);
+    json[f.len] = '\0';
+    return 0;
+}
+
+int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds)
+{
+    char err[512];
+    if (d < 1 || d > r->n_workers || bytes > PROTO_PROBE_MAX || reps < 1 || reps > 64)
+        return fail(r, "probe of device %d with %zu bytes x %d: out of range", d, bytes, reps);
+    remote *w = &r->w[d - 1];
+    uint8_t *payload = calloc(bytes ? bytes : 1, 1);
+    double times[64];
+    if (!payload)
+        return fail(r, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < reps && rc == 0; i++) {
+        frame f;
+        int who;
+        int64_t t0 = net_now_ns();
+        if (conn_send(&w->c, RM_PROBE, payload, bytes, err, sizeof err))
+            rc = fail(r, "%s", err);
+        else if (await(r, RM_PROBE, RM_PROBE, d - 1, &f, &who))
+            rc = -1;
+        else if (f.len != bytes)
+            rc = fail(r, "%s echoed %u of %zu probe bytes", w->c.name, f.len, bytes);
+        times[i] = (double)(net_now_ns() - t0) * 1e-9;
+    }
+    free(payload);
+    if (rc)
+        return -1;
+    /* median by insertion sort: reps is small */
+    for (int i = 1; i < reps; i++)
+        for (int j = i; j > 0 && times[j] < times[j - 1]; j--) {
+            double t = times[j];
+            times[j] = times[j - 1];
+            times[j - 1] = t;
+        }
+    *seconds = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+    return 0;
 }
 
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)

@@ -2,7 +2,7 @@
  * every layer of the model, on this device alone or round a ring of workers.
  *
  *   ring_connect  connect to each worker, check versions, secrets and model identity, make the
- *                 plan (from -lw/-k, else by free memory)
+ *                 plan (from -lw/-k, else the planner's, else by free memory)
  *   ring_start    give the head's own layers (an engine owning plan_owned_layers(plan, 0)), send
  *                 every worker its plan, wait until all are ready
  *   ring_eval     hidden (n x n_embd, after the embedding) -> hidden after the last layer
@@ -22,6 +22,26 @@
 #include "cluster/auth.h"
 #include "cluster/device.h"
 
+typedef struct ring ring;
+
+/* What a planner is asked for: a plan of n_dev devices (head first) for the model's n_layer
+ * layers, with k rounds (0: its choice), for these buffers and this wire format. */
+typedef struct ring_plan_request {
+    int n_dev, n_layer, k, n_ctx, max_batch, worker_threads;
+    enum wire_type wire;
+} ring_plan_request;
+
+/* Chooses the plan when no windows are given (the scheduler). It may ask the workers for their
+ * profiles and probe the links (ring_worker_profile, ring_probe), and leave workers out:
+ * drop[d] (false on entry) for a device with window 0 that should not even forward. The ring
+ * then says goodbye to those and closes over the rest, numbered anew in the same order.
+ * 0, or -1 with err. */
+typedef struct ring_planner {
+    void *ctx;
+    int (*plan)(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, bool *drop,
+                char *err, size_t errlen);
+} ring_planner;
+
 typedef struct ring_opts {
     const char *workers;           /* "host:port,host:port,..."; NULL or "": no workers */
     const int *lw;                 /* one window per device, head first (n_lw 0: by memory) */
@@ -35,12 +55,18 @@ typedef struct ring_opts {
     enum wire_type wire;
     const ring_secret *secret;     /* NULL: none */
     FILE *verbose;                 /* counters per batch and device, and a summary; NULL: quiet */
+    const ring_planner *planner;   /* without -lw; NULL: windows by free memory */
 } ring_opts;
-
-typedef struct ring ring;
 
 ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t errlen);
 const ring_plan *ring_get_plan(const ring *r);
+/* For planners, between connecting and the plan. Device d >= 1's profile, measured by the
+ * worker for `threads` threads (0: its default), as JSON text (NUL-terminated, under cap bytes);
+ * waits while the worker measures. 0, or -1 with ring_error(r) set. */
+int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap);
+/* Seconds for a PROBE frame with `bytes` of payload to reach device d >= 1 and come back:
+ * the median of `reps` round trips. 0, or -1 with ring_error(r) set. */
+int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds);
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen);
 /* 0, or -1 with ring_error(r) set. pos: n positions of one sequence. */
 int ring_eval(ring *r, float *hidden, int n, const int32_t *pos);

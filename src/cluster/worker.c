@@ -382,11 +382,49 @@ static void handle_data(wsession *s, const frame *f)
     }
 }
 
+/* The head's scheduler asks for this device's profile (before the plan). */
+static void handle_profile(wsession *s, const frame *f)
+{
+    worker *w = s->w;
+    char err[512];
+    uint32_t threads;
+    if (decode_profile_request(f, &threads, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    if (!w->o.profile) {
+        fail_session(s, "this worker cannot profile itself (give the head -lw)");
+        return;
+    }
+    char *json = malloc(PROTO_SMALL_MAX);
+    if (!json) {
+        fail_session(s, "out of memory");
+        return;
+    }
+    int t = threads ? (int)threads : w->o.threads;
+    wlog(w, "profiling this device for %s (%d threads)", s->ctrl.name, t);
+    if (w->o.profile(w->o.profile_ctx, t, json, PROTO_SMALL_MAX, err, sizeof err))
+        fail_session(s, "%s", err);
+    else if (conn_send(&s->ctrl, RM_PROFILE, json, strlen(json), err, sizeof err))
+        end_session(s, "%s", err);
+    free(json);
+}
+
 static void handle_ctrl(wsession *s, const frame *f)
 {
     char err[512];
     switch (f->type) {
     case RM_PING:
+        return;
+    case RM_PROFILE:
+        if (s->planned)
+            fail_session(s, "PROFILE after the plan");
+        else
+            handle_profile(s, f);
+        return;
+    case RM_PROBE:   /* echoed as it came: the head times the round trip */
+        if (conn_send(&s->ctrl, RM_PROBE, f->body, f->len, err, sizeof err))
+            end_session(s, "%s", err);
         return;
     case RM_PLAN:
         if (s->planned)

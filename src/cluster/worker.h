@@ -34,6 +34,11 @@ typedef struct worker_opts {
     const ring_secret *secret; /* NULL: none */
     FILE *log;                 /* sessions, refusals and dropped links; NULL: silent */
     bool verbose;              /* also the counters of every batch */
+    /* A head's PROFILE request: this device measured for `threads` compute threads (0: the
+     * worker's default), as NUL-terminated JSON text of under cap bytes. 0, or -1 with err.
+     * NULL: profile requests are refused. */
+    int (*profile)(void *ctx, int threads, char *json, size_t cap, char *err, size_t errlen);
+    void *profile_ctx;
 } worker_opts;
 
 typedef struct worker worker;

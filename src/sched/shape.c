@@ -19,8 +19,8 @@ static double tensor_params(const gguf_tensor *t)
     return (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
 }
 
-int sched_model_from(const model *m, int n_ctx, int max_batch, sched_model *sm, char *err,
-                     size_t errlen)
+int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sched_model *sm,
+                     char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
     if (n_ctx < 1 || max_batch < 1) {
@@ -51,7 +51,7 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, sched_model *sm, 
     sm->out_params = tensor_params(m->output);
     sm->out_bytes = (double)m->output->nbytes + (double)m->output_norm->nbytes;
     sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
-    sm->hop_bytes = 4.0 * hp->n_embd + HOP_OVERHEAD_BYTES;
+    sm->hop_bytes = (double)act_bytes * hp->n_embd + HOP_OVERHEAD_BYTES;
 
     /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32), the activations
      * quantized for integer dot products (about a byte per value), the batch's hidden states */

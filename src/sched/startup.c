@@ -1,0 +1,175 @@
+/* startup.c — the head's planner and the worker's profile service (startup.h). */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster/proto.h"
+#include "sched/halda.h"
+#include "sched/measure.h"
+#include "sched/report.h"
+#include "sched/shape.h"
+#include "sched/startup.h"
+
+/* Link probes: a tiny payload for the delay, and a batch's worth of decode hops (bounded by the
+ * protocol) for the throughput; the median of PROBE_REPS round trips each. */
+#define PROBE_SMALL 8
+#define PROBE_HOPS 64
+#define PROBE_REPS 5
+
+static void say(const sched_planner *sp, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const sched_planner *sp, const char *fmt, ...)
+{
+    if (!sp->log)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("prima: ", sp->log);
+    vfprintf(sp->log, fmt, ap);
+    fputc('\n', sp->log);
+    va_end(ap);
+    fflush(sp->log);
+}
+
+/* The head's link to worker d: round-trip delay, and throughput from how much longer a large
+ * payload takes than a tiny one (each goes there and back). */
+static int probe_link(ring *r, int d, double hop_bytes, double *rtt, double *bw)
+{
+    size_t big = (size_t)(hop_bytes * PROBE_HOPS);
+    if (big > PROTO_PROBE_MAX)
+        big = PROTO_PROBE_MAX;
+    double t_small, t_big;
+    if (ring_probe(r, d, PROBE_SMALL, PROBE_REPS, &t_small) ||
+        ring_probe(r, d, big, PROBE_REPS, &t_big))
+        return -1;
+    *rtt = t_small;
+    /* a difference below a microsecond is below what the clock and scheduler resolve */
+    double extra = t_big - t_small > 1e-6 ? t_big - t_small : 1e-6;
+    *bw = 2.0 * (double)(big - PROBE_SMALL) / extra;
+    return 0;
+}
+
+static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, bool *drop,
+                char *err, size_t errlen)
+{
+    sched_planner *sp = ctx;
+    int n = q->n_dev;
+    if (n == 1) {   /* one device: its windows only split its own work into k rounds */
+        uint64_t mem[1] = {0};
+        return plan_by_memory(out, 1, q->n_layer, q->k, mem, err, errlen);
+    }
+    if (q->k > q->n_layer) {
+        snprintf(err, errlen, "scheduler: -k %d exceeds the model's %d layers", q->k, q->n_layer);
+        return -1;
+    }
+    sched_model sm;
+    if (sched_model_from(sp->m, q->n_ctx, q->max_batch, q->wire == WIRE_F16 ? 2 : 4, &sm, err,
+                         errlen))
+        return -1;
+    dev_profile *prof = calloc((size_t)n, sizeof *prof);
+    dev_cost *dc = calloc((size_t)n, sizeof *dc);
+    halda_result *hr = calloc(1, sizeof *hr);
+    char *json = malloc(PROTO_SMALL_MAX);
+    double rtt[PRIMA_MAX_DEVICES] = {0}, bw[PRIMA_MAX_DEVICES] = {0};
+    int rc = -1;
+    if (!prof || !dc || !hr || !json) {
+        snprintf(err, errlen, "scheduler: out of memory");
+        goto done;
+    }
+    say(sp, "scheduler: profiling this device (the head)");
+    profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads};
+    if (profile_measure(&po, &prof[0], err, errlen))
+        goto done;
+    for (int d = 1; d < n; d++) {
+        say(sp, "scheduler: profiling device %d", d);
+        if (ring_worker_profile(r, d, q->worker_threads, json, PROTO_SMALL_MAX)) {
+            snprintf(err, errlen, "%s", ring_error(r));
+            goto done;
+        }
+        cJSON *j = cJSON_Parse(json);
+        char what[32];
+        snprintf(what, sizeof what, "device %d's profile", d);
+        int bad = j ? profile_from_json(j, &prof[d], what, err, errlen) : -1;
+        if (!j)
+            snprintf(err, errlen, "%s is not JSON", what);
+        cJSON_Delete(j);
+        if (bad)
+            goto done;
+        if (probe_link(r, d, sm.hop_bytes, &rtt[d], &bw[d])) {
+            snprintf(err, errlen, "%s", ring_error(r));
+            goto done;
+        }
+    }
+    /* Every hop is charged to its sender. The head measures only its own links; a hop between
+     * two workers goes through both of their links, so it gets their mean delay and the lower
+     * throughput (exact for a star network such as Wi-Fi with a wired or close head). */
+    for (int m = 0; m < n; m++) {
+        int a = m == 0 ? 1 : m, b = m == 0 || m == n - 1 ? a : m + 1;
+        prof[m].net_rtt = (rtt[a] + rtt[b]) / 2;
+        prof[m].net_bw = bw[a] < bw[b] ? bw[a] : bw[b];
+        char name[64];
+        snprintf(name, sizeof name, "%d:%.58s", m, prof[m].name);
+        snprintf(prof[m].name, sizeof prof[m].name, "%s", name);
+        if (cost_device(&sm, &prof[m], &sp->opts, m == 0, &dc[m], err, errlen))
+            goto done;
+    }
+    sched_opts o = sp->opts;
+    o.k = q->k;
+    if (halda_solve(dc, n, &sm, &o, hr) || halda_explain(dc, n, &sm, &o, hr)) {
+        snprintf(err, errlen, "scheduler: %s", hr->why);
+        goto done;
+    }
+    if (!hr->found) {
+        snprintf(err, errlen, "scheduler: %s (give -lw to set the windows by hand)", hr->why);
+        goto done;
+    }
+    if (sp->log)
+        plan_report_text(sp->log, hr, dc, n, &sm);
+    *out = hr->plan;
+    for (int d = 1; d < n; d++)
+        drop[d] = !hr->cost.dev[d].in_ring;
+    rc = 0;
+done:
+    free(prof);
+    free(dc);
+    free(hr);
+    free(json);
+    return rc;
+}
+
+void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,
+                        int head_threads, FILE *log)
+{
+    *sp = (sched_planner){.rp = {.ctx = sp, .plan = plan}, .m = m, .model_path = model_path,
+                          .head_threads = head_threads, .opts = sched_opts_default(), .log = log};
+}
+
+void sched_profiler_init(sched_profiler *sp, const char *model_path)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->model_path = model_path;
+}
+
+int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *err, size_t errlen)
+{
+    sched_profiler *sp = ctx;
+    if (!sp->measured || sp->threads != threads) {
+        profile_opts po = {.model_path = sp->model_path, .threads = threads};
+        if (profile_measure(&po, &sp->p, err, errlen))
+            return -1;
+        sp->measured = true;
+        sp->threads = threads;
+    } else if (profile_memory(&sp->p, err, errlen)) {
+        return -1;
+    }
+    cJSON *j = profile_to_json(&sp->p);
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!text || strlen(text) >= cap) {
+        snprintf(err, errlen, "profile: %s", text ? "too large to send" : "out of memory");
+        free(text);
+        return -1;
+    }
+    strcpy(json, text);
+    free(text);
+    return 0;
+}

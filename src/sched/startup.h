@@ -1,0 +1,44 @@
+/* startup.h — Halda at a ring's start-up.
+ *
+ * The head's planner (ring_opts.planner): profiles the head, then asks each worker in turn for
+ * its profile (devices may share hardware, so never two at once), probes each link with the
+ * plan's message size, solves, prints the plan, and hands it to the ring. A ring of one device
+ * keeps the ring's own plan (there is nothing to place).
+ *
+ * The worker's profile service (worker_opts.profile): measures the device once per worker
+ * process and model and keeps the result; later heads get it at once, with the memory figures
+ * read afresh (they change while the rest does not). */
+#ifndef PRIMA_STARTUP_H
+#define PRIMA_STARTUP_H
+
+#include <stdio.h>
+
+#include "cluster/ring.h"
+#include "model/model.h"
+#include "sched/cost.h"
+#include "sched/profile.h"
+
+typedef struct sched_planner {
+    ring_planner rp;            /* give &rp to ring_opts.planner */
+    const model *m;
+    const char *model_path;
+    int head_threads;
+    sched_opts opts;
+    FILE *log;                  /* progress and the plan; NULL: quiet */
+} sched_planner;
+
+void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,
+                        int head_threads, FILE *log);
+
+typedef struct sched_profiler {
+    const char *model_path;
+    bool measured;
+    int threads;                /* of the kept profile */
+    dev_profile p;
+} sched_profiler;
+
+void sched_profiler_init(sched_profiler *sp, const char *model_path);
+/* worker_opts.profile, with ctx a sched_profiler. */
+int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *err, size_t errlen);
+
+#endif
