@@ -2,15 +2,7 @@
 #include <immintrin.h>
 
 #include "kernels/attention.h"
-#include "kernels/types.h"
-
-static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
+#include "kernels/quant_x86.h"
 
 static inline __m256 load_f16(const uint16_t *p)
 {
@@ -20,7 +12,7 @@ static inline __m256 load_f16(const uint16_t *p)
 /* One key: every key is reduced with this same sequence whether or not it is part of a group. */
 static inline float finish_score(__m256 acc, int n8, int n, const float *q, const uint16_t *k)
 {
-    float sum = hsum8(acc);
+    float sum = hsum_ps256(acc);
     for (int d = n8; d < n; d++)
         sum += q[d] * fp16_to_fp32(k[d]);
     return sum;

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "kernels/matmul.h"
-#include "kernels/quant.h"
+#include "kernels/quant_x86.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -19,14 +19,6 @@
  * scalar scale unpacking (k4_scales) onto the vector units, which are the bottleneck. */
 #pragma GCC optimize("no-tree-slp-vectorize")
 #endif
-
-ALWAYS_INLINE float hsum_ps(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Instantiate KERNEL(n, R, T, ...) for every tile shape up to 4 x MAX_T and dispatch on (nr, nt).
  * R and T are compile-time constants in every instance, so the accumulator arrays live in
@@ -108,7 +100,7 @@ ALWAYS_INLINE void float_tile(load8_fn load8, scalar_fn scalar, int n, int R, in
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++) {
-            float s = hsum_ps(acc[r][t]);
+            float s = hsum_ps256(acc[r][t]);
             for (int i = n8; i < n; i++)
                 s += scalar(wb + r * ws, (size_t)i) * ab[t * af + i];
             y[t * ys + r] = s;
@@ -182,7 +174,7 @@ ALWAYS_INLINE void store_sums(int R, int T, __m256 facc[4][2], float *y, size_t 
 {
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps(facc[r][t]);
+            y[t * ys + r] = hsum_ps256(facc[r][t]);
 }
 
 ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
@@ -353,7 +345,7 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
                     }
                 }
             }
-            float d = _cvtsh_ss(b->d);
+            float d = half_f16c(b->d);
             for (int t = 0; t < T; t++)
                 facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab[t]->d), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
         }
@@ -366,27 +358,19 @@ DEFINE_TILE_4x2(tile_q6k, Q6K_TILE)
 
 /* ---- 32-blocks with Q8_0 activations: one float update per block ---- */
 
-/* 32 signed weights of block i of a Q8_0 or Q4_0 row. */
-ALWAYS_INLINE __m256i q8_0_weights(const void *row, int i)
-{
-    return _mm256_loadu_si256((const __m256i *)((const block_q8_0 *)row)[i].qs);
-}
+/* The 32 signed weights of a block (quant_x86.h), for any of the 32-block types. */
+ALWAYS_INLINE __m256i q8_0_block(const void *b) { return q8_0_weights(b); }
+ALWAYS_INLINE __m256i q4_0_block(const void *b) { return q4_0_weights(b); }
+ALWAYS_INLINE __m256i iq4_nl_block(const void *b) { return iq4_nl_weights(b); }
 
-ALWAYS_INLINE __m256i q4_0_weights(const void *row, int i)
-{
-    __m128i raw = _mm_loadu_si128((const __m128i *)((const block_q4_0 *)row)[i].qs);
-    __m256i both = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_sub_epi8(_mm256_and_si256(both, _mm256_set1_epi8(0x0f)), _mm256_set1_epi8(8));
-}
+typedef __m256i (*weights32_fn)(const void *block);
 
-typedef __m256i (*weights32_fn)(const void *row, int i);
-
-/* Both block types start with their fp16 d. */
-ALWAYS_INLINE float block_d(const void *row, size_t block_bytes, int i)
+/* Every 32-block type starts with its fp16 d. */
+ALWAYS_INLINE float block_d(const void *block)
 {
     uint16_t h;
-    memcpy(&h, (const uint8_t *)row + (size_t)i * block_bytes, sizeof h);
-    return _cvtsh_ss(h);
+    memcpy(&h, block, sizeof h);
+    return half_f16c(h);
 }
 
 ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int R, int T,
@@ -401,15 +385,16 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int
         __m256i av[3];
         float da[3];
         for (int t = 0; t < T; t++) {
-            av[t] = q8_0_weights((const uint8_t *)a + t * as, i);
-            da[t] = block_d((const uint8_t *)a + t * as, sizeof(block_q8_0), i);
+            const block_q8_0 *ab = (const block_q8_0 *)((const uint8_t *)a + t * as) + i;
+            av[t] = q8_0_weights(ab);
+            da[t] = block_d(ab);
         }
         for (int r = 0; r < R; r++) {
-            const uint8_t *row = (const uint8_t *)w + r * ws;
-            __m256i wv = weights(row, i);
+            const uint8_t *block = (const uint8_t *)w + r * ws + (size_t)i * block_bytes;
+            __m256i wv = weights(block);
             /* maddubs needs an unsigned operand: |w|, with w's sign moved onto a. */
             __m256i wabs = _mm256_sign_epi8(wv, wv);
-            float dw = block_d(row, block_bytes, i);
+            float dw = block_d(block);
             for (int t = 0; t < T; t++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[t], wv)), ones);
                 facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t]), _mm256_cvtepi32_ps(p), facc[r][t]);
@@ -418,13 +403,15 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps(facc[r][t]);
+            y[t * ys + r] = hsum_ps256(facc[r][t]);
 }
 
-#define Q8_0_TILE(...) q32_tile(q8_0_weights, sizeof(block_q8_0), __VA_ARGS__)
-#define Q4_0_TILE(...) q32_tile(q4_0_weights, sizeof(block_q4_0), __VA_ARGS__)
+#define Q8_0_TILE(...) q32_tile(q8_0_block, sizeof(block_q8_0), __VA_ARGS__)
+#define Q4_0_TILE(...) q32_tile(q4_0_block, sizeof(block_q4_0), __VA_ARGS__)
+#define IQ4_NL_TILE(...) q32_tile(iq4_nl_block, sizeof(block_iq4_nl), __VA_ARGS__)
 DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
 DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
+DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
 
 /* ---- activation quantizers ----
  * Bit for bit the reference quantizers of quant_k.c / quant_scalar.c (tests check it): the same
@@ -503,6 +490,7 @@ static const mm_kernel kernel_q5k = {tile_q5k, 4, 2};
 static const mm_kernel kernel_q6k = {tile_q6k, 4, 2};
 static const mm_kernel kernel_q8_0 = {tile_q8_0, 4, 3};
 static const mm_kernel kernel_q4_0 = {tile_q4_0, 4, 3};
+static const mm_kernel kernel_iq4_nl = {tile_iq4_nl, 4, 3};
 
 const mm_kernel *mm_kernel_avx2(enum dtype t)
 {
@@ -512,6 +500,7 @@ const mm_kernel *mm_kernel_avx2(enum dtype t)
     case DT_BF16: return &kernel_bf16;
     case DT_Q4_0: return &kernel_q4_0;
     case DT_Q8_0: return &kernel_q8_0;
+    case DT_IQ4_NL: return &kernel_iq4_nl;
     case DT_Q4_K: return &kernel_q4k;
     case DT_Q5_K: return &kernel_q5k;
     case DT_Q6_K: return &kernel_q6k;
