@@ -12,7 +12,7 @@
  *   Q5_K    as Q4_K with a fifth bit from qh
  *   Q6_K    d*scales[e/16]*(q - 32)              q 6 bits: 4 in ql, 2 in qh; int8 scales
  *   Q8_K    d * qs[e] (float d); bsums[k] = sum of qs[16k..16k+15] — activations only
- * The *_value() helpers below are the executable form of this table for the K-quants. */
+ * The *_levels() decoders below are the executable form of this table for the K-quants. */
 #ifndef PRIMA_KERNELS_QUANT_H
 #define PRIMA_KERNELS_QUANT_H
 
@@ -71,6 +71,15 @@ static inline int32_t clampi(int32_t v, int32_t lo, int32_t hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* Exact integer dot product of two byte vectors (the scalar paths' inner loop). */
+static inline int32_t dot_i8(const int8_t *q, const int8_t *a, int len)
+{
+    int32_t t = 0;
+    for (int l = 0; l < len; l++)
+        t += q[l] * a[l];
+    return t;
+}
+
 /* Q4_K / Q5_K: the eight 6-bit scales and mins packed in 12 bytes. Sub-blocks 0-3 keep their
  * scale and min in the low 6 bits of bytes 0-3 and 4-7; sub-blocks 4-7 keep the low 4 bits in
  * the nibbles of bytes 8-11 and the top 2 bits in the spare high bits of bytes 0-7. */
@@ -118,36 +127,56 @@ static inline void k3_unpack_scales(const uint8_t packed[12], int8_t sc[16])
         sc[j] = (int8_t)(u[j] - 32);
 }
 
-/* Quantized level of element e (0..255) of a K-quant block, as the format defines it. */
-static inline int q2_k_value(const block_q2_k *b, int e)
+/* All 256 levels of a K-quant block in element order, as the format defines them (loops shaped
+ * so that compilers vectorize them: this is also the scalar path's decoder). */
+static inline void q2_k_levels(const block_q2_k *b, int8_t q[QK_K])
 {
-    return (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++)
+                q[128 * h + 32 * g + l] = (int8_t)((b->qs[32 * h + l] >> (2 * g)) & 3);
 }
 
-static inline int q3_k_value(const block_q3_k *b, int e)
+static inline void q3_k_levels(const block_q3_k *b, int8_t q[QK_K])
 {
-    int low = (b->qs[32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-    int high = (b->hmask[e % 32] >> (e / 32)) & 1;
-    return low - (high ? 0 : 4);
+    for (int h = 0; h < 2; h++)
+        for (int g = 0; g < 4; g++)
+            for (int l = 0; l < 32; l++) {
+                int low = (b->qs[32 * h + l] >> (2 * g)) & 3;
+                int high = (b->hmask[l] >> (4 * h + g)) & 1;
+                q[128 * h + 32 * g + l] = (int8_t)(low + 4 * high - 4);
+            }
 }
 
-static inline int q4_k_value(const block_q4_k *b, int e)
+static inline void q4_k_levels(const block_q4_k *b, int8_t q[QK_K])
 {
-    return (b->qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xf;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = (int8_t)(b->qs[32 * c + l] & 0xf);
+            q[64 * c + 32 + l] = (int8_t)(b->qs[32 * c + l] >> 4);
+        }
 }
 
-static inline int q5_k_value(const block_q5_k *b, int e)
+static inline void q5_k_levels(const block_q5_k *b, int8_t q[QK_K])
 {
-    int low = (b->qs[32 * (e / 64) + e % 32] >> (4 * ((e / 32) % 2))) & 0xf;
-    return low | ((b->qh[e % 32] >> (e / 32)) & 1) << 4;
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = (int8_t)((b->qs[32 * c + l] & 0xf) | ((b->qh[l] >> (2 * c)) & 1) << 4);
+            q[64 * c + 32 + l] = (int8_t)((b->qs[32 * c + l] >> 4) | ((b->qh[l] >> (2 * c + 1)) & 1) << 4);
+        }
 }
 
-static inline int q6_k_value(const block_q6_k *b, int e)
+static inline void q6_k_levels(const block_q6_k *b, int8_t q[QK_K])
 {
-    int h = e / 128, g = (e % 128) / 32, l = e % 32;
-    int low = (b->ql[64 * h + 32 * (g % 2) + l] >> (4 * (g / 2))) & 0xf;
-    int high = (b->qh[32 * h + l] >> (2 * g)) & 3;
-    return (low | high << 4) - 32;
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *ql = b->ql + 64 * h;
+            int hb = b->qh[32 * h + l];
+            q[128 * h + l] = (int8_t)(((ql[l] & 0xf) | (hb & 3) << 4) - 32);
+            q[128 * h + 32 + l] = (int8_t)(((ql[32 + l] & 0xf) | ((hb >> 2) & 3) << 4) - 32);
+            q[128 * h + 64 + l] = (int8_t)(((ql[l] >> 4) | ((hb >> 4) & 3) << 4) - 32);
+            q[128 * h + 96 + l] = (int8_t)(((ql[32 + l] >> 4) | ((hb >> 6) & 3) << 4) - 32);
+        }
 }
 
 /* Every type's functions, by the names the table in types.c expects:

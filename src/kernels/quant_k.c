@@ -9,14 +9,6 @@
 
 #include "kernels/quant.h"
 
-static int32_t dot_i8(const int8_t *q, const int8_t *a, int len)
-{
-    int32_t t = 0;
-    for (int l = 0; l < len; l++)
-        t += q[l] * a[l];
-    return t;
-}
-
 /* ---- Q8_K: activations of the K-quant dot products ---- */
 
 /* As q8_0_from_float with a float scale per 256 values, plus the sums of each 16 levels that let
@@ -64,10 +56,12 @@ void q2_k_to_float(const void *src, float *dst, int64_t n)
 {
     const block_q2_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        int8_t q[QK_K];
+        q2_k_levels(&b[i], q);
         float d = half_to_f32(b[i].d), dmin = half_to_f32(b[i].dmin);
         for (int e = 0; e < QK_K; e++) {
             uint8_t sm = b[i].scales[e / 16];
-            dst[e] = d * (sm & 0xf) * q2_k_value(&b[i], e) - dmin * (sm >> 4);
+            dst[e] = d * (sm & 0xf) * q[e] - dmin * (sm >> 4);
         }
     }
 }
@@ -79,8 +73,7 @@ void q2_k_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         int8_t q[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            q[e] = (int8_t)q2_k_value(&x[i], e);
+        q2_k_levels(&x[i], q);
         int32_t isum = 0, imin = 0;
         for (int j = 0; j < QK_K / 16; j++) {
             isum += (x[i].scales[j] & 0xf) * dot_i8(q + 16 * j, y[i].qs + 16 * j, 16);
@@ -97,11 +90,12 @@ void q3_k_to_float(const void *src, float *dst, int64_t n)
 {
     const block_q3_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
-        int8_t sc[16];
+        int8_t sc[16], q[QK_K];
         k3_unpack_scales(b[i].scales, sc);
+        q3_k_levels(&b[i], q);
         float d = half_to_f32(b[i].d);
         for (int e = 0; e < QK_K; e++)
-            dst[e] = d * sc[e / 16] * q3_k_value(&b[i], e);
+            dst[e] = d * sc[e / 16] * q[e];
     }
 }
 
@@ -112,8 +106,7 @@ void q3_k_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         int8_t q[QK_K], sc[16];
-        for (int e = 0; e < QK_K; e++)
-            q[e] = (int8_t)q3_k_value(&x[i], e);
+        q3_k_levels(&x[i], q);
         k3_unpack_scales(x[i].scales, sc);
         int32_t isum = 0;
         for (int j = 0; j < QK_K / 16; j++)
@@ -130,10 +123,12 @@ void q4_k_to_float(const void *src, float *dst, int64_t n)
     const block_q4_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
         uint8_t sc[8], m[8];
+        int8_t q[QK_K];
         k4_unpack_scales(b[i].scales, sc, m);
+        q4_k_levels(&b[i], q);
         float d = half_to_f32(b[i].d), dmin = half_to_f32(b[i].dmin);
         for (int e = 0; e < QK_K; e++)
-            dst[e] = d * sc[e / 32] * q4_k_value(&b[i], e) - dmin * m[e / 32];
+            dst[e] = d * sc[e / 32] * q[e] - dmin * m[e / 32];
     }
 }
 
@@ -142,10 +137,12 @@ void q5_k_to_float(const void *src, float *dst, int64_t n)
     const block_q5_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
         uint8_t sc[8], m[8];
+        int8_t q[QK_K];
         k4_unpack_scales(b[i].scales, sc, m);
+        q5_k_levels(&b[i], q);
         float d = half_to_f32(b[i].d), dmin = half_to_f32(b[i].dmin);
         for (int e = 0; e < QK_K; e++)
-            dst[e] = d * sc[e / 32] * q5_k_value(&b[i], e) - dmin * m[e / 32];
+            dst[e] = d * sc[e / 32] * q[e] - dmin * m[e / 32];
     }
 }
 
@@ -170,8 +167,7 @@ void q4_k_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         int8_t q[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            q[e] = (int8_t)q4_k_value(&x[i], e);
+        q4_k_levels(&x[i], q);
         sum += k4_block_dot(q, x[i].scales, x[i].d, x[i].dmin, &y[i]);
     }
     *s = sum;
@@ -184,8 +180,7 @@ void q5_k_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         int8_t q[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            q[e] = (int8_t)q5_k_value(&x[i], e);
+        q5_k_levels(&x[i], q);
         sum += k4_block_dot(q, x[i].scales, x[i].d, x[i].dmin, &y[i]);
     }
     *s = sum;
@@ -197,9 +192,11 @@ void q6_k_to_float(const void *src, float *dst, int64_t n)
 {
     const block_q6_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
+        int8_t q[QK_K];
+        q6_k_levels(&b[i], q);
         float d = half_to_f32(b[i].d);
         for (int e = 0; e < QK_K; e++)
-            dst[e] = d * b[i].scales[e / 16] * q6_k_value(&b[i], e);
+            dst[e] = d * b[i].scales[e / 16] * q[e];
     }
 }
 
@@ -210,8 +207,7 @@ void q6_k_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK_K; i++) {
         int8_t q[QK_K];
-        for (int e = 0; e < QK_K; e++)
-            q[e] = (int8_t)q6_k_value(&x[i], e);
+        q6_k_levels(&x[i], q);
         int32_t isum = 0;
         for (int j = 0; j < QK_K / 16; j++)
             isum += x[i].scales[j] * dot_i8(q + 16 * j, y[i].qs + 16 * j, 16);

@@ -210,7 +210,7 @@ static void kquant_symmetric(const float *x, int nmax, int smax, uint16_t *d, in
     }
 }
 
-/* ---- packing, the inverse of the *_value() helpers in quant.h ---- */
+/* ---- packing, the inverse of the *_levels() decoders in quant.h ---- */
 
 static void k4_pack_scales(const uint8_t sc[8], const uint8_t m[8], uint8_t packed[12])
 {

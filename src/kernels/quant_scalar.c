@@ -112,10 +112,7 @@ void q8_0_dot_scalar(int n, float *s, const void *w, const void *a)
     const block_q8_0 *x = w, *y = a;
     float sum = 0;
     for (int i = 0; i < n / QK; i++) {
-        int32_t isum = 0;
-        for (int j = 0; j < QK; j++)
-            isum += x[i].qs[j] * y[i].qs[j];
-        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)isum;
+        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)dot_i8(x[i].qs, y[i].qs, QK);
     }
     *s = sum;
 }
@@ -161,10 +158,12 @@ void q4_0_dot_scalar(int n, float *s, const void *w, const void *a)
     const block_q8_0 *y = a;
     float sum = 0;
     for (int i = 0; i < n / QK; i++) {
-        int32_t isum = 0;
-        for (int j = 0; j < QK / 2; j++)
-            isum += ((x[i].qs[j] & 0xf) - 8) * y[i].qs[j] + ((x[i].qs[j] >> 4) - 8) * y[i].qs[j + QK / 2];
-        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)isum;
+        int8_t q[QK];
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = (int8_t)((x[i].qs[j] & 0xf) - 8);
+            q[j + QK / 2] = (int8_t)((x[i].qs[j] >> 4) - 8);
+        }
+        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)dot_i8(q, y[i].qs, QK);
     }
     *s = sum;
 }
@@ -246,11 +245,12 @@ void iq4_nl_dot_scalar(int n, float *s, const void *w, const void *a)
     const block_q8_0 *y = a;
     float sum = 0;
     for (int i = 0; i < n / QK; i++) {
-        int32_t isum = 0;
-        for (int j = 0; j < QK / 2; j++)
-            isum += iq4nl_values[x[i].qs[j] & 0xf] * y[i].qs[j] +
-                    iq4nl_values[x[i].qs[j] >> 4] * y[i].qs[j + QK / 2];
-        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)isum;
+        int8_t q[QK];
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = iq4nl_values[x[i].qs[j] & 0xf];
+            q[j + QK / 2] = iq4nl_values[x[i].qs[j] >> 4];
+        }
+        sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)dot_i8(q, y[i].qs, QK);
     }
     *s = sum;
 }
