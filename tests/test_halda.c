@@ -190,7 +190,7 @@ static void hand_computed(void)
           "compute %.3f memory %.3f", r.t_compute * 1e3, r.t_memory * 1e3);
     CHECK(close_to(r.t_net, 3e-3), "net %.3f ms", r.t_net * 1e3);
 
-    /* device 2's budget: buffers + the head's... it holds 150 MiB: one 100 MiB layer + 40 MiB */
+    /* device 2 gets a budget of 150 MiB: its 40 MiB of buffers and one 100 MiB layer */
     dc[2].ram = 150 * MIB;
     dc[2].fixed_anon = 40 * MIB;
     ring_plan q = {.n_dev = 3, .n_layer = 6, .k = 2, .window = {1, 1, 1}};

@@ -26,7 +26,10 @@ static const char usage_text[] =
     "  os       linux, android or macos (memory is measured on Linux and Android);\n"
     "  gpu      none yet (no GPU backend).\n"
     "Every figure is the median of repeated runs; \"noise\" is the largest interquartile\n"
-    "spread relative to its median (a busy machine shows a large one: profile again).\n"
+    "spread relative to its median (a busy machine shows a large one: profile again). Kernel\n"
+    "rates are checked against the FMA peak. Under a CPU quota (cgroup cpu.max or\n"
+    "cpu.cfs_quota_us) smaller than the threads, the unthrottled rates and bandwidth are\n"
+    "scaled to the share of time the quota grants (cpu.quota in the JSON).\n"
     "\n"
     "  -m FILE     the GGUF model to plan for (weight types, disk holding it)\n"
     "  -t N        threads for the kernel measurements (default: every usable CPU)\n"
@@ -41,6 +44,8 @@ static void print_text(const dev_profile *p, const char *model)
     printf("device     %s (%s)\n", p->name, os_class_name(p->os));
     printf("cpu        %d usable cores, measured with %d threads, SIMD path %s\n", p->cores,
            p->threads, p->simd);
+    if (p->cpu_quota > 0)
+        printf("           CPU quota %.2f CPUs\n", p->cpu_quota);
     for (int t = 0; t < DT_COUNT; t++)
         if (p->cpu[t].matvec > 0)
             printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
