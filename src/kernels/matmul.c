@@ -99,9 +99,7 @@ static int claim_block(struct mm_job *J, int ith, int nth)
 static void matmul_worker(void *arg, int ith, int nth)
 {
     struct mm_job *J = arg;
-    /* With one token nothing is reused across rows, and one row at a time makes the weights a
-     * single sequential stream. */
-    int tile_rows = J->kernel && J->n_tokens > 1 ? J->kernel->rows : 1;
+    int tile_rows = !J->kernel ? 1 : J->n_tokens > 1 ? J->kernel->rows : J->kernel->decode_rows;
     int tile_tokens = J->kernel ? J->kernel->tokens : 1;
     for (;;) {
         int u = claim_block(J, ith, nth);

@@ -19,6 +19,9 @@ typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride
 typedef struct mm_kernel {
     mm_tile_fn tile;
     int rows, tokens; /* the largest tile */
+    /* Rows per tile for one token. One row keeps the weights a single sequential stream; kernels
+     * whose per-row accumulation is one short dependency chain need a few rows in flight. */
+    int decode_rows;
 } mm_kernel;
 
 /* The AVX2 tile kernel for a weight type, or NULL to use the type's vec_dot. */

@@ -482,15 +482,18 @@ act_quantize_fn mm_quantizer_avx2(enum dtype act)
     return act == DT_Q8_K ? quantize_q8_k : act == DT_Q8_0 ? quantize_q8_0 : NULL;
 }
 
-static const mm_kernel kernel_f32 = {tile_f32, 4, 3};
-static const mm_kernel kernel_f16 = {tile_f16, 4, 3};
-static const mm_kernel kernel_bf16 = {tile_bf16, 4, 3};
-static const mm_kernel kernel_q4k = {tile_q4k, 4, 2};
-static const mm_kernel kernel_q5k = {tile_q5k, 4, 2};
-static const mm_kernel kernel_q6k = {tile_q6k, 4, 2};
-static const mm_kernel kernel_q8_0 = {tile_q8_0, 4, 3};
-static const mm_kernel kernel_q4_0 = {tile_q4_0, 4, 3};
-static const mm_kernel kernel_iq4_nl = {tile_iq4_nl, 4, 3};
+/* Decode rows: the float kernels do one FMA per 8 weights into a row's accumulator and the
+ * 32-block kernels one per block, so one row alone would wait on FMA latency; the K-quants do
+ * enough integer work per superblock to hide it. */
+static const mm_kernel kernel_f32 = {tile_f32, 4, 3, 4};
+static const mm_kernel kernel_f16 = {tile_f16, 4, 3, 4};
+static const mm_kernel kernel_bf16 = {tile_bf16, 4, 3, 4};
+static const mm_kernel kernel_q4k = {tile_q4k, 4, 2, 1};
+static const mm_kernel kernel_q5k = {tile_q5k, 4, 2, 1};
+static const mm_kernel kernel_q6k = {tile_q6k, 4, 2, 1};
+static const mm_kernel kernel_q8_0 = {tile_q8_0, 4, 3, 2};
+static const mm_kernel kernel_q4_0 = {tile_q4_0, 4, 3, 2};
+static const mm_kernel kernel_iq4_nl = {tile_iq4_nl, 4, 3, 2};
 
 const mm_kernel *mm_kernel_avx2(enum dtype t)
 {
