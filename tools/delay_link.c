@@ -100,14 +100,15 @@ static int open_tap(const char *name, const char *netns_path) {
 }
 
 /* Parse "IFACE[@NETNS_PATH]" and open it. */
-static int open_endpoint(char *spec) {
-    char *at = strchr(spec, '@');
-    if (at)
-        *at = '\0';
-    size_t len = strlen(spec);
+static int open_endpoint(const char *spec) {
+    const char *at = strchr(spec, '@');
+    size_t len = at ? (size_t)(at - spec) : strlen(spec);
     if (len == 0 || len >= IFNAMSIZ)
-        die("bad interface name '%s' (1 to %d characters)", spec, IFNAMSIZ - 1);
-    return open_tap(spec, at ? at + 1 : NULL);
+        die("bad interface name in '%s' (1 to %d characters)", spec, IFNAMSIZ - 1);
+    char name[IFNAMSIZ];
+    memcpy(name, spec, len);
+    name[len] = '\0';
+    return open_tap(name, at ? at + 1 : NULL);
 }
 
 /* Move frames that are ready to be read from d->from into the queue, stamped with their due time. */
