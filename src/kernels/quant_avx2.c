@@ -91,12 +91,13 @@ void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const block_q4_k *x = w;
     const block_q8_k *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
-                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
+        __m128 dm = scale_min_pair(&x[i].d, y[i].d);
+        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
+                               _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc);
 
         __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const uint8_t *q = x[i].qs;
@@ -109,9 +110,9 @@ void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
             __m256i phi = scaled_dot(hi, act + 64 * c + 32, _mm256_shuffle_epi8(s16, scale_selector(2 * c + 1)));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps256(acc) - hsum_ps256(acc_m);
+    *s = hsum_ps256(acc);
 }
 
 void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
@@ -119,12 +120,13 @@ void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const block_q5_k *x = w;
     const block_q8_k *y = a;
     const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
-                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
+        __m128 dm = scale_min_pair(&x[i].d, y[i].d);
+        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
+                               _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc);
 
         __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
         const uint8_t *q = x[i].qs;
@@ -143,9 +145,9 @@ void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
             __m256i phi = scaled_dot(hi, act + 64 * c + 32, _mm256_shuffle_epi8(s16, scale_selector(2 * c + 1)));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps256(acc) - hsum_ps256(acc_m);
+    *s = hsum_ps256(acc);
 }
 
 /* Q6_K levels are stored + 32 (0..63, unsigned for maddubs); the offset comes back as
@@ -188,12 +190,13 @@ void q2_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const block_q8_k *y = a;
     const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps(), acc_m = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         __m128i sc8 = _mm_and_si128(packed, m4), m8 = _mm_and_si128(_mm_srli_epi16(packed, 4), m4);
         __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), loadu256(y[i].bsums));
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)), _mm256_cvtepi32_ps(msum), acc_m);
+        __m128 dm = scale_min_pair(&x[i].d, y[i].d);
+        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)), _mm256_cvtepi32_ps(msum), acc);
         __m256i sumi = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
@@ -205,9 +208,9 @@ void q2_k_dot_avx2(int n, float *s, const void *w, const void *a)
                                                          _mm256_shuffle_epi8(s16, scale_pair_selector(2 * g))));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].d)), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(sumi), acc);
     }
-    *s = hsum_ps256(acc) - hsum_ps256(acc_m);
+    *s = hsum_ps256(acc);
 }
 
 /* Q3_K levels as low 2 bits + 4 * high bit (0..7, i.e. the level + 4); the 4 comes back through

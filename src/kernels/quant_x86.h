@@ -26,6 +26,15 @@ static inline float half_f16c(uint16_t h)
     return _cvtsh_ss(h);
 }
 
+/* (d * act_d, dmin * act_d) in lanes 0 and 1, from a block's adjacent fp16 pair d, dmin: one
+ * conversion for both (Q2_K, Q4_K, Q5_K). */
+static inline __m128 scale_min_pair(const uint16_t *d_dmin, float act_d)
+{
+    uint32_t pair;
+    memcpy(&pair, d_dmin, sizeof pair);
+    return _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128((int)pair)), _mm_set1_ps(act_d));
+}
+
 /* Products of 32 signed bytes summed in pairs to 16 int16. maddubs wants one unsigned operand:
  * move w's sign onto a. No saturation: |w| <= 128 and |a| <= 127 give at most 32512. */
 static inline __m256i mul_i8_pairs(__m256i w, __m256i a)
