@@ -126,6 +126,14 @@ static void test_layer_ranges(void)
     engine *a = engine_create(m, kc, 32, 8, own_a, err, sizeof err);
     engine *b = engine_create(m, kc, 32, 8, own_b, err, sizeof err);
     REQUIRE(full && a && b, "%s", err);
+    uint64_t kv_full, kv_a, kv_b, scratch;
+    engine_memory(full, &kv_full, &scratch);
+    engine_memory(a, &kv_a, &scratch);
+    engine_memory(b, &kv_b, &scratch);
+    /* 32 positions x 2 kv heads x 8 dims x 2 bytes, for K and V, per owned layer */
+    CHECK(kv_full == 3 * 2048 && kv_a == 2048 && kv_b == 2 * 2048,
+          "KV cache bytes %llu / %llu / %llu: only owned layers get one",
+          (unsigned long long)kv_full, (unsigned long long)kv_a, (unsigned long long)kv_b);
     const int e = m->hp.n_embd, nv = m->hp.n_vocab;
     float h1[8 * 64], h2[8 * 64], l1[97], l2[97];
     int32_t pos[8] = {0, 1, 2, 3, 4, 5, 6, 7};
