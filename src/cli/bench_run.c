@@ -109,7 +109,7 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
     }
 }
 
-static int measure(const struct opts *o, const model *m, kern_ctx *kc, session *s, double bw)
+static int measure(const struct opts *o, const model *m, session *s, double bw)
 {
     char err[256];
     const int max_prompt = prefill_tokens[1];
@@ -186,7 +186,6 @@ static int measure(const struct opts *o, const model *m, kern_ctx *kc, session *
         report(o, (bench_result){.op = "memory", .source = mem[i].what, .value = mem[i].v,
                                  .unit = "MiB", .fraction = -1, .spread = -1});
 out:
-    (void)kc;
     free(toks);
     free(secs);
     return rc;
@@ -233,7 +232,7 @@ static int run(int argc, char **argv)
         } else {
             report(&o, (bench_result){.op = "read_bandwidth", .value = bw / 1e9, .unit = "GB/s",
                                       .fraction = -1, .spread = -1});
-            rc = measure(&o, m, kc, s, bw);
+            rc = measure(&o, m, s, bw);
         }
     }
     session_free(s);

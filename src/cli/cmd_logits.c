@@ -114,13 +114,14 @@ typedef struct logits_job {
     bool json;
 } logits_job;
 
+/* 0: go on; 1: help was printed; -1: a usage error (reported) */
 static int parse_args(logits_job *j, int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout, &j->o);
-            exit(0);
+            return 1;
         }
         int c = run_opts_parse(&j->o, argc, argv, &i);
         if (c == 0)
@@ -339,9 +340,10 @@ static int cmd_logits(int argc, char **argv)
     run_opts_init(&j.o, RUN_OPT_MODEL);
     ring_args_init(&j.ra);
     j.o.n_batch = 0; /* default: the whole prompt in one batch */
-    if (parse_args(&j, argc, argv)) {
+    int prc = parse_args(&j, argc, argv);
+    if (prc) {
         free(j.ids);
-        return 2;
+        return prc > 0 ? 0 : 2;
     }
     int rc = run_logits(&j);
     free(j.ids);
