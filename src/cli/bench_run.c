@@ -36,7 +36,7 @@ static const char usage_text[] =
     "repetitions relative to their median (a busy machine shows a large one). The token ids\n"
     "are a fixed pseudo-random sequence.\n"
     "\n"
-    "  --reps N        repetitions of each prefill (default 3)\n"
+    "  --reps N        repetitions of each prefill (default 4)\n"
     "  --decode N      decode steps timed (default 32)\n"
     "  --json          one JSON object per measurement and line (see prima bench kernels)\n";
 
@@ -50,7 +50,7 @@ static int parse(struct opts *o, int argc, char **argv)
 {
     run_opts_init(&o->ro, RUN_OPT_MODEL);
     o->ro.n_ctx = 0;
-    o->reps = 3;
+    o->reps = 4;
     o->n_decode = 32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
