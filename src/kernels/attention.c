@@ -9,6 +9,8 @@
  * from memory once for the whole group and then served from L1. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/attention.h"
@@ -120,6 +122,11 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
                     const uint16_t *k_cache, const uint16_t *v_cache,
                     int n_head, int n_head_kv, int head_dim, float scale)
 {
+    if (head_dim > KERN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv) {
+        fprintf(stderr, "prima: attention: %d heads over %d KV heads of %d dims (at most %d)\n",
+                n_head, n_head_kv, head_dim, KERN_MAX_HEAD_DIM);
+        abort();
+    }
     int nth = kern_ctx_threads(c), group = n_head / n_head_kv;
     /* Split a head group into smaller pieces only when there are too few groups to keep every
      * thread busy; how heads are grouped never changes a result. */

@@ -79,9 +79,17 @@ void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *
     /* One angle per rotated pair, shared by all heads; computed in double so that large
      * positions keep their precision before the final rounding to float. */
     int half = rp->n_rot / 2;
+    if (half > KERN_MAX_HEAD_DIM / 2 || rp->n_rot > head_dim) {
+        fprintf(stderr, "prima: rope: %d rotated dims of a %d-dim head (at most %d)\n", rp->n_rot,
+                head_dim, KERN_MAX_HEAD_DIM);
+        abort();
+    }
     float cs[KERN_MAX_HEAD_DIM / 2], sn[KERN_MAX_HEAD_DIM / 2];
-    for (int i = 0; i < half; i++) {
-        double theta = pos * pow(rp->freq_base, -2.0 * i / rp->n_rot) * rp->freq_scale;
+    /* freq_i = base^(-2i/n_rot) by repeated multiplication: in double the accumulated rounding
+     * stays near 1e-14, far below float resolution. */
+    double step = pow(rp->freq_base, -2.0 / rp->n_rot), freq = 1.0;
+    for (int i = 0; i < half; i++, freq *= step) {
+        double theta = pos * freq * rp->freq_scale;
         if (rp->freq_factors)
             theta /= rp->freq_factors[i];
         cs[i] = (float)cos(theta);
