@@ -335,6 +335,30 @@ static void test_round_trips(void)
     }
 }
 
+/* NaN and infinities in one block quantize without a crash and without touching other blocks. */
+static void test_bad_values_contained(void)
+{
+    enum { N = 3 * 256 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4], clean[N * 4];
+    test_rng r = {3};
+    random_weights(&r, x, N);
+    for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+        const kern_type *k = kern_type_get(bounds[i].t);
+        const dtype_info *di = dtype_get(bounds[i].t);
+        size_t bs = di->block_size > 1 ? di->block_size : 256;  /* "block" of a float type */
+        k->from_float(x, clean, N);
+        float saved[3] = {x[bs + 1], x[bs + 5], x[bs + 9]};
+        x[bs + 1] = NAN, x[bs + 5] = INFINITY, x[bs + 9] = -INFINITY;
+        k->from_float(x, q, N);
+        k->to_float(q, y, N);
+        size_t rb = dtype_row_bytes(k->type, bs);
+        CHECK(!memcmp(q, clean, rb) && !memcmp(q + 2 * rb, clean + 2 * rb, rb),
+              "%s: non-finite values in block 1 changed blocks 0 or 2", di->name);
+        x[bs + 1] = saved[0], x[bs + 5] = saved[1], x[bs + 9] = saved[2];
+    }
+}
+
 /* The scalar dot products against sum(dequantized w * dequantized activation) in double. */
 static void test_scalar_dots(void)
 {
@@ -476,6 +500,7 @@ int main(void)
     test_q5_k_block();
     test_q6_k_block();
     test_round_trips();
+    test_bad_values_contained();
     test_scalar_dots();
     test_fixtures_against_f32();
     return test_done();
