@@ -54,7 +54,7 @@ grep -q "^plan: 4 layers on 2 devices" "$work/out" || fail "plan output: $(cat "
 profile() {   # NAME AVAILABLE_BYTES RATE
     cat <<EOF
 {"version": 1, "name": "$1", "os": "linux", "noise": 0,
- "cpu": {"cores": 4, "threads": 4, "quota": 0, "simd": "avx2",
+ "cpu": {"cores": 4, "threads": 4, "quota": 0, "dispatch": 0.00001, "simd": "avx2",
          "types": {"Q4_K": {"matvec": $3, "matmul": $3}, "Q6_K": {"matvec": $3, "matmul": $3}}},
  "memory": {"total": 8000000000, "available": $2, "reclaimable": 0, "swap_total": 0,
             "swap_free": 0, "cgroup_limit": 0, "cgroup_usage": 0, "cgroup_reclaimable": 0,

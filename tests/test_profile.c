@@ -163,6 +163,7 @@ static dev_profile sample_profile(void)
     p.cores = 8;
     p.threads = 6;
     p.cpu_quota = 2.5;
+    p.dispatch = 12e-6;
     strcpy(p.simd, "neon");
     p.cpu[DT_Q4_K] = (type_rate){1.25e10 / 3, 3.1e10};
     p.cpu[DT_Q6_K] = (type_rate){2.0e9, 0.1};

@@ -56,7 +56,7 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
     if (layer_time(p->cpu, sm->layer_params, sm->layer_bytes, p->mem_bw, name, "CPU",
                    &dc->cpu_compute, &dc->cpu_layer, err, errlen))
         return -1;
-    dc->cpu_layer += sm->kv_read / p->mem_bw;
+    dc->cpu_layer += sm->kv_read / p->mem_bw + sm->layer_calls * p->dispatch;
 
     dc->has_gpu = p->gpu_present;
     dc->unified = p->gpu_present && p->gpu_unified;
@@ -88,7 +88,8 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
         if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
             return -1;
         dc->fixed_page = sm->out_bytes;
-        dc->head_time = t + (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
+        dc->head_time = t + p->dispatch +
+                        (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
     }
     return 0;
 }

@@ -6,8 +6,9 @@
  *
  *   compute   (y_m - g_m) * cpu_layer_m + g_m * gpu_layer_m, where a CPU layer costs
  *             max(weights / kernel rate, bytes / memory bandwidth) + its KV-cache reads: the
- *             matrix-vector kernels stream the weights while computing, so the slower of the
- *             two bounds the time (split in the breakdown into "compute" and "memory");
+ *             rates are those of the matrix-vector kernels streaming a matrix from RAM, as
+ *             decoding does, and the bandwidth is a floor under them (the breakdown shows the
+ *             kernels' time as "compute" and what the floor and the KV reads add as "memory");
  *   disk      bytes re-read from disk per token / disk throughput (see below);
  *   network   k * hop_m for every device in the ring (when it has more than the head): the
  *             token passes each one k times, and a hop costs rtt/2 + activation bytes /
@@ -45,6 +46,7 @@ typedef struct sched_model {
     double layer_bytes;            /* bytes of one layer's weights (mean) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
+    int layer_calls;               /* parallel kernel calls per layer (matrices, attention) */
     double out_params;             /* output matrix weights (n_vocab * n_embd) */
     enum dtype out_type;
     double out_bytes;              /* output matrix + output norm: read by the head every token */

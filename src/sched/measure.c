@@ -18,9 +18,11 @@
 
 /* Bandwidth buffer: larger than any last-level cache the target devices have. */
 #define BW_BYTES (128u << 20)
-/* Kernel rates: a matrix of about this size stays in cache, so the rate is the kernels' compute
- * rate; memory traffic is the bandwidth's part of the cost model. */
-#define RATE_MATRIX_BYTES (1u << 20)
+/* Kernel rates: the matrix-vector product streams a matrix larger than any last-level cache of
+ * the target devices, as decoding does with real layers; the batch product (prefill) runs on a
+ * cache-sized slice of it, where arithmetic is the bound. */
+#define RATE_MATRIX_BYTES (128u << 20)
+#define RATE_BATCH_BYTES (2u << 20)
 #define RATE_N_IN 4096
 #define RATE_TOKENS 32
 /* Repetitions: each at least BATCH_SECONDS long; the median of REPS. */
@@ -252,6 +254,33 @@ static double time_matmul(const rate_job *j, int n_out, int n_tokens, double bud
     return cpu_rate(rates, reps, quota_share, spread);
 }
 
+/* Seconds one parallel kernel call costs beyond its arithmetic: waking the pool and waiting for
+ * the last thread, timed on a product too small to take any time itself. */
+static double measure_dispatch(kern_ctx *c, double quota_share, double *spread)
+{
+    enum { N_IN = 256, CALLS = 200 };
+    int n_out = 2 * kern_ctx_threads(c);
+    float *w = calloc((size_t)N_IN * (size_t)n_out, sizeof *w);
+    float x[N_IN] = {0};
+    float *y = malloc(sizeof(float) * (size_t)n_out);
+    double per_call[REPS];
+    if (!w || !y) {
+        free(w);
+        free(y);
+        return -1;
+    }
+    kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
+    for (int r = 0; r < REPS; r++) {
+        double t0 = probe_now();
+        for (int i = 0; i < CALLS; i++)
+            kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
+        per_call[r] = CALLS / (probe_now() - t0);   /* calls per second: a rate, like the others */
+    }
+    free(w);
+    free(y);
+    return 1 / cpu_rate(per_call, REPS, quota_share, spread);
+}
+
 static uint64_t lcg_next(uint64_t *s)
 {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
@@ -271,12 +300,12 @@ static int measure_type(kern_ctx *c, enum dtype t, double fma_peak, double budge
     size_t row = dtype_row_bytes(t, RATE_N_IN);
     int threads = kern_ctx_threads(c);
     int n_out = (int)(RATE_MATRIX_BYTES / row);
-    if (n_out < 8 * threads)
-        n_out = 8 * threads;
+    int mm_rows = (int)(RATE_BATCH_BYTES / row) > 4 * threads ? (int)(RATE_BATCH_BYTES / row) : 4 * threads;
     uint8_t *w = malloc(row * (size_t)n_out);
     float *f = malloc(sizeof(float) * RATE_N_IN);
     float *x = malloc(sizeof(float) * RATE_N_IN * RATE_TOKENS);
-    float *y = malloc(sizeof(float) * (size_t)n_out * RATE_TOKENS);
+    size_t ys = (size_t)n_out > (size_t)mm_rows * RATE_TOKENS ? (size_t)n_out : (size_t)mm_rows * RATE_TOKENS;
+    float *y = malloc(sizeof(float) * ys);
     int rc = -1;
     if (!w || !f || !x || !y) {
         snprintf(err, errlen, "profile: out of memory measuring %s", name);
@@ -292,8 +321,6 @@ static int measure_type(kern_ctx *c, enum dtype t, double fma_peak, double budge
     for (int i = 0; i < RATE_N_IN * RATE_TOKENS; i++)
         x[i] = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
     rate_job j = {c, w, t, RATE_N_IN, x, y};
-    /* the batch product on an eighth of the rows: four times the matvec's work per call */
-    int mm_rows = n_out / 8 > 4 * threads ? n_out / 8 : 4 * threads;
     out->matvec = time_matmul(&j, n_out, 1, budget / 2, quota_share, spread);
     out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, quota_share, spread);
     /* two flops per weight: more than the FMA peak allows means a broken timer or kernel
@@ -501,8 +528,9 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     }
     p->mem_bw = cpu_rate(bws, n_bw, share, &p->noise);
     double fma = cpu_rate(fmas, n_bw, share, &p->noise);
-    if (!(p->mem_bw > 0) || !(fma > 0)) {
-        snprintf(err, errlen, "profile: cannot measure memory bandwidth (%.0f MiB buffer)",
+    p->dispatch = measure_dispatch(c, share, &p->noise);
+    if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0)) {
+        snprintf(err, errlen, "profile: out of memory for the bandwidth test (%.0f MiB buffer)",
                  BW_BYTES / MIB);
         goto done;
     }

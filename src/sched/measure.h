@@ -6,8 +6,8 @@
  * two flops per weight by more than the integer dot-product paths allow). Devices that share
  * hardware must be profiled one after another: the head asks its workers in turn.
  *
- * Limits: under 10 s, under 0.5 GiB of memory (a 128 MiB bandwidth buffer, cache-sized
- * matrices, a 1 MiB read buffer), no file written. */
+ * Limits: under 10 s, under 0.5 GiB of memory (a 128 MiB bandwidth buffer, then one 128 MiB
+ * matrix at a time, a 1 MiB read buffer), no file written. */
 #ifndef PRIMA_MEASURE_H
 #define PRIMA_MEASURE_H
 

@@ -281,6 +281,7 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(cpu, "cores", p->cores);
     cJSON_AddNumberToObject(cpu, "threads", p->threads);
     cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
+    cJSON_AddNumberToObject(cpu, "dispatch", p->dispatch);
     cJSON_AddStringToObject(cpu, "simd", p->simd);
     cJSON_AddItemToObject(cpu, "types", rates_to_json(p->cpu));
 
@@ -433,6 +434,7 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
     p->cores = (int)jr_num(&r, cpu, "cpu", "cores", 65536);
     p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
     p->cpu_quota = jr_num(&r, cpu, "cpu", "quota", 65536);
+    p->dispatch = jr_num(&r, cpu, "cpu", "dispatch", MAX_RTT);
     jr_str(&r, cpu, "cpu", "simd", p->simd, sizeof p->simd);
     jr_rates(&r, cpu, "cpu", p->cpu);
 

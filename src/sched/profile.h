@@ -38,6 +38,7 @@ typedef struct dev_profile {
     double cpu_quota;           /* CPUs the cgroup's CFS quota allows; 0 = no quota */
     char simd[16];              /* active kernel path (kern_path_name) */
     type_rate cpu[DT_COUNT];    /* per weight type; 0 = not measured */
+    double dispatch;            /* seconds for one parallel kernel call to start and finish */
 
     /* memory */
     uint64_t mem_total, mem_available, mem_reclaimable;  /* reclaimable: page cache + slab */

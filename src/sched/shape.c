@@ -38,6 +38,8 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
                                      lw->ffn_down};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
             sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
+        /* one matrix product per matrix and the attention (engine.c) */
+        sm->layer_calls = (int)(sizeof mats / sizeof mats[0]) + 1;
         bytes += (double)model_layer_bytes(m, il);
     }
     sm->layer_bytes = bytes / hp->n_layer;
