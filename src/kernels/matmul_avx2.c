@@ -74,7 +74,7 @@ ALWAYS_INLINE float scalar_bf16(const void *p, size_t i)
 typedef __m256 (*load8_fn)(const void *p, size_t i);
 typedef float (*scalar_fn)(const void *p, size_t i);
 
-/* Lanes accumulate 8-strided partial sums, reduced by hsum_ps; the last n % 8 elements are added
+/* Lanes accumulate 8-strided partial sums, reduced by hsum_ps256; the last n % 8 elements are added
  * in order afterwards. */
 ALWAYS_INLINE void float_tile(load8_fn load8, scalar_fn scalar, int n, int R, int T,
                               const void *w, size_t ws, const void *a, size_t as, float *y,
@@ -119,23 +119,21 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * the sub-block scales in int32; then one float update per (row, token) with the superblock's
  * d (and dmin) times the activation's d. The float accumulators keep 8 lanes until the end. */
 
-/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock (k4_unpack_scales in
- * quant.h), decoded in vector registers into int16 vectors ready for vpmaddwd:
+/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock as int16 vectors ready
+ * for vpmaddwd:
  *   sc[0]: scales 0-3, each in two adjacent lanes, in both 128-bit halves; sc[1]: scales 4-7;
  *          so _mm256_shuffle_epi32(sc[j / 4], (j % 4) * 0x55) fills a register with scale j;
- *   mins:  lanes 2j, 2j+1 = min j, to meet the Q8_K bsums of the two halves of sub-block j.
- * Reads 16 bytes from `packed` (the 12 packed bytes are followed by the block's quants). */
+ *   mins:  lanes 2j, 2j+1 = min j, to meet the Q8_K bsums of the two halves of sub-block j. */
 ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i sc[2], __m256i *mins)
 {
-    /* The 6-bit fields (layout: k4_unpack_scales in quant.h) are unpacked with scalar integer
-     * operations: the integer units are idle in this loop, while every vector unit is busy. */
-    uint32_t u[3];
-    memcpy(u, packed, sizeof u);
-    uint64_t sc8 = (u[0] & 0x3f3f3f3fu) |
-                   (uint64_t)((u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u)) << 32;
-    uint64_t m8 = (u[1] & 0x3f3f3f3fu) |
-                  (uint64_t)(((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u)) << 32;
-    __m256i v = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)m8, (long long)sc8));
+    /* The 6-bit fields are unpacked with scalar integer operations (the SLP vectorizer is off in
+     * this file): the integer units are idle in this loop, while every vector unit is busy. */
+    uint8_t s8[8], m8[8];
+    uint64_t s64, m64;
+    k4_unpack_scales(packed, s8, m8);
+    memcpy(&s64, s8, sizeof s64);
+    memcpy(&m64, m8, sizeof m64);
+    __m256i v = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)m64, (long long)s64));
     /* Bytes 0-7 are the scales, 8-15 the mins; -1 selects a zero (the high byte of a lane). */
     sc[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
                                                     0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
