@@ -79,6 +79,11 @@ void q4_0_dot_avx512(int n, float *s, const void *w, const void *a)
     DOT_BLOCKS_Q8_0(block_q4_0, q4_0_weights, dot_i8x32_vnni)
 }
 
+void iq4_nl_dot_avx512(int n, float *s, const void *w, const void *a)
+{
+    DOT_BLOCKS_Q8_0(block_iq4_nl, iq4_nl_weights, dot_i8x32_vnni)
+}
+
 /* ---- K-quants against Q8_K ---- */
 
 static inline __m512i join256(__m256i lo, __m256i hi)

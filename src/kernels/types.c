@@ -33,8 +33,9 @@ struct type_impl {
     vec_dot_fn dot[KERN_PATHS];  /* by enum kern_path; NULL falls back (fallback_of) */
 };
 
-/* Activation formats: F32 for the float weights (their products are as cheap in float as in
- * integers, and exact), Q8_0 for the 32-blocks, Q8_K for the K-quants. */
+/* Activation formats: F32 for the float weights (activations keep full precision, and with 2-4
+ * bytes per weight the float FMA keeps up with memory), Q8_0 for the 32-blocks, Q8_K for the
+ * K-quants. */
 static const struct type_impl impls[] = {
     {DT_F32, DT_F32, f32_to_float, f32_from_float,
      {f32_dot_scalar, AVX2(f32_dot_avx2), AVX512(f32_dot_avx512), NEON(f32_dot_neon)}},
@@ -47,7 +48,7 @@ static const struct type_impl impls[] = {
     {DT_Q8_0, DT_Q8_0, q8_0_to_float, q8_0_from_float,
      {q8_0_dot_scalar, AVX2(q8_0_dot_avx2), AVX512(q8_0_dot_avx512), NEON(q8_0_dot_neon)}},
     {DT_IQ4_NL, DT_Q8_0, iq4_nl_to_float, iq4_nl_from_float,
-     {iq4_nl_dot_scalar, AVX2(iq4_nl_dot_avx2), NULL, NEON(iq4_nl_dot_neon)}},
+     {iq4_nl_dot_scalar, AVX2(iq4_nl_dot_avx2), AVX512(iq4_nl_dot_avx512), NEON(iq4_nl_dot_neon)}},
     {DT_Q2_K, DT_Q8_K, q2_k_to_float, q2_k_from_float,
      {q2_k_dot_scalar, AVX2(q2_k_dot_avx2), NULL, NEON(q2_k_dot_neon)}},
     {DT_Q3_K, DT_Q8_K, q3_k_to_float, q3_k_from_float,
