@@ -36,11 +36,13 @@ static int col_a(const problem *pb)
     return 1 + pb->n * N_COLS;
 }
 
-/* Rows are added one at a time from (column, coefficient) lists. */
+/* Rows are added one at a time from (column, coefficient) lists, 1-based as GLPK wants them;
+ * the longest is the objective cutoff, over every column. */
+#define ROW_MAX (PRIMA_MAX_DEVICES * N_COLS + 1)
 typedef struct row {
     int n;
-    int ind[16 + 2 * PRIMA_MAX_DEVICES];
-    double val[16 + 2 * PRIMA_MAX_DEVICES];
+    int ind[1 + ROW_MAX];
+    double val[1 + ROW_MAX];
 } row;
 
 static void term(row *r, int c, double v)

@@ -107,7 +107,7 @@ static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, 
         prof[m].net_rtt = (rtt[a] + rtt[b]) / 2;
         prof[m].net_bw = bw[a] < bw[b] ? bw[a] : bw[b];
         char name[64];
-        snprintf(name, sizeof name, "%d:%.58s", m, prof[m].name);
+        snprintf(name, sizeof name, "%d:%.50s", m, prof[m].name);
         snprintf(prof[m].name, sizeof prof[m].name, "%s", name);
         if (cost_device(&sm, &prof[m], &sp->opts, m == 0, &dc[m], err, errlen))
             goto done;
