@@ -30,7 +30,10 @@ enum pages_method {
 /* What may be tried beyond advice; 0 = advise only. */
 enum {
     PAGES_ALLOW_REREAD = 1, /* drop the file's cached pages and read them again */
-    PAGES_ALLOW_COPY = 2,   /* copy into anonymous memory when MemAvailable allows */
+    /* Copy into anonymous memory when MemAvailable allows. The copy is private memory no longer
+     * backed by the file: releasing it with MADV_DONTNEED (as a pager that drops layers does)
+     * would zero it, so only allow this for weights that stay resident. */
+    PAGES_ALLOW_COPY = 2,
 };
 
 typedef struct pages_report {
