@@ -22,7 +22,8 @@ typedef struct kern_ctx kern_ctx;
 kern_ctx *kern_ctx_create(int n_threads);
 void kern_ctx_free(kern_ctx *c);
 int kern_ctx_threads(const kern_ctx *c);
-/* Run fn(arg, ith, nth) on all threads of the pool (caller's thread included) and wait. */
+/* Run fn(arg, ith, nth) on all threads of the pool (caller's thread included) and wait. One
+ * caller at a time per context, and fn must not call back into the same context. */
 void kern_parallel(kern_ctx *c, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tokens, o < n_out.
