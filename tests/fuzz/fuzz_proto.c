@@ -1,0 +1,87 @@
+/* libFuzzer target for the ring protocol: any byte stream arriving on a link must be cut into
+ * frames, checked and decoded without crashing, reading out of bounds or allocating more than a
+ * frame's bound; every message decoder (and the batch checks) runs on whatever frame comes. */
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cluster/proto.h"
+#include "cluster/wire.h"
+
+enum { N_EMBD = 8, MAX_BATCH = 16, N_CTX = 32 };
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int sv[2];
+    if (size > 200000 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv))
+        return 0;
+    int one = 1 << 20;
+    setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &one, sizeof one);
+    setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &one, sizeof one);
+    if (write(sv[0], data, size) != (ssize_t)size) {
+        close(sv[0]);
+        close(sv[1]);
+        return 0;
+    }
+    close(sv[0]);   /* the peer is gone after its bytes: every read ends */
+    conn c;
+    conn_init(&c, sv[1], "fuzz peer");
+    /* the first byte decides whether data frames are allowed yet (before / after a plan) */
+    if (size && data[0] & 1)
+        c.max_data = proto_data_bound(N_EMBD, MAX_BATCH, WIRE_F32);
+    hop_buffers hb;
+    char err[512];
+    if (hop_buffers_init(&hb, N_EMBD, MAX_BATCH, err, sizeof err)) {
+        conn_close(&c);
+        return 0;
+    }
+    float hidden[N_EMBD * MAX_BATCH];
+    int32_t pos[MAX_BATCH];
+    frame f;
+    while (conn_recv(&c, &f, 0, err, sizeof err) == 0) {
+        if (f.len > PROTO_SMALL_MAX && f.type != RM_BATCH && f.type != RM_RESULT)
+            __builtin_trap();   /* the bound was not enforced */
+        union {
+            msg_hello h;
+            msg_welcome w;
+            msg_plan p;
+            msg_batch b;
+            msg_kvop k;
+            msg_stats s;
+            msg_error e;
+        } m;
+        switch (f.type) {
+        case RM_HELLO:
+            decode_hello(&f, &m.h, err, sizeof err);
+            break;
+        case RM_WELCOME:
+            decode_welcome(&f, &m.w, err, sizeof err);
+            break;
+        case RM_PLAN:
+            decode_plan(&f, &m.p, err, sizeof err);
+            break;
+        case RM_BATCH:
+        case RM_RESULT:
+            if (decode_batch(&f, N_EMBD, &m.b, err, sizeof err) == 0)
+                hop_unpack(&hb, &m.b, 3, N_CTX, MAX_BATCH, hidden, pos, err, sizeof err);
+            break;
+        case RM_KVOP:
+            decode_kvop(&f, &m.k, err, sizeof err);
+            break;
+        case RM_STATS:
+            decode_stats(&f, &m.s, err, sizeof err);
+            break;
+        case RM_ERROR:
+            if (decode_error(&f, &m.e, err, sizeof err) == 0 && strchr(m.e.text, '\n'))
+                __builtin_trap();   /* a refusal must stay one line */
+            break;
+        default:
+            break;
+        }
+    }
+    if (!err[0] || strchr(err, '\n'))
+        __builtin_trap();   /* every dropped link has a one-line reason */
+    hop_buffers_free(&hb);
+    conn_close(&c);
+    return 0;
+}
