@@ -79,11 +79,9 @@ int main(void)
         uint64_t disk = process_disk_read_bytes() - disk0;
         CHECK(disk >= 3 * MIB, "%s: %llu bytes read from disk for a 4 MiB window",
               prefetch_method_name(methods[i]), (unsigned long long)disk);
-        /* The hints read what they are given; touching faults, and the kernel's fault
-         * readahead may run past the window, so only the hints are held to this. */
-        if (methods[i] != PREFETCH_TOUCH)
-            CHECK(resident_fraction(7 * MIB, 8 * MIB) < 0.5, "%s: brought in far more than asked",
-                  prefetch_method_name(methods[i]));
+        /* Every method asks for exactly the window: no kernel readahead past its end. */
+        CHECK(resident_fraction(7 * MIB, 8 * MIB) < 0.5, "%s: brought in far more than asked",
+              prefetch_method_name(methods[i]));
         pager_free(p);
     }
 

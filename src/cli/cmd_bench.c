@@ -11,7 +11,8 @@
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
-static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run, &bench_plan};
+static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run, &bench_plan,
+                                              &bench_ring};
 #define N_SUBS (sizeof subs / sizeof subs[0])
 
 static void usage(FILE *out)

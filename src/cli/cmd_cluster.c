@@ -1,21 +1,16 @@
 /* prima cluster — the one-command demo of a pipelined ring: workers on this machine, a head, a
  * prompt. */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
-#include "cli/worker_serve.h"
-#include "cluster/net.h"
+#include "cli/local_workers.h"
 #include "model/synth.h"
 
 extern const struct cli_command cli_cmd_run;
@@ -98,82 +93,6 @@ static int demo_model(char *path, size_t cap)
     return 0;
 }
 
-typedef struct workers {
-    pid_t pid[PRIMA_MAX_DEVICES];
-    int port[PRIMA_MAX_DEVICES];
-    int n;
-} workers;
-
-static void stop_workers(workers *w)
-{
-    for (int i = 0; i < w->n; i++)
-        if (w->pid[i] > 0)
-            kill(w->pid[i], SIGTERM);
-    /* A worker stops within a poll period; give them two seconds, then insist. */
-    struct timespec tick = {0, 20 * 1000000};
-    for (int t = 0; t < 100; t++) {
-        int alive = 0;
-        for (int i = 0; i < w->n; i++)
-            if (w->pid[i] > 0 && waitpid(w->pid[i], NULL, WNOHANG) == 0)
-                alive++;
-            else
-                w->pid[i] = 0;
-        if (!alive)
-            return;
-        nanosleep(&tick, NULL);
-    }
-    for (int i = 0; i < w->n; i++)
-        if (w->pid[i] > 0) {
-            kill(w->pid[i], SIGKILL);
-            waitpid(w->pid[i], NULL, 0);
-            w->pid[i] = 0;
-        }
-}
-
-static int start_workers(workers *w, int n, const serve_opts *base)
-{
-    int fds[PRIMA_MAX_DEVICES];
-    char err[512];
-    w->n = 0;
-    for (int i = 0; i < n; i++) {
-        fds[i] = net_listen("127.0.0.1", 0, &w->port[i], err, sizeof err);
-        if (fds[i] < 0) {
-            for (int j = 0; j < i; j++)
-                close(fds[j]);
-            return cli_fail("cluster: %s", err);
-        }
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t parent = getpid();
-    for (int i = 0; i < n; i++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            cli_fail("cluster: fork: %s", strerror(errno));
-            for (int j = i; j < n; j++)
-                close(fds[j]);
-            stop_workers(w);
-            return 1;
-        }
-        if (pid == 0) {
-            /* Never outlive the cluster, even when it is killed outright. */
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
-            if (getppid() != parent)
-                _exit(1);
-            for (int j = 0; j < n; j++)
-                if (j != i)
-                    close(fds[j]);
-            serve_opts o = *base;
-            o.listen_fd = fds[i];
-            _exit(serve_worker(&o));
-        }
-        w->pid[i] = pid;
-        w->n = i + 1;
-        close(fds[i]);
-    }
-    return 0;
-}
-
 static int cmd_cluster(int argc, char **argv)
 {
     int n_dev = DEFAULT_DEVICES;
@@ -247,18 +166,15 @@ static int cmd_cluster(int argc, char **argv)
         pass[np++] = "-p";
         pass[np++] = DEFAULT_PROMPT;
     }
-    workers w = {.n = 0};
+    local_workers w = {.n = 0};
     serve_opts so = {.model_path = model_path, .listen_fd = -1, .threads = threads,
                      .method = ra.method, .secret_file = ra.secret_file, .verbose = ra.verbose,
                      .quiet = !ra.verbose};
-    if (start_workers(&w, n_dev - 1, &so)) {
+    if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
         rc = 1;
         goto done;
     }
-    size_t off = 0;
-    for (int i = 0; i < w.n; i++)
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s127.0.0.1:%d", i ? "," : "",
-                                w.port[i]);
+    local_workers_list(&w, list, sizeof list);
     if (w.n) {
         pass[np++] = "--workers";
         pass[np++] = list;
@@ -266,7 +182,7 @@ static int cmd_cluster(int argc, char **argv)
     fprintf(stderr, "prima cluster: %d device(s) on this machine: the head%s%s, %d thread(s) each\n",
             n_dev, w.n ? " and workers at " : "", list, threads);
     rc = cli_cmd_run.run(np, pass);
-    stop_workers(&w);
+    local_workers_stop(&w);
 done:
     run_opts_free(&ro);
     free(pass);

@@ -73,24 +73,23 @@ static void drop_range(pager *p, byte_range r)
     posix_fadvise(p->fd, (off_t)b, (off_t)(e - b), POSIX_FADV_DONTNEED);
 }
 
-static void fetch_chunk(pager *p, uint64_t b, uint64_t e)
+/* Start reading a chunk: the kernel queues the reads and returns. */
+static void hint_chunk(pager *p, uint64_t b, uint64_t e)
 {
-    switch (p->method) {
-    case PREFETCH_MADVISE:
-        madvise((void *)(p->map + b), e - b, MADV_WILLNEED);
-        break;
-    case PREFETCH_FADVISE:
+    if (p->method == PREFETCH_FADVISE)
         posix_fadvise(p->fd, (off_t)b, (off_t)(e - b), POSIX_FADV_WILLNEED);
-        break;
-    case PREFETCH_TOUCH: {
-        const volatile uint8_t *q = p->map;
-        uint8_t sink = 0;
-        for (uint64_t o = b; o < e; o += p->page)
-            sink ^= q[o];
-        (void)sink;
-        break;
-    }
-    }
+    else
+        madvise((void *)(p->map + b), e - b, MADV_WILLNEED);
+}
+
+/* Wait for a chunk's pages and map them, one byte per page. */
+static void touch_chunk(pager *p, uint64_t b, uint64_t e)
+{
+    const volatile uint8_t *q = p->map;
+    uint8_t sink = 0;
+    for (uint64_t o = b; o < e; o += p->page)
+        sink ^= q[o];
+    (void)sink;
 }
 
 static bool superseded(pager *p)
@@ -123,12 +122,23 @@ static void *pager_main(void *arg)
         const struct job *j = &p->work;
         for (int i = 0; i < j->n_drop; i++)
             drop_range(p, j->drop[i]);
-        for (int i = 0; i < j->n_fetch && !superseded(p); i++) {
-            uint64_t b = j->fetch[i].begin / p->page * p->page;
-            uint64_t e = j->fetch[i].end > p->size ? p->size : j->fetch[i].end;
-            for (; b < e && !superseded(p); b += CHUNK_BYTES)
-                fetch_chunk(p, b, b + CHUNK_BYTES < e ? b + CHUNK_BYTES : e);
-        }
+        /* Every method first asks for the whole window, so the disk sees all of it queued
+         * (not one chunk at a time) and reads exactly the window: a plain fault would start
+         * the kernel's readahead, which runs past the window (8 MiB on some disks) and spends
+         * the device's memory on layers it does not compute. TOUCH then waits for the pages
+         * and maps them. */
+        for (int pass = 0; pass < (p->method == PREFETCH_TOUCH ? 2 : 1); pass++)
+            for (int i = 0; i < j->n_fetch && !superseded(p); i++) {
+                uint64_t b = j->fetch[i].begin / p->page * p->page;
+                uint64_t e = j->fetch[i].end > p->size ? p->size : j->fetch[i].end;
+                for (; b < e && !superseded(p); b += CHUNK_BYTES) {
+                    uint64_t ce = b + CHUNK_BYTES < e ? b + CHUNK_BYTES : e;
+                    if (pass == 0)
+                        hint_chunk(p, b, ce);
+                    else
+                        touch_chunk(p, b, ce);
+                }
+            }
         atomic_fetch_add(&p->faults, thread_major_faults() - f0);
         pthread_mutex_lock(&p->lock);
     }

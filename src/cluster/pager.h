@@ -7,11 +7,11 @@
  * computed (when the release policy says so) and to bring in the window it computes next.
  *
  * Prefetch methods (see docs/ring.md for the measurements):
- *   MADVISE: madvise(MADV_WILLNEED) on the mapping: the kernel starts readahead and returns.
- *   FADVISE: posix_fadvise(POSIX_FADV_WILLNEED) on the file: the same readahead, through the fd.
- *   TOUCH:   the thread reads one byte per page: synchronous faults in the thread, so the pages
- *            are not only cached but also mapped, and compute takes neither major nor minor
- *            faults on them.
+ *   MADVISE: madvise(MADV_WILLNEED) on the window: the kernel queues the reads and returns.
+ *   FADVISE: posix_fadvise(POSIX_FADV_WILLNEED): the same, through the file descriptor.
+ *   TOUCH:   MADV_WILLNEED on the window, then the thread reads one byte per page: it waits for
+ *            the data and maps the pages, so compute takes neither major nor minor faults on
+ *            them.
  * Release is madvise(MADV_DONTNEED) (unmap from this process) then posix_fadvise(DONTNEED)
  * (drop from the page cache); pages shared with a neighbouring tensor range are kept. */
 #ifndef PRIMA_PAGER_H

@@ -28,10 +28,10 @@ struct ring {
     bool hb_running;
     uint8_t nonce[32];
     device dev;
-    bool dev_init, started, broken;
+    bool dev_init, started, broken, finished;
     hop_buffers buf;
-    uint32_t serial;
-    ring_counters *totals;         /* per device */
+    uint32_t serial, count_from;
+    ring_counters *totals;         /* per device, of batches from count_from on */
     uint64_t sent_mark, recv_mark;
     char err[512];
 };
@@ -155,10 +155,12 @@ static int make_plan(ring *r)
         for (int d = 0; d < n_dev; d++)
             p->window[d] = o->lw[d];
         p->k = plan_rounds_needed(p->window, n_dev, p->n_layer);
+        int total = 0;
+        for (int d = 0; d < n_dev; d++)
+            total += p->window[d];
         if (o->k && o->k != p->k)
             return fail(r, "-k %d does not match -lw: windows of %d layers in total cover the "
-                        "model's %d layers in %d round(s)", o->k, p->k ? (p->n_layer + p->k - 1) / p->k : 0,
-                        p->n_layer, p->k);
+                        "model's %d layers in %d round(s)", o->k, total, p->n_layer, p->k);
         if (plan_validate(p, err, sizeof err))
             return fail(r, "%s", err);
         return 0;
@@ -275,6 +277,12 @@ int ring_batches(const ring *r)
     return (int)r->serial;
 }
 
+void ring_count_from(ring *r, int serial)
+{
+    r->count_from = (uint32_t)serial;
+    memset(r->totals, 0, sizeof *r->totals * (size_t)r->plan.n_dev);
+}
+
 static void print_counters(ring *r, int d, uint32_t serial, const ring_counters *c)
 {
     if (!r->o.verbose)
@@ -286,7 +294,8 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
 
 static void record_stats(ring *r, int d, const msg_stats *st)
 {
-    counters_add(&r->totals[d], &st->c);
+    if (st->serial >= r->count_from)
+        counters_add(&r->totals[d], &st->c);
     print_counters(r, d, st->serial, &st->c);
 }
 
@@ -519,7 +528,8 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
     c.bytes_recv = recv - r->recv_mark;
     r->sent_mark = sent;
     r->recv_mark = recv;
-    counters_add(&r->totals[0], &c);
+    if (serial >= r->count_from)
+        counters_add(&r->totals[0], &c);
     print_counters(r, 0, serial, &c);
     return 0;
 }
@@ -585,21 +595,31 @@ static void farewell(ring *r)
     }
 }
 
-void ring_close(ring *r)
+void ring_finish(ring *r)
 {
-    if (!r)
+    if (r->finished)
         return;
+    r->finished = true;
     if (r->hb_running) {
         heartbeat_stop(&r->hb);
         r->hb_running = false;
     }
     if (!r->broken && r->started)
         farewell(r);
+    fail(r, "the ring has finished");
+}
+
+void ring_close(ring *r)
+{
+    if (!r)
+        return;
+    ring_finish(r);
     if (r->o.verbose && r->started) {
         for (int d = 0; d < r->plan.n_dev; d++) {
             char line[400];
             counters_format(&r->totals[d], line, sizeof line);
-            fprintf(r->o.verbose, "ring: total device %d (%u batches): %s\n", d, r->serial, line);
+            fprintf(r->o.verbose, "ring: total device %d (%u batches): %s\n", d,
+                    r->serial - r->count_from, line);
         }
     }
     for (int i = 0; i < r->n_workers; i++)

@@ -73,9 +73,16 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos);
 int ring_kv_truncate(ring *r, int p0);
 int ring_kv_shift(ring *r, int p0, int p1, int delta);
 const char *ring_error(const ring *r);
-/* Counters of device d summed over every batch so far. */
+/* Counters of device d summed over the batches counted so far. */
 void ring_totals(const ring *r, int d, ring_counters *out);
+/* Batches evaluated so far (the next one's serial number). */
 int ring_batches(const ring *r);
+/* Count only batches from this serial number on (e.g. decode steps, not the prompt); totals
+ * restart from zero. Workers' counters of earlier batches that arrive later are left out. */
+void ring_count_from(ring *r, int serial);
+/* Say bye to every worker and collect their last counters (ring_totals is complete after it);
+ * the ring evaluates nothing more. ring_close does this too. */
+void ring_finish(ring *r);
 void ring_close(ring *r);
 
 #endif

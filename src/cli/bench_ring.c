@@ -1,0 +1,265 @@
+/* prima bench ring — time per output token of a pipelined ring on this machine against one
+ * device, and where each device's time and page faults go. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/bench.h"
+#include "cli/cli.h"
+#include "cli/local_workers.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+#include "cluster/ring_engine.h"
+#include "kernels/probe.h"
+
+#define PROMPT_TOKENS 8
+
+static const char usage_text[] =
+    "usage: prima bench ring -m FILE [--devices N] [-lw W,...] [-k K] [-t N] [options]\n"
+    "\n"
+    "Decode a fixed token sequence on a ring of N devices on this machine (this process is\n"
+    "the head; N-1 workers run as separate processes on loopback ports, every device with\n"
+    "-t threads) and on one device, and report:\n"
+    "  decode single    ms per token on one device with --single-threads threads\n"
+    "  decode ring      ms per token on the ring\n"
+    "  ring overhead    ring / single - 1, in percent\n"
+    "  per device, per decoded token: compute and wait ms, major page faults during compute,\n"
+    "  disk MiB read (prefetching included), % of its window's pages resident when compute\n"
+    "  started, KiB sent\n"
+    "Each repetition starts a new session (the workers serve head after head); the median of\n"
+    "the repetitions is reported, with the interquartile spread. For the prefetch experiments,\n"
+    "--cgroup puts the workers in a cgroup whose memory limit is smaller than their layers.\n"
+    "\n"
+    "  --devices N             devices in the ring, the head included (default 3)\n"
+    "  --decode N              tokens decoded per repetition (default 32)\n"
+    "  --reps N                repetitions (default 3)\n"
+    "  --single-threads N      threads of the single-device run (default: -t; give N times\n"
+    "                          -t for the same total threads as the ring)\n"
+    "  --no-single             skip the single-device run\n"
+    "  --cgroup DIR            cgroup directory the workers join (memory limits, ...)\n"
+    "  --worker-model FILE     the workers' copy of the model (default: -m): with a copy,\n"
+    "                          devices do not share this machine's page cache, as separate\n"
+    "                          machines would not (the head's readahead would otherwise\n"
+    "                          load the workers' layers for them)\n"
+    "  --json                  one JSON object per measurement and line\n";
+
+struct opts {
+    run_opts ro;
+    ring_args ra;
+    int n_dev, n_decode, reps, single_threads;
+    bool no_single, json;
+    const char *cgroup, *worker_model;
+};
+
+static int parse(struct opts *o, int argc, char **argv)
+{
+    run_opts_init(&o->ro, RUN_OPT_MODEL);
+    ring_args_init(&o->ra);
+    o->n_dev = 3;
+    o->n_decode = 32;
+    o->reps = 3;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage_text, stdout);
+            run_opts_usage(&o->ro, stdout);
+            ring_args_usage(stdout);
+            fputs("  -h, --help              show this help\n", stdout);
+            return -1;
+        }
+        int c = run_opts_parse(&o->ro, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&o->ra, argc, argv, &i);
+        if (c < 0)
+            return 2;
+        if (c > 0)
+            continue;
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-single")) {
+            o->no_single = true;
+            continue;
+        }
+        bool known = !strcmp(a, "--devices") || !strcmp(a, "--decode") || !strcmp(a, "--reps") ||
+                     !strcmp(a, "--single-threads") || !strcmp(a, "--cgroup") ||
+                     !strcmp(a, "--worker-model");
+        if (!known) {
+            cli_fail("bench ring: unknown option '%s' (see prima bench ring --help)", a);
+            return 2;
+        }
+        if (i + 1 >= argc)
+            return cli_fail("%s needs a value", a), 2;
+        const char *v = argv[++i];
+        int bad = 0;
+        if (!strcmp(a, "--devices"))
+            bad = parse_int_arg(a, v, 1, PRIMA_MAX_DEVICES, &o->n_dev);
+        else if (!strcmp(a, "--decode"))
+            bad = parse_int_arg(a, v, 1, 100000, &o->n_decode);
+        else if (!strcmp(a, "--reps"))
+            bad = parse_int_arg(a, v, 1, 1000, &o->reps);
+        else if (!strcmp(a, "--single-threads"))
+            bad = parse_int_arg(a, v, 1, 4096, &o->single_threads);
+        else if (!strcmp(a, "--cgroup"))
+            o->cgroup = v;
+        else
+            o->worker_model = v;
+        if (bad)
+            return 2;
+    }
+    if (o->ra.workers)
+        return cli_fail("bench ring: it starts its own workers (no --workers)"), 2;
+    if (run_opts_finish(&o->ro) || ring_args_finish(&o->ra))
+        return 2;
+    if (!o->single_threads)
+        o->single_threads = o->ro.n_threads;
+    return 0;
+}
+
+/* One repetition: prompt, then timed decode steps. Returns ms per token, or < 0 on failure
+ * (message printed). With a ring, per-device counters of the decode steps go to per_dev. */
+static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, const char *workers,
+                          ring_counters *per_dev)
+{
+    char err[512];
+    int n_ctx = PROMPT_TOKENS + o->n_decode + 1;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    if (!toks)
+        return cli_fail("bench ring: out of memory"), -1;
+    for (int i = 0; i < n_ctx; i++)
+        toks[i] = (int32_t)((7u * (unsigned)i + 3u) % (unsigned)m->hp.n_vocab);
+    ring_head h = {0};
+    session *s;
+    if (workers) {
+        ring_opts ro = ring_args_opts(&o->ra);
+        ro.workers = workers;
+        ro.verbose = NULL;
+        s = ring_head_session(&h, &ro, m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
+    } else {
+        s = session_create(m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
+    }
+    double ms = -1;
+    if (!s) {
+        cli_fail("bench ring: %s", err);
+    } else if (session_eval(s, toks, PROMPT_TOKENS, NULL, err, sizeof err)) {
+        cli_fail("bench ring: %s", err);
+    } else {
+        if (h.r)
+            ring_count_from(h.r, ring_batches(h.r));
+        double t0 = probe_now();
+        int i = 0;
+        for (; i < o->n_decode; i++)
+            if (session_eval(s, &toks[PROMPT_TOKENS + i], 1, NULL, err, sizeof err))
+                break;
+        if (i < o->n_decode)
+            cli_fail("bench ring: %s", err);
+        else
+            ms = 1e3 * (probe_now() - t0) / o->n_decode;
+        if (h.r) {
+            ring_finish(h.r);
+            for (int d = 0; d < ring_get_plan(h.r)->n_dev; d++)
+                ring_totals(h.r, d, &per_dev[d]);
+        }
+    }
+    ring_head_close(&h);
+    session_free(s);
+    free(toks);
+    return ms;
+}
+
+static void report(const struct opts *o, const char *op, const char *source, int threads,
+                   double value, const char *unit, double spread)
+{
+    bench_result r = {.op = op, .source = source, .threads = threads, .value = value,
+                      .unit = unit, .fraction = -1, .spread = spread};
+    bench_print(&r, o->json);
+}
+
+static int measure(const struct opts *o, const model *m, const char *workers)
+{
+    double *ms = calloc((size_t)o->reps, sizeof *ms);
+    ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum), *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
+    kern_ctx *kc_ring = kern_ctx_create(o->ro.n_threads);
+    kern_ctx *kc_one = o->no_single ? NULL : kern_ctx_create(o->single_threads);
+    int rc = 1;
+    if (!ms || !sum || !one || !kc_ring || (!o->no_single && !kc_one)) {
+        cli_fail("bench ring: out of memory or threads");
+        goto out;
+    }
+    double spread, single = 0;
+    if (!o->no_single) {
+        for (int r = 0; r < o->reps; r++)
+            if ((ms[r] = decode_once(o, m, kc_one, NULL, NULL)) < 0)
+                goto out;
+        single = bench_median_spread(ms, o->reps, &spread);
+        report(o, "decode single", "1 device", o->single_threads, single, "ms/tok", spread);
+    }
+    for (int r = 0; r < o->reps; r++) {
+        memset(one, 0, sizeof *one * PRIMA_MAX_DEVICES);
+        if ((ms[r] = decode_once(o, m, kc_ring, workers, one)) < 0)
+            goto out;
+        for (int d = 0; d < o->n_dev; d++)
+            counters_add(&sum[d], &one[d]);
+    }
+    double ring_ms = bench_median_spread(ms, o->reps, &spread);
+    char what[64];
+    snprintf(what, sizeof what, "%d devices", o->n_dev);
+    report(o, "decode ring", what, o->ro.n_threads, ring_ms, "ms/tok", spread);
+    if (!o->no_single)
+        report(o, "ring overhead", what, o->ro.n_threads, 100 * (ring_ms / single - 1), "%", -1);
+    double toks = (double)o->reps * o->n_decode;
+    for (int d = 0; d < o->n_dev; d++) {
+        const ring_counters *c = &sum[d];
+        char dev[32];
+        snprintf(dev, sizeof dev, "device %d", d);
+        report(o, "compute", dev, o->ro.n_threads, c->compute_ns / 1e6 / toks, "ms/tok", -1);
+        report(o, "wait", dev, o->ro.n_threads, c->wait_ns / 1e6 / toks, "ms/tok", -1);
+        report(o, "major faults", dev, o->ro.n_threads, (double)c->major_faults / toks, "/tok", -1);
+        report(o, "disk read", dev, o->ro.n_threads, (double)c->disk_bytes / (1 << 20) / toks,
+               "MiB/tok", -1);
+        report(o, "resident at start", dev, o->ro.n_threads,
+               c->pages ? 100.0 * (double)c->pages_resident / (double)c->pages : 100.0, "%", -1);
+        report(o, "sent", dev, o->ro.n_threads, (double)c->bytes_sent / 1024 / toks, "KiB/tok", -1);
+    }
+    rc = 0;
+out:
+    kern_ctx_free(kc_ring);
+    kern_ctx_free(kc_one);
+    free(ms);
+    free(sum);
+    free(one);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
+    struct opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse(&o, argc, argv);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    /* Workers first: they are forked, and this process has no threads yet. */
+    local_workers w = {.n = 0};
+    serve_opts so = {.model_path = o.worker_model ? o.worker_model : o.ro.model, .listen_fd = -1, .threads = o.ro.n_threads,
+                     .method = o.ra.method, .secret_file = o.ra.secret_file, .quiet = true};
+    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup)) {
+        run_opts_free(&o.ro);
+        return 1;
+    }
+    char list[PRIMA_MAX_DEVICES * 24];
+    local_workers_list(&w, list, sizeof list);
+    char err[512];
+    model *m = model_load(o.ro.model, err, sizeof err);
+    if (!m)
+        rc = cli_fail("%s", err);
+    else
+        rc = measure(&o, m, o.n_dev > 1 ? list : "");
+    model_free(m);
+    local_workers_stop(&w);
+    run_opts_free(&o.ro);
+    return rc;
+}
+
+const struct bench_sub bench_ring = {
+    "ring", "decode ms/token of a ring on this machine vs one device, and each device's faults", run};
