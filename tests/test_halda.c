@@ -253,11 +253,34 @@ static void deterministic(void)
           a.cost.tpot == b.cost.tpot, "two solves of the same input differ");
 }
 
+/* The largest ring: every device with a GPU, so every column and row kind is in the programs. */
+static void many_devices(void)
+{
+    rng_state = 99;
+    sched_model sm = small_model(6);
+    dev_cost dc[PRIMA_MAX_DEVICES];
+    for (int m = 0; m < PRIMA_MAX_DEVICES; m++) {
+        dc[m] = random_device(m, 6, true);
+        dc[m].has_gpu = true;
+        dc[m].gpu_layer = dc[m].cpu_layer / 2;
+        dc[m].vram = 150 * MIB;
+    }
+    sched_opts o = sched_opts_default();
+    halda_result r;
+    REQUIRE(halda_solve(dc, PRIMA_MAX_DEVICES, &sm, &o, &r) == 0 && r.found, "%s", r.why);
+    char err[256];
+    CHECK(plan_validate(&r.plan, err, sizeof err) == 0, "%s", err);
+    cost_result again;
+    cost_eval(dc, &sm, &o, &r.plan, &again);
+    CHECK(again.feasible && again.tpot == r.cost.tpot, "32 devices: reported cost differs");
+}
+
 int main(void)
 {
     hand_computed();
     infeasible();
     random_scenarios();
     deterministic();
+    many_devices();
     return test_done();
 }
