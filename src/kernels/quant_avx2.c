@@ -26,12 +26,13 @@ static inline float one_f16(const void *p, int i) { return half_f16c(((const uin
 static inline float one_bf16(const void *p, int i) { return bf16_to_f32(((const uint16_t *)p)[i]); }
 
 static inline __attribute__((always_inline)) float
-dot_float(int n, const void *w, const float *y, __m256 (*load8)(const void *, int),
+dot_float(int n, const void *w, int elem_bytes, const float *y, __m256 (*load8)(const void *, int),
           float (*one)(const void *, int))
 {
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int i = 0;
     for (; i + 32 <= n; i += 32) {
+        prefetch_weights((const char *)w + (size_t)i * elem_bytes, 32 * elem_bytes);
         acc0 = _mm256_fmadd_ps(load8(w, i), _mm256_loadu_ps(y + i), acc0);
         acc1 = _mm256_fmadd_ps(load8(w, i + 8), _mm256_loadu_ps(y + i + 8), acc1);
         acc2 = _mm256_fmadd_ps(load8(w, i + 16), _mm256_loadu_ps(y + i + 16), acc2);
@@ -47,17 +48,17 @@ dot_float(int n, const void *w, const float *y, __m256 (*load8)(const void *, in
 
 void f32_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load8_f32, one_f32);
+    *s = dot_float(n, w, 4, a, load8_f32, one_f32);
 }
 
 void f16_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load8_f16, one_f16);
+    *s = dot_float(n, w, 2, a, load8_f16, one_f16);
 }
 
 void bf16_dot_avx2(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load8_bf16, one_bf16);
+    *s = dot_float(n, w, 2, a, load8_bf16, one_bf16);
 }
 
 /* ---- 32-blocks against Q8_0 (extractors and loop in quant_x86.h) ---- */
@@ -93,6 +94,7 @@ void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
         __m128 dm = scale_min_pair(&x[i].d, y[i].d);
@@ -122,6 +124,7 @@ void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f), bit4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
         __m128 dm = scale_min_pair(&x[i].d, y[i].d);
@@ -159,6 +162,7 @@ void q6_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
         __m256i offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), loadu256(y[i].bsums));
         __m256i sumi = _mm256_setzero_si256();
@@ -192,6 +196,7 @@ void q2_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const __m128i m4 = _mm_set1_epi8(0x0f);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         __m128i packed = _mm_loadu_si128((const __m128i *)x[i].scales);
         __m128i sc8 = _mm_and_si128(packed, m4), m8 = _mm_and_si128(_mm_srli_epi16(packed, 4), m4);
         __m256i msum = _mm256_madd_epi16(_mm256_cvtepu8_epi16(m8), loadu256(y[i].bsums));
@@ -222,6 +227,7 @@ void q3_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         uint64_t lo, hi;
         k3_unpack_scales_u64(x[i].scales, &lo, &hi);
         __m128i sc8 = _mm_sub_epi8(_mm_set_epi64x((long long)hi, (long long)lo), _mm_set1_epi8(32));
@@ -251,6 +257,7 @@ void q8_k_dot_avx2(int n, float *s, const void *w, const void *a)
     const block_q8_k *x = w, *y = a;
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         __m256i sumi = _mm256_setzero_si256();
         for (int k = 0; k < QK_K; k += 32)
             sumi = _mm256_add_epi32(sumi, dot_i8x32(loadu256(x[i].qs + k), loadu256(y[i].qs + k)));

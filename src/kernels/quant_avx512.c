@@ -26,12 +26,14 @@ static inline __m512 load16_bf16(const void *p, int i, __mmask16 m)
 }
 
 static inline __attribute__((always_inline)) float
-dot_float(int n, const void *w, const float *y, __m512 (*load16)(const void *, int, __mmask16))
+dot_float(int n, const void *w, int elem_bytes, const float *y,
+          __m512 (*load16)(const void *, int, __mmask16))
 {
     const __mmask16 all = 0xffff;
     __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
     int i = 0;
     for (; i + 64 <= n; i += 64) {
+        prefetch_weights((const char *)w + (size_t)i * elem_bytes, 64 * elem_bytes);
         acc0 = _mm512_fmadd_ps(load16(w, i, all), _mm512_loadu_ps(y + i), acc0);
         acc1 = _mm512_fmadd_ps(load16(w, i + 16, all), _mm512_loadu_ps(y + i + 16), acc1);
         acc2 = _mm512_fmadd_ps(load16(w, i + 32, all), _mm512_loadu_ps(y + i + 32), acc2);
@@ -48,17 +50,17 @@ dot_float(int n, const void *w, const float *y, __m512 (*load16)(const void *, i
 
 void f32_dot_avx512(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load16_f32);
+    *s = dot_float(n, w, 4, a, load16_f32);
 }
 
 void f16_dot_avx512(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load16_f16);
+    *s = dot_float(n, w, 2, a, load16_f16);
 }
 
 void bf16_dot_avx512(int n, float *s, const void *w, const void *a)
 {
-    *s = dot_float(n, w, a, load16_bf16);
+    *s = dot_float(n, w, 2, a, load16_bf16);
 }
 
 /* ---- 32-blocks against Q8_0 ---- */
@@ -117,6 +119,7 @@ void q4_k_dot_avx512(int n, float *s, const void *w, const void *a)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_m = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
         acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
@@ -137,6 +140,7 @@ void q5_k_dot_avx512(int n, float *s, const void *w, const void *a)
     __m512 acc = _mm512_setzero_ps();
     __m256 acc_m = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         uint64_t sc, mn;
         k4_unpack_scales_u64(x[i].scales, &sc, &mn);
         acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
@@ -174,6 +178,7 @@ void q6_k_dot_avx512(int n, float *s, const void *w, const void *a)
     const __m512i down = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
     __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
+        prefetch_weights(&x[i], (int)sizeof x[i]);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu256(y[i].bsums)), 5);
         __m512i scales = _mm512_zextsi256_si512(sc16);
