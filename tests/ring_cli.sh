@@ -87,9 +87,8 @@ start_worker "$big" "$tmp/b2.log"; b2=$port; bpid2=${pids[-1]}
 head=$!
 # kill it once tokens are flowing round the ring
 for _ in $(seq 200); do grep -q "^ring: batch 20 " "$tmp/err" && break; sleep 0.05; done
-kill -9 "$bpid2"
 killed=$(date +%s%N)
-wait "$bpid2" 2>/dev/null
+{ kill -9 "$bpid2"; wait "$bpid2"; } 2>/dev/null
 for _ in $(seq 70); do kill -0 $head 2>/dev/null || break; sleep 0.1; done
 if kill -0 $head 2>/dev/null; then
     fail "the head still runs 7 s after its worker died"
@@ -125,6 +124,15 @@ alive && fail "cluster workers outlived it"
 XDG_CACHE_HOME=$tmp/cache "$prima" cluster --devices 2 -n 4 >/dev/null 2>"$tmp/err" ||
     fail "cluster with its generated model: $(cat "$tmp/err")"
 [ -f "$tmp/cache/prima/cluster-demo-llama-l8-e256-q8_0.gguf" ] || fail "no demo model in the cache"
+
+# prima bench ring: a ring and one device, with every device's counters
+"$prima" bench ring -m "$model" --devices 3 -lw 1,2,2 -t 1 --decode 4 --reps 1 --json \
+    >"$tmp/bench.json" 2>"$tmp/err" || fail "bench ring: $(cat "$tmp/err")"
+for op in "decode single" "decode ring" "ring overhead"; do
+    grep -q "\"op\":\"$op\"" "$tmp/bench.json" || fail "bench ring: no '$op'"
+done
+[ "$(grep -c '"op":"resident at start"' "$tmp/bench.json")" = 3 ] ||
+    fail "bench ring: counters of 3 devices expected: $(cat "$tmp/bench.json")"
 
 grep -q "session ended: the head finished; waiting for a head" "$tmp/w1.log" ||
     fail "worker 1 log: $(cat "$tmp/w1.log")"

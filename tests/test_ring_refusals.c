@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -227,7 +228,10 @@ static void worker_refusals(void)
 
 static void secret_refusals(void)
 {
-    const char *path = "/tmp/prima-test-secret";
+    char path[] = "/tmp/prima-test-secret-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0, "mkstemp");
+    close(fd);
     FILE *f = fopen(path, "w");
     fputs("correct horse battery staple\n", f);
     fclose(f);

@@ -10,6 +10,33 @@
 
 #define HEAD_BYTES 8192
 
+/* Files of the models alive, removed at exit if a failed check ends the test first. Only by
+ * the process that made them: forked workers leave with _exit, but must never remove them. */
+static fake_model *alive[8];
+static pid_t creator;
+
+static void remove_leftovers(void)
+{
+    if (getpid() != creator)
+        return;
+    for (int i = 0; i < 8; i++)
+        if (alive[i])
+            unlink(alive[i]->path);
+}
+
+static void track(fake_model *fm, fake_model *was)
+{
+    if (!creator) {
+        creator = getpid();
+        atexit(remove_leftovers);
+    }
+    for (int i = 0; i < 8; i++)
+        if (alive[i] == was) {
+            alive[i] = fm;
+            return;
+        }
+}
+
 int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed)
 {
     memset(fm, 0, sizeof *fm);
@@ -19,6 +46,7 @@ int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_byte
     int fd = mkstemp(fm->path);
     if (fd < 0)
         return -1;
+    track(fm, NULL);
     size_t size = HEAD_BYTES + layer_bytes * (size_t)n_layer;
     uint8_t *buf = malloc(size);
     for (size_t i = 0; i < size; i++)
@@ -28,6 +56,7 @@ int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_byte
     if (wr != (ssize_t)size) {
         close(fd);
         unlink(fm->path);
+        track(NULL, fm);
         return -1;
     }
     fsync(fd);
@@ -35,6 +64,7 @@ int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_byte
     close(fd);
     if (map == MAP_FAILED) {
         unlink(fm->path);
+        track(NULL, fm);
         return -1;
     }
     ring_model *m = &fm->rm;
@@ -59,6 +89,7 @@ void fake_model_destroy(fake_model *fm)
 {
     munmap((void *)fm->rm.map, fm->rm.map_size);
     unlink(fm->path);
+    track(NULL, fm);
 }
 
 typedef struct fake_layers {
