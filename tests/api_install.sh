@@ -50,7 +50,7 @@ int main(int argc, char **argv)
 C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib64/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig"
 flags=$(pkg-config --define-variable=prefix="$tmp/prefix" --cflags --libs --static prima) || { echo "FAIL: pkg-config prima"; exit 1; }
-cc -std=c11 -Wall -Wextra -Werror -o "$tmp/greedy" "$tmp/greedy.c" $flags ||
+cc -std=c11 -Wall -Wextra -Werror -o "$tmp/greedy" "$tmp/greedy.c" $flags ${PRIMA_SANITIZE_FLAGS:-} ||
     { echo "FAIL: building against the installed library"; exit 1; }
 out=$("$tmp/greedy" "$fixtures/models/stories260K.gguf" "Once upon a time") ||
     { echo "FAIL: the program failed"; exit 1; }

@@ -159,7 +159,19 @@ ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i sc[2], __m256i *mins
 }
 
 /* Scale j (0-7) of k4_scales' output in every lane. */
-#define K4_SCALE(sc, j) _mm256_shuffle_epi32((sc)[(j) / 4], ((j) % 4) * 0x55)
+/* Broadcast element i (0..3) of each 128-bit lane. The shuffle needs an immediate: a switch keeps
+ * it one instruction where loops are unrolled (i is constant) and still compiles where they are
+ * not (-O1, sanitizer builds). */
+static inline __m256i lane_broadcast(__m256i v, int i)
+{
+    switch (i & 3) {
+    case 0: return _mm256_shuffle_epi32(v, 0x00);
+    case 1: return _mm256_shuffle_epi32(v, 0x55);
+    case 2: return _mm256_shuffle_epi32(v, 0xaa);
+    default: return _mm256_shuffle_epi32(v, 0xff);
+    }
+}
+#define K4_SCALE(sc, j) lane_broadcast((sc)[(j) / 4], (j) % 4)
 
 /* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
 ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
@@ -318,7 +330,7 @@ ALWAYS_INLINE void q6k_scales(const int8_t *scales, __m256i half_sc[2], __m256i 
     *all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
 }
 
-#define Q6_SCALE(half_sc, h, g) _mm256_shuffle_epi32((half_sc)[h], (g) * 0x55)
+#define Q6_SCALE(half_sc, h, g) lane_broadcast((half_sc)[h], (g))
 
 ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
                             size_t as, float *y, size_t ys)
