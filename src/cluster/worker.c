@@ -578,6 +578,13 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
                 end_session(s, "%s", err);
             else if (rc == 0)
                 handle_ctrl(s, &f);
+        } else if (!s->reason[0] &&
+                   net_now_ns() - s->ctrl.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000) {
+            /* Judged only when poll found nothing to read from the head: right after computing
+             * a batch that took longer than PROTO_DEAD_MS, the head's pings are still unread in
+             * the socket, and the head is alive. */
+            end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
+                        PROTO_DEAD_MS / 1000);
         }
         if (!s->reason[0] && p[3].revents) {
             rc = conn_recv(&s->pred, &f, 0, err, sizeof err);
@@ -592,9 +599,6 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
             if (fd >= 0)
                 handle_newcomer(s, fd, peer);
         }
-        if (!s->reason[0] && net_now_ns() - s->ctrl.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000)
-            end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
-                        PROTO_DEAD_MS / 1000);
     }
     wlog(w, "session ended: %s; waiting for a head", s->reason);
     close_session(s);
