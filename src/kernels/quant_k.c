@@ -118,17 +118,25 @@ void q3_k_dot_scalar(int n, float *s, const void *w, const void *a)
 
 /* ---- Q4_K and Q5_K: eight 32-element sub-blocks with 6-bit scales and mins ---- */
 
+/* Shared tail of the Q4_K / Q5_K dequantization: levels q (0..31) of one super-block, its packed
+ * scales. */
+static void k4_block_to_float(const int8_t q[QK_K], const uint8_t packed[12], uint16_t d16,
+                              uint16_t dmin16, float *dst)
+{
+    uint8_t sc[8], m[8];
+    k4_unpack_scales(packed, sc, m);
+    float d = half_to_f32(d16), dmin = half_to_f32(dmin16);
+    for (int e = 0; e < QK_K; e++)
+        dst[e] = d * sc[e / 32] * q[e] - dmin * m[e / 32];
+}
+
 void q4_k_to_float(const void *src, float *dst, int64_t n)
 {
     const block_q4_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
-        uint8_t sc[8], m[8];
         int8_t q[QK_K];
-        k4_unpack_scales(b[i].scales, sc, m);
         q4_k_levels(&b[i], q);
-        float d = half_to_f32(b[i].d), dmin = half_to_f32(b[i].dmin);
-        for (int e = 0; e < QK_K; e++)
-            dst[e] = d * sc[e / 32] * q[e] - dmin * m[e / 32];
+        k4_block_to_float(q, b[i].scales, b[i].d, b[i].dmin, dst);
     }
 }
 
@@ -136,13 +144,9 @@ void q5_k_to_float(const void *src, float *dst, int64_t n)
 {
     const block_q5_k *b = src;
     for (int64_t i = 0; i < n / QK_K; i++, dst += QK_K) {
-        uint8_t sc[8], m[8];
         int8_t q[QK_K];
-        k4_unpack_scales(b[i].scales, sc, m);
         q5_k_levels(&b[i], q);
-        float d = half_to_f32(b[i].d), dmin = half_to_f32(b[i].dmin);
-        for (int e = 0; e < QK_K; e++)
-            dst[e] = d * sc[e / 32] * q[e] - dmin * m[e / 32];
+        k4_block_to_float(q, b[i].scales, b[i].d, b[i].dmin, dst);
     }
 }
 
