@@ -87,6 +87,29 @@ static inline __m256i scaled_dot(__m256i q, const int8_t *act, __m256i scales)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, loadu256(act)), scales);
 }
 
+/* Shared by Q4_K and Q5_K, whose blocks start alike (d, dmin, packed scales). Subtracts the
+ * block's minimum term from acc, sets *dm to (d, dmin) times the activation scale, and returns
+ * the eight sub-block scales as int16, broadcast to both lanes. */
+static inline __m256i k4_block_start(const uint16_t *d_dmin, const uint8_t packed[12],
+                                     const block_q8_k *y, __m128 *dm, __m256 *acc)
+{
+    uint64_t sc, mn;
+    k4_unpack_scales_u64(packed, &sc, &mn);
+    *dm = scale_min_pair(d_dmin, y->d);
+    *acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(*dm)),
+                            _mm256_cvtepi32_ps(mins_by_bsums(mn, y->bsums)), *acc);
+    return _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+}
+
+/* Chunk c of a Q4_K / Q5_K block: levels lo (sub-block 2c) and hi (sub-block 2c+1) times their
+ * activations and scales, as 8 int32. */
+static inline __m256i k4_chunk_dot(__m256i lo, __m256i hi, const int8_t *act, __m256i s16, int c)
+{
+    __m256i plo = scaled_dot(lo, act + 64 * c, _mm256_shuffle_epi8(s16, scale_selector(2 * c)));
+    __m256i phi = scaled_dot(hi, act + 64 * c + 32, _mm256_shuffle_epi8(s16, scale_selector(2 * c + 1)));
+    return _mm256_add_epi32(plo, phi);
+}
+
 void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
 {
     const block_q4_k *x = w;
@@ -95,22 +118,13 @@ void q4_k_dot_avx2(int n, float *s, const void *w, const void *a)
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_weights(&x[i], (int)sizeof x[i]);
-        uint64_t sc, mn;
-        k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        __m128 dm = scale_min_pair(&x[i].d, y[i].d);
-        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
-                               _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc);
-
-        __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        const uint8_t *q = x[i].qs;
-        const int8_t *act = y[i].qs;
+        __m128 dm;
+        __m256i s16 = k4_block_start(&x[i].d, x[i].scales, &y[i], &dm, &acc);
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i bytes = loadu256(q + 32 * c);
+            __m256i bytes = loadu256(x[i].qs + 32 * c);
             __m256i lo = _mm256_and_si256(bytes, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4);
-            __m256i plo = scaled_dot(lo, act + 64 * c, _mm256_shuffle_epi8(s16, scale_selector(2 * c)));
-            __m256i phi = scaled_dot(hi, act + 64 * c + 32, _mm256_shuffle_epi8(s16, scale_selector(2 * c + 1)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            sumi = _mm256_add_epi32(sumi, k4_chunk_dot(lo, hi, y[i].qs, s16, c));
         }
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -125,28 +139,19 @@ void q5_k_dot_avx2(int n, float *s, const void *w, const void *a)
     __m256 acc = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_weights(&x[i], (int)sizeof x[i]);
-        uint64_t sc, mn;
-        k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        __m128 dm = scale_min_pair(&x[i].d, y[i].d);
-        acc = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dm)),
-                               _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc);
-
-        __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
-        const uint8_t *q = x[i].qs;
-        const int8_t *act = y[i].qs;
+        __m128 dm;
+        __m256i s16 = k4_block_start(&x[i].d, x[i].scales, &y[i], &dm, &acc);
         /* bit j of qh[l] is the fifth bit of sub-block j: shift it to bit 4 as j advances */
         __m256i qh = loadu256(x[i].qh);
         __m256i sumi = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) {
-            __m256i bytes = loadu256(q + 32 * c);
+            __m256i bytes = loadu256(x[i].qs + 32 * c);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(bytes, m4),
                                          _mm256_and_si256(_mm256_slli_epi16(qh, 4), bit4));
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4),
                                          _mm256_and_si256(_mm256_slli_epi16(qh, 3), bit4));
             qh = _mm256_srli_epi16(qh, 2);
-            __m256i plo = scaled_dot(lo, act + 64 * c, _mm256_shuffle_epi8(s16, scale_selector(2 * c)));
-            __m256i phi = scaled_dot(hi, act + 64 * c + 32, _mm256_shuffle_epi8(s16, scale_selector(2 * c + 1)));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(plo, phi));
+            sumi = _mm256_add_epi32(sumi, k4_chunk_dot(lo, hi, y[i].qs, s16, c));
         }
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(dm), _mm256_cvtepi32_ps(sumi), acc);
     }
