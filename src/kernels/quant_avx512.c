@@ -112,6 +112,19 @@ static inline __m512i k4_chunk(const uint8_t *q, int c, __m512i s16, const int8_
     return _mm512_dpwssd_epi32(sumi, p, _mm512_shuffle_epi8(s16, scale_halves_selector(2 * c)));
 }
 
+/* Shared by Q4_K and Q5_K, whose blocks start alike: adds the block's minimum term to acc_m
+ * (subtracted once at the end) and returns the eight sub-block scales as int16, broadcast to all
+ * four 128-bit lanes. */
+static inline __m512i k4_block_start(const uint8_t packed[12], uint16_t dmin, const block_q8_k *y,
+                                     __m256 *acc_m)
+{
+    uint64_t sc, mn;
+    k4_unpack_scales_u64(packed, &sc, &mn);
+    *acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y->d * half_f16c(dmin)),
+                             _mm256_cvtepi32_ps(mins_by_bsums(mn, y->bsums)), *acc_m);
+    return _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+}
+
 void q4_k_dot_avx512(int n, float *s, const void *w, const void *a)
 {
     const block_q4_k *x = w;
@@ -120,11 +133,7 @@ void q4_k_dot_avx512(int n, float *s, const void *w, const void *a)
     __m256 acc_m = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_weights(&x[i], (int)sizeof x[i]);
-        uint64_t sc, mn;
-        k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
-                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
-        __m512i s16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m512i s16 = k4_block_start(x[i].scales, x[i].dmin, &y[i], &acc_m);
         __m512i sumi = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++)
             sumi = k4_chunk(x[i].qs, c, s16, y[i].qs, sumi, 0);
@@ -141,11 +150,7 @@ void q5_k_dot_avx512(int n, float *s, const void *w, const void *a)
     __m256 acc_m = _mm256_setzero_ps();
     for (int i = 0; i < n / QK_K; i++) {
         prefetch_weights(&x[i], (int)sizeof x[i]);
-        uint64_t sc, mn;
-        k4_unpack_scales_u64(x[i].scales, &sc, &mn);
-        acc_m = _mm256_fmadd_ps(_mm256_set1_ps(y[i].d * half_f16c(x[i].dmin)),
-                                _mm256_cvtepi32_ps(mins_by_bsums(mn, y[i].bsums)), acc_m);
-        __m512i s16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc)));
+        __m512i s16 = k4_block_start(x[i].scales, x[i].dmin, &y[i], &acc_m);
         __m256i qh = loadu256(x[i].qh);
         __m512i qh2 = join256(qh, qh);
         __m512i sumi = _mm512_setzero_si512();
