@@ -158,6 +158,23 @@ static inline int8x16_t s8(uint8x16_t v)
     return vreinterpretq_s8_u8(v);
 }
 
+/* Chunk c of a Q4_K / Q5_K block: the 32 levels of sub-block 2c (l0, l1) and of sub-block 2c+1
+ * (u0, u1) times their activations, weighted by their scales, into acc. */
+static inline int32x4_t k4_chunk_dot(int32x4_t acc, uint8x16_t l0, uint8x16_t l1, uint8x16_t u0,
+                                     uint8x16_t u1, const int8_t *act, const uint8_t sc[8], int c)
+{
+    acc = vmlaq_n_s32(acc, dot32(s8(l0), s8(l1), act + 64 * c), sc[2 * c]);
+    return vmlaq_n_s32(acc, dot32(s8(u0), s8(u1), act + 64 * c + 32), sc[2 * c + 1]);
+}
+
+/* A Q4_K / Q5_K block's value: its scale-weighted sub-block dots acc, less the minimum term. */
+static inline float k4_block_total(int32x4_t acc, uint16_t d, uint16_t dmin, uint64_t mn64,
+                                   const block_q8_k *y)
+{
+    return y->d * half_hw(d) * (float)vaddvq_s32(acc) -
+           y->d * half_hw(dmin) * (float)mins_dot32(mn64, y->bsums);
+}
+
 void q4_k_dot_neon(int n, float *s, const void *w, const void *a)
 {
     const block_q4_k *x = w;
@@ -174,13 +191,10 @@ void q4_k_dot_neon(int n, float *s, const void *w, const void *a)
         int32x4_t acc = vdupq_n_s32(0);
         for (int c = 0; c < 4; c++) {
             uint8x16_t b0 = vld1q_u8(q + 32 * c), b1 = vld1q_u8(q + 32 * c + 16);
-            int32x4_t lo = dot32(s8(vandq_u8(b0, m4)), s8(vandq_u8(b1, m4)), act + 64 * c);
-            int32x4_t hi = dot32(s8(vshrq_n_u8(b0, 4)), s8(vshrq_n_u8(b1, 4)), act + 64 * c + 32);
-            acc = vmlaq_n_s32(acc, lo, sc[2 * c]);
-            acc = vmlaq_n_s32(acc, hi, sc[2 * c + 1]);
+            acc = k4_chunk_dot(acc, vandq_u8(b0, m4), vandq_u8(b1, m4), vshrq_n_u8(b0, 4), vshrq_n_u8(b1, 4),
+                               act, sc, c);
         }
-        sum += y[i].d * half_hw(x[i].d) * (float)vaddvq_s32(acc) -
-               y[i].d * half_hw(x[i].dmin) * (float)mins_dot32(mn64, y[i].bsums);
+        sum += k4_block_total(acc, x[i].d, x[i].dmin, mn64, &y[i]);
     }
     *s = sum;
 }
@@ -209,11 +223,9 @@ void q5_k_dot_neon(int n, float *s, const void *w, const void *a)
             uint8x16_t u1 = vorrq_u8(vshrq_n_u8(b1, 4), vshlq_n_u8(vandq_u8(vshrq_n_u8(h1, 1), one), 4));
             h0 = vshrq_n_u8(h0, 2);
             h1 = vshrq_n_u8(h1, 2);
-            acc = vmlaq_n_s32(acc, dot32(s8(l0), s8(l1), act + 64 * c), sc[2 * c]);
-            acc = vmlaq_n_s32(acc, dot32(s8(u0), s8(u1), act + 64 * c + 32), sc[2 * c + 1]);
+            acc = k4_chunk_dot(acc, l0, l1, u0, u1, act, sc, c);
         }
-        sum += y[i].d * half_hw(x[i].d) * (float)vaddvq_s32(acc) -
-               y[i].d * half_hw(x[i].dmin) * (float)mins_dot32(mn64, y[i].bsums);
+        sum += k4_block_total(acc, x[i].d, x[i].dmin, mn64, &y[i]);
     }
     *s = sum;
 }
