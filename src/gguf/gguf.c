@@ -282,15 +282,19 @@ static int cmp_str_ptr(const void *a, const void *b)
 }
 
 /* names[i] points at the name of item i; finds a name that occurs twice. */
-static const gguf_str *find_duplicate(const gguf_str **names, uint64_t n)
+/* Fails naming the first of `names` (reordered) that appears twice; `what` says what they are. */
+static int refuse_duplicates(reader *r, const gguf_str **names, uint64_t n, const char *what)
 {
     if (n < 2)
-        return NULL;
+        return 0;
     qsort(names, n, sizeof *names, cmp_str_ptr);
     for (uint64_t i = 1; i < n; i++)
-        if (!cmp_str(names[i - 1], names[i]))
-            return names[i];
-    return NULL;
+        if (!cmp_str(names[i - 1], names[i])) {
+            char shown[72];
+            printable(shown, sizeof shown, names[i]->ptr, names[i]->len);
+            return fail(r, "%s '%s' appears more than once", what, shown);
+        }
+    return 0;
 }
 
 /* ---- header sections ---- */
@@ -319,15 +323,9 @@ static int read_kvs(reader *r, gguf_file *f)
         return fail(r, "out of memory");
     for (uint64_t i = 0; i < f->n_kv; i++)
         keys[i] = &f->kv[i].key;
-    const gguf_str *dup = find_duplicate(keys, f->n_kv);
-    if (dup) {
-        char shown[72];
-        printable(shown, sizeof shown, dup->ptr, dup->len);
-        free(keys);
-        return fail(r, "metadata key '%s' appears more than once", shown);
-    }
+    int rc = refuse_duplicates(r, keys, f->n_kv, "metadata key");
     free(keys);
-    return 0;
+    return rc;
 }
 
 static int read_alignment(reader *r, gguf_file *f)
@@ -462,14 +460,9 @@ static int check_tensor_data(reader *r, gguf_file *f)
         return fail(r, "out of memory");
     for (uint64_t i = 0; i < f->n_tensors; i++)
         names[i] = &f->tensors[i].name;
-    const gguf_str *dup = find_duplicate(names, f->n_tensors);
+    int rc = refuse_duplicates(r, names, f->n_tensors, "tensor name");
     free(names);
-    if (dup) {
-        char shown[72];
-        printable(shown, sizeof shown, dup->ptr, dup->len);
-        return fail(r, "tensor name '%s' appears more than once", shown);
-    }
-    return 0;
+    return rc;
 }
 
 static int parse(reader *r, gguf_file *f)
