@@ -175,9 +175,3 @@ int pages_make_huge(const void *map, const void *p, size_t len, const char *path
     rep->seconds = now() - t0;
     return rc;
 }
-
-int gguf_make_huge(gguf_file *f, unsigned allow, pages_report *rep, char *err, size_t errlen)
-{
-    return pages_make_huge(f->map, f->map + f->data_offset, (size_t)(f->size - f->data_offset),
-                           f->path, allow, rep, err, errlen);
-}

@@ -55,9 +55,6 @@ int64_t pages_huge_bytes(const void *p, size_t len);
 int pages_make_huge(const void *map, const void *p, size_t len, const char *path, unsigned allow,
                     pages_report *rep, char *err, size_t errlen);
 
-/* pages_make_huge for the tensor data section of an opened GGUF file. */
-int gguf_make_huge(gguf_file *f, unsigned allow, pages_report *rep, char *err, size_t errlen);
-
 const char *pages_method_name(enum pages_method m);
 
 #endif
