@@ -98,10 +98,12 @@ int main(void)
     byte_range drop = {MIB + 100, 5 * MIB - 100};
     pager_request(p, &drop, 1, NULL, 0);
     pager_wait_idle(p);
-    CHECK(resident_fraction(MIB + page, 5 * MIB - page) == 0.0, "released range still resident: %.0f%%",
-          100 * resident_fraction(MIB + page, 5 * MIB - page));
-    CHECK(resident_fraction(MIB, MIB + page) == 1.0, "the page shared with the range before was dropped");
-    CHECK(resident_fraction(5 * MIB - page, 5 * MIB) == 1.0, "the page shared with the range after was dropped");
+    CHECK(resident_fraction(MIB + page, 5 * MIB - page) == 0.0,
+          "released range still resident: %.0f%%", 100 * resident_fraction(MIB + page, 5 * MIB - page));
+    CHECK(resident_fraction(MIB, MIB + page) == 1.0,
+          "the page shared with the range before was dropped");
+    CHECK(resident_fraction(5 * MIB - page, 5 * MIB) == 1.0,
+          "the page shared with the range after was dropped");
     CHECK(resident_fraction(0, MIB) == 1.0 && resident_fraction(5 * MIB, FILE_BYTES) == 1.0,
           "pages outside the released range were dropped");
 

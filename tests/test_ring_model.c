@@ -30,7 +30,8 @@ static int script(session *s, const fid_case *c, outputs *o, char *err, size_t e
     if (session_eval(s, c->prompt, c->n_prompt, o->logits, err, errlen))
         return -1;
     o->n_rows = c->n_prompt;
-#define KEEP() memcpy(o->logits + (size_t)o->n_rows++ * (size_t)nv, s->logits, sizeof(float) * (size_t)nv)
+#define KEEP()                                                                        \
+    memcpy(o->logits + (size_t)o->n_rows++ * (size_t)nv, s->logits, sizeof(float) * (size_t)nv)
     for (int g = 0; g < N_GREEDY; g++) {
         o->tokens[g] = fid_argmax(s->logits, nv);
         if (session_eval(s, &o->tokens[g], 1, NULL, err, errlen))
@@ -158,7 +159,8 @@ static void check_model(const char *fixtures, const char *case_json, const plan_
                   "%s, %d devices: greedy tokens differ", c.model_file, pc->n_dev);
         } else if (rc == 0) {
             /* F16 hops: not exact, but within the fixtures' tolerance for this weight class */
-            bool exact = memcmp(o.logits, ref.logits, sizeof(float) * (size_t)nv * (size_t)c.n_prompt) == 0;
+            size_t prompt_bytes = sizeof(float) * (size_t)nv * (size_t)c.n_prompt;
+            bool exact = memcmp(o.logits, ref.logits, prompt_bytes) == 0;
             CHECK(!exact, "%s: F16 on the wire gave exactly the F32 logits", c.model_file);
             for (int row = 0; row < c.n_prompt; row++) {
                 fid_row fr = fid_compare_row(ref.logits + (size_t)row * (size_t)nv,

@@ -179,7 +179,8 @@ static void report(const struct opts *o, const char *op, const char *source, int
 static int measure(const struct opts *o, const model *m, const char *workers)
 {
     double *ms = calloc((size_t)o->reps, sizeof *ms);
-    ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum), *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
+    ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum);
+    ring_counters *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
     kern_ctx *kc_ring = kern_ctx_create(o->ro.n_threads);
     kern_ctx *kc_one = o->no_single ? NULL : kern_ctx_create(o->single_threads);
     int rc = 1;
@@ -241,7 +242,8 @@ static int run(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     /* Workers first: they are forked, and this process has no threads yet. */
     local_workers w = {.n = 0};
-    serve_opts so = {.model_path = o.worker_model ? o.worker_model : o.ro.model, .listen_fd = -1, .threads = o.ro.n_threads,
+    serve_opts so = {.model_path = o.worker_model ? o.worker_model : o.ro.model,
+                     .host = "127.0.0.1", .listen_fd = -1, .threads = o.ro.n_threads,
                      .method = o.ra.method, .secret_file = o.ra.secret_file, .quiet = true};
     if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup)) {
         run_opts_free(&o.ro);

@@ -11,6 +11,7 @@
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/local_workers.h"
+#include "model/model.h"
 #include "model/synth.h"
 
 extern const struct cli_command cli_cmd_run;
@@ -31,7 +32,10 @@ static void usage(FILE *out)
             "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
             "vocabulary, so its text is gibberish) is generated once into\n"
             "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
-            "-cnv the prompt is \"%s\".\n"
+            "-cnv the prompt is \"%s\". Without -lw or -k the layers are split evenly over\n"
+            "the N devices in one round (the workers take the remainder), so that every\n"
+            "device takes part; with -k alone the scheduler plans, and on one machine it may\n"
+            "keep the whole model on one device.\n"
             "\n"
             "  --devices N             devices in the ring, the head included (default %d)\n"
             "  -t, --threads N         compute threads of every device (default: the online\n"
@@ -154,6 +158,26 @@ static int cmd_cluster(int argc, char **argv)
         pass[np++] = "-m";
         pass[np++] = model_path;
     }
+    /* Without -lw or -k every device takes part, with an even share: on one machine the
+     * scheduler would (rightly) keep the whole model on one device, and this is the ring's
+     * demo. The head also embeds and samples, so the workers take what does not divide. */
+    char lw[PRIMA_MAX_DEVICES * 8] = "";
+    if (!ra.n_lw && !ra.k && n_dev > 1) {
+        char err[512];
+        model *m = model_load(model_path, err, sizeof err);
+        if (!m) {
+            rc = cli_fail("%s", err);
+            goto done;
+        }
+        int n_layer = m->hp.n_layer;
+        model_free(m);
+        size_t off = 0;
+        for (int d = 0; d < n_dev; d++)
+            off += (size_t)snprintf(lw + off, sizeof lw - off, "%s%d", d ? "," : "",
+                                    n_layer / n_dev + (d >= n_dev - n_layer % n_dev));
+        pass[np++] = "-lw";
+        pass[np++] = lw;
+    }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = threads_given ? ro.n_threads : (int)(ncpu > n_dev ? ncpu / n_dev : 1);
     char tbuf[16], list[PRIMA_MAX_DEVICES * 24] = "";
@@ -167,9 +191,9 @@ static int cmd_cluster(int argc, char **argv)
         pass[np++] = DEFAULT_PROMPT;
     }
     local_workers w = {.n = 0};
-    serve_opts so = {.model_path = model_path, .listen_fd = -1, .threads = threads,
-                     .method = ra.method, .secret_file = ra.secret_file, .verbose = ra.verbose,
-                     .quiet = !ra.verbose};
+    serve_opts so = {.model_path = model_path, .host = "127.0.0.1", .listen_fd = -1,
+                     .threads = threads, .method = ra.method, .secret_file = ra.secret_file,
+                     .verbose = ra.verbose, .quiet = !ra.verbose};
     if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
         rc = 1;
         goto done;

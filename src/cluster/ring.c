@@ -509,7 +509,8 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
                        sizeof err))
             return fail(r, "%s: %s", r->w[who].c.name, err);
         bool is_result = f.type == RM_RESULT;
-        if (back.serial != serial || back.n != (uint32_t)n || memcmp(bpos, pos, sizeof *pos * (size_t)n) ||
+        if (back.serial != serial || back.n != (uint32_t)n ||
+            memcmp(bpos, pos, sizeof *pos * (size_t)n) ||
             (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)round + 1)))
             return fail(r, "%s returned the wrong batch (%s %u of round %u)", r->w[who].c.name,
                         msg_name(f.type), back.serial, back.round);
