@@ -104,17 +104,23 @@ static void check_ids(const tokenizer *t, const char *text, bool add_special, co
 /* SPM: <unk> <s> </s>, byte tokens for C3 and A9 only, then scored pieces. */
 enum { S_UNK, S_BOS, S_EOS, S_XC3, S_XA9, S_SP, S_A, S_B, S_C, S_AB, S_SPA, S_BC, S_AA, S_SPAB, S_N };
 
-static void check_spm(void)
+/* The SPM vocabulary's model, tokens, scores and types; callers add their own keys. */
+static void spm_vocab(vocab_file *v)
 {
     static const char *const toks[S_N] = {"<unk>", "<s>", "</s>", "<0xC3>", "<0xA9>", SP, "a", "b", "c",
                                           "ab", SP "a", "bc", "aa", SP "ab"};
     static const float scores[S_N] = {0, 0, 0, 0, 0, -1, -2, -2, -2, -3, -1.5f, -0.5f, -1, -10};
     static const int32_t types[S_N] = {2, 3, 3, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    kv_str(v, "tokenizer.ggml.model", "llama");
+    kv_strs(v, "tokenizer.ggml.tokens", toks, S_N);
+    kv_nums(v, "tokenizer.ggml.scores", scores, NULL, S_N);
+    kv_nums(v, "tokenizer.ggml.token_type", NULL, types, S_N);
+}
+
+static void check_spm(void)
+{
     vocab_file v = {0};
-    kv_str(&v, "tokenizer.ggml.model", "llama");
-    kv_strs(&v, "tokenizer.ggml.tokens", toks, S_N);
-    kv_nums(&v, "tokenizer.ggml.scores", scores, NULL, S_N);
-    kv_nums(&v, "tokenizer.ggml.token_type", NULL, types, S_N);
+    spm_vocab(&v);
     kv_u32(&v, "tokenizer.ggml.eot_token_id", S_AA);
     tokenizer *t = load(&v);
 
@@ -146,10 +152,7 @@ static void check_spm(void)
 
     /* add_space_prefix = false, add_bos_token = false, add_eos_token = true */
     vocab_file w = {0};
-    kv_str(&w, "tokenizer.ggml.model", "llama");
-    kv_strs(&w, "tokenizer.ggml.tokens", toks, S_N);
-    kv_nums(&w, "tokenizer.ggml.scores", scores, NULL, S_N);
-    kv_nums(&w, "tokenizer.ggml.token_type", NULL, types, S_N);
+    spm_vocab(&w);
     kv_bool(&w, "tokenizer.ggml.add_space_prefix", false);
     kv_bool(&w, "tokenizer.ggml.add_bos_token", false);
     kv_bool(&w, "tokenizer.ggml.add_eos_token", true);
