@@ -101,7 +101,8 @@ took=$((($(date +%s%N) - killed) / 1000000))
 grep -q "^prima: .*device 2 (127.0.0.1:$b2)" "$tmp/err" || fail "head error: $(tail -n 3 "$tmp/err")"
 echo "head stopped ${took} ms after the kill: $(grep "^prima: " "$tmp/err" | tail -n 1)"
 # the survivor is back to waiting and serves the next head
-"$prima" run -m "$big" -p "x" -n 4 --temp 0 -t 1 --workers 127.0.0.1:$b1 >/dev/null 2>"$tmp/err" ||
+"$prima" run -m "$big" -p "x" -n 4 --temp 0 -t 1 --workers 127.0.0.1:$b1 -lw 3,3 >/dev/null \
+    2>"$tmp/err" ||
     fail "survivor did not serve the next head: $(cat "$tmp/err")"
 
 # prima cluster: the ring's text equals one device's; its workers are gone afterwards, also
