@@ -26,9 +26,10 @@ static const char usage_text[] =
     "  per device, per decoded token: compute and wait ms, major page faults during compute,\n"
     "  disk MiB read (prefetching included), % of its window's pages resident when compute\n"
     "  started, KiB sent\n"
-    "Each repetition starts a new session (the workers serve head after head); the median of\n"
-    "the repetitions is reported, with the interquartile spread. For the prefetch experiments,\n"
-    "--cgroup puts the workers in a cgroup whose memory limit is smaller than their layers.\n"
+    "Each repetition starts a new session (the workers serve head after head), single-device\n"
+    "and ring repetitions alternate; the median of the repetitions is reported, with the\n"
+    "interquartile spread. For the prefetch experiments, --cgroup puts the workers in a\n"
+    "cgroup whose memory limit is smaller than their layers.\n"
     "\n"
     "  --devices N             devices in the ring, the head included (default 3)\n"
     "  --decode N              tokens decoded per repetition (default 32)\n"
@@ -178,7 +179,7 @@ static void report(const struct opts *o, const char *op, const char *source, int
 
 static int measure(const struct opts *o, const model *m, const char *workers)
 {
-    double *ms = calloc((size_t)o->reps, sizeof *ms);
+    double *ms = calloc(2 * (size_t)o->reps, sizeof *ms);   /* ring, then single */
     ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum);
     ring_counters *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
     kern_ctx *kc_ring = kern_ctx_create(o->ro.n_threads);
@@ -188,20 +189,21 @@ static int measure(const struct opts *o, const model *m, const char *workers)
         cli_fail("bench ring: out of memory or threads");
         goto out;
     }
-    double spread, single = 0;
-    if (!o->no_single) {
-        for (int r = 0; r < o->reps; r++)
-            if ((ms[r] = decode_once(o, m, kc_one, NULL, NULL)) < 0)
-                goto out;
-        single = bench_median_spread(ms, o->reps, &spread);
-        report(o, "decode single", "1 device", o->single_threads, single, "ms/tok", spread);
-    }
+    /* Single and ring repetitions alternate, so that a change of load on the machine falls on
+     * both alike. */
+    double spread, single = 0, *ms_one = ms + o->reps;
     for (int r = 0; r < o->reps; r++) {
+        if (!o->no_single && (ms_one[r] = decode_once(o, m, kc_one, NULL, NULL)) < 0)
+            goto out;
         memset(one, 0, sizeof *one * PRIMA_MAX_DEVICES);
         if ((ms[r] = decode_once(o, m, kc_ring, workers, one)) < 0)
             goto out;
         for (int d = 0; d < o->n_dev; d++)
             counters_add(&sum[d], &one[d]);
+    }
+    if (!o->no_single) {
+        single = bench_median_spread(ms_one, o->reps, &spread);
+        report(o, "decode single", "1 device", o->single_threads, single, "ms/tok", spread);
     }
     double ring_ms = bench_median_spread(ms, o->reps, &spread);
     char what[64];

@@ -145,8 +145,12 @@ void device_handed_on(device *d, int round)
     int next = next_window(d, round);
     if (next < 0)
         return;
+    /* With one window (k = 1, or a single non-empty round) the next window is the one just
+     * computed: it is in memory, and neither dropping nor fetching it makes sense. */
+    if (next == round)
+        return;
     int n_drop = 0, n_fetch = 0;
-    if (d->release && next != round && !window_empty(d, round))
+    if (d->release && !window_empty(d, round))
         n_drop = window_ranges(d, round, d->scratch);
     if (d->prefetch)
         n_fetch = window_ranges(d, next, d->scratch2);

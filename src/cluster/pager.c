@@ -73,6 +73,14 @@ static void drop_range(pager *p, byte_range r)
     posix_fadvise(p->fd, (off_t)b, (off_t)(e - b), POSIX_FADV_DONTNEED);
 }
 
+static bool chunk_resident(const pager *p, uint64_t b, uint64_t e)
+{
+    byte_range r = {b, e};
+    uint64_t res, tot;
+    pages_resident(p->map, p->size, &r, 1, &res, &tot);
+    return res == tot;
+}
+
 /* Start reading a chunk: the kernel queues the reads and returns. */
 static void hint_chunk(pager *p, uint64_t b, uint64_t e)
 {
@@ -133,6 +141,10 @@ static void *pager_main(void *arg)
                 uint64_t e = j->fetch[i].end > p->size ? p->size : j->fetch[i].end;
                 for (; b < e && !superseded(p); b += CHUNK_BYTES) {
                     uint64_t ce = b + CHUNK_BYTES < e ? b + CHUNK_BYTES : e;
+                    /* A window that stayed in memory costs one mincore per chunk, not a
+                     * walk of the page cache or a load per page. */
+                    if (chunk_resident(p, b, ce))
+                        continue;
                     if (pass == 0)
                         hint_chunk(p, b, ce);
                     else
@@ -260,14 +272,16 @@ void pages_resident(const uint8_t *map, uint64_t size, const byte_range *r, int 
 
 uint64_t process_disk_read_bytes(void)
 {
-    FILE *f = fopen("/proc/self/io", "r");
-    if (!f)
+    /* Read once per batch on every device: a single read of the whole file, no stdio. */
+    int fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return 0;
-    char line[128];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "read_bytes: %llu", &v) == 1)
-            break;
-    fclose(f);
-    return v;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *p = strstr(buf, "\nread_bytes:");
+    return p ? strtoull(p + strlen("\nread_bytes:"), NULL, 10) : 0;
 }
