@@ -536,8 +536,8 @@ int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t err
         return -1;
     }
     size_t elt = m->wire == WIRE_F16 ? 2 : 4;
-    m->pos = (const int32_t *)r_take(&r, sizeof(int32_t) * m->n);
-    m->seq = (const int32_t *)r_take(&r, sizeof(int32_t) * m->n);
+    m->pos = r_take(&r, sizeof(int32_t) * m->n);
+    m->seq = r_take(&r, sizeof(int32_t) * m->n);
     m->hidden = r_take(&r, elt * (size_t)n_embd * m->n);
     return r_done(&r, f, err, errlen);
 }

@@ -145,7 +145,7 @@ typedef struct msg_batch {
     uint32_t round;                    /* the round the receiver computes */
     uint32_t n;
     uint8_t wire;
-    const int32_t *pos, *seq;          /* n each, inside the frame */
+    const void *pos, *seq;             /* n int32 each, inside the frame (maybe unaligned) */
     const void *hidden;                /* n x n_embd in the wire type, inside the frame */
 } msg_batch;
 

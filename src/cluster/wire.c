@@ -43,7 +43,7 @@ int hop_unpack(const hop_buffers *b, const msg_batch *m, int k, int n_ctx, int m
     memcpy(pos, m->pos, sizeof(int32_t) * m->n);
     for (uint32_t t = 0; t < m->n; t++) {
         int32_t s;
-        memcpy(&s, m->seq + t, sizeof s);
+        memcpy(&s, (const uint8_t *)m->seq + sizeof s * t, sizeof s);
         if (pos[t] < 0 || pos[t] >= n_ctx || s != 0) {
             snprintf(err, errlen, "batch %u: token %u at position %d of sequence %d (context %d, "
                      "one sequence)", m->serial, t, pos[t], s, n_ctx);

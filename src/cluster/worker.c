@@ -27,7 +27,7 @@ typedef struct wsession {
     conn ctrl;                 /* the head; also the data link in for rank 1 and out for the last */
     conn pred, succ;           /* data links from the previous and to the next worker */
     bool has_pred, has_succ, planned;
-    uint8_t head_nonce[32], nonce[32];
+    uint8_t nonce[32];         /* this worker's challenge for the head's proof */
     msg_plan mp;
     ring_plan plan;
     int rank;
@@ -530,7 +530,6 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
     conn_move(&s->ctrl, head);
     snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head_addr);
     s->pred.fd = s->succ.fd = -1;
-    memcpy(s->head_nonce, h->nonce, sizeof s->head_nonce);
     ring_random(s->nonce, sizeof s->nonce);
     char err[512];
     const ring_model *m = w->b->model;
