@@ -3,13 +3,20 @@
 # the GGUF reader fuzzer for SECONDS (default 60). Seeds: the fixtures' GGUF files cut to their
 # first 64 KiB (the header, which is what the reader parses; the data section is only
 # bounds-checked), and small complete models from prima mkmodel so that valid files with tensors
-# are in the corpus too. Exits non-zero on any crash, leak or sanitizer report.
+# are in the corpus too. Before that, the ring protocol fuzzer (framing and every message decoder,
+# tests/fuzz/fuzz_proto.c) runs for a third of SECONDS from an empty corpus: the frame magic and
+# lengths are found by libFuzzer's comparison tracing within seconds. Exits non-zero on any
+# crash, leak or sanitizer report.
 set -eu
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 fixtures=${PRIMA_FIXTURES:-../shared/fixtures}
 CC=clang cmake -S . -B build-fuzz -DPRIMA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz --target fuzz_gguf prima-cli -j"$(nproc)"
+cmake --build build-fuzz --target fuzz_gguf fuzz_proto prima-cli -j"$(nproc)"
+
+mkdir -p build-fuzz/corpus-proto
+build-fuzz/fuzz_proto -max_total_time=$((seconds / 3 + 1)) -max_len=65536 -timeout=10 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build-fuzz/ build-fuzz/corpus-proto
 
 corpus=build-fuzz/corpus-gguf
 mkdir -p "$corpus"
