@@ -10,63 +10,33 @@
 
 #define HEAD_BYTES 8192
 
-/* Files of the models alive, removed at exit if a failed check ends the test first. Only by
- * the process that made them: forked workers leave with _exit, but must never remove them. */
-static fake_model *alive[8];
-static pid_t creator;
-
-static void remove_leftovers(void)
-{
-    if (getpid() != creator)
-        return;
-    for (int i = 0; i < 8; i++)
-        if (alive[i])
-            unlink(alive[i]->path);
-}
-
-static void track(fake_model *fm, fake_model *was)
-{
-    if (!creator) {
-        creator = getpid();
-        atexit(remove_leftovers);
-    }
-    for (int i = 0; i < 8; i++)
-        if (alive[i] == was) {
-            alive[i] = fm;
-            return;
-        }
-}
-
 int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed)
 {
     memset(fm, 0, sizeof *fm);
+    fm->fd = -1;
     if (n_layer > 64)
         return -1;
-    snprintf(fm->path, sizeof fm->path, "/tmp/prima-fake-%d-XXXXXX", (int)getpid());
-    int fd = mkstemp(fm->path);
+    char tmp[] = "/tmp/prima-fake-XXXXXX";
+    int fd = mkstemp(tmp);
     if (fd < 0)
         return -1;
-    track(fm, NULL);
+    /* The file lives only as long as its descriptor: nothing is left in /tmp, whatever ends the
+     * test. Its path for the pager (and for forked workers, which inherit the descriptor) is
+     * the descriptor's. */
+    unlink(tmp);
     size_t size = HEAD_BYTES + layer_bytes * (size_t)n_layer;
     uint8_t *buf = malloc(size);
     for (size_t i = 0; i < size; i++)
         buf[i] = (uint8_t)(i * 131 + (size_t)id_seed);
     ssize_t wr = write(fd, buf, size);
     free(buf);
-    if (wr != (ssize_t)size) {
-        close(fd);
-        unlink(fm->path);
-        track(NULL, fm);
-        return -1;
-    }
-    fsync(fd);
-    void *map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
+    void *map = wr == (ssize_t)size ? mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (map == MAP_FAILED) {
-        unlink(fm->path);
-        track(NULL, fm);
+        close(fd);
         return -1;
     }
+    fm->fd = fd;
+    snprintf(fm->path, sizeof fm->path, "/proc/self/fd/%d", fd);
     ring_model *m = &fm->rm;
     for (int i = 0; i < PROTO_ID_BYTES; i++)
         m->identity[i] = (uint8_t)(id_seed * 7 + i);
@@ -88,8 +58,7 @@ int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_byte
 void fake_model_destroy(fake_model *fm)
 {
     munmap((void *)fm->rm.map, fm->rm.map_size);
-    unlink(fm->path);
-    track(NULL, fm);
+    close(fm->fd);
 }
 
 typedef struct fake_layers {

@@ -16,13 +16,14 @@
 
 typedef struct fake_model {
     ring_model rm;
+    int fd;
     char path[256];
     uint64_t begin[64], end[64];
     ring_backend backend;
 } fake_model;
 
-/* A model of n_layer layers of layer_bytes each (after a head block) in a temporary file. The
- * identity is derived from id_seed: models with different seeds "differ". */
+/* A model of n_layer layers of layer_bytes each (after a head block) in an unlinked temporary
+ * file. The identity is derived from id_seed: models with different seeds "differ". */
 int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed);
 void fake_model_destroy(fake_model *fm);
 
