@@ -135,43 +135,23 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * d (and dmin) times the activation's d. The float accumulators keep 8 lanes until the end. */
 
 /* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock as int16 vectors ready
- * for vpmaddwd:
- *   sc[0]: scales 0-3, each in two adjacent lanes, in both 128-bit halves; sc[1]: scales 4-7;
- *          so _mm256_shuffle_epi32(sc[j / 4], (j % 4) * 0x55) fills a register with scale j;
- *   mins:  lanes 2j, 2j+1 = min j, to meet the Q8_K bsums of the two halves of sub-block j. */
-ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i sc[2], __m256i *mins)
+ * for vpmaddwd: the scales in both 128-bit halves (shuffled with quant_x86.h's scale_selector
+ * to fill a register with one of them), the mins paired (lanes 2j, 2j+1 = min j) to meet the
+ * Q8_K bsums of the two 16-element halves of sub-block j. The 6-bit fields are unpacked with
+ * scalar integer operations (the SLP vectorizer is off in this file): measured a little faster
+ * than unpacking them in vector registers, which are the busy units in this loop. */
+ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
 {
-    /* The 6-bit fields are unpacked with scalar integer operations (the SLP vectorizer is off in
-     * this file): the integer units are idle in this loop, while every vector unit is busy. */
     uint8_t s8[8], m8[8];
-    uint64_t s64, m64;
     k4_unpack_scales(packed, s8, m8);
-    memcpy(&s64, s8, sizeof s64);
-    memcpy(&m64, m8, sizeof m64);
-    __m256i v = _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)m64, (long long)s64));
-    /* Bytes 0-7 are the scales, 8-15 the mins; -1 selects a zero (the high byte of a lane). */
-    sc[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1,
-                                                    0, -1, 0, -1, 1, -1, 1, -1, 2, -1, 2, -1, 3, -1, 3, -1));
-    sc[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1,
-                                                    4, -1, 4, -1, 5, -1, 5, -1, 6, -1, 6, -1, 7, -1, 7, -1));
-    *mins = _mm256_shuffle_epi8(v, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
-                                                    12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1));
+    __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s8));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m8));
+    *sc = _mm256_broadcastsi128_si256(s16);
+    *mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
 }
 
 /* Scale j (0-7) of k4_scales' output in every lane. */
-/* Broadcast element i (0..3) of each 128-bit lane. The shuffle needs an immediate: a switch keeps
- * it one instruction where loops are unrolled (i is constant) and still compiles where they are
- * not (-O1, sanitizer builds). */
-static inline __m256i lane_broadcast(__m256i v, int i)
-{
-    switch (i & 3) {
-    case 0: return _mm256_shuffle_epi32(v, 0x00);
-    case 1: return _mm256_shuffle_epi32(v, 0x55);
-    case 2: return _mm256_shuffle_epi32(v, 0xaa);
-    default: return _mm256_shuffle_epi32(v, 0xff);
-    }
-}
-#define K4_SCALE(sc, j) lane_broadcast((sc)[(j) / 4], (j) % 4)
+#define K4_SCALE(sc, j) _mm256_shuffle_epi8(sc, scale_selector(j))
 
 /* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
 ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
@@ -218,8 +198,8 @@ ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const
             const block_q4_k *b = (const block_q4_k *)((const uint8_t *)w + r * ws) + k;
             if (T == 1)
                 prefetch_ahead(b, sizeof *b);
-            __m256i sc[2], mins, acc[2];
-            k4_scales(b->scales, sc, &mins);
+            __m256i sc, mins, acc[2];
+            k4_scales(b->scales, &sc, &mins);
             for (int t = 0; t < T; t++)
                 acc[t] = _mm256_setzero_si256();
             for (int c = 0; c < 4; c++) {
@@ -275,8 +255,8 @@ ALWAYS_INLINE void q5k_tile(int n, int R, int T, const void *w, size_t ws, const
             const block_q5_k *b = (const block_q5_k *)((const uint8_t *)w + r * ws) + k;
             if (T == 1)
                 prefetch_ahead(b, sizeof *b);
-            __m256i sc[2], mins, acc[2];
-            k4_scales(b->scales, sc, &mins);
+            __m256i sc, mins, acc[2];
+            k4_scales(b->scales, &sc, &mins);
             __m256i qh = load_once(b->qh);
             for (int t = 0; t < T; t++)
                 acc[t] = _mm256_setzero_si256();
@@ -330,6 +310,18 @@ ALWAYS_INLINE void q6k_scales(const int8_t *scales, __m256i half_sc[2], __m256i 
     *all = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales));
 }
 
+/* Broadcast element i (0..3) of each 128-bit lane. The shuffle needs an immediate: a switch keeps
+ * it one instruction where loops are unrolled (i is constant) and still compiles where they are
+ * not (-O1, sanitizer builds). */
+static inline __m256i lane_broadcast(__m256i v, int i)
+{
+    switch (i & 3) {
+    case 0: return _mm256_shuffle_epi32(v, 0x00);
+    case 1: return _mm256_shuffle_epi32(v, 0x55);
+    case 2: return _mm256_shuffle_epi32(v, 0xaa);
+    default: return _mm256_shuffle_epi32(v, 0xff);
+    }
+}
 #define Q6_SCALE(half_sc, h, g) lane_broadcast((half_sc)[h], (g))
 
 ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
