@@ -592,7 +592,10 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
             else if (rc == 0)
                 handle_data(s, &f);
         }
-        if (!s->reason[0] && p[1].revents) {
+        /* A newcomer waits while the head's link has frames unread: pings queued ahead of the
+         * head's goodbye or hang-up would otherwise leave this session looking alive, and the
+         * next head would be refused as busy by a worker whose head has already gone. */
+        if (!s->reason[0] && p[1].revents && !p[2].revents) {
             char peer[NET_HOST_MAX + 8];
             int fd = net_accept(w->lfd, peer, sizeof peer);
             if (fd >= 0)
