@@ -44,16 +44,59 @@ static int next_window(const device *d, int round)
     return -1;
 }
 
-static uint64_t owned_bytes(const device *d)
+static uint64_t window_bytes(const ring_model *m, const ring_plan *p, int rank, int round)
 {
-    uint64_t b = d->rank == 0 ? d->m->head_bytes : 0;
-    for (int r = 0; r < d->plan.k; r++) {
-        int first, last;
-        plan_range(&d->plan, d->rank, r, &first, &last);
-        for (int il = first; il < last; il++)
-            b += d->m->layer_end[il] - d->m->layer_begin[il];
-    }
+    int first, last;
+    plan_range(p, rank, round, &first, &last);
+    uint64_t b = 0;
+    for (int il = first; il < last; il++)
+        b += m->layer_end[il] - m->layer_begin[il];
     return b;
+}
+
+int device_streamed_windows(const ring_model *m, const ring_plan *p, int rank,
+                            enum release_policy policy, uint64_t mem_budget, bool *stream)
+{
+    uint64_t owned = rank == 0 ? m->head_bytes : 0, largest = 0;
+    int windows = 0;
+    for (int r = 0; r < p->k; r++) {
+        stream[r] = false;
+        uint64_t b = window_bytes(m, p, rank, r);
+        int first, last;
+        plan_range(p, rank, r, &first, &last);
+        windows += first < last;
+        owned += b;
+        largest = b > largest ? b : largest;
+    }
+    /* With a single window what a device drops is what it needs next. */
+    if (windows <= 1 || policy == RELEASE_NEVER ||
+        (policy == RELEASE_AUTO && owned <= mem_budget)) {
+        return 0;
+    }
+    /* auto on a device that cannot hold everything: the first windows in ring order that fit stay
+     * resident for good; the rest are streamed. Room is kept for two streamed windows, the one
+     * being computed and the next one being prefetched, so streaming never evicts a resident
+     * window. */
+    uint64_t room = 0;
+    if (policy == RELEASE_AUTO) {
+        uint64_t fixed = (rank == 0 ? m->head_bytes : 0) + 2 * largest;
+        room = mem_budget > fixed ? mem_budget - fixed : 0;
+    }
+    int n = 0;
+    bool full = false;
+    for (int r = 0; r < p->k; r++) {
+        uint64_t b = window_bytes(m, p, rank, r);
+        if (b == 0)
+            continue;
+        if (!full && b <= room) {
+            room -= b;
+            continue;
+        }
+        full = true;   /* resident windows are a prefix in ring order: the choice is stable */
+        stream[r] = true;
+        n++;
+    }
+    return n;
 }
 
 int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
@@ -72,14 +115,17 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
         return -1;
     }
     d->prefetch = o->prefetch;
-    /* Releasing only helps a device whose windows cannot all stay in memory at once (auto), and
-     * only one with more than one window: otherwise what it drops is what it needs next. */
+    d->stream = calloc((size_t)p->k, sizeof *d->stream);
+    if (!d->stream) {
+        device_free(d);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    d->n_streamed = device_streamed_windows(m, p, rank, o->release, o->mem_budget, d->stream);
     int windows = 0;
     for (int r = 0; r < p->k; r++)
         windows += !window_empty(d, r);
-    d->release = windows > 1 && (o->release == RELEASE_ALWAYS ||
-                                 (o->release == RELEASE_AUTO && owned_bytes(d) > o->mem_budget));
-    if ((d->prefetch || d->release) && windows > 0) {
+    if ((d->prefetch || d->n_streamed) && windows > 0) {
         d->pg = pager_create(m->path, m->map, m->map_size, o->method, err, errlen);
         if (!d->pg) {
             device_free(d);
@@ -100,6 +146,7 @@ void device_free(device *d)
     pager_free(d->pg);
     free(d->scratch);
     free(d->scratch2);
+    free(d->stream);
     memset(d, 0, sizeof *d);
 }
 
@@ -150,7 +197,7 @@ void device_handed_on(device *d, int round)
     if (next == round)
         return;
     int n_drop = 0, n_fetch = 0;
-    if (d->release && !window_empty(d, round))
+    if (d->stream[round])
         n_drop = window_ranges(d, round, d->scratch);
     if (d->prefetch)
         n_fetch = window_ranges(d, next, d->scratch2);

@@ -48,7 +48,9 @@ typedef struct device {
     int rank;
     ring_layers layers;
     pager *pg;                     /* NULL when neither prefetching nor releasing */
-    bool prefetch, release;
+    bool prefetch;
+    bool *stream;                  /* per round: drop that window once computed */
+    int n_streamed;                /* how many stream[] are set */
     ring_counters cur;             /* this batch so far */
     int64_t idle_since;
     uint64_t disk_mark;
@@ -60,6 +62,14 @@ typedef struct device {
  * layer, which sends it to the head.) */
 bool device_visits(const ring_plan *p, int rank, int round);
 
+/* The windows of device `rank` that the release policy streams (drops after computing, so they
+ * are read again next token): stream[r] for each of the plan's k rounds; returns how many.
+ * never: none. always: all, when the device has more than one window. auto: none when its
+ * windows (and, on the head, the head's own weights) fit in mem_budget; otherwise the first
+ * windows in ring order that fit, leaving room for two of its largest windows in flight, stay
+ * resident and the others are streamed. */
+int device_streamed_windows(const ring_model *m, const ring_plan *p, int rank,
+                            enum release_policy policy, uint64_t mem_budget, bool *stream);
 int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
                 const ring_layers *layers, const device_opts *o, char *err, size_t errlen);
 void device_free(device *d);

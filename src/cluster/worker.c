@@ -280,9 +280,9 @@ static void apply_plan(wsession *s, const frame *f)
     }
     char layers[256];
     plan_format_layers(p, s->rank, layers, sizeof layers);
-    wlog(w, "plan: device %d of %d, %d round(s), layers %s, release %s, prefetch %s", s->rank,
-         p->n_dev, p->k, layers,
-         s->dev.release ? "on" : "off", s->mp.prefetch ? prefetch_method_name(w->o.method) : "off");
+    wlog(w, "plan: device %d of %d, %d round(s), layers %s, streaming %d window(s), prefetch %s",
+         s->rank, p->n_dev, p->k, layers, s->dev.n_streamed,
+         s->mp.prefetch ? prefetch_method_name(w->o.method) : "off");
 }
 
 static void send_counters(wsession *s, uint32_t serial)
