@@ -6,6 +6,8 @@
  * instantiated for every shape up to the largest; an output's arithmetic is the same in every
  * instantiation, which is what makes results independent of tiling and thread count. */
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -182,9 +184,21 @@ ALWAYS_INLINE void store_sums(int R, int T, __m256 facc[4][2], float *y, size_t 
             y[t * ys + r] = hsum_ps256(facc[r][t]);
 }
 
-ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
-                            size_t as, float *y, size_t ys)
+/* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
+ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
 {
+    /* Move bit j of every byte to bit 4; the shift stays within bytes for the bits kept. */
+    __m256i v = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* Q4_K, or Q5_K when five_bits: the two share d, dmin and the packed scales at the start of the
+ * block; Q5_K adds the fifth bits (qh) before its 4-bit quants. */
+ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, size_t ws,
+                           const void *a, size_t as, float *y, size_t ys)
+{
+    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 facc[4][2];
     for (int r = 0; r < R; r++)
@@ -195,17 +209,23 @@ ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const
         for (int t = 0; t < T; t++)
             ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
         for (int r = 0; r < R; r++) {
-            const block_q4_k *b = (const block_q4_k *)((const uint8_t *)w + r * ws) + k;
+            const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * block_bytes;
             if (T == 1)
-                prefetch_ahead(b, sizeof *b);
-            __m256i sc, mins, acc[2];
-            k4_scales(b->scales, &sc, &mins);
+                prefetch_ahead(b, block_bytes);
+            __m256i sc, mins, acc[2], qh = _mm256_setzero_si256();
+            k4_scales(b + offsetof(block_q4_k, scales), &sc, &mins);
+            if (five_bits)
+                qh = load_once(b + offsetof(block_q5_k, qh));
             for (int t = 0; t < T; t++)
                 acc[t] = _mm256_setzero_si256();
             for (int c = 0; c < 4; c++) {
-                __m256i q = load_once(b->qs + 32 * c);
+                __m256i q = load_once(b + qs_at + 32 * c);
                 __m256i lo = _mm256_and_si256(q, low4);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+                if (five_bits) {
+                    lo = _mm256_or_si256(lo, q5_high_bit(qh, 2 * c));
+                    hi = _mm256_or_si256(hi, q5_high_bit(qh, 2 * c + 1));
+                }
                 __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
                 for (int t = 0; t < T; t++) {
                     __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
@@ -215,7 +235,7 @@ ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const
                     acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p_lo, p_hi));
                 }
             }
-            __m128 d_dmin = load_half_pair(&b->d);
+            __m128 d_dmin = load_half_pair((const uint16_t *)b);
             for (int t = 0; t < T; t++) {
                 __m128 scale = _mm_mul_ps(d_dmin, _mm_set1_ps(ab[t]->d)); /* d*da, dmin*da */
                 __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
@@ -228,66 +248,9 @@ ALWAYS_INLINE void q4k_tile(int n, int R, int T, const void *w, size_t ws, const
     store_sums(R, T, facc, y, ys);
 }
 
-#define Q4K_TILE(...) q4k_tile(__VA_ARGS__)
+#define Q4K_TILE(...) k4_tile(false, __VA_ARGS__)
+#define Q5K_TILE(...) k4_tile(true, __VA_ARGS__)
 DEFINE_TILE_4x2(tile_q4k, Q4K_TILE)
-
-/* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
-ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
-{
-    /* Move bit j of every byte to bit 4; the shift stays within bytes for the bits kept. */
-    __m256i v = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
-ALWAYS_INLINE void q5k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
-                            size_t as, float *y, size_t ys)
-{
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 facc[4][2];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            facc[r][t] = _mm256_setzero_ps();
-    for (int k = 0; k < n / QK_K; k++) {
-        const block_q8_k *ab[2];
-        for (int t = 0; t < T; t++)
-            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
-        for (int r = 0; r < R; r++) {
-            const block_q5_k *b = (const block_q5_k *)((const uint8_t *)w + r * ws) + k;
-            if (T == 1)
-                prefetch_ahead(b, sizeof *b);
-            __m256i sc, mins, acc[2];
-            k4_scales(b->scales, &sc, &mins);
-            __m256i qh = load_once(b->qh);
-            for (int t = 0; t < T; t++)
-                acc[t] = _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i q = load_once(b->qs + 32 * c);
-                __m256i lo = _mm256_or_si256(_mm256_and_si256(q, low4), q5_high_bit(qh, 2 * c));
-                __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4),
-                                             q5_high_bit(qh, 2 * c + 1));
-                __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
-                for (int t = 0; t < T; t++) {
-                    __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
-                    __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
-                    __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo);
-                    __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi);
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p_lo, p_hi));
-                }
-            }
-            __m128 d_dmin = load_half_pair(&b->d);
-            for (int t = 0; t < T; t++) {
-                __m128 scale = _mm_mul_ps(d_dmin, _mm_set1_ps(ab[t]->d));
-                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
-                __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
-                facc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
-                facc[r][t] = _mm256_fnmadd_ps(broadcast_lane1(scale), m, facc[r][t]);
-            }
-        }
-    }
-    store_sums(R, T, facc, y, ys);
-}
-
-#define Q5K_TILE(...) q5k_tile(__VA_ARGS__)
 DEFINE_TILE_4x2(tile_q5k, Q5K_TILE)
 
 /* Q6_K: 16 signed 8-bit scales, one per 16 weights; 6-bit quants stored with +32. The quants
@@ -296,7 +259,7 @@ DEFINE_TILE_4x2(tile_q5k, Q5K_TILE)
 ALWAYS_INLINE void q6k_scales(const int8_t *scales, __m256i half_sc[2], __m256i *all)
 {
     /* half_sc[h]: the eight scales of half h as int16, the even ones (duplicated) in the low
-     * 128-bit half and the odd ones in the high half, so that _mm256_shuffle_epi32(., g * 0x55)
+     * 128-bit half and the odd ones in the high half, so that Q6_SCALE(half_sc, h, g)
      * gives scale 8h+2g in lanes 0-7 and 8h+2g+1 in lanes 8-15 — the two 16-weight halves of a
      * 32-weight group. Each byte goes to the high byte of its lane and is shifted down, which
      * sign-extends it. */
