@@ -4,34 +4,7 @@
 # killed mid-generation (the head stops within 5 s naming it; the survivor serves the next
 # head), one-line errors, and no process left behind by prima cluster, even when it is killed.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
-prima=${PRIMA_BIN:?PRIMA_BIN not set}
-model=$fixtures/models/stories260K.gguf
-tmp=$(mktemp -d /tmp/prima-ring-cli.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# Start a worker on a free port; sets $port and appends its pid.
-start_worker() { # model log
-    "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 >"$2" 2>&1 &
-    pids+=($!)
-    port=
-    for _ in $(seq 100); do
-        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$2")
-        [ -n "$port" ] && return 0
-        sleep 0.05
-    done
-    fail "worker did not start: $(cat "$2")"
-    return 1
-}
+. "$(dirname "$0")/support/ring_workers.sh" ring-cli
 
 "$prima" worker --help | grep -q -- "--port P" || fail "worker --help"
 "$prima" cluster --help | grep -q -- "--devices N" || fail "cluster --help"

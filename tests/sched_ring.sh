@@ -4,35 +4,10 @@
 # as one device; a worker measures once and answers later heads from what it kept; -lw skips the
 # scheduler; a planner failure is one line naming the cause.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
-prima=${PRIMA_BIN:?PRIMA_BIN not set}
-model=$fixtures/models/stories260K.gguf
-tmp=$(mktemp -d /tmp/prima-sched-ring.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/support/ring_workers.sh" sched-ring
 
-start_worker() { # log; sets $port
-    "$prima" worker -m "$model" --host 127.0.0.1 --port 0 -t 1 >"$1" 2>&1 &
-    pids+=($!)
-    port=
-    for _ in $(seq 100); do
-        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$1")
-        [ -n "$port" ] && return 0
-        sleep 0.05
-    done
-    fail "worker did not start: $(cat "$1")"
-    exit 1
-}
-start_worker "$tmp/w1.log"; w1=$port
-start_worker "$tmp/w2.log"; w2=$port
+start_worker "$model" "$tmp/w1.log" || exit 1; w1=$port
+start_worker "$model" "$tmp/w2.log" || exit 1; w2=$port
 workers=127.0.0.1:$w1,127.0.0.1:$w2
 
 "$prima" run -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 >"$tmp/one.txt" 2>/dev/null ||

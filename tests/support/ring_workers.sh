@@ -1,0 +1,32 @@
+# ring_workers.sh — sourced (with a name for the scratch directory) by the shell tests that run
+# real workers on loopback: the fixtures and binary, a scratch directory, failure counting, and
+# workers that are killed, with the directory removed, however the test ends.
+fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
+[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+prima=${PRIMA_BIN:?PRIMA_BIN not set}
+model=$fixtures/models/stories260K.gguf
+tmp=$(mktemp -d "/tmp/prima-$1.XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# Start a worker on a free port; sets $port and appends its pid to pids. Returns 1 (counted as a
+# failure) when it does not come up.
+start_worker() { # model log
+    "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 >"$2" 2>&1 &
+    pids+=($!)
+    port=
+    for _ in $(seq 100); do
+        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$2")
+        [ -n "$port" ] && return 0
+        sleep 0.05
+    done
+    fail "worker did not start: $(cat "$2")"
+    return 1
+}
