@@ -44,12 +44,9 @@
  * L2 and does not prefetch. */
 #define PREFETCH_AHEAD 4096
 
-/* Prefetch the lines of the `bytes` at p, PREFETCH_AHEAD further on. */
 ALWAYS_INLINE void prefetch_ahead(const void *p, size_t bytes)
 {
-    const char *q = (const char *)p + PREFETCH_AHEAD;
-    for (size_t off = 0; off < bytes; off += 64)
-        _mm_prefetch(q + off, _MM_HINT_T0);
+    prefetch_lines(p, bytes, PREFETCH_AHEAD);
 }
 
 /* ---- float weights (F32, F16, BF16) with F32 activations ---- */

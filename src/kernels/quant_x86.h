@@ -23,10 +23,17 @@ static inline float hsum_ps256(__m256 v)
 #define WEIGHT_PREFETCH_DISTANCE 2048
 #endif
 
+/* Prefetch the cache lines of the `bytes` at p, `distance` bytes further on. */
+static inline void prefetch_lines(const void *p, size_t bytes, size_t distance)
+{
+    const char *q = (const char *)p + distance;
+    for (size_t off = 0; off < bytes; off += 64)
+        _mm_prefetch(q + off, _MM_HINT_T0);
+}
+
 static inline void prefetch_weights(const void *p, int bytes)
 {
-    for (int off = 0; off < bytes; off += 64)
-        _mm_prefetch((const char *)p + WEIGHT_PREFETCH_DISTANCE + off, _MM_HINT_T0);
+    prefetch_lines(p, (size_t)bytes, WEIGHT_PREFETCH_DISTANCE);
 }
 
 static inline __m256i loadu256(const void *p)
