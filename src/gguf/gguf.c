@@ -299,15 +299,28 @@ static int refuse_duplicates(reader *r, const gguf_str **names, uint64_t n, cons
 
 /* ---- header sections ---- */
 
+/* The table of n entries of a header section, after checking that n entries of at least
+ * min_bytes each fit in what is left of the file: a count in the header never drives an
+ * allocation larger than the file. */
+static void *alloc_entries(reader *r, uint64_t n, uint64_t min_bytes, size_t size, const char *what)
+{
+    if (n > remaining(r) / min_bytes) {
+        fail(r, "%llu %s cannot fit in the %llu bytes left in the file", (unsigned long long)n,
+             what, (unsigned long long)remaining(r));
+        return NULL;
+    }
+    void *p = calloc(n ? n : 1, size);
+    if (!p)
+        fail(r, "out of memory for %llu %s", (unsigned long long)n, what);
+    return p;
+}
+
 static int read_kvs(reader *r, gguf_file *f)
 {
     /* every kv is at least a key length, a value type and one byte of value */
-    if (f->n_kv > remaining(r) / 13)
-        return fail(r, "%llu metadata entries cannot fit in the %llu bytes left in the file",
-                    (unsigned long long)f->n_kv, (unsigned long long)remaining(r));
-    f->kv = calloc(f->n_kv ? f->n_kv : 1, sizeof *f->kv);
+    f->kv = alloc_entries(r, f->n_kv, 13, sizeof *f->kv, "metadata entries");
     if (!f->kv)
-        return fail(r, "out of memory for %llu metadata entries", (unsigned long long)f->n_kv);
+        return -1;
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
         set_item(r, "kv", i, NULL);
@@ -372,12 +385,9 @@ static int tensor_size(reader *r, gguf_tensor *t)
 static int read_tensor_infos(reader *r, gguf_file *f)
 {
     /* every tensor info is at least a name length, n_dims, one dim, a type and an offset */
-    if (f->n_tensors > remaining(r) / 32)
-        return fail(r, "%llu tensors cannot fit in the %llu bytes left in the file",
-                    (unsigned long long)f->n_tensors, (unsigned long long)remaining(r));
-    f->tensors = calloc(f->n_tensors ? f->n_tensors : 1, sizeof *f->tensors);
+    f->tensors = alloc_entries(r, f->n_tensors, 32, sizeof *f->tensors, "tensors");
     if (!f->tensors)
-        return fail(r, "out of memory for %llu tensors", (unsigned long long)f->n_tensors);
+        return -1;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         gguf_tensor *t = &f->tensors[i];
         set_item(r, "tensor", i, NULL);
