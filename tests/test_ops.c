@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "kernels/kern.h"
-#include "kernels/matmul.h"
 #include "test.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -375,7 +374,7 @@ static void test_matmul(void)
     int tested = 0;
     for (int t = 0; t < DT_COUNT; t++) {
         const dtype_info *di = dtype_get((uint32_t)t);
-        if (!di || !di->name || !kern_type_get((enum dtype)t) || t == DT_Q8_K)
+        if (!di || !di->name || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
             continue;
         check_matmul_type((enum dtype)t);
         tested++;
@@ -383,14 +382,10 @@ static void test_matmul(void)
     CHECK(tested > 0, "no weight type to test");
 }
 
-/* The SIMD activation quantizers must produce exactly the reference bytes: the kernels' results
- * are defined by the reference quantization. */
+/* Every path's activation quantizers must produce exactly the reference bytes: the kernels'
+ * results are defined by the reference quantization. Run on the bound path. */
 static void test_act_quantizers(void)
 {
-#if defined(__x86_64__)
-    enum kern_path saved = kern_active_path();
-    if (kern_use_path(KERN_AVX2) != 0)
-        return;
     enum { N = 256 * 6 };
     static float x[N];
     fill(x, N, 3.0);
@@ -402,21 +397,25 @@ static void test_act_quantizers(void)
     for (int i = 768; i < 1024; i++) /* tiny values */
         x[i] *= 1e-30f;
     x[1100] = 5e4f; /* one outlier */
-    static const enum dtype acts[] = {DT_Q8_K, DT_Q8_0};
-    for (size_t k = 0; k < sizeof acts / sizeof acts[0]; k++) {
-        act_quantize_fn q = mm_quantizer_avx2(acts[k]);
-        REQUIRE(q, "no AVX2 quantizer for %s", dtype_get(acts[k])->name);
-        size_t bytes = dtype_row_bytes(acts[k], N);
+    const char *path = kern_path_name(kern_active_path());
+    for (int t = 0; t < DT_COUNT; t++) {
+        const kern_type *kt = kern_type_get((enum dtype)t);
+        if (!kt)
+            continue;
+        const kern_type *at = kern_type_get(kt->act_type);
+        CHECK(at->act_type == DT_F32 || at->quantize, "%s (%s): its activation format %s has no quantizer",
+              dtype_get((uint32_t)t)->name, path, dtype_get((uint32_t)kt->act_type)->name);
+        if (!kt->quantize)
+            continue;
+        size_t bytes = dtype_row_bytes((enum dtype)t, N);
         uint8_t *want = malloc(bytes), *got = malloc(bytes);
-        kern_type_get(acts[k])->from_float(x, want, N);
-        q(x, got, N);
-        CHECK(!memcmp(want, got, bytes), "%s: AVX2 quantizer differs from the reference",
-              dtype_get(acts[k])->name);
+        kt->from_float(x, want, N);
+        kt->quantize(x, got, N);
+        CHECK(!memcmp(want, got, bytes), "%s (%s): the quantizer differs from the reference",
+              dtype_get((uint32_t)t)->name, path);
         free(want);
         free(got);
     }
-    kern_use_path(saved);
-#endif
 }
 
 static void test_get_row(void)
@@ -425,7 +424,7 @@ static void test_get_row(void)
     for (int t = 0; t < DT_COUNT; t++) {
         const dtype_info *di = dtype_get((uint32_t)t);
         const kern_type *kt = di && di->name ? kern_type_get((enum dtype)t) : NULL;
-        if (!kt || t == DT_Q8_K)
+        if (!kt || kt->act_only)
             continue;
         float wf[N_IN * ROWS], all[N_IN * ROWS], row[N_IN];
         uint8_t *w = malloc(dtype_row_bytes((enum dtype)t, N_IN) * ROWS);
@@ -448,13 +447,13 @@ int main(void)
     test_softmax();
     test_rope();
     test_get_row();
-    test_act_quantizers();
     static const enum kern_path paths[] = {KERN_SCALAR, KERN_AVX2, KERN_AVX512, KERN_NEON};
     enum kern_path best = kern_active_path();
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
         if (kern_use_path(paths[p]) != 0)
             continue;
         fprintf(stderr, "path %s\n", kern_path_name(paths[p]));
+        test_act_quantizers();
         test_attention();
         test_matmul();
     }

@@ -28,7 +28,7 @@ static const int prefill_tokens[] = {64, 512};
 #define BANDWIDTH_BYTES (512ull << 20)
 
 static const char usage_text[] =
-    "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N]\n"
+    "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N] [--path P]\n"
     "\n"
     "Measure, in one run: the memory read bandwidth (streaming read of a 512 MiB buffer) and\n"
     "the peak FMA throughput, on 1 and on N threads; then for each weight type the kernels\n"
@@ -45,6 +45,8 @@ static const char usage_text[] =
     "  -t N        threads (default: the number of online CPUs)\n"
     "  --type LIST only these weight types, comma-separated (e.g. q4_k,q8_0)\n"
     "  --reps N    repetitions per measurement (default 15; prefill uses fewer)\n"
+    "  --path P    the kernels of SIMD path P (scalar, avx2, avx512, neon) instead of the\n"
+    "              fastest this CPU runs, to compare paths on one machine\n"
     "  --json      one JSON object per measurement and line: type, op, shape (n_in x n_out),\n"
     "              tokens, threads, value, unit, fraction (of the bound), spread; the first\n"
     "              line is {\"op\":\"path\", \"path\":NAME, \"cpu\":FEATURES}\n"
@@ -52,7 +54,7 @@ static const char usage_text[] =
 
 struct opts {
     bool json;
-    int threads, reps;
+    int threads, reps, path; /* path: an enum kern_path, or -1 for the fastest */
     bool only[DT_COUNT], filtered;
 };
 
@@ -156,7 +158,7 @@ static int parse_types(struct opts *o, const char *list)
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         int t = dtype_from_name(tok);
-        if (t < 0 || !kern_type_get((enum dtype)t))
+        if (t < 0 || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
             return cli_fail("bench kernels: --type: '%s' is not a weight type the kernels compute with", tok);
         o->only[t] = o->filtered = true;
     }
@@ -168,6 +170,7 @@ static int parse(struct opts *o, int argc, char **argv)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = cpus > 0 && cpus <= KERN_MAX_THREADS ? (int)cpus : 1;
     o->reps = 15;
+    o->path = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -187,6 +190,15 @@ static int parse(struct opts *o, int argc, char **argv)
             if (!v || *end || r < 1 || r > 1000)
                 return cli_fail("bench kernels: --reps needs a count from 1 to 1000"), 2;
             o->reps = (int)r;
+            i++;
+        } else if (!strcmp(a, "--path")) {
+            for (int p = KERN_SCALAR; p <= KERN_NEON && v; p++)
+                if (!strcmp(v, kern_path_name((enum kern_path)p)))
+                    o->path = p;
+            if (o->path < 0)
+                return cli_fail("bench kernels: --path needs one of scalar, avx2, avx512, neon"), 2;
+            if (kern_use_path((enum kern_path)o->path) != 0)
+                return cli_fail("bench kernels: --path %s: this CPU or build cannot run it", v), 1;
             i++;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage_text, stdout);
@@ -237,7 +249,7 @@ static int run(int argc, char **argv)
     }
 
     for (int t = 0; t < DT_COUNT && !rc; t++) {
-        if (!kern_type_get((enum dtype)t) || t == DT_Q8_K) /* Q8_K only ever holds activations */
+        if (!kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
             continue;
         if (o.filtered && !o.only[t])
             continue;

@@ -189,7 +189,7 @@ static int parse(struct opts *o, int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--type")) {
             int t = v ? dtype_from_name(v) : -1;
-            if (t < 0 || !kern_type_get((enum dtype)t) || t == DT_Q8_K)
+            if (t < 0 || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
                 return cli_fail("bench pages: --type: '%s' is not a weight type the kernels compute with",
                                 v ? v : ""), 2;
             o->type = (enum dtype)t;

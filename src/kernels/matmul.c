@@ -9,14 +9,13 @@
  *     L2 as well), and the tile kernel reuses each loaded weight across several tokens in
  *     registers, so prefill is bound by arithmetic rather than by memory.
  * Each output element is computed by one tile call whose arithmetic does not depend on where the
- * tile sits (matmul.h), so results are identical for any thread count and any batch size. */
+ * tile sits (types.h), so results are identical for any thread count and any batch size. */
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/kern_impl.h"
-#include "kernels/matmul.h"
 
 /* Cache budgets for one prefill row block: the weights it reuses and the activations of one
  * token block, together comfortably inside a 1 MB L2 (and still useful on 512 KB). */
@@ -141,23 +140,14 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         const dtype_info *ai = dtype_get((uint32_t)kt->act_type);
         a_stride = dtype_row_bytes(kt->act_type, (uint64_t)n_in);
         uint8_t *q = kern_scratch_get(c, KERN_SCRATCH_ACT, a_stride * (size_t)n_tokens);
-        act_quantize_fn quantize = at->from_float;
-#if KERN_X86
-        if (kern_avx2_active() && mm_quantizer_avx2(kt->act_type))
-            quantize = mm_quantizer_avx2(kt->act_type);
-#endif
-        struct quant_job qj = {quantize, x, q,
+        struct quant_job qj = {at->quantize, x, q,
                                (int64_t)n_tokens * n_in / ai->block_size,
                                (int)ai->block_size, (int)ai->block_bytes};
         kern_parallel(c, quantize_worker, &qj);
         a = q;
     }
 
-    const mm_kernel *kernel = NULL;
-#if KERN_X86
-    if (kern_avx2_active())
-        kernel = mm_kernel_avx2(wt);
-#endif
+    const mm_kernel *kernel = kt->tile;
     int tile_rows = kernel ? kernel->rows : 1, tile_tokens = kernel ? kernel->tokens : 1;
 
     int rows_per_block, tokens_per_block;

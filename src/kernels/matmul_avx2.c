@@ -1,53 +1,11 @@
-/* matmul_avx2.c — AVX2 tile kernels for kern_matmul (see matmul.h for the contract).
+/* matmul_avx2.c — AVX2 tile kernels for kern_matmul (see mm_kernel in types.h for the contract).
  *
  * A tile keeps one accumulator per (row, token) in registers, so each weight vector loaded (and,
  * for the quantized types, unpacked) is used for every token of the tile, and each activation
  * vector for every row. Each kernel is written once for a compile-time tile shape and
  * instantiated for every shape up to the largest; an output's arithmetic is the same in every
  * instantiation, which is what makes results independent of tiling and thread count. */
-#include <immintrin.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "kernels/matmul.h"
-#include "kernels/quant_x86.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-#if defined(__GNUC__) && !defined(__clang__)
-/* The vectors here are written out by hand; GCC's basic-block vectorizer would otherwise move the
- * scalar scale unpacking (k4_scales) onto the vector units, which are the bottleneck. */
-#pragma GCC optimize("no-tree-slp-vectorize")
-#endif
-
-/* Instantiate KERNEL(n, R, T, ...) for every tile shape up to 4 x MAX_T and dispatch on (nr, nt).
- * R and T are compile-time constants in every instance, so the accumulator arrays live in
- * registers and the loops over them unroll. */
-#define TILE_CASE(KERNEL, R, T) \
-    case (R) * 16 + (T): KERNEL(n, R, T, w, ws, a, as, y, ys); return;
-#define TILE_ROWS(KERNEL, T) \
-    TILE_CASE(KERNEL, 1, T) TILE_CASE(KERNEL, 2, T) TILE_CASE(KERNEL, 3, T) TILE_CASE(KERNEL, 4, T)
-#define TILE_DISPATCH_HEAD(NAME)                                                               \
-    static void NAME(int n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as, \
-                     float *y, size_t ys)
-#define DEFINE_TILE_4x3(NAME, KERNEL) \
-    TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) TILE_ROWS(KERNEL, 3) } }
-#define DEFINE_TILE_4x2(NAME, KERNEL) \
-    TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) } }
-
-/* Decode streams each weight once, and the hardware prefetchers alone leave the core waiting on
- * DRAM: a software prefetch this far ahead of the bytes being used made single-thread Q4_K
- * matvec about 30% faster on a Zen 3 (2 to 8 KB all did; beyond 16 KB it fades), and Q5_K,
- * Q6_K and Q8_0 by 30-50%; F16 showed no gain and does without. Prefill reuses its weights from
- * L2 and does not prefetch. */
-#define PREFETCH_AHEAD 4096
-
-ALWAYS_INLINE void prefetch_ahead(const void *p, size_t bytes)
-{
-    prefetch_lines(p, bytes, PREFETCH_AHEAD);
-}
+#include "kernels/matmul_x86.h"
 
 /* ---- float weights (F32, F16, BF16) with F32 activations ---- */
 
@@ -133,46 +91,11 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * the sub-block scales in int32; then one float update per (row, token) with the superblock's
  * d (and dmin) times the activation's d. The float accumulators keep 8 lanes until the end. */
 
-/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock as int16 vectors ready
- * for vpmaddwd: the scales in both 128-bit halves (shuffled with quant_x86.h's scale_selector
- * to fill a register with one of them), the mins paired (lanes 2j, 2j+1 = min j) to meet the
- * Q8_K bsums of the two 16-element halves of sub-block j. The 6-bit fields are unpacked with
- * scalar integer operations (the SLP vectorizer is off in this file): measured a little faster
- * than unpacking them in vector registers, which are the busy units in this loop. */
-ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
-{
-    uint8_t s8[8], m8[8];
-    k4_unpack_scales(packed, s8, m8);
-    __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s8));
-    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m8));
-    *sc = _mm256_broadcastsi128_si256(s16);
-    *mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
-}
-
 /* Scale j (0-7) of k4_scales' output in every lane. */
 #define K4_SCALE(sc, j) _mm256_shuffle_epi8(sc, scale_selector(j))
 
-/* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
-ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
-{
-    uint32_t u;
-    memcpy(&u, p, sizeof u);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-}
 
-ALWAYS_INLINE __m256 broadcast_lane1(__m128 v)
-{
-    return _mm256_broadcastss_ps(_mm_movehdup_ps(v));
-}
 
-/* A 32-byte load the compiler may not repeat: it would otherwise fold the load into each of the
- * two instructions that use the value, doubling the loads of the weight stream. */
-ALWAYS_INLINE __m256i load_once(const void *p)
-{
-    __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    __asm__("" : "+x"(v));
-    return v;
-}
 
 ALWAYS_INLINE void store_sums(int R, int T, __m256 facc[4][2], float *y, size_t ys)
 {
@@ -198,17 +121,12 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
     const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     __m256 facc[4][2];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            facc[r][t] = _mm256_setzero_ps();
+    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
     for (int k = 0; k < n / QK_K; k++) {
         const block_q8_k *ab[2];
-        for (int t = 0; t < T; t++)
-            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+        q8k_blocks(a, as, T, k, ab);
         for (int r = 0; r < R; r++) {
-            const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * block_bytes;
-            if (T == 1)
-                prefetch_ahead(b, block_bytes);
+            const uint8_t *b = weight_at(w, ws, r, (size_t)k * block_bytes, block_bytes, T);
             __m256i sc, mins, acc[2], qh = _mm256_setzero_si256();
             k4_scales(b + offsetof(block_q4_k, scales), &sc, &mins);
             if (five_bits)
@@ -290,17 +208,12 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
     __m256 facc[4][2];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            facc[r][t] = _mm256_setzero_ps();
+    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
     for (int k = 0; k < n / QK_K; k++) {
         const block_q8_k *ab[2];
-        for (int t = 0; t < T; t++)
-            ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+        q8k_blocks(a, as, T, k, ab);
         for (int r = 0; r < R; r++) {
-            const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
-            if (T == 1)
-                prefetch_ahead(b, sizeof *b);
+            const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), T);
             __m256i hs[2], all, acc[2];
             q6k_scales(b->scales, hs, &all);
             for (int t = 0; t < T; t++) {
@@ -348,22 +261,13 @@ ALWAYS_INLINE __m256i iq4_nl_block(const void *b) { return iq4_nl_weights(b); }
 
 typedef __m256i (*weights32_fn)(const void *block);
 
-/* Every 32-block type starts with its fp16 d. */
-ALWAYS_INLINE float block_d(const void *block)
-{
-    uint16_t h;
-    memcpy(&h, block, sizeof h);
-    return half_f16c(h);
-}
 
 ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int R, int T,
                             const void *w, size_t ws, const void *a, size_t as, float *y, size_t ys)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 facc[4][3];
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            facc[r][t] = _mm256_setzero_ps();
+    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
     for (int i = 0; i < n / QK; i++) {
         __m256i av[3];
         float da[3];
@@ -430,7 +334,7 @@ ALWAYS_INLINE __m256i quantize32(const float *x, __m256 id)
     return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-static void quantize_q8_k(const float *src, void *dst, int64_t n)
+void q8_k_quantize_avx2(const float *src, void *dst, int64_t n)
 {
     block_q8_k *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
@@ -451,7 +355,7 @@ static void quantize_q8_k(const float *src, void *dst, int64_t n)
     }
 }
 
-static void quantize_q8_0(const float *src, void *dst, int64_t n)
+void q8_0_quantize_avx2(const float *src, void *dst, int64_t n)
 {
     block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK) {
@@ -462,36 +366,9 @@ static void quantize_q8_0(const float *src, void *dst, int64_t n)
     }
 }
 
-act_quantize_fn mm_quantizer_avx2(enum dtype act)
-{
-    return act == DT_Q8_K ? quantize_q8_k : act == DT_Q8_0 ? quantize_q8_0 : NULL;
-}
-
-/* Decode rows: the float kernels do one FMA per 8 weights into a row's accumulator and the
- * 32-block kernels one per block, so one row alone would wait on FMA latency; the K-quants do
- * enough integer work per superblock to hide it. */
-static const mm_kernel kernel_f32 = {tile_f32, 4, 3, 4};
-static const mm_kernel kernel_f16 = {tile_f16, 4, 3, 4};
-static const mm_kernel kernel_bf16 = {tile_bf16, 4, 3, 4};
-static const mm_kernel kernel_q4k = {tile_q4k, 4, 2, 1};
-static const mm_kernel kernel_q5k = {tile_q5k, 4, 2, 1};
-static const mm_kernel kernel_q6k = {tile_q6k, 4, 2, 1};
-static const mm_kernel kernel_q8_0 = {tile_q8_0, 4, 3, 2};
-static const mm_kernel kernel_q4_0 = {tile_q4_0, 4, 3, 2};
-static const mm_kernel kernel_iq4_nl = {tile_iq4_nl, 4, 3, 2};
-
-const mm_kernel *mm_kernel_avx2(enum dtype t)
-{
-    switch (t) {
-    case DT_F32: return &kernel_f32;
-    case DT_F16: return &kernel_f16;
-    case DT_BF16: return &kernel_bf16;
-    case DT_Q4_0: return &kernel_q4_0;
-    case DT_Q8_0: return &kernel_q8_0;
-    case DT_IQ4_NL: return &kernel_iq4_nl;
-    case DT_Q4_K: return &kernel_q4k;
-    case DT_Q5_K: return &kernel_q5k;
-    case DT_Q6_K: return &kernel_q6k;
-    default: return NULL;
-    }
-}
+/* Decode rows: the float kernels do one FMA per 8 weights into a row's accumulator, so one row
+ * alone would wait on FMA latency. */
+const mm_kernel mm_f32_avx2 = {tile_f32, 4, 3, 4};
+const mm_kernel mm_f16_avx2 = {tile_f16, 4, 3, 4};
+const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4};
+MM_QUANT_KERNELS(avx2)

@@ -181,13 +181,13 @@ static inline void q6_k_levels(const block_q6_k *b, int8_t q[QK_K])
 
 /* Every type's functions, by the names the table in types.c expects:
  *   NAME_to_float, NAME_from_float (scalar only: one definition of quantization everywhere),
- *   NAME_dot_PATH for each path that implements it (a missing path falls back, types.c). */
+ *   NAME_dot_PATH for each path that implements it (a missing path falls back, types.c; the
+ *   x86 paths compute most types with the tile kernels of matmul.h instead). */
 #define KERN_DECLARE(name)                                                        \
     void name##_to_float(const void *src, float *dst, int64_t n);                 \
     void name##_from_float(const float *src, void *dst, int64_t n);               \
     void name##_dot_scalar(int n, float *s, const void *w, const void *a);        \
     void name##_dot_avx2(int n, float *s, const void *w, const void *a);          \
-    void name##_dot_avx512(int n, float *s, const void *w, const void *a);        \
     void name##_dot_neon(int n, float *s, const void *w, const void *a);
 
 KERN_DECLARE(f32)

@@ -1,4 +1,4 @@
-/* quant_x86.h — AVX2 building blocks shared by the x86 paths (quant_avx2.c, quant_avx512.c).
+/* quant_x86.h — AVX2 building blocks shared by the x86 kernels (quant_avx2.c, matmul_*.c).
  * Include only from files built with at least -mavx2 -mfma -mf16c. */
 #ifndef PRIMA_KERNELS_QUANT_X86_H
 #define PRIMA_KERNELS_QUANT_X86_H
@@ -92,13 +92,6 @@ static inline __m256i scale_pair_selector(int j)
                             _mm_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
 }
 
-/* sum over the 16 activation sums of m[k/2] * bsums[k], as 8 int32 (Q4_K / Q5_K minimums) */
-static inline __m256i mins_by_bsums(uint64_t mn, const int16_t *bsums)
-{
-    __m128i m8 = _mm_cvtsi64_si128((long long)mn);
-    return _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)), loadu256(bsums));
-}
-
 /* The 32 signed weights of one block of each 32-block type, as bytes in element order. */
 static inline __m256i q8_0_weights(const block_q8_0 *b) { return loadu256(b->qs); }
 
@@ -112,28 +105,5 @@ static inline __m256i iq4_nl_weights(const block_iq4_nl *b)
     const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)iq4nl_values));
     return _mm256_shuffle_epi8(grid, nibbles_lo_hi(b->qs));
 }
-
-/* The body of a dot product of 32-blocks against Q8_0, `dot` giving a block's 8 int32 partial
- * sums. Two blocks per step into two accumulators: the FMA chains are the only loop-carried
- * dependencies. (Converting four blocks' scales with one vcvtph2ps measured no faster: the
- * integer multiplies and the instruction count bound this loop, not the scalar conversions.) */
-#define DOT_BLOCKS_Q8_0(block_t, weights, dot)                                                  \
-    const block_t *x = w;                                                                       \
-    const block_q8_0 *y = a;                                                                    \
-    int nb = n / QK, i = 0;                                                                     \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                              \
-    for (; i + 1 < nb; i += 2) {                                                                \
-        prefetch_weights(&x[i], 2 * (int)sizeof(block_t));                                      \
-        __m256i p0 = dot(weights(&x[i]), loadu256(y[i].qs));                                    \
-        __m256i p1 = dot(weights(&x[i + 1]), loadu256(y[i + 1].qs));                            \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i].d) * half_f16c(y[i].d)),           \
-                               _mm256_cvtepi32_ps(p0), acc0);                                   \
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i + 1].d) * half_f16c(y[i + 1].d)),   \
-                               _mm256_cvtepi32_ps(p1), acc1);                                   \
-    }                                                                                           \
-    if (i < nb)                                                                                 \
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(half_f16c(x[i].d) * half_f16c(y[i].d)),           \
-                               _mm256_cvtepi32_ps(dot(weights(&x[i]), loadu256(y[i].qs))), acc0); \
-    *s = hsum_ps256(_mm256_add_ps(acc0, acc1));
 
 #endif

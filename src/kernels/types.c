@@ -1,9 +1,10 @@
-/* The table of per-type traits and the binding of each type's dot product to a code path.
- * Adding a type = its kernels (quant.h declares them by name) + one row in `impls`. */
+/* The table of per-type traits and the binding of each type's kernels to a code path.
+ * Adding a type = its kernels (quant.h and matmul.h declare them by name) + one row in `impls`. */
 #include <pthread.h>
 #include <stdbool.h>
 
 #include "kernels/cpu.h"
+#include "kernels/matmul.h"
 #include "kernels/quant.h"
 
 /* Only the current architecture's SIMD files are built (CMakeLists.txt). */
@@ -26,41 +27,57 @@
 
 #define KERN_PATHS 4
 
+/* Each per-path column is indexed by enum kern_path; NULL falls back (fallback_of). */
 struct type_impl {
     enum dtype type, act_type;
+    bool act_only;
     void (*to_float)(const void *src, float *dst, int64_t n);
     void (*from_float)(const float *src, void *dst, int64_t n);
-    vec_dot_fn dot[KERN_PATHS];  /* by enum kern_path; NULL falls back (fallback_of) */
+    vec_dot_fn dot[KERN_PATHS];
+    const mm_kernel *tile[KERN_PATHS];
+    act_quantize_fn quantize[KERN_PATHS]; /* scalar: from_float */
 };
+
+/* A type whose tile serves a path needs no dot product of its own there: kern_matmul calls the
+ * tile for decode and prefill alike, and the tests compare the tile with the scalar dot. */
+#define TILES(name) {NULL, AVX2(&mm_##name##_avx2), AVX512(&mm_##name##_avx512), NULL}
+#define NO_TILES {NULL, NULL, NULL, NULL}
+#define NO_QUANTIZER {NULL, NULL, NULL, NULL}
 
 /* Activation formats: F32 for the float weights (activations keep full precision, and with 2-4
  * bytes per weight the float FMA keeps up with memory), Q8_0 for the 32-blocks, Q8_K for the
- * K-quants. */
+ * K-quants. The float types' tiles are AVX2 on the AVX-512 path too: their decode is bound by
+ * memory and 512-bit FMAs do not raise the prefill peak of a CPU that splits them in two. */
 static const struct type_impl impls[] = {
-    {DT_F32, DT_F32, f32_to_float, f32_from_float,
-     {f32_dot_scalar, AVX2(f32_dot_avx2), AVX512(f32_dot_avx512), NEON(f32_dot_neon)}},
-    {DT_F16, DT_F32, f16_to_float, f16_from_float,
-     {f16_dot_scalar, AVX2(f16_dot_avx2), AVX512(f16_dot_avx512), NEON(f16_dot_neon)}},
-    {DT_BF16, DT_F32, bf16_to_float, bf16_from_float,
-     {bf16_dot_scalar, AVX2(bf16_dot_avx2), AVX512(bf16_dot_avx512), NEON(bf16_dot_neon)}},
-    {DT_Q4_0, DT_Q8_0, q4_0_to_float, q4_0_from_float,
-     {q4_0_dot_scalar, AVX2(q4_0_dot_avx2), AVX512(q4_0_dot_avx512), NEON(q4_0_dot_neon)}},
-    {DT_Q8_0, DT_Q8_0, q8_0_to_float, q8_0_from_float,
-     {q8_0_dot_scalar, AVX2(q8_0_dot_avx2), AVX512(q8_0_dot_avx512), NEON(q8_0_dot_neon)}},
-    {DT_IQ4_NL, DT_Q8_0, iq4_nl_to_float, iq4_nl_from_float,
-     {iq4_nl_dot_scalar, AVX2(iq4_nl_dot_avx2), AVX512(iq4_nl_dot_avx512), NEON(iq4_nl_dot_neon)}},
-    {DT_Q2_K, DT_Q8_K, q2_k_to_float, q2_k_from_float,
-     {q2_k_dot_scalar, AVX2(q2_k_dot_avx2), NULL, NEON(q2_k_dot_neon)}},
-    {DT_Q3_K, DT_Q8_K, q3_k_to_float, q3_k_from_float,
-     {q3_k_dot_scalar, AVX2(q3_k_dot_avx2), NULL, NEON(q3_k_dot_neon)}},
-    {DT_Q4_K, DT_Q8_K, q4_k_to_float, q4_k_from_float,
-     {q4_k_dot_scalar, AVX2(q4_k_dot_avx2), AVX512(q4_k_dot_avx512), NEON(q4_k_dot_neon)}},
-    {DT_Q5_K, DT_Q8_K, q5_k_to_float, q5_k_from_float,
-     {q5_k_dot_scalar, AVX2(q5_k_dot_avx2), AVX512(q5_k_dot_avx512), NEON(q5_k_dot_neon)}},
-    {DT_Q6_K, DT_Q8_K, q6_k_to_float, q6_k_from_float,
-     {q6_k_dot_scalar, AVX2(q6_k_dot_avx2), AVX512(q6_k_dot_avx512), NEON(q6_k_dot_neon)}},
-    {DT_Q8_K, DT_Q8_K, q8_k_to_float, q8_k_from_float,
-     {q8_k_dot_scalar, AVX2(q8_k_dot_avx2), NULL, NEON(q8_k_dot_neon)}},
+    {DT_F32, DT_F32, false, f32_to_float, f32_from_float,
+     {f32_dot_scalar, NULL, NULL, NEON(f32_dot_neon)},
+     {NULL, AVX2(&mm_f32_avx2), NULL, NULL}, NO_QUANTIZER},
+    {DT_F16, DT_F32, false, f16_to_float, f16_from_float,
+     {f16_dot_scalar, NULL, NULL, NEON(f16_dot_neon)},
+     {NULL, AVX2(&mm_f16_avx2), NULL, NULL}, NO_QUANTIZER},
+    {DT_BF16, DT_F32, false, bf16_to_float, bf16_from_float,
+     {bf16_dot_scalar, NULL, NULL, NEON(bf16_dot_neon)},
+     {NULL, AVX2(&mm_bf16_avx2), NULL, NULL}, NO_QUANTIZER},
+    {DT_Q4_0, DT_Q8_0, false, q4_0_to_float, q4_0_from_float,
+     {q4_0_dot_scalar, NULL, NULL, NEON(q4_0_dot_neon)}, TILES(q4_0), NO_QUANTIZER},
+    {DT_Q8_0, DT_Q8_0, false, q8_0_to_float, q8_0_from_float,
+     {q8_0_dot_scalar, NULL, NULL, NEON(q8_0_dot_neon)}, TILES(q8_0),
+     {q8_0_from_float, AVX2(q8_0_quantize_avx2), NULL, NULL}},
+    {DT_IQ4_NL, DT_Q8_0, false, iq4_nl_to_float, iq4_nl_from_float,
+     {iq4_nl_dot_scalar, NULL, NULL, NEON(iq4_nl_dot_neon)}, TILES(iq4_nl), NO_QUANTIZER},
+    {DT_Q2_K, DT_Q8_K, false, q2_k_to_float, q2_k_from_float,
+     {q2_k_dot_scalar, AVX2(q2_k_dot_avx2), NULL, NEON(q2_k_dot_neon)}, NO_TILES, NO_QUANTIZER},
+    {DT_Q3_K, DT_Q8_K, false, q3_k_to_float, q3_k_from_float,
+     {q3_k_dot_scalar, AVX2(q3_k_dot_avx2), NULL, NEON(q3_k_dot_neon)}, NO_TILES, NO_QUANTIZER},
+    {DT_Q4_K, DT_Q8_K, false, q4_k_to_float, q4_k_from_float,
+     {q4_k_dot_scalar, NULL, NULL, NEON(q4_k_dot_neon)}, TILES(q4_k), NO_QUANTIZER},
+    {DT_Q5_K, DT_Q8_K, false, q5_k_to_float, q5_k_from_float,
+     {q5_k_dot_scalar, NULL, NULL, NEON(q5_k_dot_neon)}, TILES(q5_k), NO_QUANTIZER},
+    {DT_Q6_K, DT_Q8_K, false, q6_k_to_float, q6_k_from_float,
+     {q6_k_dot_scalar, NULL, NULL, NEON(q6_k_dot_neon)}, TILES(q6_k), NO_QUANTIZER},
+    {DT_Q8_K, DT_Q8_K, true, q8_k_to_float, q8_k_from_float,
+     {q8_k_dot_scalar, AVX2(q8_k_dot_avx2), NULL, NEON(q8_k_dot_neon)}, NO_TILES,
+     {q8_k_from_float, AVX2(q8_k_quantize_avx2), NULL, NULL}},
 };
 
 #define N_IMPLS (sizeof impls / sizeof impls[0])
@@ -94,14 +111,29 @@ static bool path_runs_here(enum kern_path p)
     return false;
 }
 
+/* p, or the nearest narrower path whose bit is set in `have` (scalar ends the search). */
+static enum kern_path resolve(enum kern_path p, unsigned have)
+{
+    while (p != KERN_SCALAR && !(have >> p & 1))
+        p = fallback_of(p);
+    return p;
+}
+
+/* The entry of a per-path column for path p, or of the nearest narrower path that has one. */
+#define HAVE(c) \
+    ((unsigned)((c)[0] != NULL) | ((c)[1] != NULL) << 1 | ((c)[2] != NULL) << 2 | ((c)[3] != NULL) << 3)
+#define RESOLVE(c, p) ((c)[resolve((p), HAVE(c))])
+
 static void bind(enum kern_path p)
 {
     for (size_t i = 0; i < N_IMPLS; i++) {
         const struct type_impl *t = &impls[i];
-        enum kern_path q = p;
-        while (!t->dot[q])
-            q = fallback_of(q);
-        bound[t->type] = (kern_type){t->type, t->act_type, t->to_float, t->from_float, t->dot[q]};
+        bound[t->type] = (kern_type){
+            .type = t->type, .act_type = t->act_type, .act_only = t->act_only,
+            .to_float = t->to_float, .from_float = t->from_float,
+            .vec_dot = RESOLVE(t->dot, p), .tile = RESOLVE(t->tile, p),
+            .quantize = RESOLVE(t->quantize, p),
+        };
         computable[t->type] = true;
     }
     active = p;

@@ -18,11 +18,16 @@
  * from_float of the weight types is the reference quantizer (scale search for the K-quants);
  * n passed to to_float / from_float / vec_dot is a multiple of the type's block size.
  *
- * vec_dot is resolved once by kern_init() from the CPU's features (cpu.h); every path must agree
- * with the scalar reference within the tolerance stated in tests/support/quant_check.c. */
+ * vec_dot, tile and quantize are resolved once by kern_init() from the CPU's features (cpu.h):
+ * each path may give a type its own tile kernel (kern_matmul's inner loop) and an activation
+ * format its own quantizer; a path without one uses the next narrower path's (AVX-512 -> AVX2 ->
+ * scalar). Every path must agree with the scalar reference within the tolerance stated in
+ * tests/support/quant_check.c, and every quantizer must give the reference bytes exactly. */
 #ifndef PRIMA_KERNEL_TYPES_H
 #define PRIMA_KERNEL_TYPES_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "gguf/dtype.h"
@@ -30,12 +35,41 @@
 /* s = dot(row of n weights at w, n activations at a in act_type's layout) */
 typedef void (*vec_dot_fn)(int n, float *s, const void *w, const void *a);
 
+/* A tile kernel computes an nr x nt block of outputs (nr <= rows weight rows, nt <= tokens
+ * tokens) over the whole inner dimension n:
+ *     y[t * y_stride + r] = dot(weight row r, activation row t)
+ * Each output's arithmetic must not depend on nr, nt or its place in the tile: kern_matmul
+ * promises results that do not depend on the thread count, and that prefill computes exactly
+ * what decode computes. */
+typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride,
+                           const void *a, size_t a_stride, float *y, size_t y_stride);
+
+typedef struct mm_kernel {
+    mm_tile_fn tile;
+    int rows, tokens; /* the largest tile */
+    /* Rows per tile for one token. One row keeps the weights a single sequential stream; kernels
+     * whose per-row accumulation is one short dependency chain need a few rows in flight. */
+    int decode_rows;
+} mm_kernel;
+
+/* An activation quantizer: exactly the bytes of the format's from_float. */
+typedef void (*act_quantize_fn)(const float *src, void *dst, int64_t n);
+
 typedef struct kern_type {
     enum dtype type;
     enum dtype act_type;
+    /* An activation format only (Q8_K): GGUF files do not hold weights in it, so benchmarks and
+     * tests of weight types leave it out (its dot product still computes). */
+    bool act_only;
     void (*to_float)(const void *src, float *dst, int64_t n);   /* n multiple of block size */
     void (*from_float)(const float *src, void *dst, int64_t n); /* reference quantizer */
     vec_dot_fn vec_dot;
+    /* kern_matmul's tile kernel for this weight type on the bound path; NULL: one vec_dot per
+     * output. */
+    const mm_kernel *tile;
+    /* For the formats activations are quantized to (Q8_0, Q8_K): the bound path's quantizer,
+     * the same bytes as from_float; NULL for the other types. */
+    act_quantize_fn quantize;
 } kern_type;
 
 /* NULL if the kernels cannot compute with this type (the caller reports it by name). */

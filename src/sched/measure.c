@@ -505,7 +505,8 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
             return -1;
     } else {
         for (int t = 0; t < DT_COUNT; t++)
-            types[t] = dtype_get((uint32_t)t) && kern_type_get((enum dtype)t);
+            types[t] = dtype_get((uint32_t)t) && kern_type_get((enum dtype)t) &&
+                       !kern_type_get((enum dtype)t)->act_only;
     }
     if (profile_memory(p, err, errlen))
         return -1;

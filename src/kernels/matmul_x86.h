@@ -1,0 +1,130 @@
+/* matmul_x86.h — what the x86 tile kernels share (matmul_avx2.c, matmul_avx512.c): the
+ * instantiation of a kernel for every tile shape, the decode prefetch and small loads. Include
+ * only from files built with at least -mavx2 -mfma -mf16c. */
+#ifndef PRIMA_MATMUL_X86_H
+#define PRIMA_MATMUL_X86_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/matmul.h"
+#include "kernels/quant_x86.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* The vectors here are written out by hand; GCC's basic-block vectorizer would otherwise move the
+ * scalar scale unpacking (k4_scales) onto the vector units, which are the bottleneck. */
+#pragma GCC optimize("no-tree-slp-vectorize")
+#endif
+
+/* Instantiate KERNEL(n, R, T, ...) for every tile shape up to 4 x MAX_T and dispatch on (nr, nt).
+ * R and T are compile-time constants in every instance, so the accumulator arrays live in
+ * registers and the loops over them unroll. */
+#define TILE_CASE(KERNEL, R, T) \
+    case (R) * 16 + (T): KERNEL(n, R, T, w, ws, a, as, y, ys); return;
+#define TILE_ROWS(KERNEL, T) \
+    TILE_CASE(KERNEL, 1, T) TILE_CASE(KERNEL, 2, T) TILE_CASE(KERNEL, 3, T) TILE_CASE(KERNEL, 4, T)
+#define TILE_DISPATCH_HEAD(NAME)                                                               \
+    static void NAME(int n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as, \
+                     float *y, size_t ys)
+#define DEFINE_TILE_4x3(NAME, KERNEL) \
+    TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) TILE_ROWS(KERNEL, 3) } }
+#define DEFINE_TILE_4x2(NAME, KERNEL) \
+    TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) } }
+
+/* Decode streams each weight once, and the hardware prefetchers alone leave the core waiting on
+ * DRAM: a software prefetch this far ahead of the bytes being used made single-thread Q4_K
+ * matvec about 30% faster on a Zen 3 (2 to 8 KB all did; beyond 16 KB it fades), and Q5_K,
+ * Q6_K and Q8_0 by 30-50%; F16 showed no gain and does without. Prefill reuses its weights from
+ * L2 and does not prefetch. */
+#define PREFETCH_AHEAD 4096
+
+ALWAYS_INLINE void prefetch_ahead(const void *p, size_t bytes)
+{
+    prefetch_lines(p, bytes, PREFETCH_AHEAD);
+}
+
+/* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
+ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
+{
+    uint32_t u;
+    memcpy(&u, p, sizeof u);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+}
+
+/* A 32-byte load the compiler may not repeat: it would otherwise fold the load into each of the
+ * two instructions that use the value, doubling the loads of the weight stream. */
+ALWAYS_INLINE __m256i load_once(const void *p)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)p);
+    __asm__("" : "+x"(v));
+    return v;
+}
+
+ALWAYS_INLINE __m256 broadcast_lane1(__m128 v)
+{
+    return _mm256_broadcastss_ps(_mm_movehdup_ps(v));
+}
+
+/* Every 32-block type starts with its fp16 d. */
+ALWAYS_INLINE float block_d(const void *block)
+{
+    uint16_t h;
+    memcpy(&h, block, sizeof h);
+    return half_f16c(h);
+}
+
+/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock as int16 vectors ready
+ * for vpmaddwd: the scales in both 128-bit halves (shuffled with quant_x86.h's scale_selector
+ * to fill a register with one of them), the mins paired (lanes 2j, 2j+1 = min j) to meet the
+ * Q8_K bsums of the two 16-element halves of sub-block j. The 6-bit fields are unpacked with
+ * scalar integer operations (the SLP vectorizer is off in these files): measured a little faster
+ * than unpacking them in vector registers, which are the busy units in this loop. */
+ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
+{
+    uint8_t s8[8], m8[8];
+    k4_unpack_scales(packed, s8, m8);
+    __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s8));
+    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m8));
+    *sc = _mm256_broadcastsi128_si256(s16);
+    *mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+}
+
+/* Zero the R x T accumulators of a tile. */
+#define TILE_ZERO(acc, R, T, zero)              \
+    for (int r_ = 0; r_ < (R); r_++)            \
+        for (int t_ = 0; t_ < (T); t_++)        \
+            (acc)[r_][t_] = (zero)
+
+/* Superblock k of the T activation rows of a K-quant tile. */
+ALWAYS_INLINE void q8k_blocks(const void *a, size_t as, int T, int k, const block_q8_k *ab[])
+{
+    for (int t = 0; t < T; t++)
+        ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+}
+
+/* The bytes at offset `at` of weight row r; a decode tile (one token) streams its weights and
+ * asks for the `bytes` this far ahead. */
+ALWAYS_INLINE const uint8_t *weight_at(const void *w, size_t ws, int r, size_t at, size_t bytes, int T)
+{
+    const uint8_t *b = (const uint8_t *)w + r * ws + at;
+    if (T == 1)
+        prefetch_ahead(b, bytes);
+    return b;
+}
+
+/* The tiles of the quantized types, with the shapes both x86 paths use. Decode rows: the
+ * 32-block kernels do one float update per block into a row's accumulator, so one row alone
+ * would wait on FMA latency; the K-quants do enough integer work per superblock to hide it. */
+#define MM_QUANT_KERNELS(path)                                    \
+    const mm_kernel mm_q4_k_##path = {tile_q4k, 4, 2, 1};         \
+    const mm_kernel mm_q5_k_##path = {tile_q5k, 4, 2, 1};         \
+    const mm_kernel mm_q6_k_##path = {tile_q6k, 4, 2, 1};         \
+    const mm_kernel mm_q8_0_##path = {tile_q8_0, 4, 3, 2};        \
+    const mm_kernel mm_q4_0_##path = {tile_q4_0, 4, 3, 2};        \
+    const mm_kernel mm_iq4_nl_##path = {tile_iq4_nl, 4, 3, 2};
+
+#endif
