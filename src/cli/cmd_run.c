@@ -4,14 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
 #include "cli/cli.h"
-#include "cli/generate.h"
-#include "cli/ring_args.h"
-#include "sched/startup.h"
-#include "cli/run_opts.h"
-#include "cluster/ring_engine.h"
+#include "cli/runner.h"
 
 static void usage(FILE *out, const run_opts *o)
 {
@@ -36,88 +31,11 @@ static void usage(FILE *out, const run_opts *o)
           out);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void emit_stdout(void *user, const char *text, size_t len)
 {
     (void)user;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-}
-
-/* Everything one run holds. */
-typedef struct runner {
-    run_opts o;
-    ring_args ra;
-    ring_head rh;
-    model *m;
-    tokenizer *tk;
-    kern_ctx *kc;
-    session *s;
-    sampler *smp;
-    gen_opts go;
-    gen_stats st;
-    double load_s;
-} runner;
-
-static int runner_open(runner *r)
-{
-    char err[512];
-    double t0 = now_s();
-    r->m = model_load(r->o.model, err, sizeof err);
-    if (!r->m)
-        return cli_fail("%s", err);
-    if (r->o.mlock && model_mlock(r->m, err, sizeof err))
-        return cli_fail("%s", err);
-    r->tk = tokenizer_load(r->m->file, err, sizeof err);
-    if (!r->tk)
-        return cli_fail("%s", err);
-    const model_hparams *hp = &r->m->hp;
-    int n_ctx = r->o.n_ctx;
-    if (n_ctx == 0)
-        n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    else if (n_ctx > hp->n_ctx_train)
-        fprintf(stderr, "prima: warning: context %d is larger than the model's training context %d\n",
-                n_ctx, hp->n_ctx_train);
-    r->kc = kern_ctx_create(r->o.n_threads);
-    if (!r->kc)
-        return cli_fail("cannot start %d compute threads", r->o.n_threads);
-    if (ring_args_active(&r->ra)) {
-        ring_opts ro = ring_args_opts(&r->ra);
-        sched_planner sp;   /* used while the ring connects */
-        sched_planner_init(&sp, r->m, r->o.model, r->o.n_threads, stderr);
-        ro.planner = &sp.rp;
-        r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
-    } else {
-        r->s = session_create(r->m, r->kc, n_ctx, r->o.n_batch, err, sizeof err);
-    }
-    if (!r->s)
-        return cli_fail("%s", err);
-    r->smp = sampler_create(&r->o.sp, hp->n_vocab);
-    if (!r->smp)
-        return cli_fail("out of memory");
-    r->load_s = now_s() - t0;
-    r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
-                       .context_shift = r->o.context_shift, .n_keep = r->o.n_keep};
-    if (r->go.n_keep < 0)
-        r->go.n_keep = tokenizer_add_bos(r->tk) ? 1 : 0;
-    return 0;
-}
-
-static void runner_close(runner *r)
-{
-    sampler_free(r->smp);
-    ring_head_close(&r->rh);   /* says bye to the workers: before the session goes */
-    session_free(r->s);
-    kern_ctx_free(r->kc);
-    tokenizer_free(r->tk);
-    model_free(r->m);
-    run_opts_free(&r->o);
 }
 
 static void print_stats(const runner *r)

@@ -95,6 +95,10 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
             end = GEN_EOG;
             break;
         }
+        if (o->on_token && o->on_token(o->on_token_user, tok, s->logits)) {
+            end = GEN_CANCELLED;
+            break;
+        }
         sampler_accept(smp, tok);
         n_gen++;
         st->n_gen++;

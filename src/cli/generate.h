@@ -18,6 +18,11 @@ typedef struct gen_opts {
     int n_stop;
     bool context_shift;
     int n_keep;                 /* tokens kept at the start on a context shift */
+    /* Called with every sampled token that is not an end of generation, and the logits it was
+     * drawn from, before it is printed; non-zero ends the reply at once with GEN_CANCELLED (the
+     * token is dropped). NULL: none. (The server's cancellation and log-probabilities.) */
+    int (*on_token)(void *user, int32_t token, const float *logits);
+    void *on_token_user;
 } gen_opts;
 
 typedef struct gen_stats {
@@ -25,7 +30,7 @@ typedef struct gen_stats {
     double prompt_s, gen_s;
 } gen_stats;
 
-enum gen_end { GEN_EOG, GEN_STOP_STRING, GEN_LIMIT, GEN_CONTEXT_FULL, GEN_ERROR };
+enum gen_end { GEN_EOG, GEN_STOP_STRING, GEN_LIMIT, GEN_CONTEXT_FULL, GEN_CANCELLED, GEN_ERROR };
 
 /* Printable output, in order, complete UTF-8 sequences only. */
 typedef void (*gen_emit_fn)(void *user, const char *text, size_t len);

@@ -1,0 +1,195 @@
+/* prima serve — an OpenAI-compatible HTTP server on this device, alone or as a ring's head. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/serve_engine.h"
+
+static void usage(FILE *out, const run_opts *o)
+{
+    fputs("usage: prima serve -m FILE [--workers H:P,...] [--host ADDR] [--port N] [options]\n"
+          "\n"
+          "Serve the model over HTTP with OpenAI's API, on this device or as the head of a\n"
+          "ring of devices (--workers, as in prima run):\n"
+          "  POST /v1/chat/completions   chat with the model's template (\"stream\": true for\n"
+          "                              server-sent events)\n"
+          "  POST /v1/completions        continue a prompt\n"
+          "  GET  /v1/models, GET /health (also the ring's state), GET /metrics (Prometheus)\n"
+          "Requests take messages / prompt, max_tokens (or max_completion_tokens),\n"
+          "temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,\n"
+          "repeat_penalty, seed, stop (a string or up to 4), n = 1, logprobs and\n"
+          "top_logprobs; the sampling options below are the defaults for fields a request\n"
+          "does not give. An answer equals prima run's with the same settings and seed.\n"
+          "Requests are generated one at a time, in order; a request that continues the\n"
+          "previous one's conversation reuses its cached tokens. A client that disconnects\n"
+          "stops its generation. When the ring fails, the request gets an error (500) and\n"
+          "the next one connects the ring again. One line per request goes to stderr.\n\n",
+          out);
+    run_opts_usage(o, out);
+    ring_args_usage(out);
+    fputs("server:\n"
+          "  --host ADDR             address to listen on (default 127.0.0.1; another\n"
+          "                          without an API key prints a warning)\n"
+          "  --port N                TCP port (default 8080; 0 = any free port)\n"
+          "  --api-key KEY           require \"Authorization: Bearer KEY\" (all but /health)\n"
+          "  --api-key-file FILE     the same, the key being FILE's first line\n"
+          "  --queue N               requests that may wait beyond the one being generated\n"
+          "                          (default 64; more are answered 429)\n"
+          "  --timeout S             close a connection idle for S seconds (default 60)\n"
+          "  -h, --help              show this help\n"
+          "\n"
+          "Exit status: 0 after SIGINT or SIGTERM, 1 on an error, 2 on a usage error.\n",
+          out);
+}
+
+typedef struct serve_args {
+    const char *host, *api_key, *api_key_file;
+    int port, queue, timeout;
+    char *key_owned;
+} serve_args;
+
+static int parse_serve_arg(serve_args *a, int argc, char **argv, int *i)
+{
+    static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
+                                        "--queue", "--timeout", NULL};
+    const char *f = argv[*i];
+    int k = 0;
+    while (flags[k] && strcmp(f, flags[k]))
+        k++;
+    if (!flags[k])
+        return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("%s needs a value", f);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    switch (k) {
+    case 0: a->host = v; return 1;
+    case 1: return parse_int_arg(f, v, 0, 65535, &a->port) ? -1 : 1;
+    case 2: a->api_key = v; return 1;
+    case 3: a->api_key_file = v; return 1;
+    case 4: return parse_int_arg(f, v, 0, 1 << 16, &a->queue) ? -1 : 1;
+    default: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
+    }
+}
+
+/* The key: its first line, without surrounding whitespace. */
+static int load_key(serve_args *a)
+{
+    if (a->api_key && a->api_key_file) {
+        cli_fail("give --api-key or --api-key-file, not both");
+        return -1;
+    }
+    if (a->api_key_file) {
+        FILE *f = fopen(a->api_key_file, "r");
+        char line[1024];
+        if (!f || !fgets(line, sizeof line, f)) {
+            if (f)
+                fclose(f);
+            cli_fail("--api-key-file %s: cannot read a key", a->api_key_file);
+            return -1;
+        }
+        fclose(f);
+        char *p = line, *end = line + strlen(line);
+        while (*p == ' ' || *p == '\t')
+            p++;
+        while (end > p && strchr(" \t\r\n", end[-1]))
+            *--end = '\0';
+        a->key_owned = strdup(p);
+        a->api_key = a->key_owned;
+    }
+    if (a->api_key && !*a->api_key) {
+        cli_fail("the API key is empty");
+        return -1;
+    }
+    return 0;
+}
+
+static bool is_loopback(const char *host)
+{
+    return !strncmp(host, "127.", 4) || !strcmp(host, "::1") || !strcmp(host, "localhost");
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int serve(runner *r, const serve_args *a)
+{
+    /* Signals are taken by sigwait below; every thread started from here on blocks them. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = runner_open(r);
+    if (rc)
+        return rc;
+    serve_engine se;
+    serve_engine_init(&se, r);
+    srv_engine e = serve_engine_iface(&se);
+    srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
+                    .model_id = base_name(r->o.model), .queue_max = a->queue,
+                    .max_connections = a->queue + 64, .max_body = 8u << 20,
+                    .timeout_s = (unsigned)a->timeout, .defaults = r->o.sp, .log = stderr};
+    char err[512];
+    srv *s = srv_start(&c, &e, err, sizeof err);
+    if (!s) {
+        serve_engine_free(&se);
+        return cli_fail("%s", err);
+    }
+    if (!a->api_key && !is_loopback(a->host))
+        fprintf(stderr, "prima: warning: listening on %s without an API key: anyone who can "
+                        "reach this port can use the model (--api-key)\n",
+                a->host);
+    fprintf(stderr, "prima: serving %s on http://%s%s%s:%d/ (queue %d)\n", c.model_id,
+            strchr(a->host, ':') ? "[" : "", a->host, strchr(a->host, ':') ? "]" : "",
+            srv_port(s), a->queue);
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    fprintf(stderr, "prima: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    srv_stop(s);
+    serve_engine_free(&se);
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    runner r = {0};
+    serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60};
+    run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_SAMPLING);
+    ring_args_init(&r.ra);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout, &r.o);
+            return 0;
+        }
+        int c = run_opts_parse(&r.o, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&r.ra, argc, argv, &i);
+        if (c == 0)
+            c = parse_serve_arg(&a, argc, argv, &i);
+        if (c < 0)
+            return 2;
+        if (c == 0) {
+            cli_fail("serve: unknown option '%s' (see prima serve --help)", argv[i]);
+            return 2;
+        }
+    }
+    if (run_opts_finish(&r.o) || ring_args_finish(&r.ra) || load_key(&a)) {
+        free(a.key_owned);
+        return 2;
+    }
+    int rc = serve(&r, &a);
+    runner_close(&r);
+    free(a.key_owned);
+    return rc;
+}
+
+const struct cli_command cli_cmd_serve = {"serve", "an OpenAI-compatible HTTP server for the model or ring",
+                                          cmd_serve};

@@ -1,0 +1,81 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli/cli.h"
+#include "cli/runner.h"
+#include "sched/startup.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int runner_session(runner *r, char *err, size_t errlen)
+{
+    if (ring_args_active(&r->ra)) {
+        ring_opts ro = ring_args_opts(&r->ra);
+        sched_planner sp;   /* used while the ring connects */
+        sched_planner_init(&sp, r->m, r->o.model, r->o.n_threads, stderr);
+        ro.planner = &sp.rp;
+        r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+    } else {
+        r->s = session_create(r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+    }
+    return r->s ? 0 : -1;
+}
+
+void runner_session_close(runner *r)
+{
+    ring_head_close(&r->rh);   /* says bye to the workers: before the session goes */
+    session_free(r->s);
+    r->s = NULL;
+}
+
+int runner_open(runner *r)
+{
+    char err[512];
+    double t0 = now_s();
+    r->m = model_load(r->o.model, err, sizeof err);
+    if (!r->m)
+        return cli_fail("%s", err);
+    if (r->o.mlock && model_mlock(r->m, err, sizeof err))
+        return cli_fail("%s", err);
+    r->tk = tokenizer_load(r->m->file, err, sizeof err);
+    if (!r->tk)
+        return cli_fail("%s", err);
+    const model_hparams *hp = &r->m->hp;
+    r->n_ctx = r->o.n_ctx;
+    if (r->n_ctx == 0)
+        r->n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    else if (r->n_ctx > hp->n_ctx_train)
+        fprintf(stderr, "prima: warning: context %d is larger than the model's training context %d\n",
+                r->n_ctx, hp->n_ctx_train);
+    r->kc = kern_ctx_create(r->o.n_threads);
+    if (!r->kc)
+        return cli_fail("cannot start %d compute threads", r->o.n_threads);
+    if (runner_session(r, err, sizeof err))
+        return cli_fail("%s", err);
+    r->smp = sampler_create(&r->o.sp, hp->n_vocab);
+    if (!r->smp)
+        return cli_fail("out of memory");
+    r->load_s = now_s() - t0;
+    r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
+                       .context_shift = r->o.context_shift, .n_keep = r->o.n_keep};
+    if (r->go.n_keep < 0)
+        r->go.n_keep = tokenizer_add_bos(r->tk) ? 1 : 0;
+    return 0;
+}
+
+void runner_close(runner *r)
+{
+    sampler_free(r->smp);
+    runner_session_close(r);
+    kern_ctx_free(r->kc);
+    tokenizer_free(r->tk);
+    model_free(r->m);
+    run_opts_free(&r->o);
+}

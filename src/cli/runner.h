@@ -1,0 +1,37 @@
+/* runner.h — what a command that generates text holds: the options, the model, its tokenizer,
+ * the compute threads, and the session it generates with (on this device, or as the head of a
+ * ring). `prima run` and `prima serve` open it the same way; serve reopens the session after a
+ * ring failure. */
+#ifndef PRIMA_RUNNER_H
+#define PRIMA_RUNNER_H
+
+#include "cli/generate.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+#include "cluster/ring_engine.h"
+
+typedef struct runner {
+    run_opts o;
+    ring_args ra;
+    ring_head rh;
+    model *m;
+    tokenizer *tk;
+    kern_ctx *kc;
+    session *s;
+    sampler *smp;
+    gen_opts go;
+    gen_stats st;
+    int n_ctx;
+    double load_s;
+} runner;
+
+/* Load the model and tokenizer, start the threads, open the session and the sampler, and set
+ * go from the options. 0, or 1 after printing an error. */
+int runner_open(runner *r);
+/* (Re)open the session: on this device, or connect and start the ring. 0, or -1 with err. */
+int runner_session(runner *r, char *err, size_t errlen);
+/* Close the session (saying bye to the ring's workers first). */
+void runner_session_close(runner *r);
+void runner_close(runner *r);
+
+#endif

@@ -1,0 +1,321 @@
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/request.h"
+
+static int refuse(srv_refusal *why, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int refuse(srv_refusal *why, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why->message, sizeof why->message, fmt, ap);
+    va_end(ap);
+    why->param = param;
+    return -1;
+}
+
+/* A field that is absent or null is "not given". */
+static const cJSON *field(const cJSON *obj, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* The field as a number in [lo, hi]: 1 given, 0 not given, -1 refused. */
+static int get_number(const cJSON *obj, const char *name, double lo, double hi, double *out,
+                      srv_refusal *why)
+{
+    const cJSON *v = field(obj, name);
+    if (!v)
+        return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return refuse(why, name, "'%s' must be a number", name);
+    if (v->valuedouble < lo || v->valuedouble > hi)
+        return refuse(why, name, "'%s' must be in [%g, %g], got %g", name, lo, hi, v->valuedouble);
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int get_int(const cJSON *obj, const char *name, double lo, double hi, double *out,
+                   srv_refusal *why)
+{
+    int got = get_number(obj, name, lo, hi, out, why);
+    if (got == 1 && *out != floor(*out))
+        return refuse(why, name, "'%s' must be an integer, got %g", name, *out);
+    return got;
+}
+
+static int get_float_into(const cJSON *obj, const char *name, double lo, double hi, float *dst,
+                          srv_refusal *why)
+{
+    double v;
+    int got = get_number(obj, name, lo, hi, &v, why);
+    if (got == 1)
+        *dst = (float)v;
+    return got < 0 ? -1 : 0;
+}
+
+static int get_bool(const cJSON *obj, const char *name, bool *dst, srv_refusal *why)
+{
+    const cJSON *v = field(obj, name);
+    if (!v)
+        return 0;
+    if (!cJSON_IsBool(v))
+        return refuse(why, name, "'%s' must be true or false", name);
+    *dst = cJSON_IsTrue(v);
+    return 0;
+}
+
+static char *keep(srv_request *r, char *text)
+{
+    if (!text)
+        return NULL;
+    char **o = realloc(r->owned, sizeof *o * (size_t)(r->n_owned + 1));
+    if (!o) {
+        free(text);
+        return NULL;
+    }
+    r->owned = o;
+    r->owned[r->n_owned++] = text;
+    return text;
+}
+
+/* A message's content: a string, or an array of {"type": "text", "text": ...} parts joined. */
+static const char *content_text(srv_request *r, const cJSON *c, srv_refusal *why)
+{
+    if (cJSON_IsString(c))
+        return c->valuestring;
+    if (!cJSON_IsArray(c)) {
+        refuse(why, "messages", "a message's 'content' must be a string or an array of text parts");
+        return NULL;
+    }
+    size_t len = 0;
+    const cJSON *part;
+    cJSON_ArrayForEach(part, c) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+            refuse(why, "messages", "only content parts of type 'text' are supported");
+            return NULL;
+        }
+        len += strlen(text->valuestring);
+    }
+    char *joined = keep(r, malloc(len + 1));
+    if (!joined) {
+        refuse(why, NULL, "out of memory");
+        return NULL;
+    }
+    size_t at = 0;
+    cJSON_ArrayForEach(part, c) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        memcpy(joined + at, t, strlen(t));
+        at += strlen(t);
+    }
+    joined[at] = '\0';
+    return joined;
+}
+
+static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *msgs = field(root, "messages");
+    if (!msgs)
+        return refuse(why, "messages", "'messages' is required");
+    int n = cJSON_GetArraySize(msgs);
+    if (!cJSON_IsArray(msgs) || n == 0)
+        return refuse(why, "messages", "'messages' must be a non-empty array");
+    r->msgs = calloc((size_t)n, sizeof *r->msgs);
+    if (!r->msgs)
+        return refuse(why, NULL, "out of memory");
+    static const char *const roles[] = {"system", "user", "assistant", "developer"};
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        if (!cJSON_IsObject(m) || !cJSON_IsString(role))
+            return refuse(why, "messages", "message %d: expected an object with a string 'role'",
+                          r->n_msgs);
+        int known = -1;
+        for (int i = 0; i < 4; i++)
+            if (!strcmp(role->valuestring, roles[i]))
+                known = i;
+        if (known < 0)
+            return refuse(why, "messages",
+                          "message %d: role must be system, user, assistant or developer",
+                          r->n_msgs);
+        if (!content)
+            return refuse(why, "messages", "message %d: 'content' is required", r->n_msgs);
+        const char *text = content_text(r, content, why);
+        if (!text)
+            return -1;
+        /* a developer message is OpenAI's newer name for a system message */
+        r->msgs[r->n_msgs++] = (chat_msg){roles[known == 3 ? 0 : known], text};
+    }
+    return 0;
+}
+
+static int parse_prompt(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *p = field(root, "prompt");
+    if (!p)
+        return refuse(why, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1)
+        p = cJSON_GetArrayItem(p, 0);
+    if (!cJSON_IsString(p))
+        return refuse(why, "prompt", "'prompt' must be a string (or an array of one string)");
+    r->prompt = p->valuestring;
+    return 0;
+}
+
+static int parse_stop(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *s = field(root, "stop");
+    if (!s)
+        return 0;
+    if (cJSON_IsString(s)) {
+        if (*s->valuestring)
+            r->stop[r->n_stop++] = s->valuestring;
+        return 0;
+    }
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
+        return refuse(why, "stop", "'stop' must be a string or an array of up to %d strings",
+                      SRV_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, s) {
+        if (!cJSON_IsString(e))
+            return refuse(why, "stop", "'stop' must be a string or an array of up to %d strings",
+                          SRV_MAX_STOP);
+        if (*e->valuestring)
+            r->stop[r->n_stop++] = e->valuestring;
+    }
+    return 0;
+}
+
+static int parse_sampling(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    sampler_params *sp = &r->sp;
+    double v;
+    if (get_float_into(root, "temperature", 0, 2, &sp->temp, why) ||
+        get_float_into(root, "top_p", 0, 1, &sp->top_p, why) ||
+        get_float_into(root, "min_p", 0, 1, &sp->min_p, why) ||
+        get_float_into(root, "presence_penalty", -2, 2, &sp->presence_penalty, why) ||
+        get_float_into(root, "frequency_penalty", -2, 2, &sp->frequency_penalty, why) ||
+        get_float_into(root, "repeat_penalty", 1e-3, 100, &sp->repeat_penalty, why))
+        return -1;
+    if (field(root, "top_p") && sp->top_p <= 0.0f)
+        return refuse(why, "top_p", "'top_p' must be in (0, 1]");
+    int got = get_int(root, "top_k", 0, 1 << 30, &v, why);
+    if (got < 0)
+        return -1;
+    if (got)
+        sp->top_k = (int)v;
+    got = get_int(root, "seed", 0, 9007199254740992.0, &v, why);
+    if (got < 0)
+        return -1;
+    if (got) {
+        sp->seed = (uint64_t)v;
+        r->seed_given = true;
+    }
+    return 0;
+}
+
+/* logprobs: a boolean with top_logprobs 0..20 (chat), or the number of alternatives 0..5
+ * (completions). */
+static int parse_logprobs(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    double v;
+    int got;
+    if (r->kind == SRV_COMPLETION) {
+        got = get_int(root, "logprobs", 0, 5, &v, why);
+        if (got == 1) {
+            r->logprobs = true;
+            r->top_logprobs = (int)v;
+        }
+        return got < 0 ? -1 : 0;
+    }
+    if (get_bool(root, "logprobs", &r->logprobs, why))
+        return -1;
+    got = get_int(root, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &v, why);
+    if (got < 0)
+        return -1;
+    if (got) {
+        if (!r->logprobs && v > 0)
+            return refuse(why, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        r->top_logprobs = (int)v;
+    }
+    return 0;
+}
+
+static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    if (!cJSON_IsObject(root))
+        return refuse(why, NULL, "the request body must be a JSON object");
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model))
+        return refuse(why, "model", "'model' must be a string");
+    if (r->kind == SRV_CHAT ? parse_messages(r, root, why) : parse_prompt(r, root, why))
+        return -1;
+    double v;
+    int got = get_int(root, "n", 1, 1, &v, why);
+    if (got < 0)
+        return refuse(why, "n", "'n' must be 1 (one choice per request)");
+    static const char *const limits[] = {"max_tokens", "max_completion_tokens"};
+    for (int i = 0; i < 2; i++) {
+        got = get_int(root, limits[i], 1, 1 << 30, &v, why);
+        if (got < 0)
+            return -1;
+        if (got)
+            r->max_tokens = (int)v;
+    }
+    if (get_bool(root, "stream", &r->stream, why))
+        return -1;
+    const cJSON *so = field(root, "stream_options");
+    if (so && !cJSON_IsObject(so))
+        return refuse(why, "stream_options", "'stream_options' must be an object");
+    return parse_stop(r, root, why) || parse_sampling(r, root, why) ||
+                   parse_logprobs(r, root, why)
+               ? -1
+               : 0;
+}
+
+int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                      const sampler_params *defaults, srv_refusal *why)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->max_tokens = -1;
+    r->sp = *defaults;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
+    if (!root) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        return refuse(why, NULL, "malformed JSON at byte %zu of the body", at);
+    }
+    r->json = root;
+    while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+        end++;
+    if (end != body + len) {
+        srv_request_free(r);
+        return refuse(why, NULL, "malformed JSON: data after the value at byte %zu",
+                      (size_t)(end - body));
+    }
+    int rc = parse_body(r, root, why);
+    if (rc)
+        srv_request_free(r);
+    return rc;
+}
+
+void srv_request_free(srv_request *r)
+{
+    cJSON_Delete(r->json);
+    free(r->msgs);
+    for (int i = 0; i < r->n_owned; i++)
+        free(r->owned[i]);
+    free(r->owned);
+    memset(r, 0, sizeof *r);
+}

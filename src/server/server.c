@@ -1,0 +1,597 @@
+/* server.c — connections, the queue and the engine thread; the OpenAI wire format is in
+ * openai.c and the counters in metrics.c. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "server/internal.h"
+
+/* How often a waiting connection thread looks whether its client is still there. */
+#define POLL_MS 20
+
+struct srv {
+    srv_config c;
+    srv_engine e;
+    struct MHD_Daemon *d;
+    int port;
+    pthread_t engine_thread;
+    bool engine_started;
+    pthread_mutex_t mu;          /* the queue, running, stopping */
+    pthread_cond_t cv;
+    srv_job *head, *tail;
+    int queued;
+    srv_job *running;
+    bool stopping;
+    atomic_uint_least64_t next_id;
+    srv_metrics metrics;
+};
+
+/* ---- jobs ------------------------------------------------------------------------------- */
+
+static void job_unref(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left)
+        return;
+    srv_request_free(&j->req);
+    cJSON_Delete(j->lp);
+    free(j->out.p);
+    free(j->text.p);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void job_ref(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+const srv_request *srv_job_request(const srv_job *j)
+{
+    return &j->req;
+}
+
+bool srv_job_cancelled(const srv_job *j)
+{
+    return atomic_load(&j->cancelled);
+}
+
+void srv_job_begin(srv_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    j->begun = true;
+    if (j->req.stream)
+        srv_sse_begin(j);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_text(srv_job *j, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    pthread_mutex_lock(&j->mu);
+    if (j->req.stream)
+        srv_sse_text(j, text, len);
+    else
+        srv_buf_add(&j->text, text, len);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top)
+{
+    pthread_mutex_lock(&j->mu);
+    srv_logprob_add(j, tok, top, n_top);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The engine thread's end of a job: the last chunk or the whole answer, then done. */
+static void job_finish(srv *s, srv_job *j, const srv_result *res)
+{
+    pthread_mutex_lock(&j->mu);
+    j->res = *res;
+    if (j->req.stream && j->begun)
+        srv_sse_end(j);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    srv_metrics_job(&s->metrics, &j->req, res);
+    if (s->c.log) {
+        static const char *const ends[] = {"stop", "length", "cancelled", "error"};
+        if (res->finish == SRV_FINISH_ERROR)
+            fprintf(s->c.log, "prima: request %llu: %d %s\n", (unsigned long long)j->serial,
+                    res->status, res->error);
+        else
+            fprintf(s->c.log,
+                    "prima: request %llu: %d prompt tokens (%d cached) in %.3f s, %d generated "
+                    "in %.3f s, %s\n",
+                    (unsigned long long)j->serial, res->prompt_tokens, res->cached_tokens,
+                    res->prefill_s, res->completion_tokens, res->decode_s, ends[res->finish]);
+        fflush(s->c.log);
+    }
+}
+
+/* ---- the queue and the engine thread ---------------------------------------------------- */
+
+/* 0 queued, or the HTTP status of the refusal. */
+static int submit(srv *s, srv_job *j)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->stopping)
+        rc = 503;
+    else if (s->queued >= s->c.queue_max)
+        rc = 429;
+    if (!rc) {
+        job_ref(j);
+        j->next = NULL;
+        if (s->tail)
+            s->tail->next = j;
+        else
+            s->head = j;
+        s->tail = j;
+        s->queued++;
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void *engine_main(void *arg)
+{
+    srv *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stopping)
+            pthread_cond_wait(&s->cv, &s->mu);
+        srv_job *j = s->head;
+        if (!j)
+            break; /* stopping, and nothing queued */
+        s->head = j->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->queued--;
+        s->running = j;
+        pthread_mutex_unlock(&s->mu);
+        srv_result res = {.finish = SRV_FINISH_CANCELLED};
+        if (!srv_job_cancelled(j))
+            s->e.run(s->e.ctx, j, &res);
+        job_finish(s, j, &res);
+        pthread_mutex_lock(&s->mu);
+        s->running = NULL;
+        pthread_mutex_unlock(&s->mu);
+        job_unref(j);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------- */
+
+enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS };
+
+typedef struct conn_ctx {
+    enum route route;
+    srv_buf body;
+    bool too_big;
+    srv_job *job;
+} conn_ctx;
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type,
+                               char *body, size_t len)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == 429 || status == 503)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result respond_json(srv *s, struct MHD_Connection *c, int status, cJSON *obj)
+{
+    char *text = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    srv_metrics_status(&s->metrics, status);
+    if (!text)
+        return MHD_NO;
+    return respond(c, status, "application/json", text, strlen(text));
+}
+
+static enum MHD_Result respond_error(srv *s, struct MHD_Connection *c, int status,
+                                     const char *param, const char *message)
+{
+    return respond_json(s, c, status, srv_error_json(status, param, message));
+}
+
+static int client_fd(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* The client closed its end (or the connection broke). */
+static bool client_gone(int fd)
+{
+    if (fd < 0)
+        return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Wait (job locked) until cond holds or the client leaves; false: it left (job cancelled). */
+static bool wait_job(srv_job *j, bool (*cond)(const srv_job *))
+{
+    while (!cond(j)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += POLL_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !cond(j) &&
+            client_gone(j->fd)) {
+            atomic_store(&j->cancelled, true);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool is_done(const srv_job *j)
+{
+    return j->done;
+}
+
+static bool is_begun_or_done(const srv_job *j)
+{
+    return j->begun || j->done;
+}
+
+static bool has_output(const srv_job *j)
+{
+    return j->out.len > j->out_sent || j->done;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    srv_job *j = cls;
+    pthread_mutex_lock(&j->mu);
+    ssize_t n = MHD_CONTENT_READER_END_OF_STREAM;
+    if (!wait_job(j, has_output)) {
+        n = MHD_CONTENT_READER_END_WITH_ERROR;
+    } else if (j->out.len > j->out_sent) {
+        size_t k = j->out.len - j->out_sent;
+        if (k > max)
+            k = max;
+        memcpy(buf, j->out.p + j->out_sent, k);
+        j->out_sent += k;
+        if (j->out_sent == j->out.len)
+            j->out.len = j->out_sent = 0;
+        n = (ssize_t)k;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+static void stream_free(void *cls)
+{
+    srv_job *j = cls;
+    atomic_store(&j->cancelled, true); /* a no-op when it has finished */
+    job_unref(j);
+}
+
+/* After the whole body: check it, queue the job, and answer when it is done (or, streaming,
+ * when it begins). */
+static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return respond_error(s, c, 500, NULL, "out of memory");
+    srv_refusal why;
+    enum srv_endpoint kind = cc->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
+    if (srv_request_parse(&j->req, kind, cc->body.p ? cc->body.p : "", cc->body.len,
+                          &s->c.defaults, &why)) {
+        free(j);
+        return respond_error(s, c, 400, why.param, why.message);
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->fd = client_fd(c);
+    j->serial = atomic_fetch_add(&s->next_id, 1) + 1;
+    j->created = (long long)time(NULL);
+    j->model_id = s->c.model_id;
+    cc->job = j;
+    int busy = submit(s, j);
+    if (busy == 429) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "server busy: %d requests are waiting; retry later",
+                 s->c.queue_max);
+        return respond_error(s, c, 429, NULL, msg);
+    }
+    if (busy)
+        return respond_error(s, c, busy, NULL, "the server is shutting down");
+    pthread_mutex_lock(&j->mu);
+    bool here = wait_job(j, j->req.stream ? is_begun_or_done : is_done);
+    bool streaming = here && j->req.stream && j->begun;
+    srv_result res = j->res;
+    cJSON *answer = here && !streaming && res.finish != SRV_FINISH_ERROR ? srv_answer_json(j)
+                                                                         : NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (!here)
+        return MHD_NO; /* the client left: close */
+    if (streaming) {
+        job_ref(j);
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, j,
+                                              stream_free);
+        if (!r) {
+            job_unref(j);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        srv_metrics_status(&s->metrics, 200);
+        enum MHD_Result rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    if (res.finish == SRV_FINISH_ERROR)
+        return respond_error(s, c, res.status, res.error_param, res.error);
+    if (res.finish == SRV_FINISH_CANCELLED)
+        return respond_error(s, c, 503, NULL, "the request was cancelled: the server is stopping");
+    return respond_json(s, c, 200, answer);
+}
+
+static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
+{
+    if (r == R_MODELS)
+        return respond_json(s, c, 200, srv_models_json(s->c.model_id));
+    if (r == R_HEALTH) {
+        cJSON *h = cJSON_CreateObject();
+        bool ok = s->e.health(s->e.ctx, h);
+        pthread_mutex_lock(&s->mu);
+        cJSON *slots = cJSON_AddObjectToObject(h, "slots");
+        cJSON_AddNumberToObject(slots, "total", 1);
+        cJSON_AddNumberToObject(slots, "busy", s->running ? 1 : 0);
+        cJSON_AddNumberToObject(slots, "queued", s->queued);
+        cJSON_AddNumberToObject(slots, "queue_max", s->c.queue_max);
+        pthread_mutex_unlock(&s->mu);
+        cJSON_AddStringToObject(h, "model", s->c.model_id);
+        return respond_json(s, c, ok ? 200 : 503, h);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return respond_error(s, c, 500, NULL, "out of memory");
+    pthread_mutex_lock(&s->mu);
+    int busy = s->running ? 1 : 0, queued = s->queued;
+    pthread_mutex_unlock(&s->mu);
+    srv_metrics_write(&s->metrics, f, busy, queued);
+    s->e.metrics(s->e.ctx, f);
+    fclose(f);
+    srv_metrics_status(&s->metrics, 200);
+    return respond(c, 200, "text/plain; version=0.0.4", text, len);
+}
+
+static enum route find_route(const char *url, const char *method, bool *bad_method)
+{
+    static const struct {
+        const char *url, *method;
+        enum route r;
+    } routes[] = {
+        {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETION},
+        {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
+        {"/metrics", "GET", R_METRICS},
+    };
+    *bad_method = false;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i].url)) {
+            if (!strcmp(method, routes[i].method))
+                return routes[i].r;
+            *bad_method = true;
+        }
+    return R_NONE;
+}
+
+/* Compares in time independent of where the strings differ. */
+static bool key_matches(const char *given, const char *key)
+{
+    size_t n = strlen(key);
+    if (strlen(given) != n)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(given[i] ^ key[i]);
+    return diff == 0;
+}
+
+static bool authorized(const srv *s, struct MHD_Connection *c)
+{
+    if (!s->c.api_key)
+        return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, "Bearer ", 7) && key_matches(h + 7, s->c.api_key);
+}
+
+/* The first call of a request: route, authenticate, answer GETs, refuse announced huge bodies. */
+static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc,
+                                  const char *url, const char *method)
+{
+    bool bad_method;
+    cc->route = find_route(url, method, &bad_method);
+    if (cc->route == R_NONE) {
+        char msg[160];
+        snprintf(msg, sizeof msg, bad_method ? "%s is not allowed on %.100s" : "%s %.100s: no such endpoint",
+                 method, url);
+        return respond_error(s, c, bad_method ? 405 : 404, NULL, msg);
+    }
+    if (cc->route != R_HEALTH && !authorized(s, c))
+        return respond_error(s, c, 401, NULL,
+                             "missing or wrong API key (send Authorization: Bearer KEY)");
+    if (cc->route != R_CHAT && cc->route != R_COMPLETION)
+        return get_route(s, c, cc->route);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && strtoull(cl, NULL, 10) > s->c.max_body)
+        cc->too_big = true;
+    return MHD_YES;
+}
+
+static void too_big_message(const srv *s, char *msg, size_t cap)
+{
+    snprintf(msg, cap, "the request body is larger than %zu bytes", s->c.max_body);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *size, void **con_cls)
+{
+    (void)version;
+    srv *s = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc)
+            return MHD_NO;
+        *con_cls = cc;
+        enum MHD_Result rc = first_call(s, c, cc, url, method);
+        if (rc != MHD_YES || !cc->too_big)
+            return rc;
+        char msg[96];
+        too_big_message(s, msg, sizeof msg);
+        return respond_error(s, c, 413, NULL, msg);
+    }
+    if (*size) {
+        if (!cc->too_big && cc->body.len + *size > s->c.max_body)
+            cc->too_big = true;
+        if (!cc->too_big && srv_buf_add(&cc->body, data, *size))
+            return MHD_NO;
+        *size = 0;
+        return MHD_YES;
+    }
+    if (cc->too_big) {
+        char msg[96];
+        too_big_message(s, msg, sizeof msg);
+        return respond_error(s, c, 413, NULL, msg);
+    }
+    return run_request(s, c, cc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls, (void)c, (void)toe;
+    conn_ctx *cc = *con_cls;
+    if (!cc)
+        return;
+    if (cc->job) {
+        atomic_store(&cc->job->cancelled, true);
+        job_unref(cc->job);
+    }
+    free(cc->body.p);
+    free(cc);
+    *con_cls = NULL;
+}
+
+srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errlen)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    char port[16];
+    snprintf(port, sizeof port, "%d", c->port);
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(c->host, port, &hints, &ai);
+    if (gai) {
+        snprintf(err, errlen, "--host %s: %s", c->host, gai_strerror(gai));
+        return NULL;
+    }
+    srv *s = calloc(1, sizeof *s);
+    if (!s) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->c = *c;
+    s->e = *e;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    srv_metrics_init(&s->metrics);
+    if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
+        freeaddrinfo(ai);
+        snprintf(err, errlen, "cannot start the engine thread");
+        srv_stop(s);
+        return NULL;
+    }
+    s->engine_started = true;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        snprintf(err, errlen, "cannot listen on %s port %d: %s", c->host, c->port,
+                 errno ? strerror(errno) : "address in use or not available");
+        srv_stop(s);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : c->port;
+    return s;
+}
+
+int srv_port(const srv *s)
+{
+    return s->port;
+}
+
+void srv_stop(srv *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = true;
+    for (srv_job *j = s->head; j; j = j->next)
+        atomic_store(&j->cancelled, true);
+    if (s->running)
+        atomic_store(&s->running->cancelled, true);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->engine_started)
+        pthread_join(s->engine_thread, NULL);
+    if (s->d)
+        MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    srv_metrics_free(&s->metrics);
+    free(s);
+}

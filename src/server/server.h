@@ -1,0 +1,90 @@
+/* server.h — an OpenAI-compatible HTTP server in front of one text generator.
+ *
+ *   POST /v1/chat/completions, POST /v1/completions   (stream: true as server-sent events)
+ *   GET  /v1/models, GET /health, GET /metrics        (Prometheus text)
+ *
+ * libmicrohttpd serves every connection on its own thread, up to a bound; a request is read
+ * (at most max_body bytes), checked (request.h) and queued; one engine thread takes the
+ * queued requests in order and hands each to the generator (srv_engine.run), which reports
+ * what it produces through the srv_job calls below. A full queue answers 429. A client that
+ * goes away has its job cancelled: srv_job_cancelled turns true within a poll interval, and a
+ * generator that checks it once per token stops within one token.
+ *
+ * The server speaks HTTP and JSON; the generator speaks tokens and text. */
+#ifndef PRIMA_SERVER_H
+#define PRIMA_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "model/sample.h"
+#include "server/request.h"
+
+typedef struct srv srv;
+typedef struct srv_job srv_job;
+
+/* How a job ended, as the generator reports it. */
+enum srv_finish {
+    SRV_FINISH_STOP,      /* an end-of-generation token or a stop string */
+    SRV_FINISH_LENGTH,    /* max_tokens, or a full context */
+    SRV_FINISH_CANCELLED, /* the client went away */
+    SRV_FINISH_ERROR,     /* status and error say why */
+};
+
+typedef struct srv_result {
+    enum srv_finish finish;
+    int status;                  /* SRV_FINISH_ERROR: 400 for the request, 500 for the server */
+    const char *error_param;     /* the request field a 400 is about, or NULL */
+    char error[512];
+    int prompt_tokens, cached_tokens, completion_tokens;
+    double prefill_s, decode_s;  /* time in the prompt, and in the generated tokens */
+} srv_result;
+
+/* The generator. run is called on the engine thread, one job at a time, and fills res; health
+ * and metrics are called from connection threads at any time. */
+typedef struct srv_engine {
+    void *ctx;
+    void (*run)(void *ctx, srv_job *job, srv_result *res);
+    /* Whether it can generate now (/health answers 503 otherwise), with a one-word state
+     * ("ready", "connecting", "lost") and a line of detail in the JSON object given. */
+    bool (*health)(void *ctx, void *cjson_obj);
+    /* Append Prometheus lines (the generator's own metrics) to f. */
+    void (*metrics)(void *ctx, FILE *f);
+} srv_engine;
+
+typedef struct srv_config {
+    const char *host;            /* bind address (numeric or a name) */
+    int port;                    /* 0: any free port (srv_port says which) */
+    const char *api_key;         /* NULL: no authentication */
+    const char *model_id;        /* the name /v1/models lists */
+    int queue_max;               /* requests waiting beyond the one being generated */
+    int max_connections;
+    size_t max_body;             /* bytes; larger bodies get 413 */
+    unsigned timeout_s;          /* a connection idle this long is closed */
+    sampler_params defaults;     /* for fields a request does not give */
+    FILE *log;                   /* one line per request; NULL: quiet */
+} srv_config;
+
+srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errlen);
+int srv_port(const srv *s);
+/* Stop accepting, cancel what is queued or running, wait for the engine thread. */
+void srv_stop(srv *s);
+
+/* For the generator, during run: */
+const srv_request *srv_job_request(const srv_job *j);
+bool srv_job_cancelled(const srv_job *j);
+/* The prompt is accepted (tokenized, fits): a stream starts now. */
+void srv_job_begin(srv_job *j);
+/* Generated text, in order (complete UTF-8 sequences). */
+void srv_job_text(srv_job *j, const char *text, size_t len);
+/* A generated token's log-probability (natural log) and its n_top most likely alternatives,
+ * when the request asked for them; called before the token's text. */
+typedef struct srv_token_prob {
+    const char *piece;
+    size_t len;
+    float logprob;
+} srv_token_prob;
+void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top);
+
+#endif
