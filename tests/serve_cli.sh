@@ -177,7 +177,9 @@ for n in $(seq 3 130); do
     [ "$(jq -r .choices[0].text "$tmp/many/$n" 2>/dev/null)" = "$(field .choices[0].text)" ] ||
         { fail "concurrent request $n: $(head -c 300 "$tmp/many/$n") vs alone $(cat "$tmp/body")"; break; }
 done
-[ $((after - idle)) -lt 8192 ] || fail "memory after 64 clients: $idle kB -> $after kB"
+# (under ASan freed memory sits in its quarantine; its leak check at exit covers that build)
+[ -n "${PRIMA_SANITIZE_FLAGS:-}" ] || [ $((after - idle)) -lt 8192 ] ||
+    fail "memory after 64 clients: $idle kB -> $after kB"
 echo "serve_cli: RSS after the first 64 clients ${idle} kB, after the second ${after} kB"
 curl -s "http://127.0.0.1:$sport/metrics" >"$tmp/metrics"
 grep -q '^prima_requests_total{endpoint="completions"} ' "$tmp/metrics" &&
