@@ -287,7 +287,18 @@ static uint64_t lcg_next(uint64_t *s)
     return *s >> 16;
 }
 
-static int measure_type(kern_ctx *c, enum dtype t, double fma_peak, double budget,
+/* Two flops per weight: a rate above INT_DOT_FACTOR times what the FMA peak allows means a
+ * broken timer or kernel (both are scaled alike under a quota). The peak was measured once, and
+ * on shared cores a neighbour may have taken them just then (seen: 1/15 of the quiet figure),
+ * so a rate over the cap re-measures the peak, keeping the highest, before it is refused. */
+static bool within_peak(kern_ctx *c, double rate, double *fma_peak)
+{
+    for (int retry = 0; retry < 3 && rate > INT_DOT_FACTOR * *fma_peak / 2; retry++)
+        *fma_peak = fmax(*fma_peak, probe_fma_peak(c, 3));
+    return rate <= INT_DOT_FACTOR * *fma_peak / 2;
+}
+
+static int measure_type(kern_ctx *c, enum dtype t, double *fma_peak, double budget,
                         double quota_share, type_rate *out, double *spread, char *err,
                         size_t errlen)
 {
@@ -323,12 +334,10 @@ static int measure_type(kern_ctx *c, enum dtype t, double fma_peak, double budge
     rate_job j = {c, w, t, RATE_N_IN, x, y};
     out->matvec = time_matmul(&j, n_out, 1, budget / 2, quota_share, spread);
     out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, quota_share, spread);
-    /* two flops per weight: more than the FMA peak allows means a broken timer or kernel
-     * (both are scaled alike under a quota) */
-    double cap = INT_DOT_FACTOR * fma_peak / 2;
-    if (!(out->matvec > 0 && out->matmul > 0) || out->matvec > cap || out->matmul > cap) {
+    if (!(out->matvec > 0 && out->matmul > 0) || !within_peak(c, out->matvec, fma_peak) ||
+        !within_peak(c, out->matmul, fma_peak)) {
         snprintf(err, errlen, "profile: %s rates %.3g / %.3g weights/s fail the sanity check "
-                 "against the FMA peak (%.3g flop/s)", name, out->matvec, out->matmul, fma_peak);
+                 "against the FMA peak (%.3g flop/s)", name, out->matvec, out->matmul, *fma_peak);
         goto done;
     }
     rc = 0;
@@ -539,7 +548,7 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     for (int t = 0; t < DT_COUNT; t++)
         n_types += types[t];
     for (int t = 0; t < DT_COUNT; t++)
-        if (types[t] && measure_type(c, (enum dtype)t, fma, RATES_SECONDS / n_types, share,
+        if (types[t] && measure_type(c, (enum dtype)t, &fma, RATES_SECONDS / n_types, share,
                                      &p->cpu[t], &p->noise, err, errlen))
             goto done;
     if (o->model_path && measure_disk(o->model_path, p, err, errlen))
