@@ -369,6 +369,39 @@ static void check_matmul_type(enum dtype wt)
     free(w);
 }
 
+/* A NaN in one token's activations makes all of that token's outputs NaN and leaves the other
+ * tokens alone, whatever the weight type: a quantized path must not launder it into a finite
+ * block (the old activation quantizers skipped NaNs as fmaxf does, so a damaged model produced
+ * finite garbage instead of stopping at session_eval's check). */
+static void check_matmul_nan(enum dtype wt)
+{
+    const kern_type *kt = kern_type_get(wt);
+    const int n_in = inner_size(wt), n_out = 13, n_tok = 3;
+    float *wf = malloc(sizeof(float) * (size_t)n_in * n_out);
+    float *x = malloc(sizeof(float) * (size_t)n_in * n_tok);
+    float *y = malloc(sizeof(float) * n_out * n_tok), *y0 = malloc(sizeof(float) * n_out * n_tok);
+    void *w = malloc(dtype_row_bytes(wt, (uint64_t)n_in) * n_out);
+    fill(wf, n_in * n_out, 0.5);
+    fill(x, n_in * n_tok, 2.0);
+    kt->from_float(wf, w, (int64_t)n_in * n_out);
+    kern_matmul(ctx[2], w, wt, n_in, n_out, x, n_tok, y0);
+    x[n_in + n_in / 2] = NAN;
+    kern_matmul(ctx[2], w, wt, n_in, n_out, x, n_tok, y);
+    int nan_outputs = 0;
+    for (int o = 0; o < n_out; o++)
+        nan_outputs += isnan(y[n_out + o]) != 0;
+    CHECK(nan_outputs == n_out, "%s (%s): a NaN activation gave %d of %d NaN outputs",
+          dtype_get(wt)->name, kern_path_name(kern_active_path()), nan_outputs, n_out);
+    CHECK(!memcmp(y, y0, sizeof(float) * n_out) &&
+              !memcmp(y + 2 * n_out, y0 + 2 * n_out, sizeof(float) * n_out),
+          "%s: a NaN in token 1 changed tokens 0 or 2", dtype_get(wt)->name);
+    free(wf);
+    free(x);
+    free(y);
+    free(y0);
+    free(w);
+}
+
 static void test_matmul(void)
 {
     int tested = 0;
@@ -377,6 +410,7 @@ static void test_matmul(void)
         if (!di || !di->name || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
             continue;
         check_matmul_type((enum dtype)t);
+        check_matmul_nan((enum dtype)t);
         tested++;
     }
     CHECK(tested > 0, "no weight type to test");

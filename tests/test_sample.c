@@ -1,6 +1,6 @@
 /* The sampler against distributions computed by hand: greedy ties, top-k / top-p / min-p
  * truncation, temperature draws matching softmax probabilities, the three penalties and their
- * window, and seed reproducibility. */
+ * window, seed reproducibility, and non-finite logits. */
 #include <math.h>
 
 #include "model/sample.h"
@@ -167,8 +167,44 @@ static void test_seed(void)
     sampler_free(c);
 }
 
+/* NaN and infinite logits, under every filter chain the CLI offers: the token is always one of
+ * the candidates (on the old code all-NaN logits left min-p with none and the fallback read
+ * c[-1]), NaNs rank below every number, and a +inf logit wins. */
+static void test_non_finite(void)
+{
+    enum { N = 8 };
+    sampler_params chains[4];
+    sampler_params_default(&chains[0]);                     /* top-k, top-p, min-p */
+    chains[1] = chains[0], chains[1].temp = 0.0f;           /* greedy */
+    chains[2] = chains[0], chains[2].repeat_penalty = 1.1f; /* a penalty on the window */
+    chains[3] = plain();                                    /* no filter */
+    float all_nan[N], some_nan[N], pos_inf[N], neg_inf[N];
+    for (int i = 0; i < N; i++) {
+        all_nan[i] = NAN;
+        some_nan[i] = i == 5 ? 1.0f : NAN;
+        pos_inf[i] = i == 3 ? INFINITY : (float)i;
+        neg_inf[i] = -INFINITY;
+    }
+    for (int c = 0; c < 4; c++) {
+        sampler *s = sampler_create(&chains[c], N);
+        REQUIRE(s, "sampler_create");
+        for (int k = 0; k < N; k++)
+            sampler_accept(s, k); /* the penalty sees every token */
+        for (int rep = 0; rep < 20; rep++) {
+            int32_t t = sampler_sample(s, all_nan);
+            CHECK(t >= 0 && t < N, "chain %d: all-NaN logits gave token %d", c, t);
+            t = sampler_sample(s, neg_inf);
+            CHECK(t >= 0 && t < N, "chain %d: all -inf logits gave token %d", c, t);
+            CHECK(sampler_sample(s, some_nan) == 5, "chain %d: a NaN was chosen over 1.0", c);
+            CHECK(sampler_sample(s, pos_inf) == 3, "chain %d: +inf was not chosen", c);
+        }
+        sampler_free(s);
+    }
+}
+
 int main(void)
 {
+    test_non_finite();
     test_greedy();
     test_temperature();
     test_truncation();

@@ -5,6 +5,8 @@
  * vector for every row. Each kernel is written once for a compile-time tile shape and
  * instantiated for every shape up to the largest; an output's arithmetic is the same in every
  * instantiation, which is what makes results independent of tiling and thread count. */
+#include <math.h>
+
 #include "kernels/matmul_x86.h"
 
 /* ---- float weights (F32, F16, BF16) with F32 activations ---- */
@@ -305,16 +307,22 @@ DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
 /* ---- activation quantizers ----
  * Bit for bit the reference quantizers of quant_k.c / quant_scalar.c (tests check it): the same
  * amax, the same float multiply by 127/amax, and cvtps2dq rounds to nearest even exactly as
- * q_round does. They run once per matmul call but over every activation, so at decode they are
+ * q_round does (a block holding a NaN gets the same NaN scale; its quants then carry nothing).
+ * They run once per matmul call but over every activation, so at decode they are
  * a visible share of a small matvec. */
 
-/* max |x| over n floats (n a multiple of 32); NaNs are skipped like fmaxf does. */
+/* max |x| over n floats (n a multiple of 32), NaN if one is NaN (as q_abs_max). */
 ALWAYS_INLINE float abs_max(const float *x, int n)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 m = _mm256_setzero_ps();
-    for (int i = 0; i < n; i += 8)
-        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)), m);
+    __m256 m = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        __m256 v = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i));
+        m = _mm256_max_ps(v, m);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan))
+        return NAN;
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));

@@ -66,6 +66,19 @@ static inline int32_t q_round(float x)
     return (int32_t)(f32_to_bits(x + 12582912.0f) & 0x7fffff) - 0x400000;
 }
 
+/* max |x| over n values, or NaN when one of them is NaN. An activation quantizer keeps a NaN in
+ * its scale (so the dot products come out NaN, as they would in float) instead of skipping it as
+ * fmaxf does: a damaged model then stops with NaN logits rather than producing finite garbage. */
+static inline float q_abs_max(const float *x, int n)
+{
+    float m = 0;
+    for (int j = 0; j < n; j++) {
+        float a = x[j] < 0 ? -x[j] : x[j];
+        m = a > m || a != a ? a : m; /* once m is NaN, nothing replaces it */
+    }
+    return m;
+}
+
 static inline int32_t clampi(int32_t v, int32_t lo, int32_t hi)
 {
     return v < lo ? lo : v > hi ? hi : v;

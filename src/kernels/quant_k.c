@@ -17,9 +17,7 @@ void q8_k_from_float(const float *src, void *dst, int64_t n)
 {
     block_q8_k *b = dst;
     for (int64_t i = 0; i < n / QK_K; i++, src += QK_K) {
-        float amax = 0;
-        for (int j = 0; j < QK_K; j++)
-            amax = fmaxf(amax, fabsf(src[j]));
+        float amax = q_abs_max(src, QK_K);
         float id = amax > 0 ? 127.0f / amax : 0.0f;
         b[i].d = amax / 127.0f;
         for (int j = 0; j < QK_K; j++)

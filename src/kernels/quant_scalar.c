@@ -87,9 +87,7 @@ void q8_0_from_float(const float *src, void *dst, int64_t n)
 {
     block_q8_0 *b = dst;
     for (int64_t i = 0; i < n / QK; i++, src += QK) {
-        float amax = 0;
-        for (int j = 0; j < QK; j++)
-            amax = fmaxf(amax, fabsf(src[j]));
+        float amax = q_abs_max(src, QK);
         float id = amax > 0 ? 127.0f / amax : 0.0f;
         b[i].d = f32_to_half(amax / 127.0f);
         for (int j = 0; j < QK; j++)

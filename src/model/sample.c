@@ -178,22 +178,29 @@ static void top_k(cand *c, int n, int k)
     qsort(c, (size_t)k, sizeof(cand), cmp_cand);
 }
 
+/* The first of the largest logits (ties -> lowest id while c is in id order). */
+static int argmax(const cand *c, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (c[i].logit > c[best].logit)
+            best = i;
+    return best;
+}
+
 int32_t sampler_sample(sampler *s, const float *logits)
 {
     const sampler_params *p = &s->p;
     cand *c = s->c;
     int n = s->n_vocab;
+    /* A NaN compares false with everything, so one would defeat every filter below (min-p
+     * would keep nothing); it ranks below every number instead. */
     for (int i = 0; i < n; i++)
-        c[i] = (cand){i, logits[i]};
+        c[i] = (cand){i, isnan(logits[i]) ? -INFINITY : logits[i]};
     apply_penalties(s);
 
-    if (p->temp <= 0.0f) {
-        int best = 0;
-        for (int i = 1; i < n; i++)
-            if (c[i].logit > c[best].logit)
-                best = i;
-        return c[best].id;
-    }
+    if (p->temp <= 0.0f)
+        return c[argmax(c, n)].id;
 
     bool sorted = false;
     if (p->top_k > 0 && p->top_k < n) {
@@ -223,7 +230,8 @@ int32_t sampler_sample(sampler *s, const float *logits)
         for (int i = 1; !sorted && i < n; i++)
             if (c[i].logit > max)
                 max = c[i].logit;
-        /* p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p) */
+        /* p_i >= min_p * p_max  <=>  logit_i >= max + log(min_p); the best one always stays
+         * (with no NaN left, max >= floor: at least one candidate remains) */
         float floor = max + logf(p->min_p);
         int kept = 0;
         for (int i = 0; i < n; i++)
@@ -232,10 +240,10 @@ int32_t sampler_sample(sampler *s, const float *logits)
         n = kept;
     }
 
-    float max = c[0].logit;
-    for (int i = 1; i < n; i++)
-        if (c[i].logit > max)
-            max = c[i].logit;
+    int best = argmax(c, n);
+    float max = c[best].logit;
+    if (!isfinite(max))
+        return c[best].id; /* an infinity on top (or only -inf): no distribution to draw from */
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += exp((double)((c[i].logit - max) / p->temp));

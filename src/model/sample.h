@@ -32,7 +32,9 @@ void sampler_free(sampler *s);
 void sampler_accept(sampler *s, int32_t token);
 /* Forget the window (a new sequence). */
 void sampler_reset(sampler *s);
-/* Choose a token from n_vocab logits (not modified). Does not accept it. */
+/* Choose a token from n_vocab logits (not modified). Does not accept it. Always an id in
+ * [0, n_vocab): a NaN logit ranks below every number, and an infinite one on top is taken as
+ * it is. (session_eval refuses non-finite logits, so this only guards other callers.) */
 int32_t sampler_sample(sampler *s, const float *logits);
 
 #endif

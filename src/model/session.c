@@ -1,3 +1,4 @@
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +114,19 @@ int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, ch
     if (all_logits)
         memcpy(s->logits, all_logits + (size_t)(n - 1) * (size_t)n_vocab,
                sizeof(float) * (size_t)n_vocab);
+    /* Damaged weights (or a kernel bug) show up here first: nothing downstream can choose a
+     * token from a NaN, so say so where it happens instead of sampling garbage. */
+    const float *l = all_logits ? all_logits : s->logits;
+    const int row0 = all_logits ? 0 : n - 1;
+    for (size_t i = 0; i < (size_t)(n - row0) * (size_t)n_vocab; i++)
+        if (!isfinite(l[i])) {
+            snprintf(err, errlen,
+                     "the model produced %s logits at position %d: the weights are damaged or "
+                     "the type is unsupported",
+                     isnan(l[i]) ? "NaN" : "infinite",
+                     s->n_past - n + row0 + (int)(i / (size_t)n_vocab));
+            return -1;
+        }
     return 0;
 }
 

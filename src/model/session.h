@@ -47,7 +47,8 @@ void session_free(session *s);
 /* Evaluate n tokens after the history, in batches of at most n_batch. all_logits (n x n_vocab)
  * receives the logits of every one of them when not NULL; s->logits always holds the last row.
  * Returns 0, or -1 with a message when a token id is out of range or the tokens do not fit the
- * context (nothing is evaluated then). */
+ * context (nothing is evaluated then), or when a logit comes out NaN or infinite (the message
+ * names its position; the tokens are then in the history). */
 int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
                  size_t errlen);
 /* Context shift: drop the oldest half of the history after the first n_keep tokens, moving the
