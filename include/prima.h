@@ -9,7 +9,8 @@
  *         int32_t t = prima_sample(s);
  *         if (prima_token_is_eog(m, t)) break;
  *         char piece[64];
- *         fwrite(piece, 1, prima_token_piece(m, t, piece, sizeof piece), stdout);
+ *         size_t len = prima_token_piece(m, t, piece, sizeof piece);  // may exceed the buffer
+ *         fwrite(piece, 1, len < sizeof piece ? len : sizeof piece, stdout);
  *         prima_eval(s, &t, 1, err, sizeof err);
  *     }
  *     prima_session_free(s);
@@ -70,8 +71,11 @@ int prima_model_n_layer(const prima_model *m);
  * number of tokens (which may exceed cap: then only cap were written), or -1. */
 int prima_tokenize(const prima_model *m, const char *text, int32_t *tokens, int cap,
                    bool add_special, bool parse_special);
-/* The bytes of token id (control tokens give none); returns their count (at most cap). A
- * piece may end inside a UTF-8 sequence that the next token completes. */
+/* The bytes of token id (control tokens give none, as does an id outside the vocabulary).
+ * Copies at most cap of them into buf (no NUL) and returns the piece's full length, as snprintf
+ * does: a result above cap means the piece was cut, and only cap bytes of buf are valid (call
+ * again with a larger buffer; buf may be NULL when cap is 0). A piece may end inside a UTF-8
+ * sequence that the next token completes. */
 size_t prima_token_piece(const prima_model *m, int32_t id, char *buf, size_t cap);
 /* End of generation: EOS, EOT and end-of-turn tokens. */
 bool prima_token_is_eog(const prima_model *m, int32_t id);

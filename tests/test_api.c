@@ -55,6 +55,12 @@ int main(void)
     char piece[64];
     size_t len = prima_token_piece(m, got[1], piece, sizeof piece);
     CHECK(len == 6 && !memcmp(piece, " there", 6), "piece of token %d", got[1]);
+    /* a buffer smaller than the piece: the full length comes back, and nothing past cap is
+     * written (the old header promised a count of at most cap, so callers read past it) */
+    memset(piece, '#', sizeof piece);
+    CHECK(prima_token_piece(m, got[1], piece, 3) == 6 && !memcmp(piece, " th#", 4),
+          "a piece cut at 3 bytes: '%.4s'", piece);
+    CHECK(prima_token_piece(m, got[1], NULL, 0) == 6, "the length alone");
     CHECK(!prima_token_is_eog(m, got[0]) && prima_token_is_eog(m, 2), "end of generation");
 
     /* rewind to the prompt's end: the last prompt token evaluated again, same continuation */

@@ -557,7 +557,8 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
 
 static size_t copy_out(const char *s, size_t n, char *buf, size_t cap)
 {
-    memcpy(buf, s, n < cap ? n : cap);
+    if (cap)   /* buf may be NULL with cap 0: a length query */
+        memcpy(buf, s, n < cap ? n : cap);
     return n;
 }
 
