@@ -1,7 +1,12 @@
 /* Failures of live devices, with workers in their own processes: a worker killed in the middle of
- * generation, a worker frozen (SIGSTOP), and a head that goes silent. The head must stop within
- * five seconds with an error naming the device; the workers that are left must return to
- * waiting and serve the next head, with the same results as before. */
+ * generation, a worker frozen (SIGSTOP), and a head that goes silent. The head must stop with an
+ * error naming the device; the workers that are left must return to waiting and serve the next
+ * head, with the same results as before.
+ *
+ * Times are checked against the protocol's own deadlines (proto.h), with room for a loaded
+ * machine: a dead process is noticed by its closed connection, well before the silence deadline
+ * could have fired; a frozen one by that deadline — not before the deadline less one ping
+ * interval, and within three deadlines. */
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -14,6 +19,8 @@
 #include "test.h"
 
 enum { N_LAYER = 6, N_EMBD = 8, N_CTX = 64, N_WORKERS = 3 };
+#define DEAD_S (PROTO_DEAD_MS / 1e3)
+#define PING_S (PROTO_PING_MS / 1e3)
 
 static fake_model fm;
 static pid_t pids[N_WORKERS];
@@ -138,10 +145,13 @@ int main(void)
     int64_t t0 = net_now_ns();
     CHECK(decode(&h, 3, 3, got) != 0, "decode went on without device 2");
     double took = (net_now_ns() - t0) / 1e9;
-    CHECK(took < 5.0, "noticed the dead worker after %.1f s", took);
+    CHECK(took < DEAD_S, "noticed the dead worker after %.1f s: the silence deadline, not the "
+          "closed connection", took);
     if (getenv("PRIMA_TEST_VERBOSE"))
         fprintf(stderr, "head: %s\n", ring_error(h.r));
     CHECK(strstr(ring_error(h.r), "device 2"), "error does not name device 2: '%s'", ring_error(h.r));
+    CHECK(!strstr(ring_error(h.r), "stopped responding"),
+          "a dead worker was taken for a silent one: '%s'", ring_error(h.r));
     head_close(&h);
 
     /* The survivors serve the next head, computing what one device computes. */
@@ -150,12 +160,13 @@ int main(void)
     CHECK(decode(&h, 0, 8, got) == 0 && memcmp(got, ref, sizeof ref) == 0,
           "survivors' ring differs from one device (%s)", ring_error(h.r));
 
-    /* A frozen worker: no crash, no hang, a named device within about five seconds. */
+    /* A frozen worker: no crash, no hang, a named device once the silence deadline passes. */
     kill(pids[2], SIGSTOP);
     t0 = net_now_ns();
     CHECK(decode(&h, 8, 1, got) != 0, "decode went on with device 2 frozen");
     took = (net_now_ns() - t0) / 1e9;
-    CHECK(took < 7.0, "noticed the frozen worker after %.1f s", took);
+    CHECK(took >= DEAD_S - PING_S - 0.1 && took < 3 * DEAD_S,
+          "noticed the frozen worker after %.1f s (deadline %.0f s)", took, DEAD_S);
     if (getenv("PRIMA_TEST_VERBOSE"))
         fprintf(stderr, "head: %s\n", ring_error(h.r));
     CHECK(strstr(ring_error(h.r), "device 2") && strstr(ring_error(h.r), "stopped responding"),
@@ -165,8 +176,8 @@ int main(void)
     waitpid(pids[2], NULL, 0);
     pids[2] = 0;
 
-    /* A head that greets a worker and then goes silent: the worker gives up on it within about
-     * five seconds and serves the next head. */
+    /* A head that greets a worker and then goes silent: the worker gives up on it and serves
+     * the next head (asked again every half second, for up to three deadlines). */
     int fd = net_connect("127.0.0.1", ports[0], 2000, err, sizeof err);
     REQUIRE(fd >= 0, "%s", err);
     conn c;
@@ -177,8 +188,12 @@ int main(void)
     list_of((int[]){0}, 1, list, sizeof list);
     CHECK(head_open(&h, list, 2, err, sizeof err) != 0 && strstr(err, "busy"),
           "a second head while the silent one holds the worker: '%s'", err);
-    sleep(6);
-    REQUIRE(head_open(&h, list, 2, err, sizeof err) == 0, "after the silent head: %s", err);
+    t0 = net_now_ns();
+    int rc;
+    while ((rc = head_open(&h, list, 2, err, sizeof err)) != 0 &&
+           (net_now_ns() - t0) / 1e9 < 3 * DEAD_S)
+        usleep(500 * 1000);
+    REQUIRE(rc == 0, "after the silent head (%.1f s): %s", (net_now_ns() - t0) / 1e9, err);
     CHECK(decode(&h, 0, 8, got) == 0 && memcmp(got, ref, sizeof ref) == 0,
           "2-device ring differs from one device (%s)", ring_error(h.r));
     head_close(&h);
