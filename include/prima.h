@@ -3,7 +3,7 @@
  *     prima_model *m = prima_model_open("model.gguf", NULL, err, sizeof err);
  *     prima_session *s = prima_session_create(m, NULL, err, sizeof err);
  *     int32_t toks[256];
- *     int n = prima_tokenize(m, "Once upon a time", toks, 256, true, false);
+ *     int n = prima_tokenize(m, "Once upon a time", toks, 256, true, false, err, sizeof err);
  *     prima_eval(s, toks, n, err, sizeof err);
  *     for (int i = 0; i < 32; i++) {
  *         int32_t t = prima_sample(s);
@@ -17,14 +17,25 @@
  *     prima_model_free(m);
  *
  * Errors: functions that can fail return NULL or -1 and write a one-line message into the
- * caller's buffer (err, errlen). Nothing aborts. A model may be shared by several sessions; a
- * session must be used by one thread at a time. Link with -lprima (pkg-config prima). */
+ * caller's buffer (err, errlen). Nothing aborts: a damaged file, text the tokenizer refuses,
+ * NaN logits and running out of memory are all errors (the kernels' own checks of shapes and
+ * types that loading has already validated only catch bugs). A model may be shared by several
+ * sessions; a session must be used by one thread at a time. Link with -lprima (pkg-config
+ * prima); the library exports the PRIMA_API functions below and nothing else. */
 #ifndef PRIMA_H
 #define PRIMA_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* What the library exports: it is built with hidden visibility, so only these functions are
+ * visible to a program that links it. */
+#if defined(__GNUC__)
+#define PRIMA_API __attribute__((visibility("default")))
+#else
+#define PRIMA_API
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,50 +65,51 @@ typedef struct prima_session_params {
     uint64_t seed;       /* the same seed and inputs give the same tokens */
 } prima_session_params;
 
-prima_model_params prima_model_default_params(void);
-prima_session_params prima_session_default_params(void);
+PRIMA_API prima_model_params prima_model_default_params(void);
+PRIMA_API prima_session_params prima_session_default_params(void);
 
 /* params may be NULL (defaults). */
-prima_model *prima_model_open(const char *path, const prima_model_params *params, char *err,
-                              size_t errlen);
-void prima_model_free(prima_model *m);
+PRIMA_API prima_model *prima_model_open(const char *path, const prima_model_params *params,
+                                        char *err, size_t errlen);
+PRIMA_API void prima_model_free(prima_model *m);
 
-int prima_model_n_vocab(const prima_model *m);
-int prima_model_n_ctx_train(const prima_model *m);
-int prima_model_n_layer(const prima_model *m);
+PRIMA_API int prima_model_n_vocab(const prima_model *m);
+PRIMA_API int prima_model_n_ctx_train(const prima_model *m);
+PRIMA_API int prima_model_n_layer(const prima_model *m);
 
 /* Tokenize text (NUL-terminated) into at most cap ids. add_special: BOS/EOS as the vocabulary
  * says; parse_special: control tokens written in the text become those tokens. Returns the
- * number of tokens (which may exceed cap: then only cap were written), or -1. */
-int prima_tokenize(const prima_model *m, const char *text, int32_t *tokens, int cap,
-                   bool add_special, bool parse_special);
+ * number of tokens (which may exceed cap: then only cap were written), or -1 with the reason in
+ * err (a text too long, out of memory). */
+PRIMA_API int prima_tokenize(const prima_model *m, const char *text, int32_t *tokens, int cap,
+                             bool add_special, bool parse_special, char *err, size_t errlen);
 /* The bytes of token id (control tokens give none, as does an id outside the vocabulary).
  * Copies at most cap of them into buf (no NUL) and returns the piece's full length, as snprintf
  * does: a result above cap means the piece was cut, and only cap bytes of buf are valid (call
  * again with a larger buffer; buf may be NULL when cap is 0). A piece may end inside a UTF-8
  * sequence that the next token completes. */
-size_t prima_token_piece(const prima_model *m, int32_t id, char *buf, size_t cap);
+PRIMA_API size_t prima_token_piece(const prima_model *m, int32_t id, char *buf, size_t cap);
 /* End of generation: EOS, EOT and end-of-turn tokens. */
-bool prima_token_is_eog(const prima_model *m, int32_t id);
-int32_t prima_token_bos(const prima_model *m);  /* -1 if none */
+PRIMA_API bool prima_token_is_eog(const prima_model *m, int32_t id);
+PRIMA_API int32_t prima_token_bos(const prima_model *m);  /* -1 if none */
 
 /* params may be NULL (defaults). */
-prima_session *prima_session_create(prima_model *m, const prima_session_params *params,
-                                    char *err, size_t errlen);
-void prima_session_free(prima_session *s);
+PRIMA_API prima_session *prima_session_create(prima_model *m, const prima_session_params *params,
+                                              char *err, size_t errlen);
+PRIMA_API void prima_session_free(prima_session *s);
 
 /* Evaluate n tokens after those already in the session (batched by n_batch). Returns 0, or -1
  * if a token is out of the vocabulary or they do not fit the context (nothing evaluated). */
-int prima_eval(prima_session *s, const int32_t *tokens, int n, char *err, size_t errlen);
+PRIMA_API int prima_eval(prima_session *s, const int32_t *tokens, int n, char *err, size_t errlen);
 /* The n_vocab logits after the last evaluated token (valid until the next call). */
-const float *prima_logits(const prima_session *s);
+PRIMA_API const float *prima_logits(const prima_session *s);
 /* Choose the next token from prima_logits() with the session's sampling parameters. The
  * penalty window sees every evaluated token; prima_sample does not evaluate the token. */
-int32_t prima_sample(prima_session *s);
+PRIMA_API int32_t prima_sample(prima_session *s);
 /* Tokens in the context, and forgetting all from position n_past on (0: start over). After a
  * rewind, evaluate at least one token before the next prima_logits / prima_sample. */
-int prima_session_n_past(const prima_session *s);
-void prima_session_rewind(prima_session *s, int n_past);
+PRIMA_API int prima_session_n_past(const prima_session *s);
+PRIMA_API void prima_session_rewind(prima_session *s, int n_past);
 
 #ifdef __cplusplus
 }

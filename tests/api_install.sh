@@ -1,7 +1,8 @@
 #!/bin/bash
 # The installed library as a user sees it: install to a temporary prefix, build a program that
 # includes only <prima.h> with the flags pkg-config gives, and run it on a fixture model (its
-# greedy continuation must be the reference's, read through a 4-byte piece buffer).
+# greedy continuation must be the reference's, read through a 4-byte piece buffer); the shared
+# library exports the functions of prima.h and nothing else.
 set -u
 fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
 [ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
@@ -32,7 +33,7 @@ int main(int argc, char **argv)
     sp.n_ctx = 64;
     prima_session *s = prima_session_create(m, &sp, err, sizeof err);
     int32_t toks[32];
-    int n = s ? prima_tokenize(m, argv[2], toks, 32, true, false) : -1;
+    int n = s ? prima_tokenize(m, argv[2], toks, 32, true, false, err, sizeof err) : -1;
     if (n < 1 || n > 32 || prima_eval(s, toks, n, err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -59,11 +60,23 @@ int main(int argc, char **argv)
 }
 C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib64/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig"
-flags=$(pkg-config --define-variable=prefix="$tmp/prefix" --cflags --libs --static prima) || { echo "FAIL: pkg-config prima"; exit 1; }
+flags=$(pkg-config --define-variable=prefix="$tmp/prefix" --cflags --libs prima) || { echo "FAIL: pkg-config prima"; exit 1; }
+libdir=$(pkg-config --define-variable=prefix="$tmp/prefix" --variable=libdir prima)
+# Only the public API is exported: internal names (model_load, send_error, ...) would clash with
+# the embedding program's own.
+[ -f "$libdir/libprima.so" ] || { echo "FAIL: no libprima.so in $libdir"; exit 1; }
+exported=$(nm -D --defined-only "$libdir/libprima.so" | awk '{print $3}' | sort)
+declared=$(grep -o '^PRIMA_API[^(]*(' "$tmp/prefix/include/prima.h" | sed 's/.*[ *]\(prima_[a-z_]*\)($/\1/' | sort)
+[ -n "$declared" ] || { echo "FAIL: no PRIMA_API declarations in prima.h"; exit 1; }
+[ "$exported" = "$declared" ] || {
+    echo "FAIL: libprima.so exports other names than prima.h declares:"
+    diff <(echo "$declared") <(echo "$exported") | grep '^[<>]' | head -10
+    exit 1
+}
 cc -std=c11 -Wall -Wextra -Werror -o "$tmp/greedy" "$tmp/greedy.c" $flags ${PRIMA_SANITIZE_FLAGS:-} ||
     { echo "FAIL: building against the installed library"; exit 1; }
-out=$("$tmp/greedy" "$fixtures/models/stories260K.gguf" "Once upon a time") ||
+out=$(LD_LIBRARY_PATH="$libdir" "$tmp/greedy" "$fixtures/models/stories260K.gguf" "Once upon a time") ||
     { echo "FAIL: the program failed"; exit 1; }
 want=$(sed -n 's/^  "greedy_text": "\(.*\)",$/\1/p' "$fixtures/reference/stories260K.once.json")
 [ "$out" = "$want" ] || { echo "FAIL: '$out' != '$want'"; exit 1; }
-echo "installed library works"
+echo "installed library works and exports the $(wc -l <<<"$exported") functions of prima.h only"

@@ -36,9 +36,22 @@ int main(void)
     CHECK(prima_token_bos(m) == 1, "BOS");
 
     int32_t toks[64];
-    int n = prima_tokenize(m, c.prompt_text, toks, 64, true, false);
+    int n = prima_tokenize(m, c.prompt_text, toks, 64, true, false, err, sizeof err);
     CHECK(n == c.n_prompt && !memcmp(toks, c.prompt, sizeof(int32_t) * (size_t)n), "prompt ids");
-    CHECK(prima_tokenize(m, c.prompt_text, toks, 2, true, false) == n, "count beyond cap");
+    CHECK(prima_tokenize(m, c.prompt_text, toks, 2, true, false, err, sizeof err) == n,
+          "count beyond cap");
+    /* a failure says why (it used to return -1 alone): a text over the tokenizer's 256 MiB */
+    size_t huge = ((size_t)256 << 20) + 1;
+    char *big = malloc(huge + 1);
+    REQUIRE(big, "out of memory for the long text");
+    memset(big, 'a', huge);
+    big[huge] = '\0';
+    err[0] = '\0';
+    CHECK(prima_tokenize(m, big, toks, 64, true, false, err, sizeof err) == -1 &&
+              !strcmp(err, "cannot tokenize 268435457 bytes of text: the text is longer than the "
+                           "tokenizer accepts (256 MiB)"),
+          "a text over the limit: '%s'", err);
+    free(big);
 
     prima_session_params sp = prima_session_default_params();
     sp.temp = 0.0f;

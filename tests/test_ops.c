@@ -22,6 +22,14 @@ static double rnd(void) /* uniform in [-1, 1) */
     return (double)(rng_state >> 11) / (double)(1ull << 52) - 1.0;
 }
 
+/* test_matmul_out_of_memory asks for more memory than exists: under ASan the allocator must
+ * return NULL, as malloc does, instead of reporting the request. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
 static void fill(float *x, int n, double amp)
 {
     for (int i = 0; i < n; i++)
@@ -416,6 +424,23 @@ static void test_matmul(void)
     CHECK(tested > 0, "no weight type to test");
 }
 
+/* The kernels' scratch running out is an error, not an abort (it used to abort): a product
+ * whose activations need more scratch than any allocator gives — 2^30 tokens of 2^20 Q8_0
+ * inputs, about 1.2 PB — returns -1 before it reads anything, a reservation that large fails,
+ * and the context still works afterwards. */
+static void test_matmul_out_of_memory(void)
+{
+    float x[64] = {0}, y[4];
+    const int huge_in = 1 << 20, huge_tokens = 1 << 30;
+    CHECK(kern_matmul(ctx[2], x, DT_Q8_0, huge_in, 1, x, huge_tokens, y) == -1,
+          "a product needing 1.2 PB of scratch did not fail");
+    CHECK(kern_ctx_reserve(ctx[2], huge_in, huge_tokens) == -1, "a 1.2 PB reservation succeeded");
+    CHECK(kern_ctx_reserve(ctx[2], 64, 4) == 0, "a small reservation failed");
+    uint8_t w[4 * 2 * 34] = {0};
+    CHECK(kern_matmul(ctx[2], w, DT_Q8_0, 64, 4, x, 1, y) == 0 && y[0] == 0.0f,
+          "the context does not work after running out of memory");
+}
+
 /* Every path's activation quantizers must produce exactly the reference bytes: the kernels'
  * results are defined by the reference quantization. Run on the bound path. */
 static void test_act_quantizers(void)
@@ -481,6 +506,7 @@ int main(void)
     test_softmax();
     test_rope();
     test_get_row();
+    test_matmul_out_of_memory();
     static const enum kern_path paths[] = {KERN_SCALAR, KERN_AVX2, KERN_AVX512, KERN_NEON};
     enum kern_path best = kern_active_path();
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {

@@ -85,12 +85,15 @@ int prima_model_n_layer(const prima_model *pm)
 }
 
 int prima_tokenize(const prima_model *pm, const char *text, int32_t *tokens, int cap,
-                   bool add_special, bool parse_special)
+                   bool add_special, bool parse_special, char *err, size_t errlen)
 {
     int32_t *ids = NULL;
-    int n = tokenizer_encode(pm->tk, text, strlen(text), add_special, parse_special, &ids);
-    if (n < 0)
+    size_t len = strlen(text);
+    int n = tokenizer_encode(pm->tk, text, len, add_special, parse_special, &ids);
+    if (n < 0) {
+        snprintf(err, errlen, "cannot tokenize %zu bytes of text: %s", len, tokenizer_strerror(n));
         return -1;
+    }
     memcpy(tokens, ids, sizeof(int32_t) * (size_t)(n < cap ? n : cap));
     free(ids);
     return n;

@@ -75,6 +75,18 @@ static void report(const struct opts *o, bench_result r)
     bench_print(&r, o->json);
 }
 
+/* The scratch of every product measured here, so that no timed call can fail for it. */
+static int reserve(kern_ctx *c)
+{
+    for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0]; s++)
+        if (kern_ctx_reserve(c, matvec_shapes[s][0], 1))
+            return -1;
+    for (size_t k = 0; k < sizeof prefill_tokens / sizeof prefill_tokens[0]; k++)
+        if (kern_ctx_reserve(c, prefill_shape[0], prefill_tokens[k]))
+            return -1;
+    return 0;
+}
+
 static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t,
                         int n_in, int n_out, double bandwidth)
 {
@@ -221,6 +233,11 @@ static int run(int argc, char **argv)
     if (!c1 || !cn) {
         kern_ctx_free(c1);
         return cli_fail("bench kernels: cannot start %d threads", o.threads);
+    }
+    if (reserve(c1) || reserve(cn)) {
+        kern_ctx_free(c1);
+        kern_ctx_free(cn);
+        return cli_fail("bench kernels: out of memory for the kernels' scratch");
     }
     const char *path = kern_path_name(kern_active_path());
     char cpu[256];

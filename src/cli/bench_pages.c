@@ -228,7 +228,7 @@ static int run(int argc, char **argv)
     float *x = malloc(sizeof(float) * N_IN), *y = malloc(sizeof(float) * ROWS);
     char path[4096];
     snprintf(path, sizeof path, "%s/prima-bench-pages-XXXXXX", o.dir);
-    int fd = c && pattern && x && y ? mkstemp(path) : -1;
+    int fd = c && !kern_ctx_reserve(c, N_IN, 1) && pattern && x && y ? mkstemp(path) : -1;
     if (fd < 0) {
         rc = cli_fail("bench pages: cannot create a file in %s: %s", o.dir, strerror(errno));
         goto done;

@@ -86,7 +86,7 @@ static int run_prompt(runner *r)
     const char *p = r->o.prompt;
     int n = tokenizer_encode(r->tk, p, strlen(p), true, true, &toks);
     if (n < 0)
-        return cli_fail("cannot tokenize the prompt");
+        return cli_fail("cannot tokenize the prompt: %s", tokenizer_strerror(n));
     if (n == 0) {
         free(toks);
         return cli_fail("the prompt is empty and the vocabulary adds no BOS token");

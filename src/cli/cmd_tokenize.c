@@ -175,7 +175,8 @@ static int run(int argc, char **argv)
     if (!t) {
         rc = cli_fail("%s", err);
     } else if (n < 0) {
-        rc = cli_fail("tokenize: the text (%zu bytes) could not be tokenized (out of memory)", len);
+        rc = cli_fail("tokenize: the text (%zu bytes) could not be tokenized: %s", len,
+                      tokenizer_strerror(n));
     } else {
         int first = no_bos && tokenizer_add_bos(t) && n > 0 && ids[0] == tokenizer_bos(t) ? 1 : 0;
         for (int i = first; i < n; i++) {

@@ -1,7 +1,8 @@
 /* kern.h — the compute context and the ops the model is built from.
  *
  * A kern_ctx owns a persistent thread pool (threads created once, parked between ops) and the
- * scratch space for activation quantization, so no op allocates or spawns anything.
+ * scratch space for activation quantization; after kern_ctx_reserve no op allocates or spawns
+ * anything, and none aborts: the one that can run out of memory (kern_matmul) says so.
  * Results never depend on the thread count: work is split by output rows, and each output element
  * is computed by exactly one thread in a fixed order. */
 #ifndef PRIMA_KERN_H
@@ -26,11 +27,17 @@ int kern_ctx_threads(const kern_ctx *c);
  * caller at a time per context, and fn must not call back into the same context. */
 void kern_parallel(kern_ctx *c, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* Set aside the scratch of kern_matmul calls of up to n_tokens rows of n_in inputs, for any
+ * weight type, so that they allocate nothing. 0, or -1 when out of memory. */
+int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens);
+
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tokens, o < n_out.
  * W: n_out rows of n_in elements of type wt, contiguous (a GGUF 2-D tensor, ne[0] = n_in).
- * Decode (n_tokens == 1) streams W once; prefill blocks over tokens for cache reuse. */
-void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
-                 const float *x, int n_tokens, float *y);
+ * Decode (n_tokens == 1) streams W once; prefill blocks over tokens for cache reuse.
+ * Returns 0, or -1 (y untouched) when the call needs more scratch than kern_ctx_reserve set
+ * aside and there is no memory for it. */
+int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
+                const float *x, int n_tokens, float *y);
 
 /* Dequantize row `row` of a matrix (n_in elements per row) into out: embedding lookup. */
 void kern_get_row(const void *w, enum dtype wt, int n_in, int row, float *out);

@@ -20,8 +20,9 @@ typedef struct kern_scratch {
 
 enum { KERN_SCRATCH_ACT, KERN_SCRATCH_RANGES, KERN_SCRATCH_COUNT };
 
-/* A 64-byte aligned buffer of at least `bytes` owned by the context, one per slot. It grows on
- * first use and is then reused: ops do not allocate in steady state. */
+/* A 64-byte aligned buffer of at least `bytes` owned by the context, one per slot, or NULL when
+ * it cannot grow that far (out of memory; the slot keeps its smaller buffer). It grows on first
+ * use (or kern_ctx_reserve), never shrinks, and is reused: ops do not allocate in steady state. */
 void *kern_scratch_get(kern_ctx *c, int slot, size_t bytes);
 
 /* Aborts naming the type if the kernels cannot compute with it: callers check types when they

@@ -120,8 +120,25 @@ static int round_block(long v, int m)
     return v < m ? m : (int)(v / m * m);
 }
 
-void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
-                 const float *x, int n_tokens, float *y)
+int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
+{
+    size_t act = 0;
+    for (int t = 0; t < DT_COUNT; t++) {
+        const kern_type *kt = kern_type_get((enum dtype)t);
+        if (kt && kt->act_type != DT_F32) {
+            size_t b = dtype_row_bytes(kt->act_type, (uint64_t)n_in) * (size_t)n_tokens;
+            act = b > act ? b : act;
+        }
+    }
+    size_t ranges = sizeof(struct mm_range) * (size_t)kern_ctx_threads(c);
+    return (act == 0 || kern_scratch_get(c, KERN_SCRATCH_ACT, act)) &&
+                   kern_scratch_get(c, KERN_SCRATCH_RANGES, ranges)
+               ? 0
+               : -1;
+}
+
+int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
+                const float *x, int n_tokens, float *y)
 {
     const kern_type *kt = kern_type_require(wt);
     int nth = kern_ctx_threads(c);
@@ -140,6 +157,8 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         const dtype_info *ai = dtype_get((uint32_t)kt->act_type);
         a_stride = dtype_row_bytes(kt->act_type, (uint64_t)n_in);
         uint8_t *q = kern_scratch_get(c, KERN_SCRATCH_ACT, a_stride * (size_t)n_tokens);
+        if (!q)
+            return -1;
         struct quant_job qj = {at->quantize, x, q,
                                (int64_t)n_tokens * n_in / ai->block_size,
                                (int)ai->block_size, (int)ai->block_bytes};
@@ -170,9 +189,12 @@ void kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         .n_units = (n_out + rows_per_block - 1) / rows_per_block,
         .range = kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * (size_t)nth),
     };
+    if (!J.range)
+        return -1;
     for (int i = 0; i < nth; i++) {
         atomic_init(&J.range[i].next, (int)((long)J.n_units * i / nth));
         J.range[i].end = (int)((long)J.n_units * (i + 1) / nth);
     }
     kern_parallel(c, matmul_worker, &J);
+    return 0;
 }

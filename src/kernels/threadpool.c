@@ -9,7 +9,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "kernels/kern_impl.h"
@@ -205,15 +204,14 @@ void *kern_scratch_get(kern_ctx *c, int slot, size_t bytes)
     kern_scratch *s = &c->scratch[slot];
     if (s->size >= bytes)
         return s->ptr;
-    /* Grow geometrically so a model's first few calls settle the size for good. */
+    /* Grow geometrically so a model's first few calls settle the size for good. The old buffer
+     * goes only once the new one exists: a failed growth leaves what was reserved. */
     size_t size = bytes + bytes / 2;
+    void *p;
+    if (size < bytes || posix_memalign(&p, 64, size) != 0)
+        return NULL;
     free(s->ptr);
-    s->ptr = NULL;
-    s->size = 0;
-    if (posix_memalign(&s->ptr, 64, size) != 0) {
-        fprintf(stderr, "prima: out of memory for %zu bytes of kernel scratch\n", size);
-        abort();
-    }
+    s->ptr = p;
     s->size = size;
     return s->ptr;
 }

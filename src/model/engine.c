@@ -83,6 +83,10 @@ engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, co
     e->up = alloc_floats(e, B, (size_t)hp->n_ff);
     if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->gate || !e->up)
         goto oom;
+    /* the kernels' scratch for the widest product (the inputs of wq, wo, ffn_down) */
+    int n_in = hp->n_embd > (int)q_dim ? hp->n_embd : (int)q_dim;
+    if (kern_ctx_reserve(kc, n_in > hp->n_ff ? n_in : hp->n_ff, max_batch))
+        goto oom;
     return e;
 
 oom:
@@ -128,9 +132,10 @@ void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden)
         kern_get_row(te->data, te->type, n_embd, tokens[t], hidden + (size_t)t * (size_t)n_embd);
 }
 
-static void matmul(engine *e, const gguf_tensor *w, const float *x, int n, float *y)
+/* 0, or -1 when the kernels run out of scratch (not after engine_create's reservation). */
+static int matmul(engine *e, const gguf_tensor *w, const float *x, int n, float *y)
 {
-    kern_matmul(e->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
+    return kern_matmul(e->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
 }
 
 static void rmsnorm_rows(float *out, const float *x, const gguf_tensor *w, int n, int dim,
@@ -175,7 +180,7 @@ static void prepare_qkv(engine *e, int il, int n, const int32_t *pos)
     }
 }
 
-static void layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos)
+static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos)
 {
     const model_hparams *hp = &e->m->hp;
     const layer_weights *L = &e->m->layers[il];
@@ -184,9 +189,9 @@ static void layer_forward(engine *e, int il, float *hidden, int n, const int32_t
     const size_t all = (size_t)n * (size_t)n_embd;
 
     rmsnorm_rows(e->x, hidden, L->attn_norm, n, n_embd, hp->rms_eps);
-    matmul(e, L->wq, e->x, n, e->q);
-    matmul(e, L->wk, e->x, n, e->k);
-    matmul(e, L->wv, e->x, n, e->v);
+    if (matmul(e, L->wq, e->x, n, e->q) || matmul(e, L->wk, e->x, n, e->k) ||
+        matmul(e, L->wv, e->x, n, e->v))
+        return -1;
     if (L->bq) {
         add_bias_rows(e->q, L->bq, n, q_dim);
         add_bias_rows(e->k, L->bk, n, kv_dim);
@@ -195,18 +200,21 @@ static void layer_forward(engine *e, int il, float *hidden, int n, const int32_t
     prepare_qkv(e, il, n, pos);
     kern_attention(e->kc, e->att, e->q, n, pos, e->k_cache[il], e->v_cache[il], hp->n_head,
                    hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim));
-    matmul(e, L->wo, e->att, n, e->x);
+    if (matmul(e, L->wo, e->att, n, e->x))
+        return -1;
     kern_add(hidden, e->x, (int)all);
 
     rmsnorm_rows(e->x, hidden, L->ffn_norm, n, n_embd, hp->rms_eps);
-    matmul(e, L->ffn_gate, e->x, n, e->gate);
-    matmul(e, L->ffn_up, e->x, n, e->up);
+    if (matmul(e, L->ffn_gate, e->x, n, e->gate) || matmul(e, L->ffn_up, e->x, n, e->up))
+        return -1;
     kern_silu_mul(e->gate, e->up, n * hp->n_ff);
-    matmul(e, L->ffn_down, e->gate, n, e->x);
+    if (matmul(e, L->ffn_down, e->gate, n, e->x))
+        return -1;
     kern_add(hidden, e->x, (int)all);
 
     if (pos[n - 1] + 1 > e->filled[il])
         e->filled[il] = pos[n - 1] + 1;
+    return 0;
 }
 
 int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last)
@@ -220,11 +228,12 @@ int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first
         if (!e->owns[il] || pos[0] > e->filled[il])
             return -1;
     for (int il = first; il < last; il++)
-        layer_forward(e, il, hidden, n, pos);
+        if (layer_forward(e, il, hidden, n, pos))
+            return -1;
     return 0;
 }
 
-void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits)
+int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits)
 {
     const model *m = e->m;
     const int n_embd = m->hp.n_embd;
@@ -232,8 +241,10 @@ void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *
         int n = n_rows - r < e->max_batch ? n_rows - r : e->max_batch;
         rmsnorm_rows(e->x, hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm, n, n_embd,
                      m->hp.rms_eps);
-        matmul(e, m->output, e->x, n, logits + (size_t)r * (size_t)m->hp.n_vocab);
+        if (matmul(e, m->output, e->x, n, logits + (size_t)r * (size_t)m->hp.n_vocab))
+            return -1;
     }
+    return 0;
 }
 
 int engine_kv_truncate(engine *e, int p0)

@@ -59,11 +59,12 @@ void engine_free(engine *e);
 void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden);
 /* Run layers [first, last) in place on hidden for n tokens at positions pos (consecutive, one
  * sequence; pos[0] at most the number of positions already cached in those layers). Returns 0,
- * or -1 if a layer is not owned, n exceeds max_batch or a position is out of the context. */
+ * or -1 if a layer is not owned, n exceeds max_batch or a position is out of the context (or
+ * the kernels ran out of memory, which engine_create's reservation rules out). */
 int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last);
 /* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
- * (n_rows x n_vocab). */
-void engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
+ * (n_rows x n_vocab). 0, or -1 as engine_layers. */
+int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
 /* KV cache edits, applied to every owned layer: forget positions >= p0; and move positions
  * [p0, p1) by delta < 0 towards the start (re-rotating K), for context shift. Return 0, or -1
  * for a range outside the context. */

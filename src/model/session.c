@@ -11,8 +11,9 @@ static int engine_eval_all(void *ctx, float *hidden, int n, const int32_t *pos, 
     session *s = ctx;
     if (engine_layers(s->e, hidden, n, pos, 0, s->m->hp.n_layer) == 0)
         return 0;
-    /* unreachable after session_eval's checks: this engine owns every layer */
-    snprintf(err, errlen, "evaluation failed at position %d", pos[0]);
+    /* after session_eval's checks (this engine owns every layer) only the kernels running out
+     * of memory is left, which engine_create's reservation rules out */
+    snprintf(err, errlen, "evaluation failed at position %d (out of memory)", pos[0]);
     return -1;
 }
 
@@ -105,11 +106,17 @@ int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, ch
         memcpy(s->tokens + s->n_past, tokens + done, sizeof(int32_t) * (size_t)nb);
         s->n_past += nb;
         done += nb;
+        int out = 0;
         if (all_logits)
-            engine_output(s->e, s->hidden, 0, nb,
-                          all_logits + (size_t)(done - nb) * (size_t)n_vocab);
+            out = engine_output(s->e, s->hidden, 0, nb,
+                                all_logits + (size_t)(done - nb) * (size_t)n_vocab);
         else if (done == n)
-            engine_output(s->e, s->hidden, nb - 1, 1, s->logits);
+            out = engine_output(s->e, s->hidden, nb - 1, 1, s->logits);
+        if (out) {
+            snprintf(err, errlen, "out of memory computing the logits at position %d",
+                     s->n_past - 1);
+            return -1;
+        }
     }
     if (all_logits)
         memcpy(s->logits, all_logits + (size_t)(n - 1) * (size_t)n_vocab,

@@ -528,6 +528,10 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
         return -1;
     }
     int rc = -1;
+    if (kern_ctx_reserve(c, RATE_N_IN, RATE_TOKENS)) {
+        snprintf(err, errlen, "profile: out of memory for the kernels' scratch");
+        goto done;
+    }
     p->cpu_quota = cpu_quota();
     double share = p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
     double bws[3], fmas[3];

@@ -363,7 +363,7 @@ static int split_spans(const pcre2_code *re, pcre2_match_data *md, const char *t
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
             if (rc < 0)
-                return -1;
+                return TOK_ERR_PATTERN;
             const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
             if (ov[1] == ov[0]) {   /* an empty match: step over one character */
                 if (ov[0] >= len)
@@ -372,13 +372,13 @@ static int split_spans(const pcre2_code *re, pcre2_match_data *md, const char *t
                 continue;
             }
             if (ov[0] > done && !span_push(out, in->v[i].off + done, ov[0] - done))
-                return -1;
+                return TOK_ERR_NOMEM;
             if (!span_push(out, in->v[i].off + ov[0], ov[1] - ov[0]))
-                return -1;
+                return TOK_ERR_NOMEM;
             pos = done = ov[1];
         }
         if (done < len && !span_push(out, in->v[i].off + done, len - done))
-            return -1;
+            return TOK_ERR_NOMEM;
     }
     return 0;
 }
@@ -459,7 +459,7 @@ static void encode_word(bpe_work *w, const char *word, size_t n, tok_vec *out)
 
 int bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out)
 {
-    int rc = -1;
+    int rc = TOK_ERR_NOMEM;
     char *clean = malloc(len * 3);
     span_vec a = {0}, b = {0};
     bpe_work w = {.t = t};
@@ -470,7 +470,7 @@ int bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out)
     if (!span_push(&a, 0, n))
         goto done;
     for (int i = 0; i < t->pretok->n; i++) {
-        if (split_spans(t->pretok->re[i], md, clean, &a, &b) < 0)
+        if ((rc = split_spans(t->pretok->re[i], md, clean, &a, &b)) < 0)
             goto done;
         span_vec tmp = a;
         a = b;
@@ -479,13 +479,14 @@ int bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out)
     size_t longest = 0;
     for (size_t i = 0; i < a.n; i++)
         longest = a.v[i].len > longest ? a.v[i].len : longest;
+    rc = TOK_ERR_NOMEM;
     w.sym = malloc(sizeof *w.sym * longest);
     w.mapped = malloc(longest * 2);
     if (!w.sym || !w.mapped)
         goto done;
     for (size_t i = 0; i < a.n && !w.oom && !out->oom; i++)
         encode_word(&w, clean + a.v[i].off, a.v[i].len, out);
-    rc = w.oom ? -1 : 0;
+    rc = w.oom ? TOK_ERR_NOMEM : 0;
 done:
     pcre2_match_data_free(md);
     free(clean);

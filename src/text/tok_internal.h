@@ -121,7 +121,7 @@ void spm_encode(const tokenizer *t, const char *text, size_t len, bool space_pre
 /* Byte-level BPE (tok_bpe.c). */
 int bpe_load(tokenizer *t, const gguf_file *f, char *err, size_t errlen);
 void bpe_free(tokenizer *t);
-/* Tokenize one fragment of raw text. Returns 0, or -1 when out of memory. */
+/* Tokenize one fragment of raw text. Returns 0, or TOK_ERR_NOMEM / TOK_ERR_PATTERN. */
 int bpe_encode(const tokenizer *t, const char *text, size_t len, tok_vec *out);
 /* The bytes a byte-level token text stands for; returns the full length, copies at most cap. */
 size_t bpe_decode_text(const char *s, size_t n, char *buf, size_t cap);

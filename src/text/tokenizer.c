@@ -8,7 +8,6 @@
 
 /* Inputs longer than this are refused: symbol indices are 32-bit, and the SPM segmenter's text
  * (spaces written as 3-byte U+2581) can be three times as long as the input. */
-#define TOK_MAX_INPUT ((size_t)1 << 28)
 
 /* ---- interned texts ---- */
 
@@ -507,12 +506,26 @@ static int encode_fragment(const tokenizer *t, const char *text, size_t len, boo
     return bpe_encode(t, text, len, v);
 }
 
+const char *tokenizer_strerror(int rc)
+{
+    switch (rc) {
+    case TOK_ERR_TOO_LONG:
+        return "the text is longer than the tokenizer accepts (256 MiB)";
+    case TOK_ERR_NOMEM:
+        return "out of memory";
+    case TOK_ERR_PATTERN:
+        return "the vocabulary's pre-tokenizer pattern failed on the text (a PCRE2 limit)";
+    default:
+        return rc < 0 ? "tokenizing failed" : "no error";
+    }
+}
+
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t **out)
 {
     *out = NULL;
-    if (len > TOK_MAX_INPUT)
-        return -1;
+    if (len > TOKENIZER_MAX_INPUT)
+        return TOK_ERR_TOO_LONG;
     tok_vec v = {0};
     if (add_special && t->add_bos)
         tok_vec_push(&v, t->bos);
@@ -520,7 +533,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
     size_t nm;
     if (find_specials(t, text, len, parse_special, &m, &nm) < 0) {
         free(v.v);
-        return -1;
+        return TOK_ERR_NOMEM;
     }
     /* SPM adds its space prefix at the start of the text and after every special token. */
     size_t at = 0;
@@ -543,12 +556,12 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
         tok_vec_push(&v, t->eos);
     if (rc < 0 || v.oom || v.n > INT32_MAX) {
         free(v.v);
-        return -1;
+        return rc < 0 ? rc : TOK_ERR_NOMEM;
     }
     if (!v.v)
         v.v = malloc(sizeof *v.v);   /* an empty result is still a valid array */
     if (!v.v)
-        return -1;
+        return TOK_ERR_NOMEM;
     *out = v.v;
     return (int)v.n;
 }

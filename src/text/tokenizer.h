@@ -26,10 +26,19 @@ bool tokenizer_is_eog(const tokenizer *t, int32_t id);
 /* Token id of a piece's exact text, or -1. */
 int32_t tokenizer_find(const tokenizer *t, const char *text);
 
+/* Why tokenizer_encode failed (its negative results); tokenizer_strerror says it in words. */
+enum {
+    TOK_ERR_TOO_LONG = -1,   /* more than TOKENIZER_MAX_INPUT bytes */
+    TOK_ERR_NOMEM = -2,
+    TOK_ERR_PATTERN = -3,    /* a pre-tokenizer regex failed on the text (a PCRE2 limit) */
+};
+#define TOKENIZER_MAX_INPUT ((size_t)1 << 28)
+const char *tokenizer_strerror(int rc);
+
 /* Tokenize len bytes of text. add_special: add BOS/EOS as the vocabulary says. parse_special:
  * control tokens written in the text (e.g. "<|im_start|>") become those tokens; otherwise they
  * are plain text (user-defined tokens are always matched). Returns the count and a malloc'd array
- * in *out, or -1. */
+ * in *out, or a TOK_ERR_* code (< 0). */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t **out);
 
