@@ -1,6 +1,7 @@
 #!/bin/sh
 # test.sh — the whole test suite: a Release build with warnings as errors, the same tests under
-# AddressSanitizer + UBSan, and the GGUF reader fuzzer for 60 seconds.
+# AddressSanitizer + UBSan, and 60 seconds of fuzzing over the GGUF reader, the ring protocol and
+# the tokenizer (one summary line per fuzzer; scripts/fuzz.sh).
 set -eu
 cd "$(dirname "$0")/.."
 scripts/deps.sh
@@ -15,6 +16,6 @@ scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRIMA_SANITIZE=O
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure -j"$jobs")
 
-echo "== fuzzing the GGUF reader"
+echo "== fuzzing (60 s in all: GGUF reader, ring protocol, tokenizer)"
 scripts/fuzz.sh 60
 echo "all tests passed"
