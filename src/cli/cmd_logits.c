@@ -288,6 +288,7 @@ static int run_logits(logits_job *j)
         ring_opts ro = ring_args_opts(&j->ra);
         sched_planner sp;   /* used while the ring connects */
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
+        sp.stats = j->ra.stats;
         ro.planner = &sp.rp;
         s = ring_head_session(&rh, &ro, m, kc, n_ctx, n_batch, err, sizeof err);
     } else {

@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/runner.h"
+#include "cluster/stats.h"
 
 static void usage(FILE *out, const run_opts *o)
 {
@@ -38,6 +39,19 @@ static void emit_stdout(void *user, const char *text, size_t len)
     fflush(stdout);
 }
 
+/* A prompt or generation event of the --stats file (cluster/stats.h). */
+static void emit_times(FILE *stats, const char *event, int tokens, double seconds)
+{
+    if (!stats || !tokens)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+        cJSON_AddNumberToObject(o, "tokens", tokens);
+        cJSON_AddNumberToObject(o, "seconds", seconds);
+    }
+    stats_emit(stats, event, o);
+}
+
 static void print_stats(const runner *r)
 {
     const gen_stats *st = &r->st;
@@ -61,6 +75,8 @@ static void print_stats(const runner *r)
                 st->gen_s > 0 ? st->n_gen / st->gen_s : 0.0);
     if (st->n_shift)
         fprintf(stderr, "prima: %d context shift(s)\n", st->n_shift);
+    emit_times(r->ra.stats, "prompt", st->n_prompt, st->prompt_s);
+    emit_times(r->ra.stats, "generation", st->n_gen, st->gen_s);
     fprintf(stderr, "prima: memory: weights %.1f MiB mapped, KV cache %.1f MiB, scratch %.1f MiB; "
                     "peak resident %.1f MiB\n",
             (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/worker_serve.h"
 #include "cluster/ring_engine.h"
@@ -39,6 +40,9 @@ static void usage(FILE *out)
             "  --secret-file FILE      shared secret the head must prove, and this worker proves\n"
             "                          (default: $PRIMA_SECRET_FILE; none)\n"
             "  -v, --verbose           also log every batch's counters\n"
+            "  --stats FILE            each head's plan for this device, for programs: one JSON\n"
+            "                          object per line (\"event\": worker_plan; device, rounds,\n"
+            "                          layers, streaming windows, prefetch; \"time\": epoch s)\n"
             "  -q, --quiet             log nothing\n"
             "  -h, --help              show this help\n"
             "\n"
@@ -69,6 +73,12 @@ int serve_worker(const serve_opts *o)
         model_free(m);
         return cli_fail("%s", err);
     }
+    FILE *stats = NULL;
+    if (o->stats_file && !(stats = stats_file_open(o->stats_file))) {
+        ring_model_release(&rm);
+        model_free(m);
+        return 1;
+    }
     engine_backend eb;
     engine_backend_init(&eb, &rm, m);
     sched_profiler prof;
@@ -76,7 +86,8 @@ int serve_worker(const serve_opts *o)
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
                       .secret = secret.set ? &secret : NULL, .log = o->quiet ? NULL : stderr,
-                      .verbose = o->verbose, .profile = sched_profiler_serve, .profile_ctx = &prof};
+                      .verbose = o->verbose, .stats = stats, .profile = sched_profiler_serve,
+                      .profile_ctx = &prof};
     worker *w = worker_create(&wo, &eb.b, err, sizeof err);
     int rc = 0;
     if (!w) {
@@ -98,6 +109,8 @@ int serve_worker(const serve_opts *o)
         running = NULL;
         worker_free(w);
     }
+    if (stats)
+        fclose(stats);
     ring_model_release(&rm);
     model_free(m);
     return rc;
@@ -124,7 +137,8 @@ static int cmd_worker(int argc, char **argv)
         }
         bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
                      !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--secret-file");
+                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--secret-file") ||
+                     !strcmp(a, "--stats");
         if (!known) {
             cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
             return 2;
@@ -140,6 +154,8 @@ static int cmd_worker(int argc, char **argv)
             o.host = v;
         else if (!strcmp(a, "--secret-file"))
             o.secret_file = v;
+        else if (!strcmp(a, "--stats"))
+            o.stats_file = v;
         else if (!strcmp(a, "--port")) {
             if (parse_int_arg(a, v, 0, 65535, &o.port))
                 return 2;

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +47,8 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
     }
     static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
                                              "--rounds", "--release", "--wire", "--secret-file",
-                                             "--worker-threads", "--prefetch-method", NULL};
+                                             "--worker-threads", "--prefetch-method",
+                                             "--stats", NULL};
     int known = 0;
     for (int j = 0; with_value[j]; j++)
         known |= !strcmp(f, with_value[j]);
@@ -92,10 +94,20 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
             return -1;
         }
         a->method = (enum prefetch_method)m;
+    } else if (!strcmp(f, "--stats")) {
+        a->stats_file = v;
     } else {
         a->secret_file = v;
     }
     return 1;
+}
+
+FILE *stats_file_open(const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        cli_fail("--stats: cannot write %s: %s", path, strerror(errno));
+    return f;
 }
 
 int ring_args_finish(ring_args *a)
@@ -105,6 +117,8 @@ int ring_args_finish(ring_args *a)
         cli_fail("%s", err);
         return -1;
     }
+    if (a->stats_file && !(a->stats = stats_file_open(a->stats_file)))
+        return -1;
     return 0;
 }
 
@@ -118,7 +132,8 @@ ring_opts ring_args_opts(const ring_args *a)
     return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .k = a->k,
                        .worker_threads = a->worker_threads, .prefetch = !a->no_prefetch,
                        .release = a->release, .method = a->method, .wire = a->wire,
-                       .secret = &a->secret, .verbose = a->verbose ? stderr : NULL};
+                       .secret = &a->secret, .verbose = a->verbose ? stderr : NULL,
+                       .stats = a->stats};
 }
 
 void ring_args_usage(FILE *out)
@@ -153,6 +168,9 @@ void ring_args_usage(FILE *out)
           "  --verbose               per batch and device: compute and wait time, major page\n"
           "                          faults, disk bytes read, pages resident at compute start,\n"
           "                          bytes sent and received; totals at the end\n"
+          "  --stats FILE            the same counters, the scheduler's plan and the prompt and\n"
+          "                          generation times for programs: one JSON object per line\n"
+          "                          (\"event\": batch, plan, prompt, generation; \"time\": epoch s)\n"
           "  Without --workers, -lw and -k still split this device's own work into windows and\n"
           "  rounds (with prefetching and release between them).\n",
           out);

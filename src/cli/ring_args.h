@@ -23,6 +23,8 @@ typedef struct ring_args {
     bool verbose;
     const char *secret_file;
     ring_secret secret;
+    const char *stats_file;
+    FILE *stats;               /* opened by ring_args_finish; NULL without --stats */
 } ring_args;
 
 void ring_args_init(ring_args *a);
@@ -36,5 +38,7 @@ bool ring_args_active(const ring_args *a);
 /* The options for ring_connect (n_ctx and max_batch are the caller's). */
 ring_opts ring_args_opts(const ring_args *a);
 void ring_args_usage(FILE *out);
+/* A --stats file (cluster/stats.h) opened for writing, or NULL after an error naming it. */
+FILE *stats_file_open(const char *path);
 
 #endif

@@ -20,6 +20,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         ring_opts ro = ring_args_opts(&r->ra);
         sched_planner sp;   /* used while the ring connects */
         sched_planner_init(&sp, r->m, r->o.model, r->o.n_threads, stderr);
+        sp.stats = r->ra.stats;
         ro.planner = &sp.rp;
         r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
     } else {

@@ -16,6 +16,7 @@ typedef struct serve_opts {
     enum prefetch_method method;
     const char *secret_file;   /* NULL: $PRIMA_SECRET_FILE or none */
     bool verbose;              /* counters of every batch */
+    const char *stats_file;    /* each head's plan for this device, for programs; NULL: none */
     bool quiet;                /* no log at all */
 } serve_opts;
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cluster/ring.h"
+#include "cluster/stats.h"
 #include "cluster/sysmem.h"
 #include "cluster/wire.h"
 
@@ -292,11 +293,21 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
     fprintf(r->o.verbose, "ring: batch %u device %d: %s\n", serial, d, line);
 }
 
-static void record_stats(ring *r, int d, const msg_stats *st)
+/* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
+static void record_counters(ring *r, int d, uint32_t serial, const ring_counters *c)
 {
-    if (st->serial >= r->count_from)
-        counters_add(&r->totals[d], &st->c);
-    print_counters(r, d, st->serial, &st->c);
+    if (serial >= r->count_from)
+        counters_add(&r->totals[d], c);
+    print_counters(r, d, serial, c);
+    if (r->o.stats) {
+        cJSON *o = cJSON_CreateObject();
+        if (o) {
+            cJSON_AddNumberToObject(o, "serial", serial);
+            cJSON_AddNumberToObject(o, "device", d);
+            stats_add_counters(o, c);
+        }
+        stats_emit(r->o.stats, "batch", o);
+    }
 }
 
 /* Frames that may arrive at any time on a worker link. Returns 1 if handled, -1 on failure,
@@ -314,7 +325,7 @@ static int handle_common(ring *r, int i, const frame *f)
             return fail(r, "%s: %s", w->c.name, err);
         if (st.rank != (uint32_t)i + 1)
             return fail(r, "%s sent counters of device %u", w->c.name, st.rank);
-        record_stats(r, i + 1, &st);
+        record_counters(r, i + 1, st.serial, &st.c);
         return 1;
     }
     case RM_ERROR: {
@@ -529,9 +540,7 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
     c.bytes_recv = recv - r->recv_mark;
     r->sent_mark = sent;
     r->recv_mark = recv;
-    if (serial >= r->count_from)
-        counters_add(&r->totals[0], &c);
-    print_counters(r, 0, serial, &c);
+    record_counters(r, 0, serial, &c);
     return 0;
 }
 

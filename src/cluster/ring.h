@@ -55,6 +55,7 @@ typedef struct ring_opts {
     enum wire_type wire;
     const ring_secret *secret;     /* NULL: none */
     FILE *verbose;                 /* counters per batch and device, and a summary; NULL: quiet */
+    FILE *stats;                   /* the same counters as batch events (cluster/stats.h) */
     const ring_planner *planner;   /* without -lw; NULL: windows by free memory */
 } ring_opts;
 

@@ -11,6 +11,7 @@
 
 #include "cluster/sysmem.h"
 #include "cluster/wire.h"
+#include "cluster/stats.h"
 #include "cluster/worker.h"
 
 struct worker {
@@ -280,9 +281,21 @@ static void apply_plan(wsession *s, const frame *f)
     }
     char layers[256];
     plan_format_layers(p, s->rank, layers, sizeof layers);
+    const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
     wlog(w, "plan: device %d of %d, %d round(s), layers %s, streaming %d window(s), prefetch %s",
-         s->rank, p->n_dev, p->k, layers, s->dev.n_streamed,
-         s->mp.prefetch ? prefetch_method_name(w->o.method) : "off");
+         s->rank, p->n_dev, p->k, layers, s->dev.n_streamed, prefetch);
+    if (w->o.stats) {
+        cJSON *o = cJSON_CreateObject();
+        if (o) {
+            cJSON_AddNumberToObject(o, "device", s->rank);
+            cJSON_AddNumberToObject(o, "devices", p->n_dev);
+            cJSON_AddNumberToObject(o, "rounds", p->k);
+            cJSON_AddStringToObject(o, "layers", layers);
+            cJSON_AddNumberToObject(o, "streaming", s->dev.n_streamed);
+            cJSON_AddStringToObject(o, "prefetch", prefetch);
+        }
+        stats_emit(w->o.stats, "worker_plan", o);
+    }
 }
 
 static void send_counters(wsession *s, uint32_t serial)

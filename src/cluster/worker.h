@@ -34,6 +34,8 @@ typedef struct worker_opts {
     const ring_secret *secret; /* NULL: none */
     FILE *log;                 /* sessions, refusals and dropped links; NULL: silent */
     bool verbose;              /* also the counters of every batch */
+    FILE *stats;               /* each head's plan for this device as worker_plan events
+                                * (cluster/stats.h); NULL: none */
     /* A head's PROFILE request: this device measured for `threads` compute threads (0: the
      * worker's default), as NUL-terminated JSON text of under cap bytes. 0, or -1 with err.
      * NULL: profile requests are refused. */

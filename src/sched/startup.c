@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cluster/proto.h"
+#include "cluster/stats.h"
 #include "sched/halda.h"
 #include "sched/measure.h"
 #include "sched/report.h"
@@ -124,6 +125,8 @@ static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, 
     }
     if (sp->log)
         plan_report_text(sp->log, hr, dc, n, &sm);
+    if (sp->stats)
+        stats_emit(sp->stats, "plan", plan_report_json(hr, dc, n, &sm));
     *out = hr->plan;
     for (int d = 1; d < n; d++)
         drop[d] = !hr->cost.dev[d].in_ring;

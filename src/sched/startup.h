@@ -25,6 +25,7 @@ typedef struct sched_planner {
     int head_threads;
     sched_opts opts;
     FILE *log;                  /* progress and the plan; NULL: quiet */
+    FILE *stats;                /* the plan as a plan event (cluster/stats.h); NULL: none */
 } sched_planner;
 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,

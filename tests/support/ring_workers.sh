@@ -16,10 +16,10 @@ trap cleanup EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
-# Start a worker on a free port; sets $port and appends its pid to pids. Returns 1 (counted as a
-# failure) when it does not come up.
-start_worker() { # model log
-    "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 >"$2" 2>&1 &
+# Start a worker on a free port (extra arguments are the worker's); sets $port and appends its
+# pid to pids. Returns 1 (counted as a failure) when it does not come up.
+start_worker() { # model log [args...]
+    "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 "${@:3}" >"$2" 2>&1 &
     pids+=($!)
     port=
     for _ in $(seq 100); do
