@@ -1,20 +1,22 @@
 #!/bin/sh
 # deps.sh — install the Debian 12 packages prima needs to build, test and benchmark, and the npm
-# packages of the server's tests (web/test, from its lock file).
+# packages of the server's web page and tests (web/page, web/test, from their lock files).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl"
+      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl chromium"
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 
+# web/page: what the build inlines into serve's page; web/test: the server's test clients.
 npm_packages() {
-    lock=web/test/package-lock.json
-    [ -f web/test/node_modules/.package-lock.json ] &&
-        [ web/test/node_modules/.package-lock.json -nt "$lock" ] && return 0
-    echo "installing the npm packages of web/test" >&2
-    (cd web/test && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    for dir in web/page web/test; do
+        [ -f $dir/node_modules/.package-lock.json ] &&
+            [ $dir/node_modules/.package-lock.json -nt $dir/package-lock.json ] && continue
+        echo "installing the npm packages of $dir" >&2
+        (cd $dir && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+    done
 }
 
 missing=""

@@ -229,6 +229,10 @@ post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature"
 [ "$(field .choices[0].text)" = "$want" ] || fail "ring completion: '$(field .choices[0].text)' vs '$want'"
 curl -s "http://127.0.0.1:$sport/health" >"$tmp/body"
 [ "$(field '.ring.devices | map(.window) | join(",")')" = 2,2,1 ] || fail "health devices: $(cat "$tmp/body")"
+curl -s "http://127.0.0.1:$sport/cluster" >"$tmp/body"
+[ "$(field '[.devices[] | "\(.window)@\(.addr)"] | join(",")')" = "2@head (this device),2@127.0.0.1:$p1,1@127.0.0.1:$p2" ] &&
+    [ "$(field '.generated_tokens > 0 and .devices[1].compute_seconds > 0 and .devices[2].mem_budget > 0')" = true ] &&
+    [ "$(field '.left_out | length')" = 0 ] || fail "cluster: $(cat "$tmp/body")"
 kill -9 "$w2"
 wait "$w2" 2>/dev/null
 true

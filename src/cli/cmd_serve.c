@@ -17,6 +17,8 @@ static void usage(FILE *out, const run_opts *o)
           "                              server-sent events)\n"
           "  POST /v1/completions        continue a prompt\n"
           "  GET  /v1/models, GET /health (also the ring's state), GET /metrics (Prometheus)\n"
+          "  GET  /                      a web page: chat, and a live view of the ring\n"
+          "                              (GET /cluster is its JSON)\n"
           "Requests take messages / prompt, max_tokens (or max_completion_tokens),\n"
           "temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty,\n"
           "repeat_penalty, seed, stop (a string or up to 4), n = 1, logprobs and\n"
@@ -118,6 +120,10 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+/* The web page, generated at build time (prima_page.c; empty when it was not built). */
+extern const unsigned char prima_page[];
+extern const size_t prima_page_len;
+
 static int serve(runner *r, const serve_args *a)
 {
     /* Signals are taken by sigwait below; every thread started from here on blocks them. */
@@ -136,7 +142,9 @@ static int serve(runner *r, const serve_args *a)
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
                     .model_id = base_name(r->o.model), .queue_max = a->queue,
                     .max_connections = a->queue + 64, .max_body = 8u << 20,
-                    .timeout_s = (unsigned)a->timeout, .defaults = r->o.sp, .log = stderr};
+                    .timeout_s = (unsigned)a->timeout, .defaults = r->o.sp, .log = stderr,
+                    .page = prima_page_len ? (const char *)prima_page : NULL,
+                    .page_len = prima_page_len};
     char err[512];
     srv *s = srv_start(&c, &e, err, sizeof err);
     if (!s) {

@@ -7,17 +7,32 @@
 
 #include "cli/serve_engine.h"
 
-/* The ring's plan and counters, for health and metrics (engine thread, between requests). */
+static double now_s(void);
+
+/* The ring's plan and counters, for health, metrics and the cluster view (engine thread). */
 static void snapshot(serve_engine *se)
 {
     pthread_mutex_lock(&se->mu);
     ring *rg = se->r->rh.r;
     if (rg) {
         se->plan = *ring_get_plan(rg);
-        for (int d = 0; d < se->plan.n_dev; d++)
+        for (int d = 0; d < se->plan.n_dev; d++) {
+            struct serve_device *sd = &se->devs[d];
             ring_totals(rg, d, &se->dev[d]);
+            ring_device(rg, d, sd->addr, sizeof sd->addr, &sd->mem_budget);
+            plan_format_layers(&se->plan, d, sd->layers, sizeof sd->layers);
+            sd->weight_bytes = d == 0 ? model_head_bytes(se->r->m) : 0;
+            bool *owns = calloc((size_t)se->plan.n_layer, sizeof *owns);
+            if (owns) {
+                plan_owned_layers(&se->plan, d, owns);
+                for (int il = 0; il < se->plan.n_layer; il++)
+                    sd->weight_bytes += owns[il] ? model_layer_bytes(se->r->m, il) : 0;
+            }
+            free(owns);
+        }
         se->batches = ring_batches(rg);
     }
+    se->snap_at = now_s();
     pthread_mutex_unlock(&se->mu);
 }
 
@@ -56,12 +71,38 @@ static void fail(srv_result *res, int status, const char *param, const char *fmt
     snprintf(res->error, sizeof res->error, fmt, arg);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* What the token hook needs. */
 typedef struct token_ctx {
+    serve_engine *se;
     srv_job *job;
     const tokenizer *tk;
     int n_vocab, n_top;
+    double last;               /* when the previous token was sampled (0: none yet) */
 } token_ctx;
+
+/* Live figures for the cluster view: tokens and decode time, and the ring's counters four
+ * times a second. */
+static void count_token(token_ctx *t)
+{
+    serve_engine *se = t->se;
+    double now = now_s();
+    pthread_mutex_lock(&se->mu);
+    se->tokens++;
+    if (t->last > 0)
+        se->decode_s += now - t->last;
+    bool stale = now - se->snap_at > 0.25;
+    pthread_mutex_unlock(&se->mu);
+    t->last = now;
+    if (stale)
+        snapshot(se);
+}
 
 static void token_prob(const tokenizer *tk, int32_t id, float lp, char *buf, size_t cap,
                        srv_token_prob *out)
@@ -77,6 +118,7 @@ static int on_token(void *user, int32_t tok, const float *logits)
     token_ctx *t = user;
     if (srv_job_cancelled(t->job))
         return 1;
+    count_token(t);
     if (!srv_job_request(t->job)->logprobs)
         return 0;
     float mx = logits[0];
@@ -168,7 +210,7 @@ static void generate(serve_engine *se, srv_job *job, session *s, const int32_t *
     }
     for (int i = 0; i < common; i++)
         sampler_accept(smp, toks[i]);
-    token_ctx tc = {job, r->tk, r->m->hp.n_vocab, q->top_logprobs};
+    token_ctx tc = {se, job, r->tk, r->m->hp.n_vocab, q->top_logprobs, 0};
     gen_opts go = {.n_predict = q->max_tokens, .stop = q->stop, .n_stop = q->n_stop,
                    .on_token = on_token, .on_token_user = &tc};
     gen_stats st = {0};
@@ -287,7 +329,82 @@ static void se_metrics(void *ctx, FILE *f)
     pthread_mutex_unlock(&se->mu);
 }
 
+static void add_counters(cJSON *o, const ring_counters *c)
+{
+    cJSON_AddNumberToObject(o, "compute_seconds", (double)c->compute_ns * 1e-9);
+    cJSON_AddNumberToObject(o, "wait_seconds", (double)c->wait_ns * 1e-9);
+    cJSON_AddNumberToObject(o, "disk_bytes", (double)c->disk_bytes);
+    cJSON_AddNumberToObject(o, "major_faults", (double)c->major_faults);
+    cJSON_AddNumberToObject(o, "pages", (double)c->pages);
+    cJSON_AddNumberToObject(o, "pages_resident", (double)c->pages_resident);
+}
+
+/* Workers of --workers that are not in the ring: the scheduler left them out. */
+static void add_left_out(const serve_engine *se, cJSON *arr)
+{
+    const char *list = se->r->ra.workers;
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        bool in = false;
+        for (int d = 1; d < se->plan.n_dev; d++)
+            in |= strlen(se->devs[d].addr) == len && !strncmp(se->devs[d].addr, p, len);
+        if (!in && len) {
+            cJSON *o = cJSON_CreateObject();
+            char addr[64];
+            snprintf(addr, sizeof addr, "%.*s", (int)(len < 63 ? len : 63), p);
+            cJSON_AddStringToObject(o, "addr", addr);
+            cJSON_AddStringToObject(o, "why", "the scheduler (Halda) left it out: the ring is "
+                                              "predicted faster without it");
+            cJSON_AddItemToArray(arr, o);
+        }
+        p += len + (p[len] == ',');
+    }
+}
+
+static void *se_cluster(void *ctx)
+{
+    serve_engine *se = ctx;
+    const model_hparams *hp = &se->r->m->hp;
+    cJSON *o = cJSON_CreateObject();
+    pthread_mutex_lock(&se->mu);
+    cJSON_AddStringToObject(o, "state", se->state);
+    cJSON_AddStringToObject(o, "detail", se->detail);
+    cJSON_AddBoolToObject(o, "ring", se->ring);
+    cJSON_AddNumberToObject(o, "n_layer", hp->n_layer);
+    cJSON_AddNumberToObject(o, "n_ctx", se->r->n_ctx);
+    cJSON_AddNumberToObject(o, "rounds", se->ring ? se->plan.k : 1);
+    cJSON_AddNumberToObject(o, "batches", se->batches);
+    cJSON_AddNumberToObject(o, "generated_tokens", (double)se->tokens);
+    cJSON_AddNumberToObject(o, "decode_seconds", se->decode_s);
+    cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+    int n = se->ring ? se->plan.n_dev : 1;
+    for (int d = 0; d < n; d++) {
+        cJSON *dv = cJSON_CreateObject();
+        cJSON_AddNumberToObject(dv, "rank", d);
+        if (se->ring) {
+            const struct serve_device *sd = &se->devs[d];
+            cJSON_AddStringToObject(dv, "addr", d ? sd->addr : "head (this device)");
+            cJSON_AddNumberToObject(dv, "window", se->plan.window[d]);
+            cJSON_AddNumberToObject(dv, "gpu_layers", se->plan.gpu_layers[d]);
+            cJSON_AddStringToObject(dv, "layers", sd->layers);
+            cJSON_AddNumberToObject(dv, "weight_bytes", (double)sd->weight_bytes);
+            cJSON_AddNumberToObject(dv, "mem_budget", (double)sd->mem_budget);
+            add_counters(dv, &se->dev[d]);
+        } else {
+            cJSON_AddStringToObject(dv, "addr", "this device");
+            cJSON_AddNumberToObject(dv, "window", hp->n_layer);
+            cJSON_AddNumberToObject(dv, "gpu_layers", 0);
+            cJSON_AddNumberToObject(dv, "weight_bytes", (double)se->r->m->file->size);
+        }
+        cJSON_AddItemToArray(devs, dv);
+    }
+    add_left_out(se, cJSON_AddArrayToObject(o, "left_out"));
+    pthread_mutex_unlock(&se->mu);
+    return o;
+}
+
 srv_engine serve_engine_iface(serve_engine *se)
 {
-    return (srv_engine){.ctx = se, .run = se_run, .health = se_health, .metrics = se_metrics};
+    return (srv_engine){.ctx = se, .run = se_run, .health = se_health, .metrics = se_metrics,
+                        .cluster = se_cluster};
 }

@@ -24,6 +24,14 @@ typedef struct serve_engine {
     ring_plan plan;
     ring_counters dev[PRIMA_MAX_DEVICES];  /* totals per device of the current ring */
     int batches;
+    uint64_t tokens;           /* generated, counted as they are sampled */
+    double decode_s;           /* between consecutive tokens of a request */
+    double snap_at;            /* when the counters were last read */
+    struct serve_device {
+        char addr[64];         /* as in --workers; "" for this device */
+        char layers[128];      /* "0-2 6-8" */
+        uint64_t mem_budget, weight_bytes;
+    } devs[PRIMA_MAX_DEVICES];
 } serve_engine;
 
 void serve_engine_init(serve_engine *se, runner *r);

@@ -268,6 +268,12 @@ const char *ring_error(const ring *r)
     return r->err;
 }
 
+void ring_device(const ring *r, int d, char *addr, size_t cap, uint64_t *mem_budget)
+{
+    snprintf(addr, cap, "%s", d > 0 ? r->w[d - 1].addr : "");
+    *mem_budget = d > 0 ? r->w[d - 1].welcome.mem_budget : sysmem_budget();
+}
+
 void ring_totals(const ring *r, int d, ring_counters *out)
 {
     *out = r->totals[d];

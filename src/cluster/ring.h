@@ -74,6 +74,9 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos);
 int ring_kv_truncate(ring *r, int p0);
 int ring_kv_shift(ring *r, int p0, int p1, int delta);
 const char *ring_error(const ring *r);
+/* Device d's address as given in the workers' list ("" for the head, d = 0), and the memory
+ * budget it reported when it greeted the head (the head's: read now). */
+void ring_device(const ring *r, int d, char *addr, size_t cap, uint64_t *mem_budget);
 /* Counters of device d summed over the batches counted so far. */
 void ring_totals(const ring *r, int d, ring_counters *out);
 /* Batches evaluated so far (the next one's serial number). */

@@ -68,5 +68,7 @@ void srv_metrics_free(srv_metrics *m);
 void srv_metrics_status(srv_metrics *m, int status);
 void srv_metrics_job(srv_metrics *m, const srv_request *req, const srv_result *res);
 void srv_metrics_write(srv_metrics *m, FILE *f, int busy, int queued);
+/* Request and token totals of the finished requests, added to obj (a cJSON object). */
+void srv_metrics_json(srv_metrics *m, cJSON *obj);
 
 #endif

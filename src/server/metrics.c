@@ -1,4 +1,5 @@
 /* metrics.c — the server's counters in Prometheus' text format. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -113,4 +114,14 @@ void srv_metrics_write(srv_metrics *m, FILE *f, int busy, int queued)
     fprintf(f, "# HELP prima_queue_length requests waiting\n# TYPE prima_queue_length gauge\n"
                "prima_queue_length %d\n",
             queued);
+}
+
+void srv_metrics_json(srv_metrics *m, cJSON *obj)
+{
+    pthread_mutex_lock(&m->mu);
+    srv_metrics c = *m;
+    pthread_mutex_unlock(&m->mu);
+    cJSON_AddNumberToObject(obj, "requests", (double)(c.requests[0] + c.requests[1]));
+    cJSON_AddNumberToObject(obj, "prompt_tokens", (double)c.prompt_tokens);
+    cJSON_AddNumberToObject(obj, "completion_tokens", (double)c.completion_tokens);
 }

@@ -184,7 +184,7 @@ static void *engine_main(void *arg)
 
 /* ---- HTTP ------------------------------------------------------------------------------- */
 
-enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS };
+enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER };
 
 typedef struct conn_ctx {
     enum route route;
@@ -368,20 +368,46 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
     return respond_json(s, c, 200, answer);
 }
 
+static void slots_json(srv *s, cJSON *obj)
+{
+    pthread_mutex_lock(&s->mu);
+    cJSON *slots = cJSON_AddObjectToObject(obj, "slots");
+    cJSON_AddNumberToObject(slots, "total", 1);
+    cJSON_AddNumberToObject(slots, "busy", s->running ? 1 : 0);
+    cJSON_AddNumberToObject(slots, "queued", s->queued);
+    cJSON_AddNumberToObject(slots, "queue_max", s->c.queue_max);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
 {
     if (r == R_MODELS)
         return respond_json(s, c, 200, srv_models_json(s->c.model_id));
+    if (r == R_PAGE) {
+        if (!s->c.page)
+            return respond_error(s, c, 404, NULL,
+                                 "this prima was built without its web page (Node and the npm "
+                                 "packages of web/page were not there at build time)");
+        char *page = malloc(s->c.page_len);
+        if (!page)
+            return respond_error(s, c, 500, NULL, "out of memory");
+        memcpy(page, s->c.page, s->c.page_len);
+        srv_metrics_status(&s->metrics, 200);
+        return respond(c, 200, "text/html; charset=utf-8", page, s->c.page_len);
+    }
+    if (r == R_CLUSTER) {
+        cJSON *o = s->e.cluster(s->e.ctx);
+        if (!o)
+            return respond_error(s, c, 500, NULL, "out of memory");
+        cJSON_AddStringToObject(o, "model", s->c.model_id);
+        slots_json(s, o);
+        srv_metrics_json(&s->metrics, o);
+        return respond_json(s, c, 200, o);
+    }
     if (r == R_HEALTH) {
         cJSON *h = cJSON_CreateObject();
         bool ok = s->e.health(s->e.ctx, h);
-        pthread_mutex_lock(&s->mu);
-        cJSON *slots = cJSON_AddObjectToObject(h, "slots");
-        cJSON_AddNumberToObject(slots, "total", 1);
-        cJSON_AddNumberToObject(slots, "busy", s->running ? 1 : 0);
-        cJSON_AddNumberToObject(slots, "queued", s->queued);
-        cJSON_AddNumberToObject(slots, "queue_max", s->c.queue_max);
-        pthread_mutex_unlock(&s->mu);
+        slots_json(s, h);
         cJSON_AddStringToObject(h, "model", s->c.model_id);
         return respond_json(s, c, ok ? 200 : 503, h);
     }
@@ -408,7 +434,8 @@ static enum route find_route(const char *url, const char *method, bool *bad_meth
     } routes[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPLETION},
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
-        {"/metrics", "GET", R_METRICS},
+        {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},
+        {"/index.html", "GET", R_PAGE},           {"/cluster", "GET", R_CLUSTER},
     };
     *bad_method = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -452,7 +479,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc
                  method, url);
         return respond_error(s, c, bad_method ? 405 : 404, NULL, msg);
     }
-    if (cc->route != R_HEALTH && !authorized(s, c))
+    if (cc->route != R_HEALTH && cc->route != R_PAGE && !authorized(s, c))
         return respond_error(s, c, 401, NULL,
                              "missing or wrong API key (send Authorization: Bearer KEY)");
     if (cc->route != R_CHAT && cc->route != R_COMPLETION)

@@ -2,6 +2,7 @@
  *
  *   POST /v1/chat/completions, POST /v1/completions   (stream: true as server-sent events)
  *   GET  /v1/models, GET /health, GET /metrics        (Prometheus text)
+ *   GET  /  (a web page: chat and a cluster view), GET /cluster (the JSON the page polls)
  *
  * libmicrohttpd serves every connection on its own thread, up to a bound; a request is read
  * (at most max_body bytes), checked (request.h) and queued; one engine thread takes the
@@ -51,6 +52,8 @@ typedef struct srv_engine {
     bool (*health)(void *ctx, void *cjson_obj);
     /* Append Prometheus lines (the generator's own metrics) to f. */
     void (*metrics)(void *ctx, FILE *f);
+    /* The devices, their plan and counters, as a JSON object (a cJSON*) for GET /cluster. */
+    void *(*cluster)(void *ctx);
 } srv_engine;
 
 typedef struct srv_config {
@@ -64,6 +67,8 @@ typedef struct srv_config {
     unsigned timeout_s;          /* a connection idle this long is closed */
     sampler_params defaults;     /* for fields a request does not give */
     FILE *log;                   /* one line per request; NULL: quiet */
+    const char *page;            /* the web page served at / (page_len bytes of HTML); NULL: */
+    size_t page_len;             /* none was built, and / says so */
 } srv_config;
 
 srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errlen);
