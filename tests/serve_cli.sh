@@ -8,26 +8,10 @@
 # (500 naming it, health says so) and serves again once the worker is back.
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-cli
+source "$(dirname "$0")/support/serve.sh"
 command -v curl >/dev/null && command -v jq >/dev/null ||
     { echo "SKIPPED: curl and jq are needed"; exit 77; }
 
-# Start a server (extra options after the log); sets $sport and $spid.
-start_server() { # log options...
-    local log=$1
-    shift
-    "$prima" serve --port 0 -t 1 "$@" >"$log" 2>&1 &
-    spid=$!
-    pids+=($spid)
-    sport=
-    for _ in $(seq 400); do
-        sport=$(sed -n 's|.*serving .* on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$log")
-        [ -n "$sport" ] && return 0
-        kill -0 "$spid" 2>/dev/null || break
-        sleep 0.05
-    done
-    fail "server did not start: $(cat "$log")"
-    return 1
-}
 # POST a body: the answer in $tmp/body, the status in $code.
 post() { # path body [curl options...]
     local path=$1 body=$2
@@ -36,13 +20,6 @@ post() { # path body [curl options...]
         --data-binary "$body" "$@" "http://127.0.0.1:$sport$path")
 }
 field() { jq -r "$1" "$tmp/body"; }
-# Stop the server with SIGTERM: it must exit 0 (under ASan: without leaks).
-stop_server() {
-    kill -TERM "$spid"
-    wait "$spid"
-    local rc=$?
-    [ "$rc" = 0 ] || fail "server exit status $rc after SIGTERM: $(tail -5 "$1")"
-}
 run_text() { "$prima" run -m "$model" -t 1 --no-display-prompt "$@" 2>/dev/null; }
 
 # ---- usage errors

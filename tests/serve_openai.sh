@@ -4,6 +4,7 @@
 # stop strings, max_tokens, usage, errors; every text equals prima run's for the same seed.
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-openai
+source "$(dirname "$0")/support/serve.sh"
 web=$(cd "$(dirname "$0")/../web/test" && pwd)
 command -v node >/dev/null && [ -d "$web/node_modules/openai" ] ||
     { echo "SKIPPED: node or $web/node_modules/openai missing (npm ci in web/test; scripts/deps.sh does)"; exit 77; }
@@ -26,19 +27,9 @@ jq -n --arg prompt "$prompt" --arg greedy "$greedy" --arg seeded "$seeded" --arg
     '{prompt: $prompt, prompt_tokens: 5, greedy: $greedy, seeded: $seeded, stop: $stop,
       system: $system, user: $user, chat: $chat, chat_prompt_tokens: $ct}' >"$tmp/want.json"
 
-"$prima" serve -m "$model" "${ring[@]}" --port 0 -t 1 --api-key test-key >"$tmp/serve.log" 2>&1 &
-spid=$!
-pids+=($spid)
-sport=
-for _ in $(seq 400); do
-    sport=$(sed -n 's|.*serving .* on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$tmp/serve.log")
-    [ -n "$sport" ] && break
-    sleep 0.05
-done
-[ -n "$sport" ] || { fail "server did not start: $(cat "$tmp/serve.log")"; exit 1; }
+start_server "$tmp/serve.log" -m "$model" "${ring[@]}" --api-key test-key || exit 1
 timeout 120 node "$web/openai.test.mjs" "http://127.0.0.1:$sport" test-key "$tmp/want.json" ||
     fail "openai client checks (above); server log: $(tail -5 "$tmp/serve.log")"
-kill -TERM "$spid"
-wait "$spid" || fail "server exit status after SIGTERM"
+stop_server "$tmp/serve.log"
 [ "$fails" = 0 ] && echo "serve_openai: all passed"
 exit $((fails > 0))

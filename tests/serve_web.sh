@@ -5,6 +5,7 @@
 # BUILD/test-artifacts/serve_web.png and serve_web-chat.png (not committed).
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-web
+source "$(dirname "$0")/support/serve.sh"
 web=$(cd "$(dirname "$0")/../web/test" && pwd)
 chromium=${CHROMIUM:-/usr/bin/chromium}
 command -v node >/dev/null && [ -d "$web/node_modules/playwright-core" ] && [ -x "$chromium" ] ||
@@ -12,17 +13,7 @@ command -v node >/dev/null && [ -d "$web/node_modules/playwright-core" ] && [ -x
 # a model slow enough (a few ms per token) that a long reply is still running when Stop is hit
 model=$fixtures/models/synth-spm512-l4-e256-f32.gguf
 start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w2.log" && p2=$port || exit 1
-"$prima" serve -m "$model" --workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,1,1 -c 4096 --port 0 -t 1 \
-    >"$tmp/serve.log" 2>&1 &
-spid=$!
-pids+=($spid)
-sport=
-for _ in $(seq 400); do
-    sport=$(sed -n 's|.*serving .* on http://127\.0\.0\.1:\([0-9]*\)/.*|\1|p' "$tmp/serve.log")
-    [ -n "$sport" ] && break
-    sleep 0.05
-done
-[ -n "$sport" ] || { fail "server did not start: $(cat "$tmp/serve.log")"; exit 1; }
+start_server "$tmp/serve.log" -m "$model" --workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,1,1 -c 4096 || exit 1
 if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$sport/")" = 404 ]; then
     echo "SKIPPED: this prima was built without its web page (npm ci in web/page, then rebuild)"
     exit 77
@@ -32,7 +23,6 @@ mkdir -p "$artifacts"
 HOME=$tmp timeout 180 node "$web/page.test.mjs" "http://127.0.0.1:$sport" "$artifacts/serve_web.png" ||
     fail "page checks (above); server log: $(tail -5 "$tmp/serve.log")"
 grep -q "cancelled" "$tmp/serve.log" || fail "the stop button did not cancel the generation on the server"
-kill -TERM "$spid"
-wait "$spid" || fail "server exit status after SIGTERM"
+stop_server "$tmp/serve.log"
 [ "$fails" = 0 ] && echo "serve_web: all passed (screenshot: $artifacts/serve_web.png)"
 exit $((fails > 0))

@@ -88,53 +88,51 @@ static void test_completion(void)
 
 static void test_refusals(void)
 {
-    refused(SRV_CHAT, "{\"messages\":[", NULL, "malformed JSON");
-    refused(SRV_CHAT, "", NULL, "malformed JSON");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\"} x", NULL, "after the value");
-    refused(SRV_CHAT, "[1]", NULL, "JSON object");
-    refused(SRV_CHAT, "{}", "messages", "required");
-    refused(SRV_CHAT, "{\"messages\":[]}", "messages", "non-empty");
-    refused(SRV_CHAT, "{\"messages\":{}}", "messages", "non-empty array");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", "messages", "role");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages", "'content' is required");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages", "content");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
-            "messages", "text");
-    refused(SRV_COMPLETION, "{}", "prompt", "required");
-    refused(SRV_COMPLETION, "{\"prompt\":5}", "prompt", "string");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":1}", "model", "string");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":\"8\"}", "max_tokens", "number");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "[1,");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":2.5}", "max_tokens", "integer");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"max_completion_tokens\":-1}",
-            "max_completion_tokens", "[1,");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":3}", "temperature", "[0, 2]");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":true}", "temperature", "number");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "(0, 1]");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"top_k\":-1}", "top_k", "[0,");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"min_p\":1.5}", "min_p", "[0, 1]");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":-3}", "presence_penalty", "[-2, 2]");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":\"1\"}", "frequency_penalty",
-            "number");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty", "[");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":-1}", "seed", "[0,");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":1.5}", "seed", "integer");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":5}", "stop", "up to 4");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop",
-            "up to 4");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",1]}", "stop", "strings");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":1}", "stream_options", "object");
-    refused(SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "[0, 5]");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}",
-            "logprobs", "true or false");
-    refused(SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
-            "top_logprobs", "needs 'logprobs'");
-    refused(SRV_CHAT,
-            "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,"
-            "\"top_logprobs\":21}",
-            "top_logprobs", "[0, 20]");
+    static const struct {
+        enum srv_endpoint kind;
+        const char *body, *param, *words;
+    } cases[] = {
+        {SRV_CHAT, "{\"messages\":[", NULL, "malformed JSON"},
+        {SRV_CHAT, "", NULL, "malformed JSON"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\"} x", NULL, "after the value"},
+        {SRV_CHAT, "[1]", NULL, "JSON object"},
+        {SRV_CHAT, "{}", "messages", "required"},
+        {SRV_CHAT, "{\"messages\":[]}", "messages", "non-empty"},
+        {SRV_CHAT, "{\"messages\":{}}", "messages", "non-empty array"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", "messages", "role"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\"}]}", "messages", "'content' is required"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages", "content"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages", "text"},
+        {SRV_COMPLETION, "{}", "prompt", "required"},
+        {SRV_COMPLETION, "{\"prompt\":5}", "prompt", "string"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"model\":1}", "model", "string"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":\"8\"}", "max_tokens", "number"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens", "[1,"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":2.5}", "max_tokens", "integer"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"max_completion_tokens\":-1}", "max_completion_tokens", "[1,"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":3}", "temperature", "[0, 2]"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"temperature\":true}", "temperature", "number"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"top_p\":0}", "top_p", "(0, 1]"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"top_k\":-1}", "top_k", "[0,"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"min_p\":1.5}", "min_p", "[0, 1]"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":-3}", "presence_penalty", "[-2, 2]"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"frequency_penalty\":\"1\"}", "frequency_penalty", "number"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty", "["},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":-1}", "seed", "[0,"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"seed\":1.5}", "seed", "integer"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":5}", "stop", "up to 4"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", "up to 4"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"a\",1]}", "stop", "strings"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n", "must be 1"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"stream\":1}", "stream", "true or false"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":1}", "stream_options", "object"},
+        {SRV_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs", "[0, 5]"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs", "true or false"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs", "needs 'logprobs'"},
+        {SRV_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":21}", "top_logprobs", "[0, 20]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        refused(cases[i].kind, cases[i].body, cases[i].param, cases[i].words);
 }
 
 int main(void)

@@ -271,25 +271,10 @@ static int run_chat(runner *r)
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
-    run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN);
-    ring_args_init(&r.ra);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, &r.o);
-            return 0;
-        }
-        int c = run_opts_parse(&r.o, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&r.ra, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c == 0) {
-            cli_fail("run: unknown option '%s' (see prima run --help)", argv[i]);
-            return 2;
-        }
-    }
-    if (run_opts_finish(&r.o) || ring_args_finish(&r.ra))
-        return 2;
+    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN, argc, argv, usage,
+                          NULL, NULL);
+    if (arc)
+        return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {
         cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
         return 2;

@@ -52,8 +52,9 @@ typedef struct serve_args {
     char *key_owned;
 } serve_args;
 
-static int parse_serve_arg(serve_args *a, int argc, char **argv, int *i)
+static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
 {
+    serve_args *a = ctx;
     static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
                                         "--queue", "--timeout", NULL};
     const char *f = argv[*i];
@@ -170,26 +171,11 @@ static int cmd_serve(int argc, char **argv)
 {
     runner r = {0};
     serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60};
-    run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_SAMPLING);
-    ring_args_init(&r.ra);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, &r.o);
-            return 0;
-        }
-        int c = run_opts_parse(&r.o, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&r.ra, argc, argv, &i);
-        if (c == 0)
-            c = parse_serve_arg(&a, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c == 0) {
-            cli_fail("serve: unknown option '%s' (see prima serve --help)", argv[i]);
-            return 2;
-        }
-    }
-    if (run_opts_finish(&r.o) || ring_args_finish(&r.ra) || load_key(&a)) {
+    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING, argc, argv, usage,
+                          parse_serve_arg, &a);
+    if (arc)
+        return arc < 0 ? 0 : arc;
+    if (load_key(&a)) {
         free(a.key_owned);
         return 2;
     }

@@ -14,6 +14,36 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int runner_args(runner *r, unsigned groups, int argc, char **argv,
+                void (*usage)(FILE *out, const run_opts *o),
+                int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+{
+    run_opts_init(&r->o, groups);
+    ring_args_init(&r->ra);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout, &r->o);
+            return -1;
+        }
+        int c = run_opts_parse(&r->o, argc, argv, &i);
+        if (c == 0)
+            c = ring_args_parse(&r->ra, argc, argv, &i);
+        if (c == 0 && extra)
+            c = extra(ctx, argc, argv, &i);
+        if (c < 0)
+            return 2;
+        if (c == 0) {
+            cli_fail("%s: unknown option '%s' (see prima %s --help)", argv[0], argv[i], argv[0]);
+            return 2;
+        }
+    }
+    if (run_opts_finish(&r->o) || ring_args_finish(&r->ra)) {
+        run_opts_free(&r->o);
+        return 2;
+    }
+    return 0;
+}
+
 int runner_session(runner *r, char *err, size_t errlen)
 {
     if (ring_args_active(&r->ra)) {

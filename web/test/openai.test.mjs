@@ -3,20 +3,11 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
+import { check, failures } from './check.mjs';
 
 const [base, key, wantFile] = process.argv.slice(2);
 const want = JSON.parse(readFileSync(wantFile, 'utf8'));
 const client = new OpenAI({ baseURL: `${base}/v1`, apiKey: key, maxRetries: 0, timeout: 60000 });
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 
 const models = await client.models.list();
 const model = models.data[0].id;
@@ -95,4 +86,4 @@ await check('error: a wrong key is an AuthenticationError', async () => {
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError && e.status === 401);
 });
 
-process.exit(failures ? 1 : 0);
+process.exit(failures() ? 1 : 0);

@@ -3,26 +3,17 @@
 // keeps the conversation across a reload, opens the cluster view and takes a screenshot.
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
+import { check, fail, failures } from './check.mjs';
 
 const [base, shot] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu'],
 });
-let failures = 0;
-async function check(name, fn) {
-  try {
-    await fn();
-    console.log(`ok: ${name}`);
-  } catch (e) {
-    failures++;
-    console.log(`FAIL: ${name}: ${e.stack || e}`);
-  }
-}
 const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
 const foreign = [];
 page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:')) foreign.push(r.url()); });
-page.on('pageerror', (e) => { failures++; console.log(`FAIL: page error: ${e}`); });
+page.on('pageerror', (e) => fail(`page error: ${e}`));
 await page.addInitScript(() => {
   if (!localStorage.getItem('prima.settings'))
     localStorage.setItem('prima.settings', JSON.stringify({ temperature: 0, max_tokens: 40 }));
@@ -102,4 +93,4 @@ await check('the cluster view shows the ring', async () => {
 
 await check('nothing is loaded from elsewhere', () => assert.deepEqual(foreign, []));
 await browser.close();
-process.exit(failures ? 1 : 0);
+process.exit(failures() ? 1 : 0);
