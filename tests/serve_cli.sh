@@ -228,5 +228,12 @@ curl -s "http://127.0.0.1:$sport/metrics" | grep -q '^prima_device_compute_secon
     fail "per-device metrics"
 stop_server "$tmp/ring.log"
 
+# prima bench serve: a row per figure and client count, the ratios against one client
+"$prima" bench serve -m "$model" --devices 2 --clients 1,2 --requests 1 --tokens 8 -t 1 --json \
+    >"$tmp/bench" 2>"$tmp/bench.err" || fail "bench serve: $(cat "$tmp/bench.err")"
+[ "$(jq -s 'map(.op) | join(",")' "$tmp/bench")" = '"serve aggregate 1,serve tpot 1,serve ratio aggregate 1,serve ratio tpot 1,serve aggregate 2,serve tpot 2,serve ratio aggregate 2,serve ratio tpot 2"' ] &&
+    [ "$(jq -s 'map(.value > 0) | all' "$tmp/bench")" = true ] &&
+    [ "$(jq -s '.[2].value' "$tmp/bench")" = 1 ] || fail "bench serve rows: $(cat "$tmp/bench")"
+
 [ "$fails" = 0 ] && echo "serve_cli: all passed"
 exit $((fails > 0))

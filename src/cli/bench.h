@@ -19,6 +19,7 @@ extern const struct bench_sub bench_pages;
 extern const struct bench_sub bench_run;
 extern const struct bench_sub bench_plan;
 extern const struct bench_sub bench_ring;
+extern const struct bench_sub bench_serve;
 
 /* One measurement. Absent fields: NULL strings, tokens 0, fraction and spread < 0. */
 typedef struct bench_result {

@@ -12,7 +12,7 @@
 #include "kernels/probe.h"
 
 static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run, &bench_plan,
-                                              &bench_ring};
+                                              &bench_ring, &bench_serve};
 #define N_SUBS (sizeof subs / sizeof subs[0])
 
 static void usage(FILE *out)
