@@ -1,17 +1,23 @@
 #!/bin/sh
-# deps.sh — install the Debian 12 packages prima needs to build, test and benchmark, and the npm
-# packages of the server's web page and tests (web/page, web/test, from their lock files).
+# deps.sh [--test] — install the Debian 12 packages prima needs to build and benchmark, and the
+# npm packages of the server's web page (web/page, from its lock file); with --test also what
+# the tests need beyond that: Debian's chromium and the test clients (web/test).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl chromium"
+      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl"
+npm_dirs=web/page
+if [ "${1:-}" = --test ]; then
+    PKGS="$PKGS chromium"
+    npm_dirs="web/page web/test"
+fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.
 command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 
 # web/page: what the build inlines into serve's page; web/test: the server's test clients.
 npm_packages() {
-    for dir in web/page web/test; do
+    for dir in $npm_dirs; do
         [ -f $dir/node_modules/.package-lock.json ] &&
             [ $dir/node_modules/.package-lock.json -nt $dir/package-lock.json ] && continue
         echo "installing the npm packages of $dir" >&2

@@ -4,7 +4,7 @@
 # the tokenizer (one summary line per fuzzer; scripts/fuzz.sh).
 set -eu
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --test
 jobs=$(nproc)
 
 echo "== release build and tests"

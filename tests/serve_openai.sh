@@ -1,5 +1,5 @@
 #!/bin/bash
-# The official openai npm client (web/test, installed by scripts/deps.sh with npm ci) against
+# The official openai npm client (web/test, installed by scripts/deps.sh --test with npm ci) against
 # prima serve at the head of a 3-device loopback ring: chat and completions, streaming and not,
 # stop strings, max_tokens, usage, errors; every text equals prima run's for the same seed.
 set -u
@@ -7,7 +7,7 @@ source "$(dirname "$0")/support/ring_workers.sh" serve-openai
 source "$(dirname "$0")/support/serve.sh"
 web=$(cd "$(dirname "$0")/../web/test" && pwd)
 command -v node >/dev/null && [ -d "$web/node_modules/openai" ] ||
-    { echo "SKIPPED: node or $web/node_modules/openai missing (npm ci in web/test; scripts/deps.sh does)"; exit 77; }
+    { echo "SKIPPED: node or $web/node_modules/openai missing (npm ci in web/test; scripts/deps.sh --test does)"; exit 77; }
 
 start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w2.log" && p2=$port || exit 1
 ring=(--workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,2,1)

@@ -9,7 +9,7 @@ source "$(dirname "$0")/support/serve.sh"
 web=$(cd "$(dirname "$0")/../web/test" && pwd)
 chromium=${CHROMIUM:-/usr/bin/chromium}
 command -v node >/dev/null && [ -d "$web/node_modules/playwright-core" ] && [ -x "$chromium" ] ||
-    { echo "SKIPPED: node, $web/node_modules/playwright-core (npm ci in web/test) or $chromium missing (scripts/deps.sh installs them)"; exit 77; }
+    { echo "SKIPPED: node, $web/node_modules/playwright-core (npm ci in web/test) or $chromium missing (scripts/deps.sh --test installs them)"; exit 77; }
 # a model slow enough (a few ms per token) that a long reply is still running when Stop is hit
 model=$fixtures/models/synth-spm512-l4-e256-f32.gguf
 start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w2.log" && p2=$port || exit 1
