@@ -27,7 +27,8 @@ static void usage(FILE *out, const run_opts *o)
           "Requests are generated one at a time, in order; a request that continues the\n"
           "previous one's conversation reuses its cached tokens. A client that disconnects\n"
           "stops its generation. When the ring fails, the request gets an error (500) and\n"
-          "the next one connects the ring again. One line per request goes to stderr.\n\n",
+          "the next one connects the ring again (the ring first connects once the server\n"
+          "listens; /health says \"loading\" until then). One line per request goes to stderr.\n\n",
           out);
     run_opts_usage(o, out);
     ring_args_usage(out);
@@ -134,7 +135,9 @@ static int serve(runner *r, const serve_args *a)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
-    int rc = runner_open(r);
+    /* The model now; a ring's session on the engine thread, once the server answers (its
+     * /health says "loading" meanwhile: Halda's profiling can take a while). */
+    int rc = ring_args_active(&r->ra) ? runner_load(r) : runner_open(r);
     if (rc)
         return rc;
     serve_engine se;

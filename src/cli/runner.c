@@ -70,6 +70,18 @@ int runner_open(runner *r)
 {
     char err[512];
     double t0 = now_s();
+    int rc = runner_load(r);
+    if (rc)
+        return rc;
+    if (runner_session(r, err, sizeof err))
+        return cli_fail("%s", err);
+    r->load_s = now_s() - t0;
+    return 0;
+}
+
+int runner_load(runner *r)
+{
+    char err[512];
     r->m = model_load(r->o.model, err, sizeof err);
     if (!r->m)
         return cli_fail("%s", err);
@@ -88,12 +100,9 @@ int runner_open(runner *r)
     r->kc = kern_ctx_create(r->o.n_threads);
     if (!r->kc)
         return cli_fail("cannot start %d compute threads", r->o.n_threads);
-    if (runner_session(r, err, sizeof err))
-        return cli_fail("%s", err);
     r->smp = sampler_create(&r->o.sp, hp->n_vocab);
     if (!r->smp)
         return cli_fail("out of memory");
-    r->load_s = now_s() - t0;
     r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
                        .context_shift = r->o.context_shift, .n_keep = r->o.n_keep};
     if (r->go.n_keep < 0)

@@ -32,8 +32,10 @@ typedef struct runner {
 int runner_args(runner *r, unsigned groups, int argc, char **argv,
                 void (*usage)(FILE *out, const run_opts *o),
                 int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
-/* Load the model and tokenizer, start the threads, open the session and the sampler, and set
- * go from the options. 0, or 1 after printing an error. */
+/* Load the model and tokenizer, start the threads, open the sampler and set go from the
+ * options: everything but the session. 0, or 1 after printing an error. */
+int runner_load(runner *r);
+/* runner_load, then the session. 0, or 1 after printing an error. */
 int runner_open(runner *r);
 /* (Re)open the session: on this device, or connect and start the ring. 0, or -1 with err. */
 int runner_session(runner *r, char *err, size_t errlen);

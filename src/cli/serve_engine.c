@@ -54,7 +54,23 @@ void serve_engine_init(serve_engine *se, runner *r)
         fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
     pthread_mutex_init(&se->mu, NULL);
     se->ring = ring_args_active(&r->ra);
-    se->state = "ready";
+    se->state = r->s ? "ready" : "loading";
+    snapshot(se);
+}
+
+/* Open the session if there is none yet (the ring connects while /health says "loading"). */
+static void se_start(void *ctx)
+{
+    serve_engine *se = ctx;
+    if (se->r->s)
+        return;
+    char err[512];
+    if (runner_session(se->r, err, sizeof err)) {
+        fprintf(stderr, "prima: %s (each request tries again)\n", err);
+        set_state(se, "lost", err);
+        return;
+    }
+    set_state(se, "ready", "");
     snapshot(se);
 }
 
@@ -405,6 +421,6 @@ static void *se_cluster(void *ctx)
 
 srv_engine serve_engine_iface(serve_engine *se)
 {
-    return (srv_engine){.ctx = se, .run = se_run, .health = se_health, .metrics = se_metrics,
-                        .cluster = se_cluster};
+    return (srv_engine){.ctx = se, .run = se_run, .start = se_start, .health = se_health,
+                        .metrics = se_metrics, .cluster = se_cluster};
 }

@@ -155,6 +155,8 @@ static int submit(srv *s, srv_job *j)
 static void *engine_main(void *arg)
 {
     srv *s = arg;
+    if (s->e.start)
+        s->e.start(s->e.ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping)

@@ -47,6 +47,9 @@ typedef struct srv_result {
 typedef struct srv_engine {
     void *ctx;
     void (*run)(void *ctx, srv_job *job, srv_result *res);
+    /* Called on the engine thread before the first job (e.g. to connect a ring while /health
+     * says it is loading); NULL: nothing. */
+    void (*start)(void *ctx);
     /* Whether it can generate now (/health answers 503 otherwise), with a one-word state
      * ("ready", "connecting", "lost") and a line of detail in the JSON object given. */
     bool (*health)(void *ctx, void *cjson_obj);
