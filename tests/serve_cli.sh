@@ -2,8 +2,8 @@
 # prima serve end to end with curl: answers equal prima run's (greedy and seeded, stop strings
 # across token boundaries, streaming equal to non-streaming, a chat's next turn from the cache),
 # log-probabilities, OpenAI errors with the right status (malformed JSON, wrong types, unknown
-# paths, a huge body, a prompt over the context, API keys), a slow client, a client that
-# disconnects mid-stream (generation stops, the slot is free), 64 concurrent clients (nothing
+# paths, a huge body, a prompt over the context, API keys, a full queue), a slow client, clients
+# that disconnect (generation stops, the slot is free), 64 concurrent clients (nothing
 # lost or mixed, memory back to its level), and a 3-device loopback ring that loses a worker
 # (500 naming it, health says so) and serves again once the worker is back.
 set -u
@@ -164,15 +164,31 @@ grep -q '^prima_requests_total{endpoint="completions"} ' "$tmp/metrics" &&
     grep -q '^prima_slots_busy 0$' "$tmp/metrics" || fail "metrics: $(head -20 "$tmp/metrics")"
 stop_server "$tmp/local.log"
 
-# a client that disconnects mid-stream stops its generation and frees the slot
+# with no queue, a request beside a running one is refused (429); a client that disconnects
+# (here: mid-stream) stops its generation and frees the slot
 slowmodel=$fixtures/models/synth-spm512-l4-e256-f32.gguf
-start_server "$tmp/cancel.log" -m "$slowmodel" -c 4096 || exit 1
+start_server "$tmp/cancel.log" -m "$slowmodel" -c 4096 --queue 0 || exit 1
+curl -sS -o /dev/null -H 'Content-Type: application/json' --max-time 60 --data-binary \
+    '{"prompt":"Once upon a time","max_tokens":4000,"temperature":0}' \
+    "http://127.0.0.1:$sport/v1/completions" &
+busy=$!
+for _ in $(seq 100); do
+    [ "$(curl -s "http://127.0.0.1:$sport/health" | jq .slots.busy)" = 1 ] && break
+    sleep 0.05
+done
+post /v1/completions '{"prompt":"Once","max_tokens":2}' -D "$tmp/headers"
+[ "$code" = 429 ] && [ "$(field .error.type)" = rate_limit_error ] &&
+    grep -qi '^retry-after: 1' "$tmp/headers" || fail "queue full: $code $(cat "$tmp/body")"
+kill "$busy"
+wait "$busy" 2>/dev/null
+for _ in $(seq 100); do grep -q "request 1: .*cancelled" "$tmp/cancel.log" && break; sleep 0.05; done
+grep -q "request 1: .*cancelled" "$tmp/cancel.log" || fail "a client gone while waiting: $(cat "$tmp/cancel.log")"
 curl -sS -N -H 'Content-Type: application/json' --data-binary \
     '{"prompt":"Once upon a time","max_tokens":4000,"temperature":0,"stream":true}' \
     "http://127.0.0.1:$sport/v1/completions" 2>/dev/null | head -c 3000 >/dev/null
-for _ in $(seq 100); do grep -q "request 1: .*cancelled" "$tmp/cancel.log" && break; sleep 0.05; done
-gen=$(sed -n 's/.*request 1: .* \([0-9]*\) generated .*cancelled$/\1/p' "$tmp/cancel.log")
-[ -n "$gen" ] && [ "$gen" -lt 1000 ] || fail "mid-stream disconnect: $(grep 'request 1' "$tmp/cancel.log")"
+for _ in $(seq 100); do grep -q "request 3: .*cancelled" "$tmp/cancel.log" && break; sleep 0.05; done
+gen=$(sed -n 's/.*request 3: .* \([0-9]*\) generated .*cancelled$/\1/p' "$tmp/cancel.log")
+[ -n "$gen" ] && [ "$gen" -lt 1000 ] || fail "mid-stream disconnect: $(grep 'request 3' "$tmp/cancel.log")"
 curl -s "http://127.0.0.1:$sport/health" >"$tmp/body"
 [ "$(field .slots.busy)" = 0 ] || fail "slot not freed: $(cat "$tmp/body")"
 post /v1/completions '{"prompt":"Once","max_tokens":2}' --max-time 10

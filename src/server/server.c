@@ -135,8 +135,8 @@ static int submit(srv *s, srv_job *j)
     int rc = 0;
     if (s->stopping)
         rc = 503;
-    else if (s->queued >= s->c.queue_max)
-        rc = 429;
+    else if (s->queued + (s->running ? 1 : 0) > s->c.queue_max)
+        rc = 429; /* the one being generated, and queue_max waiting */
     if (!rc) {
         job_ref(j);
         j->next = NULL;
