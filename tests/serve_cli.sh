@@ -181,8 +181,9 @@ post /v1/completions '{"prompt":"Once","max_tokens":2}' -D "$tmp/headers"
     grep -qi '^retry-after: 1' "$tmp/headers" || fail "queue full: $code $(cat "$tmp/body")"
 kill "$busy"
 wait "$busy" 2>/dev/null
-for _ in $(seq 100); do grep -q "request 1: .*cancelled" "$tmp/cancel.log" && break; sleep 0.05; done
-grep -q "request 1: .*cancelled" "$tmp/cancel.log" || fail "a client gone while waiting: $(cat "$tmp/cancel.log")"
+# noticed within a poll interval and a token, however fast tokens come (not seconds later)
+for _ in $(seq 50); do grep -q "request 1: .*cancelled" "$tmp/cancel.log" && break; sleep 0.02; done
+grep -q "request 1: .*cancelled" "$tmp/cancel.log" || fail "a client gone while waiting, after 1 s: $(cat "$tmp/cancel.log")"
 curl -sS -N -H 'Content-Type: application/json' --data-binary \
     '{"prompt":"Once upon a time","max_tokens":4000,"temperature":0,"stream":true}' \
     "http://127.0.0.1:$sport/v1/completions" 2>/dev/null | head -c 3000 >/dev/null

@@ -85,11 +85,12 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
     if (!len)
         return;
     pthread_mutex_lock(&j->mu);
-    if (j->req.stream)
+    if (j->req.stream) {
         srv_sse_text(j, text, len);
-    else
+        pthread_cond_broadcast(&j->cv); /* the connection sends it; otherwise it waits for the end */
+    } else {
         srv_buf_add(&j->text, text, len);
-    pthread_cond_broadcast(&j->cv);
+    }
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -243,19 +244,21 @@ static bool client_gone(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-/* Wait (job locked) until cond holds or the client leaves; false: it left (job cancelled). */
+/* Wait (job locked) until cond holds or the client leaves; false: it left (job cancelled).
+ * The client is looked at every POLL_MS however often the job wakes us. */
 static bool wait_job(srv_job *j, bool (*cond)(const srv_job *))
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     while (!cond(j)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += POLL_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT && !cond(j) &&
-            client_gone(j->fd)) {
+        while (!cond(j) && pthread_cond_timedwait(&j->cv, &j->mu, &ts) != ETIMEDOUT) {
+        }
+        if (!cond(j) && client_gone(j->fd)) {
             atomic_store(&j->cancelled, true);
             return false;
         }
