@@ -32,6 +32,10 @@
 #define RATES_SECONDS 3.0
 /* Integer dot-product paths do up to four multiply-adds where float FMA does one. */
 #define INT_DOT_FACTOR 4
+/* Noise between the one-off FMA peak and a kernel rate: on crowded cores and under sanitizers
+ * they were seen up to 1.6x past the bare bound. The check is for broken timers and kernels,
+ * which are off by orders of magnitude, so it allows PEAK_MARGIN on top. */
+#define PEAK_MARGIN 8
 /* Disk: sequential reads of 1 MiB in up to 32 MiB regions; random reads of 16 KiB (the page
  * size macOS faults in); samples of at least SAMPLE_SECONDS, at most DISK_SECONDS per test. */
 #define SEQ_CHUNK (1u << 20)
@@ -293,9 +297,9 @@ static uint64_t lcg_next(uint64_t *s)
  * so a rate over the cap re-measures the peak, keeping the highest, before it is refused. */
 static bool within_peak(kern_ctx *c, double rate, double *fma_peak)
 {
-    for (int retry = 0; retry < 3 && rate > INT_DOT_FACTOR * *fma_peak / 2; retry++)
+    for (int retry = 0; retry < 3 && rate > PEAK_MARGIN * INT_DOT_FACTOR * *fma_peak / 2; retry++)
         *fma_peak = fmax(*fma_peak, probe_fma_peak(c, 3));
-    return rate <= INT_DOT_FACTOR * *fma_peak / 2;
+    return rate <= PEAK_MARGIN * INT_DOT_FACTOR * *fma_peak / 2;
 }
 
 static int measure_type(kern_ctx *c, enum dtype t, double *fma_peak, double budget,
