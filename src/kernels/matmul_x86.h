@@ -32,6 +32,12 @@
                      float *y, size_t ys)
 #define DEFINE_TILE_4x3(NAME, KERNEL) \
     TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) TILE_ROWS(KERNEL, 3) } }
+#define DEFINE_TILE_4x4(NAME, KERNEL)                                                    \
+    TILE_DISPATCH_HEAD(NAME) {                                                           \
+        switch (nr * 16 + nt) {                                                          \
+            TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) TILE_ROWS(KERNEL, 3) TILE_ROWS(KERNEL, 4) \
+        }                                                                                \
+    }
 #define DEFINE_TILE_4x2(NAME, KERNEL) \
     TILE_DISPATCH_HEAD(NAME) { switch (nr * 16 + nt) { TILE_ROWS(KERNEL, 1) TILE_ROWS(KERNEL, 2) } }
 
