@@ -31,6 +31,10 @@ static const char usage_text[] =
     "                  -b 512), with the memory roofline: tokens * bandwidth / weight bytes\n"
     "  decode          ms per generated token (one token per evaluation, positions 1..N),\n"
     "                  with the roofline: weight bytes per token / bandwidth\n"
+    "  prefill_cpu, decode_cpu\n"
+    "                  CPU time of this process per token (user + system, all threads, from\n"
+    "                  getrusage) over the timed prefills and decode steps: on a shared machine\n"
+    "                  the steadier measure of the work done\n"
     "  memory          mapped weights, KV cache, scratch and peak resident MiB\n"
     "'bound' is the fraction of the roofline reached; 'spread' the interquartile range of the\n"
     "repetitions relative to their median (a busy machine shows a large one). The token ids\n"
@@ -98,6 +102,21 @@ static double decode_bytes(const model *m)
     return b + (double)m->tok_embd->nbytes / m->hp.n_vocab;
 }
 
+/* CPU seconds this process has used (every thread, user and system). */
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+static void report_cpu(const struct opts *o, const char *op, int tokens, double cpu_s, int n)
+{
+    report(o, (bench_result){.op = op, .tokens = tokens, .value = 1e3 * cpu_s / n, .unit = "cpu-ms/tok",
+                             .fraction = -1, .spread = -1});
+}
+
 static void fill_tokens(int32_t *t, int n, int n_vocab)
 {
     uint64_t x = 0x9e3779b97f4a7c15ull;
@@ -135,6 +154,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
 
     for (size_t k = 0; k < sizeof prefill_tokens / sizeof prefill_tokens[0]; k++) {
         int n = prefill_tokens[k];
+        double c0 = cpu_seconds();
         for (int r = 0; r < o->reps; r++) {
             session_truncate(s, 0);
             t0 = probe_now();
@@ -152,6 +172,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
                                  .fraction = (n / t) / roof, .spread = spread});
         report(o, (bench_result){.op = "prefill_roofline", .tokens = n, .value = roof,
                                  .unit = "tok/s", .fraction = -1, .spread = -1});
+        report_cpu(o, "prefill_cpu", n, cpu_seconds() - c0, n * o->reps);
     }
 
     session_truncate(s, 0);
@@ -159,6 +180,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
         rc = cli_fail("bench run: %s", err);
         goto out;
     }
+    double c0 = cpu_seconds();
     for (int i = 0; i < o->n_decode; i++) {
         t0 = probe_now();
         if (session_eval(s, &toks[1 + i], 1, NULL, err, sizeof err)) {
@@ -167,6 +189,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
         }
         secs[i] = probe_now() - t0;
     }
+    report_cpu(o, "decode_cpu", 0, cpu_seconds() - c0, o->n_decode);
     double t = bench_median_spread(secs, o->n_decode, &spread);
     double roof_ms = 1e3 * wbytes / bw;
     report(o, (bench_result){.op = "decode", .value = 1e3 * t, .unit = "ms/tok",
