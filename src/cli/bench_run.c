@@ -20,7 +20,7 @@
 static const int prefill_tokens[] = {64, 512};
 
 static const char usage_text[] =
-    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N]\n"
+    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N] [--decode-at P]\n"
     "\n"
     "Run a model on this device and measure, in one run:\n"
     "  load            seconds to open and check the model (the weights stay mapped)\n"
@@ -42,12 +42,14 @@ static const char usage_text[] =
     "\n"
     "  --reps N        repetitions of each prefill (default 4)\n"
     "  --decode N      decode steps timed (default 32)\n"
+    "  --decode-at P   also time the decode steps after a prompt of P tokens (decode_at,\n"
+    "                  decode_at_cpu: tokens is P): what a long context costs\n"
     "  --json          one JSON object per measurement and line (see prima bench kernels)\n";
 
 struct opts {
     run_opts ro;
     bool json;
-    int reps, n_decode;
+    int reps, n_decode, decode_at; /* decode_at: 0 = not measured */
 };
 
 static int parse(struct opts *o, int argc, char **argv)
@@ -66,17 +68,19 @@ static int parse(struct opts *o, int argc, char **argv)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(usage_text, stdout);
             run_opts_usage(&o->ro, stdout);
-            fputs("                          (-c defaults to 512 + the decode steps + 1)\n"
+            fputs("                          (-c defaults to the longer prompt (512 or P) + the\n"
+                  "                          decode steps + 1)\n"
                   "  -h, --help              show this help\n",
                   stdout);
             return -1;
         }
         if (!strcmp(a, "--json")) {
             o->json = true;
-        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode")) {
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode") || !strcmp(a, "--decode-at")) {
             if (i + 1 >= argc)
                 return cli_fail("%s needs a value", a), 2;
-            if (parse_int_arg(a, argv[++i], 1, 100000, a[2] == 'r' ? &o->reps : &o->n_decode))
+            int *dst = a[2] == 'r' ? &o->reps : !strcmp(a, "--decode") ? &o->n_decode : &o->decode_at;
+            if (parse_int_arg(a, argv[++i], 1, 100000, dst))
                 return 2;
         } else {
             cli_fail("bench run: unknown option '%s' (see prima bench run --help)", a);
@@ -128,10 +132,35 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
     }
 }
 
+/* The longest prompt a run evaluates. */
+static int longest_prompt(const struct opts *o)
+{
+    return o->decode_at > prefill_tokens[1] ? o->decode_at : prefill_tokens[1];
+}
+
+/* Evaluate toks[0..at) as a prompt from position 0, then time n decode steps one token each
+ * (secs[i]); *cpu_s: the CPU time of those steps. */
+static int time_decode(session *s, const int32_t *toks, int at, int n, double *secs, double *cpu_s,
+                       char *err, size_t errlen)
+{
+    session_truncate(s, 0);
+    if (session_eval(s, toks, at, NULL, err, errlen))
+        return -1;
+    double c0 = cpu_seconds();
+    for (int i = 0; i < n; i++) {
+        double t0 = probe_now();
+        if (session_eval(s, &toks[at + i], 1, NULL, err, errlen))
+            return -1;
+        secs[i] = probe_now() - t0;
+    }
+    *cpu_s = cpu_seconds() - c0;
+    return 0;
+}
+
 static int measure(const struct opts *o, const model *m, session *s, double bw)
 {
     char err[256];
-    const int max_prompt = prefill_tokens[1];
+    const int max_prompt = longest_prompt(o);
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(max_prompt + o->n_decode));
     double *secs = malloc(sizeof(double) * (size_t)(o->reps > o->n_decode ? o->reps : o->n_decode));
     if (!toks || !secs) {
@@ -175,27 +204,28 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
         report_cpu(o, "prefill_cpu", n, cpu_seconds() - c0, n * o->reps);
     }
 
-    session_truncate(s, 0);
-    if (session_eval(s, toks, 1, NULL, err, sizeof err)) {
+    double cpu_s;
+    if (time_decode(s, toks, 1, o->n_decode, secs, &cpu_s, err, sizeof err)) {
         rc = cli_fail("bench run: %s", err);
         goto out;
     }
-    double c0 = cpu_seconds();
-    for (int i = 0; i < o->n_decode; i++) {
-        t0 = probe_now();
-        if (session_eval(s, &toks[1 + i], 1, NULL, err, sizeof err)) {
-            rc = cli_fail("bench run: %s", err);
-            goto out;
-        }
-        secs[i] = probe_now() - t0;
-    }
-    report_cpu(o, "decode_cpu", 0, cpu_seconds() - c0, o->n_decode);
+    report_cpu(o, "decode_cpu", 0, cpu_s, o->n_decode);
     double t = bench_median_spread(secs, o->n_decode, &spread);
     double roof_ms = 1e3 * wbytes / bw;
     report(o, (bench_result){.op = "decode", .value = 1e3 * t, .unit = "ms/tok",
                              .fraction = roof_ms / (1e3 * t), .spread = spread});
     report(o, (bench_result){.op = "decode_roofline", .value = roof_ms, .unit = "ms/tok",
                              .fraction = -1, .spread = -1});
+    if (o->decode_at) {
+        if (time_decode(s, toks, o->decode_at, o->n_decode, secs, &cpu_s, err, sizeof err)) {
+            rc = cli_fail("bench run: %s", err);
+            goto out;
+        }
+        t = bench_median_spread(secs, o->n_decode, &spread);
+        report(o, (bench_result){.op = "decode_at", .tokens = o->decode_at, .value = 1e3 * t,
+                                 .unit = "ms/tok", .fraction = roof_ms / (1e3 * t), .spread = spread});
+        report_cpu(o, "decode_at_cpu", o->decode_at, cpu_s, o->n_decode);
+    }
 
     uint64_t kv, scratch;
     engine_memory(s->e, &kv, &scratch);
@@ -231,13 +261,13 @@ static int run(int argc, char **argv)
     }
     double load_s = probe_now() - t0;
     kern_ctx *kc = kern_ctx_create(o.ro.n_threads);
-    int n_ctx = o.ro.n_ctx ? o.ro.n_ctx : prefill_tokens[1] + o.n_decode + 1;
+    int n_ctx = o.ro.n_ctx ? o.ro.n_ctx : longest_prompt(&o) + o.n_decode + 1;
     session *s = kc ? session_create(m, kc, n_ctx, o.ro.n_batch, err, sizeof err) : NULL;
     if (!s) {
         rc = kc ? cli_fail("%s", err) : cli_fail("cannot start %d threads", o.ro.n_threads);
-    } else if (n_ctx < prefill_tokens[1] + o.n_decode + 1) {
-        rc = cli_fail("bench run: -c %d is too small for 512 prompt tokens and %d decode steps",
-                      n_ctx, o.n_decode);
+    } else if (n_ctx < longest_prompt(&o) + o.n_decode + 1) {
+        rc = cli_fail("bench run: -c %d is too small for %d prompt tokens and %d decode steps",
+                      n_ctx, longest_prompt(&o), o.n_decode);
     } else {
         const char *path = kern_path_name(kern_active_path());
         if (o.json)
