@@ -243,10 +243,12 @@ DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
 /* 4 x 4 K-quant tiles: each row's unpacked levels and scales serve four tokens (the 32 vector
  * registers of AVX-512 hold the 16 accumulators; measured 14% less CPU time per prefill token
  * than 4 x 2 on a Q4_K_M model). The 32-block tiles keep 4 x 3: 4 x 4, and two blocks per
- * 512-bit register, measured no faster. Decode rows as in matmul_avx2.c. */
+ * 512-bit register, measured no faster. Decode takes one row per tile for every type: on a
+ * Zen 4, two interleaved rows of 32-blocks (the AVX2 choice, measured on a Zen 3) took twice
+ * the CPU time per Q8_0 decode step (121-128 against 60-62 ms, 4-layer 8B-shaped model). */
 const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 4, 1};
 const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 4, 1};
 const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 4, 1};
-const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 2};
-const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 2};
-const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 2};
+const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1};
+const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1};
+const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1};
