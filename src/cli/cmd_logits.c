@@ -268,8 +268,10 @@ static int run_logits(logits_job *j)
     if (j->text) {
         n = tokenizer_encode(tk, j->text, strlen(j->text), true, false, &toks);
         if (n <= 0) {
-            cli_fail(n == 0 ? "logits: the prompt gives no tokens"
-                            : "logits: cannot tokenize the prompt");
+            if (n == 0)
+                cli_fail("logits: the prompt gives no tokens");
+            else
+                cli_fail("logits: cannot tokenize the prompt: %s", tokenizer_strerror(n));
             goto done;
         }
     } else {

@@ -161,14 +161,18 @@ static void chat_free(chat *c)
     free(c->owned);
 }
 
+/* chat_tokens' answer when the conversation does not fit: apart from every TOK_ERR_* code. */
+#define CHAT_FULL (-100)
+
 /* Tokenize the conversation; if it no longer fits, drop the oldest turns after the system
- * message (with --context-shift). Returns the token count or -1. */
+ * message (with --context-shift). Returns the token count, CHAT_FULL, or a TOK_ERR_* code
+ * (tokenizer_strerror says which). */
 static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **toks)
 {
     for (;;) {
         char *text = chat_render(tpl, c->msgs, c->n, true);
         if (!text)
-            return -1;
+            return TOK_ERR_NOMEM;
         int n = tokenizer_encode(r->tk, text, strlen(text), true, true, toks);
         free(text);
         if (n < 0 || n < r->s->n_ctx)
@@ -177,7 +181,7 @@ static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **tok
         *toks = NULL;
         int first = c->n > 0 && !strcmp(c->msgs[0].role, "system") ? 1 : 0;
         if (!r->o.context_shift || c->n - first < 3)
-            return -2;
+            return CHAT_FULL;
         /* forget the oldest user/assistant exchange */
         free(c->owned[first]);
         free(c->owned[first + 1]);
@@ -223,14 +227,14 @@ static int run_chat(runner *r)
         }
         int32_t *toks = NULL;
         int n = chat_tokens(r, tpl, &c, &toks);
-        if (n == -2) {
+        if (n == CHAT_FULL) {
             fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
                             "enlarge it, or --context-shift)\n",
                     r->s->n_ctx);
             break;
         }
         if (n < 0) {
-            rc = cli_fail("cannot render or tokenize the conversation");
+            rc = cli_fail("cannot tokenize the conversation: %s", tokenizer_strerror(n));
             break;
         }
         int common = 0;
