@@ -39,6 +39,16 @@ grep -q "ring: total device 2 (.* batches): compute .* ms, wait .* major faults"
 "$prima" run -m "$model" -p x --workers 127.0.0.1:$w1 -lw 1,1,1 2>"$tmp/err" >/dev/null
 [ $? = 1 ] && grep -q "^prima: -lw gives 3 window(s) for 2 device(s)" "$tmp/err" ||
     fail "wrong window count: $(cat "$tmp/err")"
+# windows larger than the 5-layer model: the head says so before it sends a plan
+"$prima" run -m "$model" -p x -t 1 --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 9,9,9 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && [ "$(cat "$tmp/err")" = "prima: -lw 9,9,9: device 0 (the head) has a window of 9 layers, but the model has 5 (a window is 0..5 layers)" ] ||
+    fail "-lw 9,9,9: $(cat "$tmp/err")"
+"$prima" run -m "$model" -p x -t 1 --workers 127.0.0.1:$w1 -lw 1,6 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && [ "$(cat "$tmp/err")" = "prima: -lw 1,6: device 1 has a window of 6 layers, but the model has 5 (a window is 0..5 layers)" ] ||
+    fail "-lw 1,6: $(cat "$tmp/err")"
+"$prima" run -m "$model" -p x -t 1 --workers 127.0.0.1:$w1 -lw 0,0 2>"$tmp/err" >/dev/null
+[ $? = 1 ] && [ "$(cat "$tmp/err")" = "prima: -lw 0,0: every window is 0 layers: at least one device must compute" ] ||
+    fail "-lw 0,0: $(cat "$tmp/err")"
 "$prima" run -m "$model" -p x --workers 127.0.0.1:$w1,127.0.0.1:$w1 2>"$tmp/err" >/dev/null
 [ $? = 1 ] && grep -q "is the same worker as device 1" "$tmp/err" || fail "twice: $(cat "$tmp/err")"
 "$prima" run -m "$model" -p x --release sometimes 2>"$tmp/err" >/dev/null

@@ -34,6 +34,21 @@ int main(void)
     ring_plan bad = {.n_dev = 2, .n_layer = 10, .k = 1, .window = {2, 2}};
     char err[256];
     CHECK(plan_validate(&bad, err, sizeof err) != 0, "k=1 of 4 layers accepted for 10 layers");
+    /* A window larger than the model is refused naming the device (-lw 9,9,9 on 5 layers
+     * covers them in one round, but is not what the user meant), as is a huge one a head may
+     * send (each window is checked before the sum). */
+    ring_plan big = {.n_dev = 3, .n_layer = 5, .k = 1, .window = {1, 9, 9}};
+    CHECK(plan_validate(&big, err, sizeof err) != 0 &&
+              !strcmp(err, "device 1 has a window of 9 layers, but the model has 5 (a window is "
+                           "0..5 layers)"),
+          "window 9 of 5 layers: '%s'", err);
+    ring_plan huge = {.n_dev = 2, .n_layer = 5, .k = 1, .window = {1, 2147483647}};
+    CHECK(plan_validate(&huge, err, sizeof err) != 0 && strstr(err, "device 1 has a window"),
+          "window INT_MAX: '%s'", err);
+    ring_plan gpu = {.n_dev = 1, .n_layer = 5, .k = 1, .window = {5}, .gpu_layers = {6}};
+    CHECK(plan_validate(&gpu, err, sizeof err) != 0 &&
+              !strcmp(err, "device 0 has 6 GPU layers in a window of 5 layers"),
+          "6 GPU layers of 5: '%s'", err);
     ring_plan p = {.n_dev = 2, .n_layer = 5, .k = 2, .window = {2, 1}};
     bool owns[5];
     plan_owned_layers(&p, 1, owns);

@@ -25,16 +25,27 @@ int plan_validate(const ring_plan *p, char *err, size_t errlen)
         snprintf(err, errlen, "plan: %d devices (must be 1..%d)", p->n_dev, PRIMA_MAX_DEVICES);
         return -1;
     }
+    if (p->n_layer < 1) {
+        snprintf(err, errlen, "plan: a model of %d layers", p->n_layer);
+        return -1;
+    }
+    /* Each window is checked against the model before any sum, so the sums cannot overflow. */
     for (int d = 0; d < p->n_dev; d++) {
-        if (p->window[d] < 0 || p->gpu_layers[d] < 0 || p->gpu_layers[d] > p->window[d]) {
-            snprintf(err, errlen, "plan: device %d has window %d with %d GPU layers", d,
-                     p->window[d], p->gpu_layers[d]);
+        if (p->window[d] < 0 || p->window[d] > p->n_layer) {
+            snprintf(err, errlen, "device %d%s has a window of %d layers, but the model has %d "
+                     "(a window is 0..%d layers)", d, d ? "" : " (the head)", p->window[d],
+                     p->n_layer, p->n_layer);
+            return -1;
+        }
+        if (p->gpu_layers[d] < 0 || p->gpu_layers[d] > p->window[d]) {
+            snprintf(err, errlen, "device %d has %d GPU layers in a window of %d layers", d,
+                     p->gpu_layers[d], p->window[d]);
             return -1;
         }
     }
     int w = total_window(p);
     if (w == 0) {
-        snprintf(err, errlen, "plan: every window is 0");
+        snprintf(err, errlen, "every window is 0 layers: at least one device must compute");
         return -1;
     }
     if (p->k < 1 || p->k != plan_rounds_needed(p->window, p->n_dev, p->n_layer)) {

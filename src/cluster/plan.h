@@ -22,8 +22,10 @@ typedef struct ring_plan {
     int gpu_layers[PRIMA_MAX_DEVICES];  /* n_m: of those, on the GPU (last n of each window) */
 } ring_plan;
 
-/* Check the plan covers n_layer exactly in k rounds (last one possibly partial). Writes a
- * one-line reason into err on failure. */
+/* The one check of a plan against its model, used wherever a plan is made or received: every
+ * window is 0..n_layer layers (at least one not 0), GPU layers fit their window, and k rounds
+ * cover n_layer exactly (the last one possibly partial). Writes a one-line reason naming the
+ * device into err on failure. */
 int plan_validate(const ring_plan *p, char *err, size_t errlen);
 /* The layers device dev computes in round r: [*first, *last) (empty when first == last). */
 void plan_range(const ring_plan *p, int dev, int round, int *first, int *last);

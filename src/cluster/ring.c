@@ -162,8 +162,12 @@ static int make_plan(ring *r)
         if (o->k && o->k != p->k)
             return fail(r, "-k %d does not match -lw: windows of %d layers in total cover the "
                         "model's %d layers in %d round(s)", o->k, total, p->n_layer, p->k);
-        if (plan_validate(p, err, sizeof err))
-            return fail(r, "%s", err);
+        if (plan_validate(p, err, sizeof err)) {
+            char lw[PRIMA_MAX_DEVICES * 12] = "";
+            for (int d = 0, at = 0; d < n_dev; d++)
+                at += snprintf(lw + at, sizeof lw - (size_t)at, "%s%d", d ? "," : "", o->lw[d]);
+            return fail(r, "-lw %s: %s", lw, err);
+        }
         return 0;
     }
     if (o->planner) {

@@ -1,6 +1,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -226,7 +227,7 @@ static void apply_plan(wsession *s, const frame *f)
     p->n_layer = (int)s->mp.n_layer;
     p->k = (int)s->mp.k;
     for (int d = 0; d < p->n_dev; d++)
-        p->window[d] = s->mp.window[d] > (uint32_t)m->n_layer ? -1 : (int)s->mp.window[d];
+        p->window[d] = s->mp.window[d] > INT_MAX ? INT_MAX : (int)s->mp.window[d];
     if (p->n_layer != m->n_layer) {
         fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
         return;
