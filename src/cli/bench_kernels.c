@@ -13,6 +13,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/run_opts.h"
 #include "kernels/cpu.h"
 #include "kernels/kern.h"
 #include "kernels/probe.h"
@@ -179,8 +180,7 @@ static int parse_types(struct opts *o, const char *list)
 
 static int parse(struct opts *o, int argc, char **argv)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    o->threads = cpus > 0 && cpus <= KERN_MAX_THREADS ? (int)cpus : 1;
+    o->threads = default_threads();
     o->reps = 15;
     o->path = -1;
     for (int i = 1; i < argc; i++) {

@@ -15,6 +15,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/run_opts.h"
 #include "gguf/pages.h"
 #include "kernels/kern.h"
 #include "kernels/probe.h"
@@ -167,8 +168,7 @@ static int run_file_variants(const struct opts *o, kern_ctx *c, const char *path
 
 static int parse(struct opts *o, int argc, char **argv)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    o->threads = cpus > 0 && cpus <= KERN_MAX_THREADS ? (int)cpus : 1;
+    o->threads = default_threads();
     o->reps = 9;
     o->type = DT_Q4_K;
     o->size = (size_t)1024 << 20;

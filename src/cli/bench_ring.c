@@ -101,7 +101,7 @@ static int parse(struct opts *o, int argc, char **argv)
         else if (!strcmp(a, "--reps"))
             bad = parse_int_arg(a, v, 1, 1000, &o->reps);
         else if (!strcmp(a, "--single-threads"))
-            bad = parse_int_arg(a, v, 1, 4096, &o->single_threads);
+            bad = parse_threads_arg(a, v, &o->single_threads);
         else if (!strcmp(a, "--cgroup"))
             o->cgroup = v;
         else

@@ -8,6 +8,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/run_opts.h"
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
@@ -87,13 +88,8 @@ void bench_print(const bench_result *r, bool json)
 
 int bench_parse_threads(const char *s)
 {
-    char *end;
-    long v = s ? strtol(s, &end, 10) : 0;
-    if (!s || !*s || *end || v < 1 || v > KERN_MAX_THREADS) {
-        cli_fail("bench: -t needs a thread count from 1 to %d, got '%s'", KERN_MAX_THREADS, s ? s : "");
-        return -1;
-    }
-    return (int)v;
+    int v;
+    return parse_threads_arg("-t", s ? s : "", &v) ? -1 : v;
 }
 
 #define PATTERN_ROWS 16

@@ -178,8 +178,8 @@ static int cmd_cluster(int argc, char **argv)
         pass[np++] = "-lw";
         pass[np++] = lw;
     }
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = threads_given ? ro.n_threads : (int)(ncpu > n_dev ? ncpu / n_dev : 1);
+    int ncpu = default_threads();
+    int threads = threads_given ? ro.n_threads : ncpu > n_dev ? ncpu / n_dev : 1;
     char tbuf[16], list[PRIMA_MAX_DEVICES * 24] = "";
     snprintf(tbuf, sizeof tbuf, "%d", threads);
     if (!threads_given) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/run_opts.h"
 #include "sched/measure.h"
 
 static const char usage_text[] =
@@ -81,13 +82,8 @@ static int run(int argc, char **argv)
         } else if (!strcmp(a, "-m") && i + 1 < argc) {
             o.model_path = argv[++i];
         } else if (!strcmp(a, "-t") && i + 1 < argc) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 1 || n > 256) {
-                cli_fail("profile: -t wants a thread count from 1 to 256, not '%s'", argv[i]);
+            if (parse_threads_arg(a, argv[++i], &o.threads))
                 return 2;
-            }
-            o.threads = (int)n;
         } else {
             cli_fail("profile: unknown or incomplete option '%s' (see prima profile --help)", a);
             return 2;

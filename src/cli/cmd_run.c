@@ -27,8 +27,9 @@ static void usage(FILE *out, const run_opts *o)
     ring_args_usage(out);
     fputs("  -h, --help              show this help\n"
           "\n"
-          "Exit status: 0 on success (a full context included), 1 on an error, 2 on a usage\n"
-          "error.\n",
+          "Exit status: 0 on success (a full context included), 1 on an error (a model or\n"
+          "prompt file that cannot be read included), 2 on a usage error (an unknown option,\n"
+          "a malformed value or --workers address).\n",
           out);
 }
 

@@ -118,8 +118,7 @@ int serve_worker(const serve_opts *o)
 
 static int cmd_worker(int argc, char **argv)
 {
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    serve_opts o = {.port = DEFAULT_PORT, .listen_fd = -1, .threads = ncpu > 0 ? (int)ncpu : 1,
+    serve_opts o = {.port = DEFAULT_PORT, .listen_fd = -1, .threads = default_threads(),
                     .method = PREFETCH_TOUCH};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -166,7 +165,7 @@ static int cmd_worker(int argc, char **argv)
                 return 2;
             }
             o.method = (enum prefetch_method)mth;
-        } else if (parse_int_arg(a, v, 1, 4096, &o.threads)) {
+        } else if (parse_threads_arg(a, v, &o.threads)) {
             return 2;
         }
     }

@@ -5,6 +5,7 @@
 #include "cli/cli.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
+#include "cluster/net.h"
 
 void ring_args_init(ring_args *a)
 {
@@ -12,6 +13,29 @@ void ring_args_init(ring_args *a)
     a->release = RELEASE_AUTO;
     a->method = PREFETCH_TOUCH;
     a->wire = WIRE_F32;
+}
+
+/* A malformed address is a usage error, found before anything is loaded or connected. */
+static int check_workers(const char *s)
+{
+    for (const char *p = s;; p++) {
+        size_t len = strcspn(p, ",");
+        char addr[300], host[256], err[400];
+        int port;
+        if (len >= sizeof addr) {
+            cli_fail("--workers: an address of %zu characters", len);
+            return -1;
+        }
+        memcpy(addr, p, len);
+        addr[len] = 0;
+        if (net_parse_addr(addr, host, sizeof host, &port, err, sizeof err)) {
+            cli_fail("--workers: %s", err);
+            return -1;
+        }
+        p += len;
+        if (!*p)
+            return 0;
+    }
 }
 
 static int parse_windows(ring_args *a, const char *s)
@@ -61,12 +85,13 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
     const char *v = argv[++*i];
     if (!strcmp(f, "--workers")) {
         a->workers = v;
+        return check_workers(v) ? -1 : 1;
     } else if (!strcmp(f, "-lw") || !strcmp(f, "--layer-window")) {
         return parse_windows(a, v) ? -1 : 1;
     } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
         return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
     } else if (!strcmp(f, "--worker-threads")) {
-        return parse_int_arg(f, v, 1, 4096, &a->worker_threads) ? -1 : 1;
+        return parse_threads_arg(f, v, &a->worker_threads) ? -1 : 1;
     } else if (!strcmp(f, "--release")) {
         if (!strcmp(v, "auto"))
             a->release = RELEASE_AUTO;

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_opts.h"
+#include "kernels/kern.h"
 
 int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out)
 {
@@ -21,6 +22,17 @@ int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out)
     }
     *out = (int)v;
     return 0;
+}
+
+int parse_threads_arg(const char *flag, const char *s, int *out)
+{
+    return parse_int_arg(flag, s, 1, KERN_MAX_THREADS, out);
+}
+
+int default_threads(void)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    return ncpu < 1 ? 1 : ncpu > KERN_MAX_THREADS ? KERN_MAX_THREADS : (int)ncpu;
 }
 
 int parse_float_arg(const char *flag, const char *s, float *out)
@@ -40,8 +52,7 @@ void run_opts_init(run_opts *o, unsigned groups)
 {
     memset(o, 0, sizeof *o);
     o->groups = groups;
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    o->n_threads = ncpu > 0 ? (int)ncpu : 1;
+    o->n_threads = default_threads();
     o->n_batch = 512;
     sampler_params_default(&o->sp);
     o->n_predict = -1;
@@ -62,7 +73,7 @@ struct opt_desc {
 #define F(field) offsetof(run_opts, field)
 static const struct opt_desc opts[] = {
     {"-m", "--model", RUN_OPT_MODEL, OPT_STR, F(model), 0, 0},
-    {"-t", "--threads", RUN_OPT_MODEL, OPT_INT, F(n_threads), 1, 1024},
+    {"-t", "--threads", RUN_OPT_MODEL, OPT_INT, F(n_threads), 1, KERN_MAX_THREADS},
     {"-c", "--ctx-size", RUN_OPT_MODEL, OPT_INT, F(n_ctx), 1, 1 << 24},
     {"-b", "--batch-size", RUN_OPT_MODEL, OPT_INT, F(n_batch), 1, 1 << 16},
     {"--mlock", NULL, RUN_OPT_MODEL, OPT_FLAG, F(mlock), 0, 0},
@@ -186,20 +197,20 @@ int run_opts_finish(run_opts *o)
 {
     if ((o->groups & RUN_OPT_MODEL) && !o->model) {
         cli_fail("no model given (-m FILE)");
-        return -1;
+        return 2;
     }
     if (o->groups & RUN_OPT_SAMPLING) {
         if (o->sp.top_p <= 0.0f || o->sp.top_p > 1.0f) {
             cli_fail("--top-p must be in (0, 1], got %g", (double)o->sp.top_p);
-            return -1;
+            return 2;
         }
         if (o->sp.min_p < 0.0f || o->sp.min_p > 1.0f) {
             cli_fail("--min-p must be in [0, 1], got %g", (double)o->sp.min_p);
-            return -1;
+            return 2;
         }
         if (o->sp.repeat_penalty <= 0.0f) {
             cli_fail("--repeat-penalty must be positive, got %g", (double)o->sp.repeat_penalty);
-            return -1;
+            return 2;
         }
         if (!o->seed_given) {
             struct timespec ts;
@@ -211,12 +222,12 @@ int run_opts_finish(run_opts *o)
     if (o->groups & RUN_OPT_GEN) {
         if (o->prompt && o->prompt_file) {
             cli_fail("give the prompt with -p or -f, not both");
-            return -1;
+            return 2;
         }
         if (o->prompt_file) {
             o->prompt_owned = read_file(o->prompt_file);
             if (!o->prompt_owned)
-                return -1;
+                return 1;
             o->prompt = o->prompt_owned;
         }
     }

@@ -46,7 +46,8 @@ void run_opts_init(run_opts *o, unsigned groups);
  * consumed, 0 if it is not one of them, -1 after printing an error naming the flag. */
 int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
 /* After the whole command line: check required options, read the prompt file, draw a seed.
- * Returns 0, or -1 after printing an error. */
+ * Returns 0, or the exit status after printing an error: 2 for a usage error, 1 for a prompt
+ * file that cannot be read (the rule for every file a command names, the model's included). */
 int run_opts_finish(run_opts *o);
 void run_opts_free(run_opts *o);
 /* The help lines of o's groups. */
@@ -54,6 +55,11 @@ void run_opts_usage(const run_opts *o, FILE *out);
 
 /* Strict number parsing for command-line values: the whole string, in range. */
 int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out);
+/* A thread count for FLAG: 1..KERN_MAX_THREADS, the one limit of every command (a count the
+ * kernels cannot start is refused at start-up, not when a head connects). */
+int parse_threads_arg(const char *flag, const char *s, int *out);
+/* The default thread count: the online CPUs, within that limit. */
+int default_threads(void);
 int parse_float_arg(const char *flag, const char *s, float *out);
 
 #endif

@@ -37,11 +37,12 @@ int runner_args(runner *r, unsigned groups, int argc, char **argv,
             return 2;
         }
     }
-    if (run_opts_finish(&r->o) || ring_args_finish(&r->ra)) {
+    int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
+    if (!rc && ring_args_finish(&r->ra))
+        rc = 2;
+    if (rc)
         run_opts_free(&r->o);
-        return 2;
-    }
-    return 0;
+    return rc;
 }
 
 int runner_session(runner *r, char *err, size_t errlen)

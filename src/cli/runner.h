@@ -28,7 +28,8 @@ typedef struct runner {
 /* The command line of a command that runs a model: the run options of `groups`, the ring's,
  * and the command's own (extra: 1 consumed, 0 not one of them, -1 after an error; NULL: none),
  * then the options' final checks. Returns 0 to go on, -1 after printing the help (-h: exit 0),
- * or 2 after a usage error. */
+ * or the exit status after an error: 2 for a usage error, 1 for a prompt file that cannot be
+ * read. */
 int runner_args(runner *r, unsigned groups, int argc, char **argv,
                 void (*usage)(FILE *out, const run_opts *o),
                 int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "gguf/gguf.h"
+#include "kernels/kern.h"
 #include "kernels/types.h"
 #include "model/synth.h"
 
@@ -25,7 +26,8 @@
 #define MAX_POOLS 16
 #define CHUNK_BYTES (4u << 20)
 #define MAX_VOCAB (1 << 20)
-#define MAX_THREADS 64
+/* Generator threads: the one thread limit of every command (the kernels' pool size). */
+#define MAX_THREADS KERN_MAX_THREADS
 
 /* ---- parameters ---- */
 
