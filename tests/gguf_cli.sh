@@ -52,5 +52,27 @@ printf '\xff\xff\xff\xff\xff\xff\xff\x7f' | dd of="$tmp/count.gguf" bs=1 seek=16
 damaged count.gguf "metadata entries cannot fit"
 damaged ../"$(basename "$tmp")"/missing.gguf "cannot open"
 
+# A GGUF v3 file of no tensors and one string kv (KEY VALUE, as printf formats).
+one_kv() { # FILE KEY VALUE
+    local key val
+    key=$(printf "$2"; printf x); key=${key%x}
+    val=$(printf "$3"; printf x); val=${val%x}
+    le64() { printf "$(printf '\\x%02x' $(($1 & 255)) $(($1 >> 8 & 255)))\x00\x00\x00\x00\x00\x00"; }
+    { printf 'GGUF\x03\x00\x00\x00'; le64 0; le64 1; le64 ${#key}; printf '%s' "$key"
+      printf '\x08\x00\x00\x00'; le64 ${#val}; printf '%s' "$val"; } >"$1"
+}
+# keys are printable ASCII (the GGUF specification): another byte is refused with its offset
+LC_ALL=C one_kv "$tmp/key.gguf" 'gen\xc3\xa9ral.name' 'x'
+"$prima" gguf info "$tmp/key.gguf" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ] && [ "$(cat "$tmp/err")" = "prima: $tmp/key.gguf: kv 0: the key at offset 24 has byte 0xc3 at offset 35: GGUF keys are printable ASCII" ] ||
+    fail "non-ASCII key: $(cat "$tmp/err")"
+# strings are printed escaped: no control byte, C1 control or malformed UTF-8 reaches the
+# terminal; printable UTF-8 (e with an acute accent) does
+LC_ALL=C one_kv "$tmp/esc.gguf" 'general.name' 'a\x1b[31mred\xff\xc2\x9b!\xc3\xa9\x0a\x07'
+"$prima" gguf info "$tmp/esc.gguf" >"$tmp/out" 2>"$tmp/err" || fail "escapes: $(cat "$tmp/err")"
+[ "$(grep -a general.name "$tmp/out")" = "$(printf '  general.name  string  "a\\x1b[31mred\\xff\\xc2\\x9b!\xc3\xa9\\n\\x07"')" ] ||
+    fail "escaped string: $(grep -a general.name "$tmp/out" | od -c | head -5)"
+LC_ALL=C grep -aq "$(printf '[\x01-\x09\x0b-\x1f\x7f]')" "$tmp/out" && fail "a control byte reached stdout"
+
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "gguf cli: all checks passed"

@@ -1,5 +1,6 @@
 /* prima gguf — inspect GGUF files: metadata, tensor table and totals, as text or JSON. */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,45 +44,80 @@ static uint64_t tensor_params(const gguf_tensor *t)
 
 /* ---- text ---- */
 
-/* A string from the file, quoted, with control bytes escaped; cut after max bytes. */
+/* The length of the UTF-8 sequence at p (n bytes left) when it is well formed (shortest form,
+ * no surrogate, at most U+10FFFF) and encodes a character a terminal prints rather than obeys
+ * (not a C1 control such as U+009B, CSI); else 0. */
+static int printable_utf8(const unsigned char *p, uint64_t n)
+{
+    int len = p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3
+              : p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+    if (!len || (uint64_t)len > n)
+        return 0;
+    uint32_t cp = p[0] & (0x7fu >> len);
+    for (int i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    static const uint32_t shortest[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < shortest[len] || cp < 0xa0 || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* src[0, len) made safe for a terminal: printable ASCII and printable UTF-8 characters as they
+ * are; every other byte (C0 and C1 controls, DEL, malformed UTF-8) as \xNN, so that a file
+ * cannot send escape sequences; with quoted, also \" \\ and \n. Writes while the text fits in
+ * cap bytes (NUL included) and returns how many bytes of src it wrote. */
+static uint64_t escape_text(char *dst, size_t cap, const char *src, uint64_t len, bool quoted)
+{
+    size_t n = 0;
+    uint64_t i = 0;
+    while (i < len) {
+        const unsigned char *c = (const unsigned char *)src + i;
+        char piece[8];
+        size_t plen = 1;
+        int used = c[0] >= 0x80 ? printable_utf8(c, len - i) : 1;
+        if (used > 1) {
+            memcpy(piece, c, (size_t)used);
+            plen = (size_t)used;
+        } else if (quoted && (c[0] == '"' || c[0] == '\\' || c[0] == '\n')) {
+            piece[0] = '\\';
+            piece[1] = c[0] == '\n' ? 'n' : (char)c[0];
+            plen = 2;
+            used = 1;
+        } else if (c[0] < 0x20 || c[0] >= 0x7f) {
+            plen = (size_t)snprintf(piece, sizeof piece, "\\x%02x", c[0]);
+            used = 1;
+        } else {
+            piece[0] = (char)c[0];
+        }
+        if (n + plen >= cap)
+            break;
+        memcpy(dst + n, piece, plen);
+        n += plen;
+        i += (uint64_t)used;
+    }
+    dst[n] = 0;
+    return i;
+}
+
+/* A string from the file, quoted and escaped; cut after max bytes. */
 static void print_quoted(const char *p, uint64_t len, uint64_t max)
 {
-    putchar('"');
-    uint64_t n = len < max ? len : max;
-    for (uint64_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", stdout);
-        else if (c < 0x20 || c == 0x7f)
-            printf("\\x%02x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
+    char buf[STRING_SHOWN * 4 + 1];
+    uint64_t n = escape_text(buf, sizeof buf, p, len < max ? len : max, true);
+    printf("\"%s\"", buf);
     if (n < len)
         printf("... (%" PRIu64 " bytes)", len);
 }
 
-/* A key or tensor name for the listing: control bytes become \xNN so that a line stays a line;
- * names longer than the buffer are cut with "...". */
-static const char *clean_name(gguf_str s, char *buf, size_t cap)
+/* A key, tensor name or path for the listing, escaped; names longer than the buffer are cut
+ * with "...". */
+static const char *clean_name(const char *p, uint64_t len, char *buf, size_t cap)
 {
-    size_t n = 0;
-    for (uint64_t i = 0; i < s.len; i++) {
-        unsigned char c = (unsigned char)s.ptr[i];
-        if (n + 8 > cap) {
-            memcpy(buf + n, "...", 3);
-            n += 3;
-            break;
-        }
-        if (c < 0x20 || c == 0x7f)
-            n += (size_t)snprintf(buf + n, cap - n, "\\x%02x", c);
-        else
-            buf[n++] = (char)c;
-    }
-    buf[n] = 0;
+    if (escape_text(buf, cap - 3, p, len, false) < len)
+        strcat(buf, "...");
     return buf;
 }
 
@@ -166,9 +202,10 @@ static void type_totals(const gguf_file *f, struct type_total *by_type, uint64_t
 
 static void print_text(const gguf_file *f)
 {
+    char path[1024];
     printf("file: %s\nversion: %u  alignment: %" PRIu64 "  size: %" PRIu64
-           " bytes  data offset: %" PRIu64 "\n", f->path, f->version, f->alignment, f->size,
-           f->data_offset);
+           " bytes  data offset: %" PRIu64 "\n", clean_name(f->path, strlen(f->path), path, sizeof path),
+           f->version, f->alignment, f->size, f->data_offset);
 
     int key_width = 0;
     for (uint64_t i = 0; i < f->n_kv; i++)
@@ -178,7 +215,7 @@ static void print_text(const gguf_file *f)
     for (uint64_t i = 0; i < f->n_kv; i++) {
         const gguf_kv *kv = &f->kv[i];
         char name[256];
-        printf("  %-*s  %-6s  ", key_width, clean_name(kv->key, name, sizeof name),
+        printf("  %-*s  %-6s  ", key_width, clean_name(kv->key.ptr, kv->key.len, name, sizeof name),
                gguf_vtype_name(kv->type));
         print_value(kv);
         putchar('\n');
@@ -201,7 +238,7 @@ static void print_text(const gguf_file *f)
                           t->ne[d]);
         char name[256];
         printf("  %-*s  %-7s  %-22s  %14" PRIu64 "  %14" PRIu64 "\n", name_width,
-               clean_name(t->name, name, sizeof name), dtype_get(t->type)->name, shape, t->nbytes,
+               clean_name(t->name.ptr, t->name.len, name, sizeof name), dtype_get(t->type)->name, shape, t->nbytes,
                t->offset);
     }
 

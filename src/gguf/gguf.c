@@ -315,6 +315,20 @@ static void *alloc_entries(reader *r, uint64_t n, uint64_t min_bytes, size_t siz
     return p;
 }
 
+/* The GGUF specification makes keys ASCII; printable ASCII is what every real key is, and
+ * what lets a key be named in a message. at: the offset of the key's length field. */
+static int check_key(reader *r, const gguf_str *key, uint64_t at)
+{
+    for (uint64_t i = 0; i < key->len; i++) {
+        unsigned char c = (unsigned char)key->ptr[i];
+        if (c < 0x20 || c > 0x7e)
+            return fail(r, "the key at offset %llu has byte 0x%02x at offset %llu: GGUF keys are "
+                        "printable ASCII", (unsigned long long)at, c,
+                        (unsigned long long)(at + 8 + i));
+    }
+    return 0;
+}
+
 static int read_kvs(reader *r, gguf_file *f)
 {
     /* every kv is at least a key length, a value type and one byte of value */
@@ -324,7 +338,8 @@ static int read_kvs(reader *r, gguf_file *f)
     for (uint64_t i = 0; i < f->n_kv; i++) {
         gguf_kv *kv = &f->kv[i];
         set_item(r, "kv", i, NULL);
-        if (read_str(r, &kv->key, "key"))
+        uint64_t at = r->pos;
+        if (read_str(r, &kv->key, "key") || check_key(r, &kv->key, at))
             return -1;
         set_item(r, "kv", i, &kv->key);
         if (read_vtype(r, &kv->type, "value type") || read_value(r, kv))
