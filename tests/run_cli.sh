@@ -99,7 +99,10 @@ expect 2 "-n needs a value" "$prima" run -m "$model" -p hi -n
 expect 2 "no prompt" "$prima" run -m "$model"
 expect 2 "no model" "$prima" run -p hi
 expect 2 "--top-p must be in" "$prima" run -m "$model" -p hi --top-p 0
-expect 1 "the prompt has" "$prima" run -m "$model" -p "Once upon a time there was" -c 4
+expect 1 "^prima: the prompt is too long: 7 tokens, and the context holds 4 (-c)$" \
+    "$prima" run -m "$model" -p "Once upon a time there was" -c 4
+expect 1 "^prima: the prompt is too long: 7 tokens, and the context holds 4 (-c)$" \
+    "$prima" run -m "$model" -p "Once upon a time there was" -c 4 --context-shift
 expect 1 "token id 512 is outside the vocabulary" "$prima" logits -m "$model" --tokens 1,512 -o "$tmp/x"
 expect 2 "expected comma-separated token ids" "$prima" logits -m "$model" --tokens 1,,2 -o "$tmp/x"
 expect 1 "$tmp/no/dir/x.f32" "$prima" logits -m "$model" --tokens 1 -o "$tmp/no/dir/x.f32"

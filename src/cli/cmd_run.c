@@ -108,9 +108,12 @@ static int run_prompt(runner *r)
         free(toks);
         return cli_fail("the prompt is empty and the vocabulary adds no BOS token");
     }
-    if (n > r->s->n_ctx && !r->o.context_shift) {
+    /* A context shift drops earlier tokens to make room for later ones: it cannot make a
+     * prompt that is evaluated whole fit. */
+    if (n > r->s->n_ctx) {
         free(toks);
-        return cli_fail("the prompt has %d tokens; the context holds %d (-c)", n, r->s->n_ctx);
+        return cli_fail("the prompt is too long: %d tokens, and the context holds %d (-c)", n,
+                        r->s->n_ctx);
     }
     if (r->o.display_prompt) {
         fputs(p, stdout);
