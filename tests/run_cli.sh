@@ -27,6 +27,7 @@ want_ids=$(sed -n 's/^  "greedy_tokens": \[\(.*\)\],$/\1/p' "$ref" | tr -d ',')
 grep -q "prompt 5 tokens" "$tmp/err" || fail "prompt stats"
 grep -Eq "generation 32 tokens in .* ms/token, .* tokens/s" "$tmp/err" || fail "generation stats"
 grep -q "KV cache" "$tmp/err" || fail "memory stats"
+grep -qx "prima: stopped: 32 tokens generated, as -n asked" "$tmp/err" || fail "-n reason: $(cat "$tmp/err")"
 
 # the prompt from a file, weights locked in RAM
 printf 'Once upon a time' >"$tmp/prompt.txt"
@@ -36,13 +37,22 @@ printf 'Once upon a time' >"$tmp/prompt.txt"
 
 # a stop string ends the output just before it
 "$prima" run -m "$model" -p "Once upon a time" --temp 0 --stop " named" --no-display-prompt \
-    >"$tmp/out" 2>/dev/null || fail "stop: exit status"
+    >"$tmp/out" 2>"$tmp/err" || fail "stop: exit status"
 [ "$(cat "$tmp/out")" = ", there was a little girl" ] || fail "stop string: '$(cat "$tmp/out")'"
+grep -qx "prima: stopped: the output reached a --stop string" "$tmp/err" ||
+    fail "stop string reason: $(cat "$tmp/err")"
+
+# a story model ends its story with an end-of-generation token, and says so
+"$prima" run -m "$fixtures/models/tinystories-656k-q8_0.gguf" -p "Once upon a time" --temp 0 \
+    -n 600 >/dev/null 2>"$tmp/err" || fail "end of generation: exit status"
+grep -qx "prima: stopped: the model produced an end-of-generation token" "$tmp/err" ||
+    fail "end-of-generation reason: $(cat "$tmp/err")"
 
 # a full context stops with a message (status 0); --context-shift goes on past it
 "$prima" run -m "$model" -p "Once upon a time" --temp 0 -c 12 >"$tmp/out" 2>"$tmp/err" ||
     fail "full context: exit status"
-grep -q "context full (12 tokens)" "$tmp/err" || fail "full context message"
+grep -qx "prima: stopped: context full (12 tokens): use -c to enlarge it, or --context-shift" \
+    "$tmp/err" || fail "full context message: $(cat "$tmp/err")"
 grep -q "generation 8 tokens" "$tmp/err" || fail "full context: 12 - 5 + 1 tokens expected"
 "$prima" run -m "$model" -p "Once upon a time" --temp 0 -c 12 -n 40 --context-shift \
     >"$tmp/out" 2>"$tmp/err" || fail "context shift: exit status"

@@ -19,7 +19,8 @@ static void usage(FILE *out, const run_opts *o)
           "its own copy of the model file. The answer streams to stdout; load time, prompt\n"
           "tokens/s, generation ms/token and tokens/s, and memory use go to stderr.\n"
           "Generation ends at an end-of-generation token of the vocabulary, a --stop string,\n"
-          "after -n tokens, or when the context is full (unless --context-shift).\n"
+          "after -n tokens, or when the context is full (unless --context-shift); a line\n"
+          "on stderr says which.\n"
           "The prompt is tokenized with the vocabulary's BOS setting, and control tokens\n"
           "written in it (e.g. <|im_start|>) are recognised.\n\n",
           out);
@@ -84,15 +85,30 @@ static void print_stats(const runner *r)
             (double)ru.ru_maxrss / 1024.0);
 }
 
-/* Report why generation ended when it is not the ordinary end; returns the exit status. */
+/* Say why generation ended (one line on stderr); returns the exit status. */
 static int report_end(const runner *r, enum gen_end end, const char *err)
 {
-    if (end == GEN_ERROR)
+    switch (end) {
+    case GEN_ERROR:
         return cli_fail("%s", err);
-    if (end == GEN_CONTEXT_FULL)
-        fprintf(stderr, "\nprima: context full (%d tokens): stopping (use -c to enlarge it, or "
-                        "--context-shift)\n",
+    case GEN_EOG:
+        fprintf(stderr, "\nprima: stopped: the model produced an end-of-generation token\n");
+        break;
+    case GEN_STOP_STRING:
+        fprintf(stderr, "\nprima: stopped: the output reached a --stop string\n");
+        break;
+    case GEN_LIMIT:
+        fprintf(stderr, "\nprima: stopped: %d tokens generated, as -n asked\n", r->o.n_predict);
+        break;
+    case GEN_CANCELLED: /* only a caller's on_token hook cancels; prima run has none */
+        fprintf(stderr, "\nprima: stopped: cancelled\n");
+        break;
+    case GEN_CONTEXT_FULL:
+        fprintf(stderr, "\nprima: stopped: context full (%d tokens): use -c to enlarge it, or "
+                        "--context-shift\n",
                 r->s->n_ctx);
+        break;
+    }
     return 0;
 }
 
