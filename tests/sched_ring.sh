@@ -20,6 +20,9 @@ for i in 1 2; do
         "^plan: 5 layers on 3 devices" "TPOT terms: compute" "(head)"; do
         grep -q -- "$want" "$tmp/err$i" || fail "run $i: no '$want' in: $(cat "$tmp/err$i")"
     done
+    # the scheduler's time is its own, not part of the load time
+    grep -Eqx "prima: load [0-9]+\.[0-9]{2} s; scheduler [0-9]+\.[0-9]{2} s \(profiling the devices, probing the links, planning\)" \
+        "$tmp/err$i" || fail "run $i: load and scheduler times: $(grep load "$tmp/err$i")"
 done
 # each worker was asked by both heads (test_measure checks that the second answer is the kept
 # measurement)

@@ -67,7 +67,11 @@ static void print_stats(const runner *r)
                     "batch %d, %d threads, seed %" PRIu64 "\n",
             r->o.model, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
             r->s->n_ctx, r->s->n_batch, r->o.n_threads, r->o.sp.seed);
-    fprintf(stderr, "prima: load %.2f s\n", r->load_s);
+    if (r->plan_s > 0)
+        fprintf(stderr, "prima: load %.2f s; scheduler %.2f s (profiling the devices, probing "
+                        "the links, planning)\n", r->load_s - r->plan_s, r->plan_s);
+    else
+        fprintf(stderr, "prima: load %.2f s\n", r->load_s);
     if (st->n_prompt)
         fprintf(stderr, "prima: prompt %d tokens in %.2f s: %.2f tokens/s\n", st->n_prompt,
                 st->prompt_s, st->prompt_s > 0 ? st->n_prompt / st->prompt_s : 0.0);

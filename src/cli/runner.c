@@ -54,6 +54,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         sp.stats = r->ra.stats;
         ro.planner = &sp.rp;
         r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+        r->plan_s = sp.seconds;
     } else {
         r->s = session_create(r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
     }

@@ -23,6 +23,7 @@ typedef struct runner {
     gen_stats st;
     int n_ctx;
     double load_s;
+    double plan_s;      /* of load_s: the scheduler's profiling and planning (the last session) */
 } runner;
 
 /* The command line of a command that runs a model: the run options of `groups`, the ring's,

@@ -25,6 +25,7 @@ typedef struct sched_planner {
     int head_threads;
     sched_opts opts;
     FILE *log;                  /* progress and the plan; NULL: quiet */
+    double seconds;             /* spent planning: profiling, link probes, solving */
     FILE *stats;                /* the plan as a plan event (cluster/stats.h); NULL: none */
 } sched_planner;
 
