@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cluster/logline.h"
 
 #define COMMAND(name) extern const struct cli_command cli_cmd_##name;
 #include "commands.inc"
@@ -19,9 +20,7 @@ int cli_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("prima: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    log_vline(stderr, "prima: ", fmt, ap);
     va_end(ap);
     return 1;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/logline.h"
 #include "cluster/ring.h"
 #include "cluster/stats.h"
 #include "cluster/sysmem.h"
@@ -300,7 +301,7 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
         return;
     char line[400];
     counters_format(c, line, sizeof line);
-    fprintf(r->o.verbose, "ring: batch %u device %d: %s\n", serial, d, line);
+    log_line(r->o.verbose, "ring: ", "batch %u device %d: %s", serial, d, line);
 }
 
 /* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
@@ -638,8 +639,8 @@ void ring_close(ring *r)
         for (int d = 0; d < r->plan.n_dev; d++) {
             char line[400];
             counters_format(&r->totals[d], line, sizeof line);
-            fprintf(r->o.verbose, "ring: total device %d (%u batches): %s\n", d,
-                    r->serial - r->count_from, line);
+            log_line(r->o.verbose, "ring: ", "total device %d (%u batches): %s", d,
+                     r->serial - r->count_from, line);
         }
     }
     for (int i = 0; i < r->n_workers; i++)

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster/logline.h"
 #include "cluster/sysmem.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
@@ -49,13 +50,12 @@ static void wlog(const worker *w, const char *fmt, ...)
 {
     if (!w->o.log)
         return;
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "prima worker :%d: ", w->port);
     va_list ap;
     va_start(ap, fmt);
-    fprintf(w->o.log, "prima worker :%d: ", w->port);
-    vfprintf(w->o.log, fmt, ap);
-    fputc('\n', w->o.log);
+    log_vline(w->o.log, prefix, fmt, ap);
     va_end(ap);
-    fflush(w->o.log);
 }
 
 static void id_hex(const uint8_t *id, char *out)

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster/logline.h"
 #include "cluster/proto.h"
 #include "cluster/stats.h"
 #include "sched/halda.h"
@@ -25,11 +26,8 @@ static void say(const sched_planner *sp, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fputs("prima: ", sp->log);
-    vfprintf(sp->log, fmt, ap);
-    fputc('\n', sp->log);
+    log_vline(sp->log, "prima: ", fmt, ap);
     va_end(ap);
-    fflush(sp->log);
 }
 
 /* The head's link to worker d: round-trip delay, and throughput from how much longer a large

@@ -1,0 +1,19 @@
+/* logline.h — log lines that stay whole. A head and its workers often share one stderr (prima
+ * cluster, a terminal): a line written in pieces (prefix, message, newline) can be cut by another
+ * process's line. Every line is formatted first and written with one write (whole up to
+ * PIPE_BUF bytes, which no line reaches). */
+#ifndef PRIMA_LOGLINE_H
+#define PRIMA_LOGLINE_H
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Longest line written; a longer one is cut and ends with "...". */
+#define LOG_LINE_MAX 2048
+
+/* prefix, then fmt, then a newline, to f in one write (f is flushed). */
+void log_line(FILE *f, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void log_vline(FILE *f, const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+#endif
