@@ -245,8 +245,7 @@ static int run(int argc, char **argv)
     if (o.json)
         printf("{\"op\":\"path\",\"path\":\"%s\",\"cpu\":\"%s\"}\n", path, cpu);
     else
-        printf("SIMD path: %s (CPU: %s), %d threads\n%-7s %-28s %-11s %6s %3s %9s %-7s %7s %6s\n", path,
-               cpu, o.threads, "type", "op", "shape", "tokens", "thr", "value", "unit", "bound", "spread");
+        printf("SIMD path: %s (CPU: %s), %d threads\n", path, cpu, o.threads);
 
     double bw[2], peak[2];
     kern_ctx *ctxs[2] = {c1, cn};

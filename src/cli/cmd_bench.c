@@ -1,4 +1,5 @@
 /* prima bench — benchmarks, one sub-benchmark per file (see bench.h). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +73,16 @@ void bench_print(const bench_result *r, bool json)
         cJSON_Delete(o);
         return;
     }
-    char what[96], frac[16] = "", spread[16] = "";
-    snprintf(what, sizeof what, "%s%s%s", r->op, r->source ? " " : "", r->source ? r->source : "");
+    /* Fixed-width columns under one header row (printed before the first row); the free-text
+     * column (what was measured, and on what) comes last so that no length can shift the
+     * others. */
+    static bool header_done;
+    if (!header_done) {
+        printf("%-7s %-11s %6s %3s %9s %-7s %7s %6s  %s\n", "type", "shape", "tokens", "thr",
+               "value", "unit", "bound", "spread", "measurement");
+        header_done = true;
+    }
+    char frac[16] = "", spread[16] = "";
     if (r->fraction >= 0)
         snprintf(frac, sizeof frac, "%5.1f%%", 100 * r->fraction);
     if (r->spread >= 0)
@@ -81,8 +90,12 @@ void bench_print(const bench_result *r, bool json)
     char tok[16] = "";
     if (r->tokens)
         snprintf(tok, sizeof tok, "%d", r->tokens);
-    printf("%-7s %-28s %-11s %6s %3d %9.1f %-7s %7s %6s\n", r->type ? r->type : "", what,
-           r->shape ? r->shape : "", tok, r->threads, r->value, r->unit, frac, spread);
+    /* three significant digits or more; "±" is two bytes in one column */
+    double mag = fabs(r->value);
+    int decimals = mag > 0 && mag < 1 ? 3 : mag < 100 ? 2 : 1;
+    printf("%-7s %-11s %6s %3d %9.*f %-7s %7s %*s  %s%s%s\n", r->type ? r->type : "",
+           r->shape ? r->shape : "", tok, r->threads, decimals, r->value, r->unit, frac,
+           spread[0] ? 7 : 6, spread, r->op, r->source ? " " : "", r->source ? r->source : "");
     fflush(stdout);
 }
 
