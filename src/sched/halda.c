@@ -1,5 +1,6 @@
 /* halda.c — one exact integer program per number of rounds k (see halda.h), solved with GLPK. */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,12 @@ static glp_prob *build(const problem *pb, int k)
             add_row(lp, &r, GLP_UP, 0, 0);
             term(&r, col(m, C_V), 1), term(&r, col(m - 1, C_F), -wmax);
             add_row(lp, &r, GLP_UP, 0, 0);
+        }
+        /* a device made to compute owns a layer, y = (k-1) W + V >= 1: a window that the
+         * partial last round never reaches would compute nothing */
+        if (pb->force_in == m) {
+            term(&r, col(m, C_W), k - 1), term(&r, col(m, C_V), 1);
+            add_row(lp, &r, GLP_LO, 1, 0);
         }
         /* in the ring <=> computes (a bypassable device with no layers leaves the ring) */
         if (!u_fixed) {
@@ -392,6 +399,30 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
     return 0;
 }
 
+/* The TPOT term that grows most from plan a to plan b. */
+static const char *largest_increase(const cost_result *a, const cost_result *b)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } terms[] = {
+        {"compute", offsetof(cost_result, t_compute)}, {"memory", offsetof(cost_result, t_memory)},
+        {"gpu", offsetof(cost_result, t_gpu)},         {"disk", offsetof(cost_result, t_disk)},
+        {"network", offsetof(cost_result, t_net)},     {"head", offsetof(cost_result, t_head)},
+    };
+    const char *best = terms[0].name;
+    double most = -HUGE_VAL;
+    for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++) {
+        double d = *(const double *)((const char *)b + terms[i].off) -
+                   *(const double *)((const char *)a + terms[i].off);
+        if (d > most) {
+            most = d;
+            best = terms[i].name;
+        }
+    }
+    return best;
+}
+
 int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
                   halda_result *r)
 {
@@ -414,9 +445,16 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
             snprintf(r->left_out[m], sizeof r->left_out[m], "%s: no plan in which it computes "
                      "a layer meets every memory limit%s", role,
                      pb.fit_only ? " without reading from disk" : "");
+        else if ((c.tpot - r->cost.tpot) * MS < 0.005)
+            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: giving it layers would not "
+                     "make a token faster: the best plan that does predicts %.2f ms per token, "
+                     "as this one",
+                     role, c.tpot * MS);
         else
-            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: the best plan in which it "
-                     "computes is %.2f ms per token slower", role, (c.tpot - r->cost.tpot) * MS);
+            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: giving it layers would slow "
+                     "every token: the best plan that does predicts %.2f ms per token, %.2f ms "
+                     "more (mostly %s)", role, c.tpot * MS,
+                     (c.tpot - r->cost.tpot) * MS, largest_increase(&r->cost, &c));
     }
     return 0;
 }

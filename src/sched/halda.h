@@ -31,7 +31,7 @@ typedef struct halda_result {
     ring_plan plan;
     cost_result cost;       /* cost_eval of the plan */
     bool fits;              /* no device reads from disk */
-    char left_out[PRIMA_MAX_DEVICES][160];  /* why a device computes no layer; "" if it does */
+    char left_out[PRIMA_MAX_DEVICES][192];  /* why a device computes no layer; "" if it does */
     int n_ilp;              /* integer programs solved (the k not pruned by LP bounds) */
     double seconds;         /* solve time, explanations excluded */
 } halda_result;
