@@ -84,6 +84,11 @@ grep -qxF "  big2 left out: giving it layers would slow every token: the best pl
 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" | grep -v "solved in" >"$work/p1"
 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" | grep -v "solved in" >"$work/p2"
 cmp -s "$work/p1" "$work/p2" || fail "two runs gave different plans"
+# the solver's time limit: with no time at all, no plan, and an error naming the limit
+expect 1 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" --time-limit 1e-9
+[[ $(cat "$work/err") == "prima: plan: no plan found within the solver's time limit of 1e-09 s" ]] ||
+    fail "time limit: $(cat "$work/err")"
+expect 2 "$prima" plan -m "$model" --device "$work/big.json" --time-limit 0
 # forcing two rounds is obeyed
 expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" -k 2 --json
 grep -q '"k":	2' "$work/out" || fail "-k 2 ignored: $(cat "$work/out")"

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "sched/halda.h"
+#include "sched/report.h"
 #include "test.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -275,8 +276,56 @@ static void many_devices(void)
     CHECK(again.feasible && again.tpot == r.cost.tpot, "32 devices: reported cost differs");
 }
 
+/* The time limit: a search that cannot start reports that no plan was found within it; one
+ * cut short returns the best plan found so far, marked, valid, and soon after the limit. */
+static void time_limit(void)
+{
+    rng_state = 2;   /* a search that a third of its time cuts after its first plan */
+    enum { N = 8, L = 80 };
+    sched_model sm = small_model(L);
+    dev_cost dc[N];
+    for (int m = 0; m < N; m++)
+        dc[m] = random_device(m, L, true);
+    sched_opts o = sched_opts_default();
+    halda_result r;
+    o.time_limit = 1e-9;
+    REQUIRE(halda_solve(dc, N, &sm, &o, &r) == 0, "%s", r.why);
+    CHECK(!r.found && r.cut && !strcmp(r.why, "no plan found within the solver's time limit of 1e-09 s"),
+          "no time at all: found %d cut %d why '%s'", r.found, r.cut, r.why);
+
+    o.time_limit = 30;
+    REQUIRE(halda_solve(dc, N, &sm, &o, &r) == 0 && r.found && !r.cut, "%s", r.why);
+    double full = r.seconds, best = r.cost.tpot;
+    o.time_limit = full / 3;
+    REQUIRE(halda_solve(dc, N, &sm, &o, &r) == 0, "%s", r.why);
+    /* not cut only if this search happened to finish within the limit */
+    CHECK(r.cut || r.seconds <= o.time_limit, "a third of the full search's time (%.3f of %.3f s) "
+          "did not cut it: %.3f s", o.time_limit, full, r.seconds);
+    CHECK(r.seconds < o.time_limit + 0.5, "cut at %.3f s took %.3f s", o.time_limit, r.seconds);
+    if (r.found) {
+        char err[256];
+        CHECK(plan_validate(&r.plan, err, sizeof err) == 0, "cut plan: %s", err);
+        CHECK(r.cost.feasible && r.cost.tpot >= best, "cut plan %.6f beats the optimum %.6f",
+              r.cost.tpot, best);
+        /* and the report says so */
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        REQUIRE(f, "open_memstream");
+        plan_report_text(f, &r, dc, N, &sm);
+        fclose(f);
+        CHECK(!r.cut || strstr(text, "\n  not proven the fastest: the search stopped at the "
+                                      "solver's time limit, and this is the best plan it found\n"),
+              "the cut plan is not labelled: %s", text);
+        free(text);
+    }
+    fprintf(stderr, "time limit: full search %.3f s; cut at %.3f s: %s\n", full, o.time_limit,
+            r.found ? "best plan so far" : "no plan yet");
+}
+
 int main(void)
 {
+    time_limit();
     hand_computed();
     infeasible();
     random_scenarios();

@@ -37,9 +37,12 @@ static const char usage_text[] =
     "  --fixed-ring     devices cannot be bypassed: one left out still forwards activations\n"
     "  --allow-disk     choose the fastest predicted plan even if it reads from disk while\n"
     "                   one that fits in memory exists\n"
+    "  --time-limit S   seconds the search may take (default 30); a search cut short prints\n"
+    "                   the best plan it found, marked as not proven the fastest (or, with\n"
+    "                   none found, an error that names the limit)\n"
     "  --json           the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
-    "                   devices[], solve_seconds, integer_programs); times in seconds, sizes\n"
-    "                   in bytes\n"
+    "                   devices[], solve_seconds, integer_programs, cut_by_time_limit); times\n"
+    "                   in seconds, sizes in bytes\n"
     "  -h, --help       show this help\n"
     "\n"
     "Exit status: 0 with a plan, 1 if no plan exists or an input cannot be read, 2 on a usage\n"
@@ -89,9 +92,9 @@ static int parse_net(const char *s, sched_opts *o)
 
 static int usage_error(const char *fmt, const char *arg)
 {
-    fputs("prima: plan: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (see prima plan --help)\n", stderr);
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, arg);
+    cli_fail("plan: %s (see prima plan --help)", msg);
     return 2;
 }
 
@@ -102,6 +105,7 @@ static int run(int argc, char **argv)
     int n_dev = 0, n_ctx = 0, n_batch = 512;
     bool json = false;
     sched_opts o = sched_opts_default();
+    float limit;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_value = i + 1 < argc;
@@ -134,6 +138,12 @@ static int run(int argc, char **argv)
             o.reserve = strtod(argv[++i], &end);
             if (*end || end == argv[i] || !(o.reserve >= 0 && o.reserve <= 0.9))
                 return usage_error("--reserve wants a fraction from 0 to 0.9, not '%s'", argv[i]);
+        } else if (!strcmp(a, "--time-limit") && has_value) {
+            if (parse_float_arg(a, argv[++i], &limit))
+                return 2;
+            if (!(limit > 0 && limit <= 86400))
+                return usage_error("--time-limit wants seconds from 0 to 86400, not '%s'", argv[i]);
+            o.time_limit = limit;
         } else if (!strcmp(a, "--net") && has_value) {
             if (parse_net(argv[++i], &o))
                 return usage_error("--net wants RTT_MS,MBIT (e.g. 5,100), not '%s'", argv[i]);

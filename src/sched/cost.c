@@ -17,6 +17,7 @@ sched_opts sched_opts_default(void)
         .reserve = 0.10,
         .net_rtt = 0.005,
         .net_bw = 100e6 / 8,
+        .time_limit = 30,
     };
 }
 

@@ -63,9 +63,11 @@ typedef struct sched_opts {
     int k;              /* rounds: 0 = let Halda choose */
     double net_rtt;     /* seconds, for hops whose profile has no measurement */
     double net_bw;      /* bytes/s, likewise */
+    double time_limit;  /* seconds for one Halda search (halda.h: what a cut search returns) */
 } sched_opts;
 
-/* Defaults: reserve 10%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s. */
+/* Defaults: reserve 10%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s,
+ * 30 s of solving. */
 sched_opts sched_opts_default(void);
 
 /* One device's per-layer costs and memory, derived from its profile. Times in seconds, sizes

@@ -1,4 +1,5 @@
 /* halda.c — one exact integer program per number of rounds k (see halda.h), solved with GLPK. */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -24,7 +25,16 @@ typedef struct problem {
     const sched_opts *o;
     bool fit_only;        /* every device in M4 */
     int force_in;         /* device that must compute at least one layer, or -1 */
+    double deadline;      /* seconds_now() when the search stops */
+    bool *cut;            /* set when the deadline stopped an integer program or skipped one */
 } problem;
+
+static double seconds_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int col(int m, int c)
 {
@@ -223,10 +233,16 @@ static double lp_bound(glp_prob *lp)
     return glp_get_obj_val(lp);
 }
 
-/* Solve exactly, accepting only objectives below cutoff (ms). Returns 1 with a plan, 0 if no
- * plan beats the cutoff, -1 on solver failure. */
+/* Solve exactly, accepting only objectives below cutoff (ms), until the deadline. Returns 1
+ * with a plan (the best found when the deadline cut the search), 0 if no plan beats the cutoff
+ * (or none was found in time), -1 on solver failure. */
 static int solve_ilp(const problem *pb, glp_prob *lp, int k, double cutoff, ring_plan *p)
 {
+    double left = pb->deadline - seconds_now();
+    if (left <= 0) {
+        *pb->cut = true;
+        return 0;
+    }
     if (isfinite(cutoff)) {
         int n = glp_get_num_cols(lp);
         row r = {0};
@@ -241,15 +257,18 @@ static int solve_ilp(const problem *pb, glp_prob *lp, int k, double cutoff, ring
     ip.presolve = GLP_ON;
     ip.tol_int = 1e-9;
     ip.mip_gap = 0;
+    ip.tm_lim = left * 1e3 < INT_MAX ? (int)ceil(left * 1e3) : INT_MAX;
     int rc = glp_intopt(lp, &ip);
     if (rc == GLP_ENOPFS || rc == GLP_ENODFS)
         return 0;
-    if (rc != 0)
+    if (rc == GLP_ETMLIM)
+        *pb->cut = true;
+    else if (rc != 0)
         return -1;
     int st = glp_mip_status(lp);
-    if (st == GLP_NOFEAS)
+    if (st == GLP_NOFEAS || (rc == GLP_ETMLIM && st != GLP_FEAS))
         return 0;
-    if (st != GLP_OPT)
+    if (st != GLP_OPT && !(rc == GLP_ETMLIM && st == GLP_FEAS))
         return -1;
     memset(p, 0, sizeof *p);
     p->n_dev = pb->n;
@@ -360,26 +379,20 @@ static void explain_infeasible(const problem *pb, char *why, size_t len)
                  : " layers each, yet no split of the %d layers meets every memory limit", sm->n_layer);
 }
 
-static double seconds_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
                 halda_result *r)
 {
     memset(r, 0, sizeof *r);
-    if (n_dev < 1 || n_dev > PRIMA_MAX_DEVICES || sm->n_layer < 1 || o->k < 0 || o->k > sm->n_layer) {
-        snprintf(r->why, sizeof r->why, "halda: %d devices, %d layers, k = %d: out of range",
-                 n_dev, sm->n_layer, o->k);
+    if (n_dev < 1 || n_dev > PRIMA_MAX_DEVICES || sm->n_layer < 1 || o->k < 0 ||
+        o->k > sm->n_layer || !(o->time_limit > 0)) {
+        snprintf(r->why, sizeof r->why, "halda: %d devices, %d layers, k = %d, time limit %g s: "
+                 "out of range", n_dev, sm->n_layer, o->k, o->time_limit);
         return -1;
     }
     double t0 = seconds_now();
-    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1};
+    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1, t0 + o->time_limit, &r->cut};
     int rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
-    if (rc == 0 && pb.fit_only) {   /* nothing fits in memory: let devices read from disk */
+    if (rc == 0 && pb.fit_only && !r->cut) {   /* nothing fits in memory: read from disk */
         pb.fit_only = false;
         rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
     }
@@ -389,10 +402,13 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         return -1;
     }
     r->found = rc == 1;
-    if (!r->found) {
+    if (!r->found && r->cut)
+        snprintf(r->why, sizeof r->why, "no plan found within the solver's time limit of %g s",
+                 o->time_limit);
+    else if (!r->found)
         explain_infeasible(&pb, r->why, sizeof r->why);
+    if (!r->found)
         return 0;
-    }
     r->fits = true;
     for (int m = 0; m < n_dev; m++)
         r->fits &= !r->cost.dev[m].overloaded;
@@ -428,12 +444,14 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
 {
     if (!r->found)
         return 0;
+    double deadline = seconds_now() + o->time_limit;   /* for all the explanations */
     for (int m = 1; m < n_dev; m++) {
         r->left_out[m][0] = '\0';
         if (r->plan.window[m] > 0)
             continue;
         /* the same search, with this device made to compute */
-        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m};
+        bool cut = false;
+        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m, deadline, &cut};
         ring_plan p;
         cost_result c;
         int n_ilp = 0;
@@ -441,7 +459,10 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
         if (rc < 0)
             return -1;
         const char *role = o->fixed_ring ? "forwards only" : "left out";
-        if (rc == 0)
+        if (cut)
+            snprintf(r->left_out[m], sizeof r->left_out[m], "%s: the solver's time limit (%g s) "
+                     "cut the search for a plan that gives it layers", role, o->time_limit);
+        else if (rc == 0)
             snprintf(r->left_out[m], sizeof r->left_out[m], "%s: no plan in which it computes "
                      "a layer meets every memory limit%s", role,
                      pb.fit_only ? " without reading from disk" : "");

@@ -34,10 +34,15 @@ typedef struct halda_result {
     char left_out[PRIMA_MAX_DEVICES][192];  /* why a device computes no layer; "" if it does */
     int n_ilp;              /* integer programs solved (the k not pruned by LP bounds) */
     double seconds;         /* solve time, explanations excluded */
+    bool cut;               /* the time limit stopped the search: plan (if found) is the best
+                             * one found, not proven the fastest */
 } halda_result;
 
 /* dc[0] is the head; n_dev devices in ring order. Returns 0 (r->found says whether a plan
- * exists), or -1 on a solver failure (r->why). */
+ * exists), or -1 on a solver failure (r->why). The search takes at most o->time_limit seconds
+ * (give each integer program what is left; start none once it is spent): a search cut short
+ * sets r->cut and returns the best plan found so far, or, with none, found = false and a why
+ * that names the limit. */
 int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
                 halda_result *r);
 

@@ -16,6 +16,9 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
     fprintf(out, "plan: %d layers on %d device%s, k = %d round%s, predicted %.1f ms per token\n",
             sm->n_layer, n_dev, n_dev > 1 ? "s" : "", r->plan.k, r->plan.k > 1 ? "s" : "",
             c->tpot * MS);
+    if (r->cut)
+        fprintf(out, "  not proven the fastest: the search stopped at the solver's time limit, "
+                     "and this is the best plan it found\n");
     fprintf(out, "  %-2s %-16s %-7s %-3s %6s %4s %6s %10s %10s %10s %11s\n", "#", "device", "os",
             "set", "window", "gpu", "layers", "anon GiB", "page GiB", "budget GiB", "disk MiB/tok");
     for (int m = 0; m < n_dev; m++) {
@@ -40,7 +43,8 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
                         c->dev[m].t_disk * MS);
         fputc('\n', out);
     }
-    fprintf(out, "  solved in %.3f s (%d integer programs)\n", r->seconds, r->n_ilp);
+    fprintf(out, "  solved in %.3f s (%d integer programs%s)\n", r->seconds, r->n_ilp,
+            r->cut ? ", cut short by the time limit" : "");
 }
 
 cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, const sched_model *sm)
@@ -92,5 +96,6 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
     }
     cJSON_AddNumberToObject(j, "solve_seconds", r->seconds);
     cJSON_AddNumberToObject(j, "integer_programs", r->n_ilp);
+    cJSON_AddBoolToObject(j, "cut_by_time_limit", r->cut);
     return j;
 }
