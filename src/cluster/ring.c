@@ -193,7 +193,8 @@ static int make_plan(ring *r)
     mem[0] = sysmem_budget();
     for (int i = 0; i < r->n_workers; i++)
         mem[i + 1] = r->w[i].welcome.mem_budget;
-    if (plan_by_memory(&r->plan, n_dev, r->m->n_layer, o->k, mem, err, sizeof err))
+    if (plan_by_memory(&r->plan, n_dev, r->m->n_layer, o->k, mem, err, sizeof err) ||
+        plan_validate(&r->plan, err, sizeof err))
         return fail(r, "%s", err);
     return 0;
 }
