@@ -1,25 +1,26 @@
 #!/bin/bash
 # fuzz.sh [SECONDS] — build the libFuzzer targets with clang (ASan + UBSan, build-fuzz/) and run
-# all three for SECONDS in total (default 60): the GGUF reader half of it, the ring protocol
-# (framing and every message decoder) and the tokenizer a quarter each. Prints one line per
-# target — inputs run, seconds, result — and keeps libFuzzer's own output in
-# build-fuzz/TARGET.log (its last lines are printed when a target fails). Exits non-zero on any
-# crash, leak, sanitizer report or timeout; the crashing input is build-fuzz/TARGET-crash-*,
-# to be replayed with build-fuzz/TARGET FILE.
+# all four for SECONDS in total (default 60): the ring protocol (framing and every message
+# decoder) and the tokenizer a quarter each, the server's request parser an eighth, the GGUF
+# reader the rest. Prints one line per target — inputs run, seconds, result — and keeps
+# libFuzzer's own output in build-fuzz/TARGET.log (its last lines are printed when a target
+# fails). Exits non-zero on any crash, leak, sanitizer report or timeout; the crashing input is
+# build-fuzz/TARGET-crash-*, to be replayed with build-fuzz/TARGET FILE.
 #
 # Seeds: GGUF — the fixtures' files cut to their first 64 KiB (the header, which is what the
 # reader parses; the data section is only bounds-checked) and small complete models from prima
 # mkmodel; protocol — none (libFuzzer's comparison tracing finds the frame magic and lengths in
 # seconds); tokenizer — each vocabulary's test strings (the first byte of an input picks the
-# vocabulary and the flags). The tokenizer target needs the fixtures' vocabularies and is
-# skipped, saying so, without them.
+# vocabulary and the flags); request parser — a chat and a completion body (the first byte picks
+# the endpoint). The tokenizer target needs the fixtures' vocabularies and is skipped, saying
+# so, without them.
 set -eu
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 fixtures=${PRIMA_FIXTURES:-../shared/fixtures}
 mkdir -p build-fuzz
 CC=clang cmake -S . -B build-fuzz -DPRIMA_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build-fuzz --target fuzz_gguf fuzz_proto fuzz_tokenizer prima-cli -j"$(nproc)" \
+cmake --build build-fuzz --target fuzz_gguf fuzz_proto fuzz_tokenizer fuzz_request prima-cli -j"$(nproc)" \
     >build-fuzz/build.log 2>&1 || { tail -n 30 build-fuzz/build.log; exit 1; }
 
 failed=0
@@ -43,6 +44,15 @@ run() {
 
 quarter=$((seconds / 4))
 [ "$quarter" -ge 1 ] || quarter=1
+eighth=$((seconds / 8))
+[ "$eighth" -ge 1 ] || eighth=1
+
+mkdir -p build-fuzz/corpus-request
+printf '\001{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stop":["a"],"logprobs":true,"top_logprobs":2}' \
+    >build-fuzz/corpus-request/seed-chat
+printf '\000{"prompt":"Once","temperature":0.5,"seed":3,"stream":true,"logprobs":2}' \
+    >build-fuzz/corpus-request/seed-completion
+run fuzz_request "$eighth" -max_len=4096 build-fuzz/corpus-request
 
 mkdir -p build-fuzz/corpus-proto
 run fuzz_proto "$quarter" -max_len=65536 build-fuzz/corpus-proto
@@ -76,6 +86,6 @@ small="--layers 1 --embd 32 --ff 64 --heads 2 --kv-heads 1 --vocab 258"
 build-fuzz/prima mkmodel -o "$corpus/seed-mk-llama-q8_0.gguf" $small --type q8_0 >/dev/null
 # shellcheck disable=SC2086
 build-fuzz/prima mkmodel -o "$corpus/seed-mk-qwen2-f16.gguf" $small --arch qwen2 --type f16 >/dev/null
-run fuzz_gguf $((seconds - 2 * quarter)) -max_len=131072 "$corpus"
+run fuzz_gguf $((seconds - 2 * quarter - eighth)) -max_len=131072 "$corpus"
 
 exit "$failed"
