@@ -40,7 +40,7 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 on success, 1 if a measurement fails, 2 on a usage error.\n";
 
-static void print_text(const dev_profile *p, const char *model)
+static void print_text(const dev_profile *p, const char *model_path)
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     printf("device     %s (%s)\n", p->name, os_class_name(p->os));
@@ -61,9 +61,9 @@ static void print_text(const dev_profile *p, const char *model)
     printf("           %.2f GiB usable by inference before the reserve\n",
            profile_available(p) / gib);
     printf("bandwidth  %.2f GB/s read\n", p->mem_bw / 1e9);
-    if (model)
+    if (model_path)
         printf("disk       sequential %.3f GB/s, random 16 KiB %.3f GB/s (%s, %s)\n",
-               p->disk_seq / 1e9, p->disk_rand / 1e9, p->disk_method, model);
+               p->disk_seq / 1e9, p->disk_rand / 1e9, p->disk_method, model_path);
     printf("gpu        none\n");
     printf("noise      %.0f%%\n", 100 * p->noise);
 }
