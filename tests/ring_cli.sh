@@ -66,7 +66,7 @@ big=$tmp/big.gguf
 start_worker "$big" "$tmp/b1.log"; b1=$port
 start_worker "$big" "$tmp/b2.log"; b2=$port; bpid2=${pids[-1]}
 "$prima" run -m "$big" -p "x" -n 100000 -c 4096 --context-shift --temp 0 -t 1 --verbose \
-    --workers 127.0.0.1:$b1,127.0.0.1:$b2 -lw 2,2,2 >/dev/null 2>"$tmp/err" &
+    --no-failover --workers 127.0.0.1:$b1,127.0.0.1:$b2 -lw 2,2,2 >/dev/null 2>"$tmp/err" &
 head=$!
 # kill it once tokens are flowing round the ring
 for _ in $(seq 200); do grep -q "^ring: batch 20 " "$tmp/err" && break; sleep 0.05; done

@@ -213,11 +213,19 @@ for _ in $(seq 100); do grep -q serving "$tmp/open.log" && break; sleep 0.05; do
 grep -q "warning: listening on 0.0.0.0 without an API key" "$tmp/open.log" || fail "no warning for 0.0.0.0"
 kill -TERM $! && wait $!
 
-# a 3-device loopback ring: the same text; a lost worker is a 500 naming it; serving resumes
+# a 3-device loopback ring: the same text; a lost worker is planned around (failover) and, back,
+# rejoins at the next request; with --no-failover it is a 500 naming it, and serving resumes
 start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w2.log" && p2=$port &&
     w2=${pids[-1]} || exit 1
 ring=(--workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,2,1)
 want=$(run_text -p "Once upon a time" -n 32 --temp 0)
+devices() { curl -s "http://127.0.0.1:$sport/health" >"$tmp/body"; field '.ring.devices | length'; }
+restart_w2() {
+    "$prima" worker -m "$model" --host 127.0.0.1 --port "$p2" -t 1 >"$tmp/w2b.log" 2>&1 &
+    w2=$!
+    pids+=($w2)
+    for _ in $(seq 100); do grep -q listening "$tmp/w2b.log" && break; sleep 0.05; done
+}
 start_server "$tmp/ring.log" -m "$model" "${ring[@]}" || exit 1
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
 [ "$(field .choices[0].text)" = "$want" ] || fail "ring completion: '$(field .choices[0].text)' vs '$want'"
@@ -227,23 +235,31 @@ curl -s "http://127.0.0.1:$sport/cluster" >"$tmp/body"
 [ "$(field '[.devices[] | "\(.window)@\(.addr)"] | join(",")')" = "2@head (this device),2@127.0.0.1:$p1,1@127.0.0.1:$p2" ] &&
     [ "$(field '.generated_tokens > 0 and .devices[1].compute_seconds > 0 and .devices[2].mem_budget > 0')" = true ] &&
     [ "$(field '.left_out | length')" = 0 ] || fail "cluster: $(cat "$tmp/body")"
-kill -9 "$w2"
-wait "$w2" 2>/dev/null
-true
+{ kill -9 "$w2"; wait "$w2"; } 2>/dev/null
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
+[ "$code" = 200 ] && [ "$(field .choices[0].text)" = "$want" ] ||
+    fail "failover: $code $(cat "$tmp/body")"
+grep -q "^prima: lost device 2 (127.0.0.1:$p2)" "$tmp/ring.log" || fail "no failover line: $(cat "$tmp/ring.log")"
+[ "$(devices)" = 2 ] || fail "health after the loss: $(cat "$tmp/body")"
+restart_w2
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
+[ "$code" = 200 ] && [ "$(field .choices[0].text)" = "$want" ] || fail "after the rejoin: $code $(cat "$tmp/body")"
+[ "$(devices)" = 3 ] || fail "health after the rejoin: $(cat "$tmp/body")"
+stop_server "$tmp/ring.log"
+start_server "$tmp/ring2.log" -m "$model" "${ring[@]}" --no-failover || exit 1
+{ kill -9 "$w2"; wait "$w2"; } 2>/dev/null
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
 [ "$code" = 500 ] && [ "$(field .error.type)" = server_error ] && field .error.message | grep -q "device 2" ||
     fail "lost worker: $code $(cat "$tmp/body")"
 code=$(curl -s -o "$tmp/body" -w '%{http_code}' "http://127.0.0.1:$sport/health")
 [ "$code" = 503 ] && [ "$(field .ring.state)" = lost ] || fail "health after the loss: $code $(cat "$tmp/body")"
-"$prima" worker -m "$model" --host 127.0.0.1 --port "$p2" -t 1 >"$tmp/w2b.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q listening "$tmp/w2b.log" && break; sleep 0.05; done
+restart_w2
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
 [ "$code" = 200 ] && [ "$(field .choices[0].text)" = "$want" ] || fail "after the worker is back: $code $(cat "$tmp/body")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$sport/health")" = 200 ] || fail "health when back"
 curl -s "http://127.0.0.1:$sport/metrics" | grep -q '^prima_device_compute_seconds_total{device="2"} ' ||
     fail "per-device metrics"
-stop_server "$tmp/ring.log"
+stop_server "$tmp/ring2.log"
 
 # prima bench serve: a row per figure and client count, the ratios against one client
 "$prima" bench serve -m "$model" --devices 2 --clients 1,2 --requests 1 --tokens 8 -t 1 --json \

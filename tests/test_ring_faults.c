@@ -29,23 +29,9 @@ static int ports[N_WORKERS];
 static void start_workers(void)
 {
     for (int i = 0; i < N_WORKERS; i++) {
-        char err[256];
-        int lfd = net_listen("127.0.0.1", 0, &ports[i], err, sizeof err);
-        REQUIRE(lfd >= 0, "%s", err);
-        pids[i] = fork();
-        REQUIRE(pids[i] >= 0, "fork");
-        if (pids[i] == 0) {
-            prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the test */
-            worker_opts o = {.listen_fd = lfd, .threads = 1, .method = PREFETCH_MADVISE,
-                             .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
-            fake_backend_init(&fm);
-            worker *wk = worker_create(&o, &fm.backend, err, sizeof err);
-            if (!wk)
-                _exit(3);
-            worker_run(wk);
-            _exit(0);
-        }
-        close(lfd);
+        ports[i] = 0;
+        pids[i] = fake_worker_fork(&fm, &ports[i]);
+        REQUIRE(pids[i] > 0, "worker %d", i);
     }
 }
 
@@ -76,12 +62,9 @@ static int head_open(head *h, const char *workers, int n_dev, char *err, size_t 
     int lw[4] = {1, 1, 1, 1};
     ring_opts o = {.workers = workers, .lw = lw, .n_lw = n_dev, .n_ctx = N_CTX, .max_batch = 4,
                    .prefetch = true};
-    h->r = ring_connect(&o, &fm.rm, err, errlen);
+    h->r = fake_head_connect(&fm, &o, &h->layers, err, errlen);
     if (!h->r)
         return -1;
-    bool owns[N_LAYER];
-    plan_owned_layers(ring_get_plan(h->r), 0, owns);
-    fake_layers_open(&fm, owns, N_CTX, &h->layers);
     if (ring_start(h->r, &h->layers, err, errlen)) {
         ring_close(h->r);
         fake_layers_close(&h->layers);

@@ -252,6 +252,7 @@ static int run_logits(logits_job *j)
     kern_ctx *kc = NULL;
     session *s = NULL;
     ring_head rh = {0};
+    sched_planner sp;   /* plans the ring at the start and after a loss */
     model *m = model_load(j->o.model, err, sizeof err);
     if (!m)
         return cli_fail("%s", err);
@@ -288,11 +289,14 @@ static int run_logits(logits_job *j)
     }
     if (ring_args_active(&j->ra)) {
         ring_opts ro = ring_args_opts(&j->ra);
-        sched_planner sp;   /* used while the ring connects */
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
         sp.stats = j->ra.stats;
         ro.planner = &sp.rp;
         s = ring_head_session(&rh, &ro, m, kc, n_ctx, n_batch, err, sizeof err);
+        if (s && ring_args_failover(&j->ra, &rh, s, &sp, err, sizeof err)) {
+            cli_fail("%s", err);
+            goto done;
+        }
     } else {
         s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
     }

@@ -243,6 +243,11 @@ static int run_chat(runner *r)
             break;
         if (len == 0)
             continue;
+        /* A worker lost earlier that answers again takes part in this turn. */
+        if (runner_rejoin(r, err, sizeof err)) {
+            rc = cli_fail("%s", err);
+            break;
+        }
         char *msg = strdup(line);
         if (!msg || chat_add(&c, "user", msg, true)) {
             free(msg);

@@ -65,6 +65,10 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->no_prefetch = true;
         return 1;
     }
+    if (!strcmp(f, "--no-failover")) {
+        a->no_failover = true;
+        return 1;
+    }
     if (!strcmp(f, "--verbose")) {
         a->verbose = true;
         return 1;
@@ -161,6 +165,14 @@ ring_opts ring_args_opts(const ring_args *a)
                        .stats = a->stats};
 }
 
+int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_planner *sp,
+                       char *err, size_t errlen)
+{
+    if (a->no_failover)
+        return 0;
+    return ring_head_failover(h, s, a->n_lw ? NULL : &sp->rp, stderr, err, errlen);
+}
+
 void ring_args_usage(FILE *out)
 {
     fputs("ring (layers split over devices; see prima worker):\n"
@@ -190,6 +202,10 @@ void ring_args_usage(FILE *out)
           "                          greedy text may diverge at near-ties)\n"
           "  --secret-file FILE      shared secret every device must prove (default:\n"
           "                          $PRIMA_SECRET_FILE; none)\n"
+          "  --no-failover           stop with an error when a worker is lost (default: re-plan\n"
+          "                          on the devices left, rebuild the KV cache through the new\n"
+          "                          ring and finish the answer; with -lw the new plan splits\n"
+          "                          the layers by free memory)\n"
           "  --verbose               per batch and device: compute and wait time, major page\n"
           "                          faults, disk bytes read, pages resident at compute start,\n"
           "                          bytes sent and received; totals at the end\n"

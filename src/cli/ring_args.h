@@ -8,7 +8,8 @@
 #include <stdio.h>
 
 #include "cluster/auth.h"
-#include "cluster/ring.h"
+#include "cluster/ring_engine.h"
+#include "sched/startup.h"
 
 typedef struct ring_args {
     const char *workers;
@@ -17,6 +18,7 @@ typedef struct ring_args {
     int k;
     int worker_threads;
     bool no_prefetch;
+    bool no_failover;
     enum release_policy release;
     enum prefetch_method method;
     enum wire_type wire;
@@ -37,6 +39,11 @@ int ring_args_finish(ring_args *a);
 bool ring_args_active(const ring_args *a);
 /* The options for ring_connect (n_ctx and max_batch are the caller's). */
 ring_opts ring_args_opts(const ring_args *a);
+/* Failover for a head's session s, unless --no-failover: new plans by Halda on sp's profiles
+ * when the windows were not given by hand, else by free memory; one line per recovery on
+ * stderr. sp must outlive the ring. 0, or -1 with err. */
+int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_planner *sp,
+                       char *err, size_t errlen);
 void ring_args_usage(FILE *out);
 /* A --stats file (cluster/stats.h) opened for writing, or NULL after an error naming it. */
 FILE *stats_file_open(const char *path);

@@ -49,16 +49,24 @@ int runner_session(runner *r, char *err, size_t errlen)
 {
     if (ring_args_active(&r->ra)) {
         ring_opts ro = ring_args_opts(&r->ra);
-        sched_planner sp;   /* used while the ring connects */
-        sched_planner_init(&sp, r->m, r->o.model, r->o.n_threads, stderr);
-        sp.stats = r->ra.stats;
-        ro.planner = &sp.rp;
+        sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
+        r->sp.stats = r->ra.stats;
+        ro.planner = &r->sp.rp;
         r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
-        r->plan_s = sp.seconds;
+        r->plan_s = r->sp.seconds;
+        if (r->s && ring_args_failover(&r->ra, &r->rh, r->s, &r->sp, err, errlen)) {
+            runner_session_close(r);
+            return -1;
+        }
     } else {
         r->s = session_create(r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
     }
     return r->s ? 0 : -1;
+}
+
+int runner_rejoin(runner *r, char *err, size_t errlen)
+{
+    return ring_head_rejoin(&r->rh, NULL, err, errlen);
 }
 
 void runner_session_close(runner *r)

@@ -269,6 +269,13 @@ static void se_run(void *ctx, srv_job *job, srv_result *res)
             return;
         }
         set_state(se, "ready", "");
+    } else if (se->ring) {
+        /* Workers lost (and planned around) earlier that answer again join for this request. */
+        char err[512];
+        if (runner_rejoin(r, err, sizeof err)) {
+            ring_failed(se, res, err);
+            return;
+        }
     }
     int32_t *toks = NULL;
     int n = prompt_tokens(se, q, &toks);

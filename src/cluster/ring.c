@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cluster/logline.h"
 #include "cluster/ring.h"
@@ -36,18 +37,53 @@ struct ring {
     ring_counters *totals;         /* per device, of batches from count_from on */
     uint64_t sent_mark, recv_mark;
     char err[512];
+    /* failover (ring_set_failover) */
+    ring_failover fo;
+    bool fo_set;
+    bool fault_remote;             /* the failure came from a worker or a link, not this device */
+    int fault_worker;              /* index into w[] of the worker whose link failed; -1: none */
+    bool busy_refusal;             /* the last greeting was refused as busy */
+    bool need_recover;             /* a KV edit could not reach the ring */
+    int kv_len;                    /* positions [0, kv_len) are in every device's KV cache */
+    bool kv_shifted;               /* a context shift moved them (a rebuild is then not exact) */
+    float *in_copy, *replay;       /* max_batch x n_embd each */
+    int32_t *replay_pos;           /* max_batch */
+    char gone[PRIMA_MAX_DEVICES][NET_HOST_MAX + 8];   /* addresses of the workers lost */
+    int n_gone;
 };
+
+static int vfail(ring *r, const char *fmt, va_list ap)
+{
+    if (!r->broken) {
+        vsnprintf(r->err, sizeof r->err, fmt, ap);
+        r->broken = true;
+    }
+    return -1;
+}
 
 static int fail(ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(ring *r, const char *fmt, ...)
 {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(r, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A failure of worker i's link (i < 0: of the ring, with every link still up): failover may
+ * recover from it. */
+static int lose(ring *r, int i, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int lose(ring *r, int i, const char *fmt, ...)
+{
     if (!r->broken) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(r->err, sizeof r->err, fmt, ap);
-        va_end(ap);
-        r->broken = true;
+        r->fault_remote = true;
+        r->fault_worker = i;
     }
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(r, fmt, ap);
+    va_end(ap);
     return -1;
 }
 
@@ -91,6 +127,7 @@ static int greet(ring *r, int i)
             if (r->w[j].welcome.instance == e.instance)
                 return fail(r, "%s is the same worker as device %d (%s): list each worker once",
                             name, j + 1, r->w[j].addr);
+        r->busy_refusal = !strncmp(e.text, "busy", 4);
         return fail(r, "%s refused: %s", name, e.text);
     }
     msg_welcome *wm = &w->welcome;
@@ -215,16 +252,18 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
         free(r);
         return NULL;
     }
-    r->w = calloc((size_t)r->n_workers + 1, sizeof *r->w);
-    r->hb_conns = calloc((size_t)r->n_workers + 1, sizeof *r->hb_conns);
-    r->totals = calloc((size_t)r->n_workers + 1, sizeof *r->totals);
+    /* Room for a full ring: failover may bring in workers that were not there at the start. */
+    r->w = calloc(PRIMA_MAX_DEVICES, sizeof *r->w);
+    r->hb_conns = calloc(PRIMA_MAX_DEVICES, sizeof *r->hb_conns);
+    r->totals = calloc(PRIMA_MAX_DEVICES, sizeof *r->totals);
     if (!r->w || !r->hb_conns || !r->totals) {
         ring_close(r);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    for (int i = 0; i < r->n_workers; i++)
+    for (int i = 0; i < PRIMA_MAX_DEVICES; i++)
         r->w[i].c.fd = -1;
+    r->fault_worker = -1;
     ring_random(r->nonce, sizeof r->nonce);
     /* Parse every address before connecting to any, so a typo fails fast. */
     const char *p = o->workers;
@@ -334,17 +373,17 @@ static int handle_common(ring *r, int i, const frame *f)
     case RM_STATS: {
         msg_stats st;
         if (decode_stats(f, &st, err, sizeof err))
-            return fail(r, "%s: %s", w->c.name, err);
+            return lose(r, i, "%s: %s", w->c.name, err);
         if (st.rank != (uint32_t)i + 1)
-            return fail(r, "%s sent counters of device %u", w->c.name, st.rank);
+            return lose(r, i, "%s sent counters of device %u", w->c.name, st.rank);
         record_counters(r, i + 1, st.serial, &st.c);
         return 1;
     }
     case RM_ERROR: {
         msg_error e;
         if (decode_error(f, &e, err, sizeof err))
-            return fail(r, "%s: %s", w->c.name, err);
-        return fail(r, "%s: %s", w->c.name, e.text);
+            return lose(r, i, "%s: %s", w->c.name, err);
+        return lose(r, -1, "%s: %s", w->c.name, e.text);   /* it is alive; it tells of another */
     }
     default:
         return 0;
@@ -370,7 +409,7 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
             frame f;
             rc = conn_recv(&r->w[i].c, &f, 0, err, sizeof err);
             if (rc < 0)
-                return fail(r, "%s", err);
+                return lose(r, i, "%s", err);
             if (rc == 1)
                 continue;
             int h = handle_common(r, i, &f);
@@ -383,12 +422,12 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
                 *who = i;
                 return 0;
             }
-            return fail(r, "%s sent an unexpected %s", r->w[i].c.name, msg_name(f.type));
+            return lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, msg_name(f.type));
         }
         int64_t now = net_now_ns();
         for (int i = 0; i < r->n_workers; i++)
             if (now - r->w[i].c.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000)
-                return fail(r, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
+                return lose(r, i, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
                             PROTO_DEAD_MS / 1000);
     }
 }
@@ -449,7 +488,8 @@ int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds)
     return 0;
 }
 
-int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
+/* The head's own device for the current plan, computing with `head`. */
+static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen)
 {
     const ring_opts *o = &r->o;
     device_opts dopt = {.prefetch = o->prefetch, .release = o->release, .method = o->method,
@@ -457,8 +497,15 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
     if (device_init(&r->dev, r->m, &r->plan, 0, head, &dopt, err, errlen))
         return -1;
     r->dev_init = true;
-    if (hop_buffers_init(&r->buf, r->m->n_embd, o->max_batch, err, errlen))
-        return -1;
+    return 0;
+}
+
+/* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with
+ * r->err set. */
+static int send_plans(ring *r)
+{
+    const ring_opts *o = &r->o;
+    char err[512];
     uint8_t session[16];
     ring_random(session, sizeof session);
     uint32_t bound = proto_data_bound(r->m->n_embd, o->max_batch, o->wire);
@@ -483,10 +530,25 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
         }
         frame f;
         int who;
-        if (send_plan(&w->c, &mp, err, errlen))
-            fail(r, "%s", err);
-        else if (await(r, RM_READY, RM_READY, i, &f, &who) == 0)
-            continue;
+        if (send_plan(&w->c, &mp, err, sizeof err))
+            return lose(r, i, "%s", err);
+        if (await(r, RM_READY, RM_READY, i, &f, &who))
+            return -1;
+    }
+    return 0;
+}
+
+const char *ring_worker_addr(const ring *r, int d)
+{
+    return d >= 1 && d <= r->n_workers ? r->w[d - 1].addr : "";
+}
+
+int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
+{
+    if (start_head(r, head, err, errlen) ||
+        hop_buffers_init(&r->buf, r->m->n_embd, r->o.max_batch, err, errlen))
+        return -1;
+    if (send_plans(r)) {
         snprintf(err, errlen, "%s", r->err);
         return -1;
     }
@@ -495,12 +557,8 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
 }
 
 /* The head's part of one batch: its windows, and the trips round the ring in between. */
-int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
+static int eval_once(ring *r, float *hidden, int n, const int32_t *pos)
 {
-    if (r->broken)
-        return -1;
-    if (n < 1 || n > r->o.max_batch)
-        return fail(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
     uint32_t serial = r->serial++;
     char err[512];
     for (int round = 0;;) {
@@ -518,7 +576,7 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
         msg_batch b = {.serial = serial, .round = (uint32_t)round, .n = (uint32_t)n,
                        .wire = (uint8_t)r->o.wire};
         if (hop_send(&r->buf, &r->w[0].c, RM_BATCH, &b, hidden, pos, err, sizeof err))
-            return fail(r, "%s", err);
+            return lose(r, 0, "%s", err);
         device_handed_on(&r->dev, round);
         frame f;
         int who;
@@ -530,12 +588,12 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
         if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err) ||
             hop_unpack(&r->buf, &back, r->plan.k, r->o.n_ctx, r->o.max_batch, hidden, bpos, err,
                        sizeof err))
-            return fail(r, "%s: %s", r->w[who].c.name, err);
+            return lose(r, who, "%s: %s", r->w[who].c.name, err);
         bool is_result = f.type == RM_RESULT;
         if (back.serial != serial || back.n != (uint32_t)n ||
             memcmp(bpos, pos, sizeof *pos * (size_t)n) ||
             (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)round + 1)))
-            return fail(r, "%s returned the wrong batch (%s %u of round %u)", r->w[who].c.name,
+            return lose(r, who, "%s returned the wrong batch (%s %u of round %u)", r->w[who].c.name,
                         msg_name(f.type), back.serial, back.round);
         if (is_result)
             break;
@@ -556,20 +614,40 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
     return 0;
 }
 
+/* Failover is on and the ring failed because of a worker or a link: the next batch rebuilds it. */
+static bool recoverable(const ring *r)
+{
+    return r->fo_set && !r->finished && r->broken && r->fault_remote;
+}
+
 static int kv_edit(ring *r, const msg_kvop *k)
 {
-    if (r->broken)
+    if (r->broken && !recoverable(r))
         return -1;
     const ring_layers *l = &r->dev.layers;
     int rc = k->op == KVOP_TRUNCATE ? l->kv_truncate(l->ctx, k->p0)
                                     : l->kv_shift(l->ctx, k->p0, k->p1, k->delta);
-    if (rc)
+    if (rc) {
+        r->fault_remote = false;
         return fail(r, "KV cache edit outside the context (positions %d..%d)", k->p0, k->p1);
+    }
+    if (k->op == KVOP_TRUNCATE && k->p0 < r->kv_len)
+        r->kv_len = k->p0;
+    if (k->op == KVOP_SHIFT) {
+        if (k->p1 >= r->kv_len)
+            r->kv_len += k->delta;
+        r->kv_shifted = true;
+    }
+    if (r->broken)
+        return 0;   /* the rebuild before the next batch brings every device to kv_len */
     /* Down the ring like a batch: each worker applies it, then passes it on, so it lands between
      * the same two batches on every device without a round trip. */
     char err[512];
-    if (r->n_workers && send_kvop(&r->w[0].c, k, err, sizeof err))
-        return fail(r, "%s", err);
+    if (r->n_workers && send_kvop(&r->w[0].c, k, err, sizeof err)) {
+        if (!r->fo_set)
+            return fail(r, "%s", err);
+        lose(r, 0, "%s", err);
+    }
     return 0;
 }
 
@@ -650,8 +728,283 @@ void ring_close(ring *r)
     if (r->dev_init)
         device_free(&r->dev);
     hop_buffers_free(&r->buf);
+    free(r->in_copy);
+    free(r->replay);
+    free(r->replay_pos);
     free(r->w);
     free(r->hb_conns);
     free(r->totals);
     free(r);
+}
+
+/* ---- failover ---- */
+
+int ring_set_failover(ring *r, const ring_failover *f, char *err, size_t errlen)
+{
+    size_t rows = (size_t)r->o.max_batch * (size_t)r->m->n_embd;
+    r->in_copy = malloc(rows * sizeof *r->in_copy);
+    r->replay = malloc(rows * sizeof *r->replay);
+    r->replay_pos = malloc((size_t)r->o.max_batch * sizeof *r->replay_pos);
+    if (!r->in_copy || !r->replay || !r->replay_pos) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    r->fo = *f;
+    r->fo_set = true;
+    return 0;
+}
+
+static void note_gone(ring *r, const char *addr)
+{
+    for (int g = 0; g < r->n_gone; g++)
+        if (!strcmp(r->gone[g], addr))
+            return;
+    if (r->n_gone < PRIMA_MAX_DEVICES)
+        snprintf(r->gone[r->n_gone++], sizeof r->gone[0], "%s", addr);
+}
+
+static void forget_gone(ring *r, const char *addr)
+{
+    for (int g = 0; g < r->n_gone; g++)
+        if (!strcmp(r->gone[g], addr)) {
+            memmove(r->gone[g], r->gone[g + 1], sizeof r->gone[0] * (size_t)(r->n_gone - g - 1));
+            r->n_gone--;
+            return;
+        }
+}
+
+/* Greet worker i again; a worker still ending the session the head just dropped refuses as
+ * busy for a moment, so that is retried (for about a second). */
+static int greet_again(ring *r, int i)
+{
+    for (int t = 0;; t++) {
+        r->broken = false;
+        r->busy_refusal = false;
+        if (greet(r, i) == 0)
+            return 0;
+        if (r->w[i].c.fd >= 0)
+            conn_close(&r->w[i].c);
+        if (!r->busy_refusal || t == 20)
+            return -1;
+        poll(NULL, 0, 50);
+    }
+}
+
+static void append(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *out, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(out);
+    if (len + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(out + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+/* What a greeting's message says after naming the device ("device 2 (a:p): " or "device 2: "). */
+static const char *reason_of(const char *msg)
+{
+    const char *p = msg;
+    if (strncmp(p, "device ", 7))
+        return msg;
+    p += 7;
+    while (*p >= '0' && *p <= '9')
+        p++;
+    if (p[0] == ' ' && p[1] == '(') {
+        const char *close = strchr(p, ')');
+        p = close ? close + 1 : p;
+    }
+    if (*p == ':')
+        p++;
+    return *p == ' ' ? p + 1 : p;
+}
+
+/* Greet the workers of addr[0..n) (the ring's order; old[i] their device numbers before, 0 for
+ * newcomers), plan over those that answer, start them and bring every device's KV cache to
+ * kv_len by running the inputs of those positions through the new ring. The line on the log
+ * starts with `rejoin` or (a failover) "lost" and `lost_in` (the device whose failure was seen,
+ * or ""), the greetings that failed, and `note`. 0 with the ring ready (or broken again by a
+ * worker: the caller tries once more), -1 when it cannot go on. */
+static int rebuild(ring *r, char addr[][NET_HOST_MAX + 8], const int *old, int n,
+                   const char *rejoin, const char *lost_in, const char *note)
+{
+    int64_t t0 = net_now_ns();
+    char lost[768], what[1200], err[512];
+    snprintf(lost, sizeof lost, "%s", lost_in);
+    heartbeat_set(&r->hb, r->hb_conns, 0);
+    for (int i = 0; i < PRIMA_MAX_DEVICES; i++)
+        if (r->w[i].c.fd >= 0)
+            conn_close(&r->w[i].c);
+    ring_random(r->nonce, sizeof r->nonce);
+    r->n_workers = 0;
+    for (int i = 0; i < n; i++) {
+        remote *w = &r->w[r->n_workers];
+        memset(&w->welcome, 0, sizeof w->welcome);
+        w->bye = false;
+        snprintf(w->addr, sizeof w->addr, "%s", addr[i]);
+        bool bad = net_parse_addr(w->addr, w->host, sizeof w->host, &w->port, err, sizeof err);
+        if (bad || greet_again(r, r->n_workers)) {
+            const char *why = bad ? err : reason_of(r->err);
+            if (old[i])
+                append(lost, sizeof lost, "%sdevice %d (%s): %s", lost[0] ? "; " : "", old[i],
+                       addr[i], why);
+            else
+                append(lost, sizeof lost, "%s%s: %s", lost[0] ? "; " : "", addr[i], why);
+            note_gone(r, addr[i]);
+            continue;
+        }
+        forget_gone(r, addr[i]);
+        r->hb_conns[r->n_workers] = &w->c;
+        heartbeat_set(&r->hb, r->hb_conns, ++r->n_workers);
+    }
+    if (rejoin)
+        snprintf(what, sizeof what, "%s%s%s", rejoin, lost[0] ? "; lost " : "", lost);
+    else
+        snprintf(what, sizeof what, "lost %s%s", lost[0] ? lost : "no device", note);
+    r->broken = r->fault_remote = false;
+    r->o.n_lw = 0;   /* windows given by hand were for the devices that were there */
+    r->o.planner = r->fo.planner;
+    if (make_plan(r)) {
+        snprintf(err, sizeof err, "%s", r->err);
+        r->broken = false;
+        return fail(r, "%s; no plan fits the %d device(s) left: %s", what, r->n_workers + 1,
+                    err);
+    }
+    bool *owns = calloc((size_t)r->m->n_layer, sizeof *owns);
+    if (!owns)
+        return fail(r, "out of memory");
+    plan_owned_layers(&r->plan, 0, owns);
+    if (r->dev_init)
+        device_free(&r->dev);
+    r->dev_init = false;
+    ring_layers head;
+    int rc = r->fo.reown(r->fo.ctx, owns, &head, err, sizeof err);
+    free(owns);
+    if (rc || start_head(r, &head, err, sizeof err))
+        return fail(r, "failover: %s", err);
+    r->sent_mark = r->recv_mark = 0;
+    if (send_plans(r))
+        return 0;
+    for (int p = 0; p < r->kv_len;) {
+        int nb = r->kv_len - p < r->o.max_batch ? r->kv_len - p : r->o.max_batch;
+        for (int t = 0; t < nb; t++)
+            r->replay_pos[t] = p + t;
+        if (r->fo.inputs(r->fo.ctx, p, nb, r->replay)) {
+            r->fault_remote = false;
+            return fail(r, "failover: the inputs of positions %d..%d are not available", p,
+                        p + nb - 1);
+        }
+        if (eval_once(r, r->replay, nb, r->replay_pos))
+            return r->fault_remote ? 0 : -1;
+        p += nb;
+    }
+    if (r->fo.log) {
+        char windows[160] = "";
+        for (int d = 0; d < r->plan.n_dev; d++)
+            append(windows, sizeof windows, "%s%d", d ? "," : "", r->plan.window[d]);
+        fprintf(r->fo.log, "prima: %s; new plan: %d device(s), windows %s, %d round(s); "
+                           "%d position(s) rebuilt%s; recovered in %.3f s\n",
+                what, r->plan.n_dev, windows, r->plan.k,
+                r->kv_len, r->kv_shifted ? " (after a context shift: not exact)" : "",
+                (double)(net_now_ns() - t0) * 1e-9);
+        fflush(r->fo.log);
+    }
+    return 0;
+}
+
+/* The ring failed on a worker: drop the worker whose link failed (when the failure names one),
+ * keep the others in order, and rebuild. */
+static int recover(ring *r)
+{
+    char addr[PRIMA_MAX_DEVICES][NET_HOST_MAX + 8], lost[600] = "", note[640] = "";
+    int old[PRIMA_MAX_DEVICES], n = 0;
+    /* Where the failure names the worker, it is the one lost; otherwise (a worker reporting a
+     * broken link of its own) the greetings find out which. */
+    if (r->fault_worker >= 0)
+        snprintf(lost, sizeof lost, "%s", r->err);
+    else
+        snprintf(note, sizeof note, " (first seen as: %s)", r->err);
+    for (int i = 0; i < r->n_workers; i++) {
+        if (i == r->fault_worker) {
+            note_gone(r, r->w[i].addr);
+            continue;
+        }
+        old[n] = i + 1;
+        snprintf(addr[n++], sizeof addr[0], "%s", r->w[i].addr);
+    }
+    r->fault_worker = -1;
+    return rebuild(r, addr, old, n, NULL, lost, note);
+}
+
+int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
+{
+    if (r->broken && !recoverable(r))
+        return -1;
+    if (n < 1 || n > r->o.max_batch) {
+        r->fault_remote = false;
+        return fail(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
+    }
+    size_t bytes = sizeof *hidden * (size_t)n * (size_t)r->m->n_embd;
+    if (r->fo_set)
+        memcpy(r->in_copy, hidden, bytes);
+    /* Each try that fails on a worker loses it (or finds every worker alive and fails on this
+     * device), so the tries are bounded by the ring's size. */
+    for (int tries = 0;; tries++) {
+        if (!r->broken && eval_once(r, hidden, n, pos) == 0) {
+            r->kv_len = pos[n - 1] + 1;
+            return 0;
+        }
+        if (!recoverable(r))
+            return -1;
+        if (tries > PRIMA_MAX_DEVICES) {
+            r->fault_remote = false;
+            return -1;
+        }
+        if (recover(r))
+            return -1;
+        memcpy(hidden, r->in_copy, bytes);
+    }
+}
+
+int ring_rejoin(ring *r, const char *workers)
+{
+    if (!r->fo_set || !r->started || r->finished || (r->broken && !recoverable(r)))
+        return r->fo_set ? -1 : 0;
+    char addr[PRIMA_MAX_DEVICES][NET_HOST_MAX + 8], joined[512] = "";
+    int old[PRIMA_MAX_DEVICES] = {0}, n = 0, extra = 0;
+    for (; n < r->n_workers; n++) {
+        old[n] = n + 1;
+        snprintf(addr[n], sizeof addr[0], "%s", r->w[n].addr);
+    }
+    /* The candidates: the workers lost so far, then those listed; only those that accept a
+     * connection at once are worth a new plan. */
+    char cand[2 * PRIMA_MAX_DEVICES][NET_HOST_MAX + 8];
+    int nc = 0;
+    for (int g = 0; g < r->n_gone; g++)
+        snprintf(cand[nc++], sizeof cand[0], "%s", r->gone[g]);
+    for (const char *p = workers; p && *p && nc < 2 * PRIMA_MAX_DEVICES;) {
+        size_t len = strcspn(p, ",");
+        snprintf(cand[nc++], sizeof cand[0], "%.*s", (int)(len < sizeof cand[0] ? len : sizeof cand[0] - 1), p);
+        p += len + (p[len] == ',');
+    }
+    for (int c = 0; c < nc && n < PRIMA_MAX_DEVICES - 1; c++) {
+        bool have = false;
+        for (int i = 0; i < n; i++)
+            have |= !strcmp(addr[i], cand[c]);
+        char host[NET_HOST_MAX], err[256];
+        int port, fd;
+        if (have || net_parse_addr(cand[c], host, sizeof host, &port, err, sizeof err) ||
+            (fd = net_connect(host, port, PROTO_PING_MS / 2, err, sizeof err)) < 0)
+            continue;
+        close(fd);
+        snprintf(addr[n++], sizeof addr[0], "%.*s", (int)sizeof addr[0] - 1, cand[c]);
+        append(joined, sizeof joined, "%s%s", extra++ ? ", " : "", cand[c]);
+    }
+    if (!extra)
+        return 0;
+    char what[600];
+    snprintf(what, sizeof what, "rejoin of %s", joined);
+    /* A worker failing during the rebuild leaves the ring to the next batch's failover. */
+    return rebuild(r, addr, old, n, what, "", "") ? -1 : r->n_workers;
 }

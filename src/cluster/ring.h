@@ -12,7 +12,8 @@
  * With no workers the ring is this device alone (k rounds of its window), so a generation loop
  * written against ring_eval runs unchanged on one device or many. Any failure of a worker — a
  * refusal, a dropped link, five seconds of silence — makes the call fail with a one-line
- * message naming the device (ring_error); the ring is unusable afterwards. */
+ * message naming the device (ring_error); the ring is unusable afterwards, unless failover is
+ * on (ring_set_failover): then the ring re-plans on the devices left and goes on. */
 #ifndef PRIMA_RING_H
 #define PRIMA_RING_H
 
@@ -68,6 +69,8 @@ int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap);
 /* Seconds for a PROBE frame with `bytes` of payload to reach device d >= 1 and come back:
  * the median of `reps` round trips. 0, or -1 with ring_error(r) set. */
 int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds);
+/* Device d >= 1's address as listed ("host:port"). */
+const char *ring_worker_addr(const ring *r, int d);
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen);
 /* 0, or -1 with ring_error(r) set. pos: n positions of one sequence. */
 int ring_eval(ring *r, float *hidden, int n, const int32_t *pos);
@@ -84,6 +87,36 @@ int ring_batches(const ring *r);
 /* Count only batches from this serial number on (e.g. decode steps, not the prompt); totals
  * restart from zero. Workers' counters of earlier batches that arrive later are left out. */
 void ring_count_from(ring *r, int serial);
+/* Failover. Without it, any failure of a worker ends the ring (above). With it, a worker whose
+ * link closes, breaks or goes silent does not fail ring_eval or the KV edits: the head drops
+ * every link, greets again the workers not known to be lost (one that does not answer is lost
+ * too), plans over those that do (with `planner`, else by free memory; windows given by hand no
+ * longer apply), gives the head its new layers (reown), brings every device's KV cache back to
+ * the positions it held by running their inputs through the new ring, and evaluates the batch
+ * again. The caller sees the batch's result, and one line on `log`: what was lost, the new plan,
+ * how long the recovery took. F32 on the wire and a batch-size-invariant engine make the rebuilt
+ * cache, and so the rest of the answer, exactly the uninterrupted run's; after a context shift
+ * the rebuilt cache holds the shifted tokens computed afresh (not exact). It fails (ring_error)
+ * only when no plan fits the devices left or this device itself fails. */
+typedef struct ring_failover {
+    void *ctx;
+    /* The head's layers for a new plan: a KV cache for exactly the layers in owns, empty.
+     * 0, or -1 with err. */
+    int (*reown)(void *ctx, const bool *owns, ring_layers *out, char *err, size_t errlen);
+    /* The ring's inputs (the hidden states after the embedding) at positions [p0, p0 + n) of
+     * the sequence in the KV cache, n <= max_batch, into hidden. 0 or -1. */
+    int (*inputs)(void *ctx, int p0, int n, float *hidden);
+    const ring_planner *planner;   /* NULL: by free memory */
+    FILE *log;                     /* one line per recovery; NULL: quiet */
+} ring_failover;
+
+/* After ring_start. 0, or -1 (out of memory). */
+int ring_set_failover(ring *r, const ring_failover *f, char *err, size_t errlen);
+/* Between requests, with failover on: the workers lost so far that accept a connection again,
+ * and those of `workers` ("host:port,..."; NULL: none) not in the ring, join it: a new plan over
+ * all of them, and the KV cache rebuilt as after a loss. Returns the number of workers in the
+ * ring (unchanged when nobody new answers), or -1 with ring_error(r) set. */
+int ring_rejoin(ring *r, const char *workers);
 /* Say bye to every worker and collect their last counters (ring_totals is complete after it);
  * the ring evaluates nothing more. ring_close does this too. */
 void ring_finish(ring *r);

@@ -155,6 +155,44 @@ session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, ker
     return NULL;
 }
 
+static int head_reown(void *ctx, const bool *owns, ring_layers *out, char *err, size_t errlen)
+{
+    ring_head *h = ctx;
+    if (engine_set_owned(h->s->e, owns)) {
+        snprintf(err, errlen, "out of memory for the KV cache of this device's new layers");
+        return -1;
+    }
+    *out = ring_layers_of_engine(h->s->e);
+    return 0;
+}
+
+/* The session's history holds the tokens at every position in the cache. */
+static int head_inputs(void *ctx, int p0, int n, float *hidden)
+{
+    ring_head *h = ctx;
+    if (p0 < 0 || n < 1 || p0 + n > h->s->n_past)
+        return -1;
+    engine_embed(h->s->e, h->s->tokens + p0, n, hidden);
+    return 0;
+}
+
+int ring_head_failover(ring_head *h, session *s, const ring_planner *planner, FILE *log,
+                       char *err, size_t errlen)
+{
+    h->s = s;
+    ring_failover f = {.ctx = h, .reown = head_reown, .inputs = head_inputs, .planner = planner,
+                       .log = log};
+    return ring_set_failover(h->r, &f, err, errlen);
+}
+
+int ring_head_rejoin(ring_head *h, const char *workers, char *err, size_t errlen)
+{
+    if (!h->r || ring_rejoin(h->r, workers) >= 0)
+        return 0;
+    snprintf(err, errlen, "%s", ring_error(h->r));
+    return -1;
+}
+
 void ring_head_close(ring_head *h)
 {
     ring_close(h->r);

@@ -39,6 +39,7 @@ session_layers ring_session_layers(ring *r);
 typedef struct ring_head {
     ring_model rm;
     ring *r;
+    session *s;         /* with failover: the session whose tokens rebuild the cache */
 } ring_head;
 
 /* The session of a ring's head: connects per o (its n_ctx and max_batch are set here), creates
@@ -46,6 +47,14 @@ typedef struct ring_head {
  * the session. NULL with a message on failure (h is then closed). */
 session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
                            int n_ctx, int n_batch, char *err, size_t errlen);
+/* Failover for the head's session s (see ring_set_failover): the head's engine takes the layers
+ * of each new plan, and the cache is rebuilt from the session's tokens. planner: for new plans
+ * (NULL: by free memory); log: one line per recovery. 0, or -1 with err. */
+int ring_head_failover(ring_head *h, session *s, const ring_planner *planner, FILE *log,
+                       char *err, size_t errlen);
+/* Between requests: lost workers that answer again, and those of `workers` (NULL: none), join
+ * the ring (ring_rejoin). 0, or -1 with err. */
+int ring_head_rejoin(ring_head *h, const char *workers, char *err, size_t errlen);
 void ring_head_close(ring_head *h);
 
 #endif

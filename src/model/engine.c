@@ -118,6 +118,39 @@ void engine_free(engine *e)
     free(e);
 }
 
+int engine_set_owned(engine *e, const bool *owns)
+{
+    const model_hparams *hp = &e->m->hp;
+    const size_t cache_bytes = (size_t)e->n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
+                               sizeof(uint16_t);
+    int rc = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        e->filled[il] = 0;
+        bool want = owns ? owns[il] : true;
+        if (want == e->owns[il])
+            continue;
+        if (want) {
+            e->k_cache[il] = calloc(1, cache_bytes);
+            e->v_cache[il] = calloc(1, cache_bytes);
+            if (!e->k_cache[il] || !e->v_cache[il]) {
+                want = false;
+                rc = -1;
+            }
+        }
+        if (!want) {
+            free(e->k_cache[il]);
+            free(e->v_cache[il]);
+            e->k_cache[il] = e->v_cache[il] = NULL;
+            if (e->owns[il])
+                e->kv_bytes -= 2 * cache_bytes;
+        } else {
+            e->kv_bytes += 2 * cache_bytes;
+        }
+        e->owns[il] = want;
+    }
+    return rc;
+}
+
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes)
 {
     *kv_bytes = e->kv_bytes;

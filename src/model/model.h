@@ -70,6 +70,10 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
  * for a range outside the context. */
 int engine_kv_truncate(engine *e, int p0);
 int engine_kv_shift(engine *e, int p0, int p1, int delta);
+/* From now on keep a KV cache for exactly the layers in owns (NULL = all), every one of them
+ * empty: caches of layers no longer owned are freed, new ones allocated (a ring's head after
+ * its plan changed). 0, or -1 when out of memory (some of the layers are then not owned). */
+int engine_set_owned(engine *e, const bool *owns);
 /* Bytes held by the KV cache and by the scratch buffers. */
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes);
 

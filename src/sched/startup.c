@@ -81,11 +81,26 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         snprintf(err, errlen, "scheduler: out of memory");
         goto done;
     }
-    say(sp, "scheduler: profiling this device (the head)");
-    profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads};
-    if (profile_measure(&po, &prof[0], err, errlen))
-        goto done;
+    if (!sp->head_measured) {
+        say(sp, "scheduler: profiling this device (the head)");
+        profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads};
+        if (profile_measure(&po, &sp->head, err, errlen))
+            goto done;
+        sp->head_measured = true;
+    }
+    prof[0] = sp->head;
     for (int d = 1; d < n; d++) {
+        const char *addr = ring_worker_addr(r, d);
+        sched_known *k = NULL;
+        for (int i = 0; i < sp->n_known && !k; i++)
+            if (!strcmp(sp->known[i].addr, addr))
+                k = &sp->known[i];
+        if (k) {
+            prof[d] = k->p;
+            rtt[d] = k->rtt;
+            bw[d] = k->bw;
+            continue;
+        }
         say(sp, "scheduler: profiling device %d", d);
         if (ring_worker_profile(r, d, q->worker_threads, json, PROTO_SMALL_MAX)) {
             snprintf(err, errlen, "%s", ring_error(r));
@@ -103,6 +118,13 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         if (probe_link(r, d, sm.hop_bytes, &rtt[d], &bw[d])) {
             snprintf(err, errlen, "%s", ring_error(r));
             goto done;
+        }
+        if (sp->n_known < PRIMA_MAX_DEVICES) {
+            k = &sp->known[sp->n_known++];
+            snprintf(k->addr, sizeof k->addr, "%s", addr);
+            k->p = prof[d];
+            k->rtt = rtt[d];
+            k->bw = bw[d];
         }
     }
     /* Every hop is charged to its sender. The head measures only its own links; a hop between
@@ -158,8 +180,13 @@ static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,
                         int head_threads, FILE *log)
 {
-    *sp = (sched_planner){.rp = {.ctx = sp, .plan = plan}, .m = m, .model_path = model_path,
-                          .head_threads = head_threads, .opts = sched_opts_default(), .log = log};
+    memset(sp, 0, sizeof *sp);
+    sp->rp = (ring_planner){.ctx = sp, .plan = plan};
+    sp->m = m;
+    sp->model_path = model_path;
+    sp->head_threads = head_threads;
+    sp->opts = sched_opts_default();
+    sp->log = log;
 }
 
 void sched_profiler_init(sched_profiler *sp, const char *model_path)

@@ -3,7 +3,9 @@
  * The head's planner (ring_opts.planner): profiles the head, then asks each worker in turn for
  * its profile (devices may share hardware, so never two at once), probes each link with the
  * plan's message size, solves, prints the plan, and hands it to the ring. A ring of one device
- * keeps the ring's own plan (there is nothing to place).
+ * keeps the ring's own plan (there is nothing to place). It keeps what it measured: a later plan
+ * of the same ring (failover, a worker that rejoins) solves on the profiles it has, measuring
+ * only devices (by address) it has not seen.
  *
  * The worker's profile service (worker_opts.profile): measures the device once per worker
  * process and model and keeps the result; later heads get it at once, with the memory figures
@@ -18,8 +20,18 @@
 #include "sched/cost.h"
 #include "sched/profile.h"
 
+typedef struct sched_known {
+    char addr[NET_HOST_MAX + 8];
+    dev_profile p;
+    double rtt, bw;             /* of the head's link to it */
+} sched_known;
+
 typedef struct sched_planner {
     ring_planner rp;            /* give &rp to ring_opts.planner */
+    bool head_measured;
+    dev_profile head;
+    sched_known known[PRIMA_MAX_DEVICES];
+    int n_known;
     const model *m;
     const char *model_path;
     int head_threads;

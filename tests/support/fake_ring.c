@@ -1,11 +1,14 @@
 #include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include "cluster/net.h"
 #include "fake_ring.h"
 
 #define HEAD_BYTES 8192
@@ -188,6 +191,46 @@ int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret
     }
     fw->port = worker_port(fw->w);
     return pthread_create(&fw->thread, NULL, worker_thread, fw->w);
+}
+
+ring *fake_head_connect(const fake_model *fm, const ring_opts *o, ring_layers *layers, char *err,
+                        size_t errlen)
+{
+    ring *r = ring_connect(o, &fm->rm, err, errlen);
+    if (!r)
+        return NULL;
+    bool *owns = calloc((size_t)fm->rm.n_layer, sizeof *owns);
+    plan_owned_layers(ring_get_plan(r), 0, owns);
+    fake_layers_open(fm, owns, o->n_ctx, layers);
+    free(owns);
+    return r;
+}
+
+int fake_worker_fork(fake_model *fm, int *port)
+{
+    char err[256];
+    int lfd = net_listen("127.0.0.1", *port, port, err, sizeof err);
+    if (lfd < 0) {
+        fprintf(stderr, "fake worker: %s\n", err);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the test */
+        for (int fd = 3; fd < 1024; fd++)
+            if (fd != lfd && fd != fm->fd)
+                close(fd);
+        worker_opts o = {.listen_fd = lfd, .threads = 1, .method = PREFETCH_MADVISE,
+                         .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
+        fake_backend_init(fm);
+        worker *wk = worker_create(&o, &fm->backend, err, sizeof err);
+        if (!wk)
+            _exit(3);
+        worker_run(wk);
+        _exit(0);
+    }
+    close(lfd);
+    return pid;
 }
 
 void fake_worker_stop(fake_worker *fw)

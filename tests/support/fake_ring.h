@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cluster/device.h"
+#include "cluster/ring.h"
 #include "cluster/worker.h"
 
 typedef struct fake_model {
@@ -43,6 +44,16 @@ typedef struct fake_worker {
 
 int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret);
 void fake_worker_stop(fake_worker *fw);
+
+/* A worker serving fm in a child process on 127.0.0.1:*port (0: any free port; *port gets the
+ * one bound), killed with the test. The child keeps no other descriptor of this process (a head's
+ * links among them would outlive the head closing them). Returns the pid, or -1. */
+int fake_worker_fork(fake_model *fm, int *port);
+
+/* ring_connect, then the head's layers (a cache for those the plan gives it) into *layers.
+ * NULL with err on failure. */
+ring *fake_head_connect(const fake_model *fm, const ring_opts *o, ring_layers *layers, char *err,
+                        size_t errlen);
 
 /* "127.0.0.1:p1,127.0.0.1:p2,..." */
 void fake_worker_list(const fake_worker *fw, int n, char *out, size_t cap);
