@@ -4,7 +4,8 @@
 # answer completes, equals the uninterrupted one (greedy, and sampled with a seed) and the head
 # prints one line naming the lost device, the new plan and the recovery time. With --no-failover
 # the head stops instead, naming the device. PRIMA_FAILOVER_TRIALS sets the number of trials per
-# ring size (default 4); the recovery times are printed at the end.
+# ring size (default 4); the recovery times are printed at the end. In a chat, a worker lost
+# before a turn is planned around and, restarted, rejoins for the next one.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" ring-failover
 
@@ -114,6 +115,41 @@ kill -0 $head 2>/dev/null && { fail "--no-failover: the head still runs"; kill -
 wait $head
 [ $? = 1 ] && grep -q "^prima: .*device 2 (${workers[1]})" "$tmp/err" ||
     fail "--no-failover: $(tail -n 2 "$tmp/err")"
+
+# A chat: a worker killed before the second turn is planned around; restarted on its port, it
+# rejoins for the third; every reply equals the single-device chat's.
+chat_model=$fixtures/models/stories260K.gguf
+turns=("hello there" "tell me a story" "and then")
+printf '%s\n' "${turns[@]}" | "$prima" run -m "$chat_model" -cnv --temp 0 -n 16 -t 1 \
+    >"$tmp/chat_one.txt" 2>/dev/null
+for i in 1 2; do start_worker "$chat_model" "$tmp/chat$i.log"; cport[$i]=$port; cpid[$i]=${pids[-1]}; done
+mkfifo "$tmp/chat_in"
+"$prima" run -m "$chat_model" -cnv --temp 0 -n 16 -t 1 -lw 1,2,2 \
+    --workers 127.0.0.1:${cport[1]},127.0.0.1:${cport[2]} <"$tmp/chat_in" >"$tmp/chat_ring.txt" \
+    2>"$tmp/chat_err" &
+head=$!
+exec 7>"$tmp/chat_in"
+turn() { # text: send one turn, wait for its reply (the next prompt)
+    local before
+    before=$(grep -o '> ' "$tmp/chat_ring.txt" | wc -l)
+    echo "$1" >&7
+    for _ in $(seq 100); do [ "$(grep -o '> ' "$tmp/chat_ring.txt" | wc -l)" -gt "$before" ] && return; sleep 0.05; done
+}
+for _ in $(seq 100); do grep -q '> ' "$tmp/chat_ring.txt" && break; sleep 0.05; done
+turn "${turns[0]}"
+{ kill -9 "${cpid[2]}"; wait "${cpid[2]}"; } 2>/dev/null
+turn "${turns[1]}"
+"$prima" worker -m "$chat_model" --host 127.0.0.1 --port "${cport[2]}" -t 1 >"$tmp/chat2b.log" 2>&1 7>&- &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening" "$tmp/chat2b.log" && break; sleep 0.05; done
+turn "${turns[2]}"
+exec 7>&-
+wait $head || fail "chat with failover: $(tail -n 2 "$tmp/chat_err")"
+cmp -s "$tmp/chat_one.txt" "$tmp/chat_ring.txt" || fail "the chat's replies differ from one device's"
+grep -q "^prima: lost device 2 (127.0.0.1:${cport[2]})" "$tmp/chat_err" || fail "chat: no failover line"
+grep -q "^prima: rejoin of 127.0.0.1:${cport[2]}; new plan: 3 device(s)" "$tmp/chat_err" ||
+    fail "chat: the restarted worker did not rejoin: $(grep '^prima: ' "$tmp/chat_err")"
+grep "^prima: lost\|^prima: rejoin" "$tmp/chat_err"
 
 range() { printf '%s\n' "$@" | sort -n | sed -n '1p;$p' | paste -sd- ; }
 echo "recovery after SIGKILL: ${#kill_times[@]} trials, $(range "${kill_times[@]:-0}") s;" \

@@ -111,6 +111,11 @@ static int parse(struct opts *o, int argc, char **argv)
     }
     if (o->ra.workers)
         return cli_fail("bench ring: it starts its own workers (no --workers)"), 2;
+    if (ring_args_session_given(&o->ra)) {
+        cli_fail("bench ring: --discover, --discovery-port and --no-failover are for prima run "
+                 "and prima logits (the benchmark starts its own workers and stops on a loss)");
+        return 2;
+    }
     if (run_opts_finish(&o->ro) || ring_args_finish(&o->ra))
         return 2;
     if (!o->single_threads)

@@ -36,6 +36,7 @@ static void usage(FILE *out, const run_opts *o)
     fputs("                          (-c defaults to the prompt plus N; -b to the whole prompt)\n",
           out);
     ring_args_usage(out);
+    ring_args_usage_session(out);
     fputs(
           "  -h, --help              show this help\n"
           "\n"
@@ -288,6 +289,10 @@ static int run_logits(logits_job *j)
         goto done;
     }
     if (ring_args_active(&j->ra)) {
+        if (j->ra.discover && ring_args_discover(&j->ra, m, err, sizeof err)) {
+            cli_fail("%s", err);
+            goto done;
+        }
         ring_opts ro = ring_args_opts(&j->ra);
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
         sp.stats = j->ra.stats;

@@ -26,6 +26,7 @@ static void usage(FILE *out, const run_opts *o)
           out);
     run_opts_usage(o, out);
     ring_args_usage(out);
+    ring_args_usage_session(out);
     fputs("  -h, --help              show this help\n"
           "\n"
           "Exit status: 0 on success (a full context included), 1 on an error (a model or\n"

@@ -32,6 +32,7 @@ static void usage(FILE *out, const run_opts *o)
           out);
     run_opts_usage(o, out);
     ring_args_usage(out);
+    ring_args_usage_session(out);
     fputs("server:\n"
           "  --host ADDR             address to listen on (default 127.0.0.1; another\n"
           "                          without an API key prints a warning)\n"

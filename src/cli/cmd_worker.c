@@ -8,6 +8,7 @@
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/worker_serve.h"
+#include "cluster/discover.h"
 #include "cluster/ring_engine.h"
 #include "cluster/sysmem.h"
 #include "sched/startup.h"
@@ -39,6 +40,10 @@ static void usage(FILE *out)
             "                          compute: touch (default), madvise or fadvise\n"
             "  --secret-file FILE      shared secret the head must prove, and this worker proves\n"
             "                          (default: $PRIMA_SECRET_FILE; none)\n"
+            "  --advertise             answer discovery probes of heads with the same secret\n"
+            "                          (prima run --discover): UDP broadcast and link-local\n"
+            "                          multicast; needs the secret, which authenticates both\n"
+            "  --discovery-port P      UDP port for discovery (default %d)\n"
             "  -v, --verbose           also log every batch's counters\n"
             "  --stats FILE            each head's plan for this device, for programs: one JSON\n"
             "                          object per line (\"event\": worker_plan; device, rounds,\n"
@@ -48,7 +53,7 @@ static void usage(FILE *out)
             "\n"
             "Stop it with Ctrl-C or SIGTERM. Exit status: 0 when stopped, 1 on an error (model,\n"
             "port), 2 on a usage error.\n",
-            DEFAULT_PORT);
+            DEFAULT_PORT, DISC_PORT);
 }
 
 static worker *running;
@@ -89,7 +94,22 @@ int serve_worker(const serve_opts *o)
                       .verbose = o->verbose, .stats = stats, .profile = sched_profiler_serve,
                       .profile_ctx = &prof};
     worker *w = worker_create(&wo, &eb.b, err, sizeof err);
+    disc_advertiser *adv = NULL;
     int rc = 0;
+    if (w && o->advertise) {
+        disc_keys dk;
+        disc_summary ds = {.port = worker_port(w), .n_layer = (uint32_t)m->hp.n_layer,
+                           .threads = (uint32_t)o->threads, .mem_budget = sysmem_budget()};
+        memcpy(ds.identity, rm.identity, sizeof ds.identity);
+        ring_random(&ds.instance, sizeof ds.instance);
+        if (disc_keys_derive(wo.secret, &dk, err, sizeof err) == 0)
+            adv = disc_advertise_start(&dk, &ds, o->discovery_port, NULL,
+                                       o->quiet ? NULL : stderr, err, sizeof err);
+        if (!adv) {
+            worker_free(w);
+            w = NULL;
+        }
+    }
     if (!w) {
         rc = cli_fail("%s", err);
     } else {
@@ -107,6 +127,7 @@ int serve_worker(const serve_opts *o)
         signal(SIGPIPE, SIG_IGN);
         worker_run(w);
         running = NULL;
+        disc_advertise_stop(adv);
         worker_free(w);
     }
     if (stats)
@@ -134,10 +155,14 @@ static int cmd_worker(int argc, char **argv)
             o.quiet = true;
             continue;
         }
+        if (!strcmp(a, "--advertise")) {
+            o.advertise = true;
+            continue;
+        }
         bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
                      !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
                      !strcmp(a, "--prefetch-method") || !strcmp(a, "--secret-file") ||
-                     !strcmp(a, "--stats");
+                     !strcmp(a, "--stats") || !strcmp(a, "--discovery-port");
         if (!known) {
             cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
             return 2;
@@ -157,6 +182,9 @@ static int cmd_worker(int argc, char **argv)
             o.stats_file = v;
         else if (!strcmp(a, "--port")) {
             if (parse_int_arg(a, v, 0, 65535, &o.port))
+                return 2;
+        } else if (!strcmp(a, "--discovery-port")) {
+            if (parse_int_arg(a, v, 1, 65535, &o.discovery_port))
                 return 2;
         } else if (!strcmp(a, "--prefetch-method")) {
             int mth = prefetch_method_parse(v);

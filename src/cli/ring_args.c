@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -6,6 +7,7 @@
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/net.h"
+#include "cluster/discover.h"
 
 void ring_args_init(ring_args *a)
 {
@@ -65,6 +67,10 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->no_prefetch = true;
         return 1;
     }
+    if (!strcmp(f, "--discover")) {
+        a->discover = true;
+        return 1;
+    }
     if (!strcmp(f, "--no-failover")) {
         a->no_failover = true;
         return 1;
@@ -76,7 +82,7 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
     static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
                                              "--rounds", "--release", "--wire", "--secret-file",
                                              "--worker-threads", "--prefetch-method",
-                                             "--stats", NULL};
+                                             "--stats", "--discovery-port", NULL};
     int known = 0;
     for (int j = 0; with_value[j]; j++)
         known |= !strcmp(f, with_value[j]);
@@ -94,6 +100,8 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         return parse_windows(a, v) ? -1 : 1;
     } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
         return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
+    } else if (!strcmp(f, "--discovery-port")) {
+        return parse_int_arg(f, v, 1, 65535, &a->discovery_port) ? -1 : 1;
     } else if (!strcmp(f, "--worker-threads")) {
         return parse_threads_arg(f, v, &a->worker_threads) ? -1 : 1;
     } else if (!strcmp(f, "--release")) {
@@ -153,7 +161,7 @@ int ring_args_finish(ring_args *a)
 
 bool ring_args_active(const ring_args *a)
 {
-    return (a->workers && *a->workers) || a->n_lw > 0 || a->k > 0;
+    return (a->workers && *a->workers) || a->n_lw > 0 || a->k > 0 || a->discover;
 }
 
 ring_opts ring_args_opts(const ring_args *a)
@@ -165,12 +173,102 @@ ring_opts ring_args_opts(const ring_args *a)
                        .stats = a->stats};
 }
 
+#define REDISCOVER_S 10
+#define REDISCOVER_MS 300
+
+bool ring_args_session_given(const ring_args *a)
+{
+    return a->discover || a->no_failover || a->discovery_port;
+}
+
+int ring_args_discover(ring_args *a, const model *m, char *err, size_t errlen)
+{
+    char line[1024];
+    ring_model rm;
+    disc_keys dk;
+    disc_result *res = malloc(sizeof *res);
+    if (!res) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    /* Later probes, between requests, keep the requests waiting: briefer and rarer. */
+    int64_t now = net_now_ns();
+    if (a->discovery_done && now - a->discovered_ns < (int64_t)REDISCOVER_S * 1000000000) {
+        free(res);
+        return 0;
+    }
+    a->discovered_ns = now;
+    disc_opts o = {.port = a->discovery_port, .wait_ms = a->discovery_done ? REDISCOVER_MS : 0};
+    int rc = ring_model_init(&rm, m, err, errlen);
+    if (rc == 0) {
+        rc = disc_keys_derive(&a->secret, &dk, err, errlen) ||
+             disc_probe(&dk, rm.identity, &o, res, err, errlen);
+        ring_model_release(&rm);
+        sodium_memzero(&dk, sizeof dk);
+    }
+    if (rc) {
+        free(res);
+        return -1;
+    }
+    char found[sizeof a->discovered] = "";
+    for (int i = 0, off = 0; i < res->n && off < (int)sizeof found; i++)
+        off += snprintf(found + off, sizeof found - (size_t)off, "%s%s", i ? "," : "",
+                        res->w[i].addr);
+    bool first = !a->discovery_done;
+    if (first || strcmp(found, a->discovered)) {
+        disc_describe(res, line, sizeof line);
+        fprintf(stderr, "prima: discovery: %s\n", line);
+    }
+    snprintf(a->discovered, sizeof a->discovered, "%s", found);
+    free(res);
+    if (!first)
+        return 0;
+    /* The listed workers first, in their order; then those found that are not listed. */
+    snprintf(a->all_workers, sizeof a->all_workers, "%s", a->workers ? a->workers : "");
+    for (char *p = found; *p;) {
+        size_t len = strcspn(p, ",");
+        char one[NET_HOST_MAX + 8];
+        snprintf(one, sizeof one, "%.*s", (int)len, p);
+        p += len + (p[len] == ',');
+        bool listed = false;
+        for (const char *q = a->workers; q && *q;) {
+            size_t ql = strcspn(q, ",");
+            listed |= ql == strlen(one) && !strncmp(q, one, ql);
+            q += ql + (q[ql] == ',');
+        }
+        size_t used = strlen(a->all_workers);
+        if (!listed)
+            snprintf(a->all_workers + used, sizeof a->all_workers - used, "%s%s",
+                     used ? "," : "", one);
+    }
+    a->workers = a->all_workers[0] ? a->all_workers : NULL;
+    a->discovery_done = true;
+    return 0;
+}
+
 int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_planner *sp,
                        char *err, size_t errlen)
 {
     if (a->no_failover)
         return 0;
     return ring_head_failover(h, s, a->n_lw ? NULL : &sp->rp, stderr, err, errlen);
+}
+
+void ring_args_usage_session(FILE *out)
+{
+    fputs("failover and discovery:\n"
+          "  --discover              also use the workers that answer a discovery probe on the\n"
+          "                          local network (prima worker --advertise) with this model\n"
+          "                          and the same --secret-file (needed); they follow those of\n"
+          "                          --workers. Says what it found (and what it ignored);\n"
+          "                          between requests (chat turns, server requests; at most\n"
+          "                          every 10 s) asks again and takes newcomers in\n"
+          "  --discovery-port P      UDP port for discovery (default 9499)\n"
+          "  --no-failover           stop with an error when a worker is lost (default: re-plan\n"
+          "                          on the devices left, rebuild the KV cache through the new\n"
+          "                          ring and finish the answer; with -lw the new plan splits\n"
+          "                          the layers by free memory)\n",
+          out);
 }
 
 void ring_args_usage(FILE *out)
@@ -202,10 +300,6 @@ void ring_args_usage(FILE *out)
           "                          greedy text may diverge at near-ties)\n"
           "  --secret-file FILE      shared secret every device must prove (default:\n"
           "                          $PRIMA_SECRET_FILE; none)\n"
-          "  --no-failover           stop with an error when a worker is lost (default: re-plan\n"
-          "                          on the devices left, rebuild the KV cache through the new\n"
-          "                          ring and finish the answer; with -lw the new plan splits\n"
-          "                          the layers by free memory)\n"
           "  --verbose               per batch and device: compute and wait time, major page\n"
           "                          faults, disk bytes read, pages resident at compute start,\n"
           "                          bytes sent and received; totals at the end\n"

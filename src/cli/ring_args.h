@@ -19,6 +19,12 @@ typedef struct ring_args {
     int worker_threads;
     bool no_prefetch;
     bool no_failover;
+    bool discover;
+    int discovery_port;                /* 0: DISC_PORT */
+    char all_workers[2048];            /* --workers, then the workers discovered */
+    char discovered[2048];             /* the workers the last discovery found */
+    bool discovery_done;               /* the first discovery added its workers */
+    int64_t discovered_ns;             /* when the last discovery ran */
     enum release_policy release;
     enum prefetch_method method;
     enum wire_type wire;
@@ -39,6 +45,12 @@ int ring_args_finish(ring_args *a);
 bool ring_args_active(const ring_args *a);
 /* The options for ring_connect (n_ctx and max_batch are the caller's). */
 ring_opts ring_args_opts(const ring_args *a);
+/* With --discover: probe the network for workers holding m's model with the same secret, say
+ * in one line on stderr what was found (the first time, and whenever it changes), and add
+ * them after those of --workers (the first time; later calls, between requests, only update
+ * a->discovered, with a shorter wait and at most every 10 s). 0, or -1 with
+ * err. */
+int ring_args_discover(ring_args *a, const model *m, char *err, size_t errlen);
 /* Failover for a head's session s, unless --no-failover: new plans by Halda on sp's profiles
  * when the windows were not given by hand, else by free memory; one line per recovery on
  * stderr. sp must outlive the ring. 0, or -1 with err. */
@@ -47,5 +59,9 @@ int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_plann
 void ring_args_usage(FILE *out);
 /* A --stats file (cluster/stats.h) opened for writing, or NULL after an error naming it. */
 FILE *stats_file_open(const char *path);
+/* The options of a head that answers requests (run, logits, serve): discovery and failover. The
+ * benchmarks refuse them (ring_args_session_given). */
+void ring_args_usage_session(FILE *out);
+bool ring_args_session_given(const ring_args *a);
 
 #endif

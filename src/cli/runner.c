@@ -48,6 +48,8 @@ int runner_args(runner *r, unsigned groups, int argc, char **argv,
 int runner_session(runner *r, char *err, size_t errlen)
 {
     if (ring_args_active(&r->ra)) {
+        if (r->ra.discover && !r->ra.discovery_done && ring_args_discover(&r->ra, r->m, err, errlen))
+            return -1;
         ring_opts ro = ring_args_opts(&r->ra);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
         r->sp.stats = r->ra.stats;
@@ -66,7 +68,9 @@ int runner_session(runner *r, char *err, size_t errlen)
 
 int runner_rejoin(runner *r, char *err, size_t errlen)
 {
-    return ring_head_rejoin(&r->rh, NULL, err, errlen);
+    if (r->ra.discover && ring_args_discover(&r->ra, r->m, err, errlen))
+        return -1;
+    return ring_head_rejoin(&r->rh, r->ra.discover ? r->ra.discovered : NULL, err, errlen);
 }
 
 void runner_session_close(runner *r)

@@ -42,8 +42,8 @@ int runner_load(runner *r);
 int runner_open(runner *r);
 /* (Re)open the session: on this device, or connect and start the ring. 0, or -1 with err. */
 int runner_session(runner *r, char *err, size_t errlen);
-/* Between requests: workers lost earlier that answer again join the ring (ring_head_rejoin).
- * 0, or -1 with err. */
+/* Between requests: workers lost earlier that answer again, and with --discover those found
+ * anew, join the ring (ring_head_rejoin). 0, or -1 with err. */
 int runner_rejoin(runner *r, char *err, size_t errlen);
 /* Close the session (saying bye to the ring's workers first). */
 void runner_session_close(runner *r);

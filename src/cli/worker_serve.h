@@ -18,6 +18,8 @@ typedef struct serve_opts {
     bool verbose;              /* counters of every batch */
     const char *stats_file;    /* each head's plan for this device, for programs; NULL: none */
     bool quiet;                /* no log at all */
+    bool advertise;            /* answer discovery probes (cluster/discover.h) */
+    int discovery_port;        /* UDP; 0: DISC_PORT */
 } serve_opts;
 
 /* Load the model and serve heads until SIGINT or SIGTERM. Returns the exit status. */
