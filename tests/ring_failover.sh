@@ -22,7 +22,12 @@ n_prompt=$(sed -n 's/^prima: prompt \([0-9]*\) tokens.*/\1/p' "$tmp/err")
 start_ms=$(date +%s%N)
 # how long an uninterrupted run takes, to place the faults inside it
 workers=()
-for i in 1 2 3; do start_worker "$big" "$tmp/w$i.log"; workers+=("127.0.0.1:$port"); wpid[$i]=${pids[-1]}; done
+for i in 1 2 3; do
+    wlog[$i]=$tmp/w$i.log
+    start_worker "$big" "${wlog[$i]}"
+    workers+=("127.0.0.1:$port")
+    wpid[$i]=${pids[-1]}
+done
 # Wait until the worker's log shows the plan of one more session: the ring is up.
 planned() { # log count
     for _ in $(seq 400); do [ "$(grep -c ': plan: device' "$1")" -gt "$2" ] && return 0; sleep 0.01; done
@@ -31,7 +36,7 @@ planned() { # log count
 "$prima" run "${run_args[@]}" "${greedy[@]}" --workers "${workers[0]},${workers[1]},${workers[2]}" \
     -lw 1,2,1,2 >"$tmp/ring.txt" 2>"$tmp/err" &
 head=$!
-planned "$tmp/w1.log" 0
+planned "${wlog[1]}" 0
 t0=$(date +%s%N)
 wait $head || fail "uninterrupted ring: $(cat "$tmp/err")"
 span_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -49,11 +54,11 @@ trial() { # n_dev signal mode(greedy|sampled) phase(prefill|decode)
     local mode_args=("${greedy[@]}")
     [ "$mode" = sampled ] && mode_args=("${sampled[@]}")
     local sessions
-    sessions=$(grep -c ': plan: device' "$tmp/w$victim.log")
+    sessions=$(grep -c ': plan: device' "${wlog[$victim]}")
     "$prima" run "${run_args[@]}" "${mode_args[@]}" --workers "$list" -lw $lw \
         >"$tmp/out.txt" 2>"$tmp/err" &
     local head=$!
-    planned "$tmp/w$victim.log" "$sessions" || fail "$n_dev devices: the ring did not start"
+    planned "${wlog[$victim]}" "$sessions" || fail "$n_dev devices: the ring did not start"
     # a random moment of the phase (as long as the uninterrupted ring took for it)
     local from=0 len=$prefill_ms
     [ "$phase" = decode ] && { from=$prefill_ms; len=$(((span_ms - prefill_ms) * 8 / 10)); }
@@ -88,7 +93,9 @@ trial() { # n_dev signal mode(greedy|sampled) phase(prefill|decode)
     fi
     # the victim is replaced by a fresh worker for the next trial
     { kill -9 "${wpid[$victim]}"; wait "${wpid[$victim]}"; } 2>/dev/null
-    start_worker "$big" "$tmp/w$victim.log"
+    # a log of its own: reading the old one could find the old worker's port
+    wlog[$victim]=$tmp/w$victim.$RANDOM$RANDOM.log
+    start_worker "$big" "${wlog[$victim]}"
     workers[$((victim - 1))]="127.0.0.1:$port"
     wpid[$victim]=${pids[-1]}
 }

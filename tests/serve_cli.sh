@@ -220,11 +220,12 @@ start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w
 ring=(--workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,2,1)
 want=$(run_text -p "Once upon a time" -n 32 --temp 0)
 devices() { curl -s "http://127.0.0.1:$sport/health" >"$tmp/body"; field '.ring.devices | length'; }
-restart_w2() {
-    "$prima" worker -m "$model" --host 127.0.0.1 --port "$p2" -t 1 >"$tmp/w2b.log" 2>&1 &
+restart_w2() {   # each time with a log of its own (the old one says "listening" already)
+    local log=$tmp/w2.$RANDOM$RANDOM.log
+    "$prima" worker -m "$model" --host 127.0.0.1 --port "$p2" -t 1 >"$log" 2>&1 &
     w2=$!
     pids+=($w2)
-    for _ in $(seq 100); do grep -q listening "$tmp/w2b.log" && break; sleep 0.05; done
+    for _ in $(seq 100); do grep -q listening "$log" && break; sleep 0.05; done
 }
 start_server "$tmp/ring.log" -m "$model" "${ring[@]}" || exit 1
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
