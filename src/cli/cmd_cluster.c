@@ -102,7 +102,7 @@ static int cmd_cluster(int argc, char **argv)
     int n_dev = DEFAULT_DEVICES;
     run_opts ro;
     ring_args ra;
-    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN);
+    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_SPEC);
     ring_args_init(&ra);
     bool threads_given = false;
     /* Everything but --devices goes to the head; parse it here only to find what the cluster

@@ -84,6 +84,13 @@ static void print_stats(const runner *r)
         fprintf(stderr, "prima: %d context shift(s)\n", st->n_shift);
     emit_times(r->ra.stats, "prompt", st->n_prompt, st->prompt_s);
     emit_times(r->ra.stats, "generation", st->n_gen, st->gen_s);
+    if (r->spec)
+        fprintf(stderr, "prima: speculation (%s): %ld evaluations for %d tokens; drafted %ld, "
+                        "accepted %ld (acceptance %.1f%%)\n",
+                r->draft ? r->o.draft_model : "n-gram", st->spec.steps, st->n_gen,
+                st->spec.drafted, st->spec.accepted,
+                st->spec.drafted ? 100.0 * (double)st->spec.accepted / (double)st->spec.drafted
+                                 : 0.0);
     fprintf(stderr, "prima: memory: weights %.1f MiB mapped, KV cache %.1f MiB, scratch %.1f MiB; "
                     "peak resident %.1f MiB\n",
             (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,

@@ -13,10 +13,19 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A context shift of the session, followed by the draft's. */
+static int shift(session *s, const gen_opts *o)
+{
+    int n_discard = session_shift(s, o->n_keep);
+    if (n_discard > 0)
+        spec_shifted(o->spec, o->n_keep, n_discard);
+    return n_discard;
+}
+
 int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens, int n,
              gen_stats *st, char *err, size_t errlen)
 {
-    while (n > s->n_ctx - s->n_past && o->context_shift && session_shift(s, o->n_keep) > 0)
+    while (n > s->n_ctx - s->n_past && o->context_shift && shift(s, o) > 0)
         st->n_shift++;
     double t0 = now_s();
     if (session_eval(s, tokens, n, NULL, err, errlen))
@@ -89,17 +98,42 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
     double t0 = now_s();
     char piece[512];
 
+    /* out[used..n_out): chosen tokens still to print; the last one is not evaluated yet */
+    int32_t out[SPEC_MAX_DRAFT + 1];
+    int n_out = 0, used = 0;
+    bool stepped = false; /* out came from a step (else from the logits after the prompt) */
     for (int n_gen = 0; o->n_predict < 0 || n_gen < o->n_predict;) {
-        int32_t tok = sampler_sample(smp, s->logits);
+        if (n_out == 0) { /* the first token, from the logits after the prompt */
+            out[n_out++] = sampler_sample(smp, s->logits);
+            sampler_accept(smp, out[0]);
+        } else if (used == n_out) {
+            if (s->n_past == s->n_ctx) {
+                if (!o->context_shift || shift(s, o) == 0) {
+                    end = GEN_CONTEXT_FULL;
+                    break;
+                }
+                st->n_shift++;
+            }
+            int want = o->n_predict < 0 ? SPEC_MAX_DRAFT + 1 : o->n_predict - n_gen;
+            n_out = spec_step(o->spec, s, smp, out[n_out - 1], want, out, &st->spec, err, errlen);
+            used = 0;
+            stepped = true;
+            if (n_out < 0) {
+                n_out = 0;
+                end = GEN_ERROR;
+                break;
+            }
+        }
+        int32_t tok = out[used++];
         if (tokenizer_is_eog(tk, tok)) {
             end = GEN_EOG;
             break;
         }
-        if (o->on_token && o->on_token(o->on_token_user, tok, s->logits)) {
+        const float *logits = stepped ? spec_logits(o->spec, s, used - 1) : s->logits;
+        if (o->on_token && o->on_token(o->on_token_user, tok, logits)) {
             end = GEN_CANCELLED;
             break;
         }
-        sampler_accept(smp, tok);
         n_gen++;
         st->n_gen++;
         size_t np = detok_push(&ds, tk, tok, piece, sizeof piece);
@@ -122,20 +156,11 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
             emit(user, text.p + printed, text.len - hold - printed);
             printed = text.len - hold;
         }
-        if (o->n_predict >= 0 && n_gen >= o->n_predict)
-            break; /* the last token is chosen, not evaluated */
-        if (s->n_past == s->n_ctx) {
-            if (!o->context_shift || session_shift(s, o->n_keep) == 0) {
-                end = GEN_CONTEXT_FULL;
-                break;
-            }
-            st->n_shift++;
-        }
-        if (session_eval(s, &tok, 1, NULL, err, errlen)) {
-            end = GEN_ERROR;
-            break;
-        }
     }
+    /* Tokens a step evaluated after the one generation stopped at are forgotten: the session
+     * ends as without speculation, the last chosen token not evaluated. */
+    if (used < n_out)
+        session_truncate(s, s->n_past - (n_out - used));
     if (end != GEN_STOP_STRING) {
         size_t np = detok_flush(&ds, piece, sizeof piece);
         if (text_append(&text, piece, np) == 0 && text.len > printed)

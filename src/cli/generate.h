@@ -1,6 +1,7 @@
 /* generate.h — the token loop shared by the commands that produce text: feed a prompt, then
- * sample, print and evaluate one token at a time until an end-of-generation token, a user stop
- * string, the token limit or a full context (optionally shifted away). */
+ * sample, print and evaluate one token at a time (several with speculative decoding, spec.h)
+ * until an end-of-generation token, a user stop string, the token limit or a full context
+ * (optionally shifted away). */
 #ifndef PRIMA_GENERATE_H
 #define PRIMA_GENERATE_H
 
@@ -10,6 +11,7 @@
 
 #include "model/sample.h"
 #include "model/session.h"
+#include "model/spec.h"
 #include "text/tokenizer.h"
 
 typedef struct gen_opts {
@@ -23,11 +25,15 @@ typedef struct gen_opts {
      * token is dropped). NULL: none. (The server's cancellation and log-probabilities.) */
     int (*on_token)(void *user, int32_t token, const float *logits);
     void *on_token_user;
+    /* Speculative decoding: its steps replace single evaluations (its draft follows the
+     * session; any sampler may be used with it). NULL: one token per evaluation. */
+    spec *spec;
 } gen_opts;
 
 typedef struct gen_stats {
     int n_prompt, n_gen, n_shift;
     double prompt_s, gen_s;
+    spec_counts spec;           /* evaluations of the model while generating, drafts */
 } gen_stats;
 
 enum gen_end { GEN_EOG, GEN_STOP_STRING, GEN_LIMIT, GEN_CONTEXT_FULL, GEN_CANCELLED, GEN_ERROR };

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_opts.h"
+#include "model/spec.h"
 #include "kernels/kern.h"
 
 int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out)
@@ -58,6 +59,11 @@ void run_opts_init(run_opts *o, unsigned groups)
     o->n_predict = -1;
     o->n_keep = -1;
     o->display_prompt = true;
+    spec_params sp;
+    spec_params_default(&sp, SPEC_DRAFT);
+    o->draft_max = sp.n_max;
+    o->draft_min = sp.n_min;
+    o->draft_p_min = sp.p_min;
 }
 
 enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR, OPT_SEED, OPT_STOP };
@@ -93,6 +99,11 @@ static const struct opt_desc opts[] = {
     {"--context-shift", NULL, RUN_OPT_GEN, OPT_FLAG, F(context_shift), 0, 0},
     {"--keep", NULL, RUN_OPT_GEN, OPT_INT, F(n_keep), -1, INT_MAX},
     {"-cnv", "--conversation", RUN_OPT_GEN, OPT_FLAG, F(conversation), 0, 0},
+    {"-md", "--model-draft", RUN_OPT_SPEC, OPT_STR, F(draft_model), 0, 0},
+    {"--spec", NULL, RUN_OPT_SPEC, OPT_STR, F(spec_mode), 0, 0},
+    {"--draft-max", NULL, RUN_OPT_SPEC, OPT_INT, F(draft_max), 1, SPEC_MAX_DRAFT},
+    {"--draft-min", NULL, RUN_OPT_SPEC, OPT_INT, F(draft_min), 0, SPEC_MAX_DRAFT},
+    {"--draft-p-min", NULL, RUN_OPT_SPEC, OPT_FLOAT, F(draft_p_min), 0, 0},
 };
 #undef F
 
@@ -231,6 +242,25 @@ int run_opts_finish(run_opts *o)
             o->prompt = o->prompt_owned;
         }
     }
+    if (o->groups & RUN_OPT_SPEC) {
+        if (o->spec_mode && strcmp(o->spec_mode, "ngram")) {
+            cli_fail("--spec: expected 'ngram', got '%s'", o->spec_mode);
+            return 2;
+        }
+        if (o->spec_mode && o->draft_model) {
+            cli_fail("give a draft model (-md) or --spec ngram, not both");
+            return 2;
+        }
+        if (o->draft_min > o->draft_max) {
+            cli_fail("--draft-min %d is larger than --draft-max %d", o->draft_min, o->draft_max);
+            return 2;
+        }
+        if (o->draft_p_min < 0.0f || o->draft_p_min > 1.0f) {
+            cli_fail("--draft-p-min must be in [0, 1], got %g", (double)o->draft_p_min);
+            return 2;
+        }
+        o->speculate = o->spec_mode || o->draft_model;
+    }
     return 0;
 }
 
@@ -281,5 +311,18 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "  -cnv, --conversation    interactive chat with the model's chat template; type\n"
               "                          /exit or end the input (Ctrl-D) to quit\n"
               "  --no-display-prompt     do not echo the prompt before the answer\n",
+              out);
+    if (o->groups & RUN_OPT_SPEC)
+        fputs("speculative decoding (a draft proposes tokens and the model checks several in one\n"
+              "evaluation, one pass round a ring; the output follows the model's distribution,\n"
+              "and under greedy sampling it is the same text):\n"
+              "  -md, --model-draft FILE a draft model with the model's vocabulary, run on this\n"
+              "                          device (the head)\n"
+              "  --spec ngram            draft without a model: propose what followed the last\n"
+              "                          tokens where they occurred before in the text\n"
+              "  --draft-max N           tokens drafted per step at most (default 16)\n"
+              "  --draft-min N           evaluate drafts of at least N tokens only (default 0)\n"
+              "  --draft-p-min P         stop drafting when the draft model's most likely token\n"
+              "                          has a probability below P (default 0.8)\n",
               out);
 }

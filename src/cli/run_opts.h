@@ -10,6 +10,7 @@
 #include "model/sample.h"
 
 enum run_opt_group {
+    RUN_OPT_SPEC = 16,    /* -md --spec --draft-max --draft-min --draft-p-min (runner_args) */
     RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock */
     RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
     RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
@@ -39,6 +40,12 @@ typedef struct run_opts {
     int n_keep;          /* -1: keep just the BOS token on a context shift */
     bool conversation;
     bool display_prompt;
+    /* speculative decoding */
+    const char *draft_model;
+    const char *spec_mode;  /* --spec: "ngram" */
+    int draft_max, draft_min;
+    float draft_p_min;
+    bool speculate;         /* -md or --spec given */
 } run_opts;
 
 void run_opts_init(run_opts *o, unsigned groups);

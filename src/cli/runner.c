@@ -18,7 +18,7 @@ int runner_args(runner *r, unsigned groups, int argc, char **argv,
                 void (*usage)(FILE *out, const run_opts *o),
                 int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
 {
-    run_opts_init(&r->o, groups);
+    run_opts_init(&r->o, groups | RUN_OPT_SPEC); /* every runner can speculate (runner_load) */
     ring_args_init(&r->ra);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -80,6 +80,27 @@ void runner_session_close(runner *r)
     r->s = NULL;
 }
 
+/* The draft model (on this device, the head, with the target's context) or the n-gram
+ * drafter. 0, or 1 after printing an error. */
+static int open_spec(runner *r)
+{
+    char err[512];
+    if (r->o.draft_model) {
+        r->draft = model_load(r->o.draft_model, err, sizeof err);
+        if (!r->draft)
+            return cli_fail("%s", err);
+    }
+    spec_params p;
+    spec_params_default(&p, r->o.spec_mode ? SPEC_NGRAM : SPEC_DRAFT);
+    p.n_max = r->o.draft_max;
+    p.n_min = r->o.draft_min;
+    p.p_min = r->o.draft_p_min;
+    p.log = r->ra.verbose ? stderr : NULL;
+    r->spec = spec_create(&p, r->m, r->draft, r->kc, r->n_ctx, r->o.n_batch,
+                          r->o.sp.seed ^ 0x9e3779b97f4a7c15ull, err, sizeof err);
+    return r->spec ? 0 : cli_fail("%s", err);
+}
+
 int runner_open(runner *r)
 {
     char err[512];
@@ -117,8 +138,11 @@ int runner_load(runner *r)
     r->smp = sampler_create(&r->o.sp, hp->n_vocab);
     if (!r->smp)
         return cli_fail("out of memory");
+    if (r->o.speculate && open_spec(r))
+        return 1;
     r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
-                       .context_shift = r->o.context_shift, .n_keep = r->o.n_keep};
+                       .context_shift = r->o.context_shift, .n_keep = r->o.n_keep,
+                       .spec = r->spec};
     if (r->go.n_keep < 0)
         r->go.n_keep = tokenizer_add_bos(r->tk) ? 1 : 0;
     return 0;
@@ -127,6 +151,8 @@ int runner_load(runner *r)
 void runner_close(runner *r)
 {
     sampler_free(r->smp);
+    spec_free(r->spec);
+    model_free(r->draft);
     runner_session_close(r);
     kern_ctx_free(r->kc);
     tokenizer_free(r->tk);

@@ -16,6 +16,8 @@ typedef struct runner {
     ring_head rh;
     sched_planner sp;   /* plans the ring at the start and after a loss */
     model *m;
+    model *draft;     /* -md */
+    spec *spec;       /* -md or --spec (go.spec) */
     tokenizer *tk;
     kern_ctx *kc;
     session *s;
@@ -27,7 +29,8 @@ typedef struct runner {
     double plan_s;      /* of load_s: the scheduler's profiling and planning (the last session) */
 } runner;
 
-/* The command line of a command that runs a model: the run options of `groups`, the ring's,
+/* The command line of a command that runs a model: the run options of `groups` and of
+ * speculative decoding (RUN_OPT_SPEC: the runner opens the speculator), the ring's,
  * and the command's own (extra: 1 consumed, 0 not one of them, -1 after an error; NULL: none),
  * then the options' final checks. Returns 0 to go on, -1 after printing the help (-h: exit 0),
  * or the exit status after an error: 2 for a usage error, 1 for a prompt file that cannot be

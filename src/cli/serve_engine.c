@@ -228,7 +228,7 @@ static void generate(serve_engine *se, srv_job *job, session *s, const int32_t *
         sampler_accept(smp, toks[i]);
     token_ctx tc = {se, job, r->tk, r->m->hp.n_vocab, q->top_logprobs, 0};
     gen_opts go = {.n_predict = q->max_tokens, .stop = q->stop, .n_stop = q->n_stop,
-                   .on_token = on_token, .on_token_user = &tc};
+                   .on_token = on_token, .on_token_user = &tc, .spec = r->spec};
     gen_stats st = {0};
     char err[512];
     res->prompt_tokens = n;

@@ -188,20 +188,12 @@ static int argmax(const cand *c, int n)
     return best;
 }
 
-int32_t sampler_sample(sampler *s, const float *logits)
+/* The chain after the penalties (temp > 0): the candidates that may be drawn, in c[0..n). */
+static int filter(sampler *s)
 {
     const sampler_params *p = &s->p;
     cand *c = s->c;
     int n = s->n_vocab;
-    /* A NaN compares false with everything, so one would defeat every filter below (min-p
-     * would keep nothing); it ranks below every number instead. */
-    for (int i = 0; i < n; i++)
-        c[i] = (cand){i, isnan(logits[i]) ? -INFINITY : logits[i]};
-    apply_penalties(s);
-
-    if (p->temp <= 0.0f)
-        return c[argmax(c, n)].id;
-
     bool sorted = false;
     if (p->top_k > 0 && p->top_k < n) {
         top_k(c, n, p->top_k);
@@ -239,19 +231,120 @@ int32_t sampler_sample(sampler *s, const float *logits)
                 c[kept++] = c[i];
         n = kept;
     }
+    return n;
+}
 
+/* A candidate's unnormalised probability: exp((logit - max) / temp). */
+static double weight(const sampler *s, const cand *c, float max)
+{
+    return exp((double)((c->logit - max) / s->p.temp));
+}
+
+/* The whole chain: the candidates left in c[0..n), their largest logit and the sum of their
+ * weights; *sum 0: a point mass on c[0] (greedy, or an infinity on top). Returns n. */
+static int chain(sampler *s, const float *logits, float *max, double *sum)
+{
+    cand *c = s->c;
+    /* A NaN compares false with everything, so one would defeat every filter (min-p would keep
+     * nothing); it ranks below every number instead. */
+    for (int i = 0; i < s->n_vocab; i++)
+        c[i] = (cand){i, isnan(logits[i]) ? -INFINITY : logits[i]};
+    apply_penalties(s);
+    *sum = 0.0;
+    if (s->p.temp <= 0.0f) {
+        c[0] = c[argmax(c, s->n_vocab)];
+        return 1;
+    }
+    int n = filter(s);
     int best = argmax(c, n);
-    float max = c[best].logit;
-    if (!isfinite(max))
-        return c[best].id; /* an infinity on top (or only -inf): no distribution to draw from */
-    double sum = 0.0;
+    *max = c[best].logit;
+    if (!isfinite(*max)) { /* an infinity on top (or only -inf): no distribution to draw from */
+        c[0] = c[best];
+        return 1;
+    }
     for (int i = 0; i < n; i++)
-        sum += exp((double)((c[i].logit - max) / p->temp));
+        *sum += weight(s, &c[i], *max);
+    return n;
+}
+
+int32_t sampler_sample(sampler *s, const float *logits)
+{
+    float max;
+    double sum;
+    int n = chain(s, logits, &max, &sum);
+    const cand *c = s->c;
+    if (sum <= 0.0)
+        return c[0].id;
     double r = next_uniform(s) * sum, cum = 0.0;
     for (int i = 0; i < n; i++) {
-        cum += exp((double)((c[i].logit - max) / p->temp));
+        cum += weight(s, &c[i], max);
         if (r < cum)
             return c[i].id;
     }
     return c[n - 1].id;
+}
+
+void sampler_probs(sampler *s, const float *logits, double *probs)
+{
+    memset(probs, 0, sizeof(double) * (size_t)s->n_vocab);
+    float max;
+    double sum;
+    int n = chain(s, logits, &max, &sum);
+    const cand *c = s->c;
+    if (sum <= 0.0) {
+        probs[c[0].id] = 1.0;
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        probs[c[i].id] = weight(s, &c[i], max) / sum;
+}
+
+double sampler_uniform(sampler *s)
+{
+    return next_uniform(s);
+}
+
+int32_t sampler_draw(sampler *s, const double *w)
+{
+    double sum = 0.0;
+    int32_t last = -1;
+    for (int i = 0; i < s->n_vocab; i++)
+        if (w[i] > 0.0) {
+            sum += w[i];
+            last = i;
+        }
+    if (last < 0)
+        return -1;
+    double r = next_uniform(s) * sum, cum = 0.0;
+    for (int i = 0; i < last; i++) {
+        cum += w[i] > 0.0 ? w[i] : 0.0;
+        if (r < cum)
+            return i;
+    }
+    return last;
+}
+
+int sampler_mirror(sampler *dst, const sampler *src)
+{
+    const int cap = src->p.repeat_last_n;
+    if (cap != dst->p.repeat_last_n) {
+        int32_t *w = malloc(sizeof(int32_t) * (size_t)(cap + 1));
+        int32_t *c = malloc(sizeof(int32_t) * (size_t)(cap + 1));
+        if (!w || !c) {
+            free(w);
+            free(c);
+            return -1;
+        }
+        free(dst->window);
+        free(dst->counting);
+        dst->window = w;
+        dst->counting = c;
+    }
+    uint64_t seed = dst->p.seed;
+    dst->p = src->p;
+    dst->p.seed = seed;
+    memcpy(dst->window, src->window, sizeof(int32_t) * (size_t)cap);
+    dst->win_len = src->win_len;
+    dst->win_next = src->win_next;
+    return 0;
 }

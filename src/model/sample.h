@@ -37,4 +37,18 @@ void sampler_reset(sampler *s);
  * it is. (session_eval refuses non-finite logits, so this only guards other callers.) */
 int32_t sampler_sample(sampler *s, const float *logits);
 
+/* For speculative decoding, which must apply the chain identically to the target's and the
+ * draft's logits and draw from what the chain leaves: */
+/* The distribution sampler_sample draws from, as n_vocab probabilities (0 for the tokens the
+ * chain removes; greedy: 1 for the argmax). Uses the current penalty window. */
+void sampler_probs(sampler *s, const float *logits, double *probs);
+/* A uniform number in [0, 1) from the sampler's random stream. */
+double sampler_uniform(sampler *s);
+/* A token drawn with probability proportional to w[id] (n_vocab weights, those <= 0 never),
+ * or -1 when no weight is positive. */
+int32_t sampler_draw(sampler *s, const double *w);
+/* Make dst choose as src does: src's parameters and penalty window, but dst's own random
+ * stream (the vocabularies must have the same size). 0, or -1 when out of memory. */
+int sampler_mirror(sampler *dst, const sampler *src);
+
 #endif

@@ -142,8 +142,19 @@ int session_shift(session *s, int n_keep)
     if (n_keep < 0)
         n_keep = 0;
     int n_discard = (s->n_past - n_keep) / 2;
-    if (n_discard <= 0)
+    return session_discard(s, n_keep, n_discard);
+}
+
+int session_discard(session *s, int n_keep, int n_discard)
+{
+    if (n_keep < 0)
+        n_keep = 0;
+    if (n_discard <= 0 || n_keep >= s->n_past)
         return 0;
+    if (n_keep + n_discard >= s->n_past) {
+        session_truncate(s, n_keep);
+        return 0;
+    }
     s->layers.kv_shift(s->layers.ctx, n_keep + n_discard, s->n_past, -n_discard);
     memmove(s->tokens + n_keep, s->tokens + n_keep + n_discard,
             sizeof(int32_t) * (size_t)(s->n_past - n_keep - n_discard));

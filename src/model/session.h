@@ -54,6 +54,10 @@ int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, ch
 /* Context shift: drop the oldest half of the history after the first n_keep tokens, moving the
  * rest down (keys re-rotated). Returns the number of tokens dropped (0 if nothing to drop). */
 int session_shift(session *s, int n_keep);
+/* The same edit with the count given: drop the n_discard tokens after the first n_keep (a
+ * session that mirrors another's shift, e.g. a draft model's). When fewer tokens follow, the
+ * history is cut to n_keep instead and 0 returned. */
+int session_discard(session *s, int n_keep, int n_discard);
 /* Forget the history from position n_past on. */
 void session_truncate(session *s, int n_past);
 
