@@ -3,13 +3,16 @@
 # npm packages of the server's web page (web/page, from its lock file); with --test also what
 # the tests need beyond that: Debian's chromium and the test clients (web/test).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
+# libvulkan-dev and glslc build the (optional) Vulkan GPU backend; with --test, mesa-vulkan-drivers
+# brings lavapipe, the CPU Vulkan driver the GPU tests run on.
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl"
+      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl
+      libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then
-    PKGS="$PKGS chromium"
+    PKGS="$PKGS chromium mesa-vulkan-drivers"
     npm_dirs="web/page web/test"
 fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.

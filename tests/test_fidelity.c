@@ -3,7 +3,6 @@
  * for the model's weight class; then 32 greedy tokens are compared (trained models: identical;
  * random models: the first divergence must be a near-tie of the reference). Everything runs at
  * 1 and 2 threads, which must give bitwise identical logits and tokens. */
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,22 +76,9 @@ static void check_case(const char *fixtures, const char *refdir, const char *jso
     CHECK(!memcmp(r1.greedy, r2.greedy, sizeof(int32_t) * (size_t)c.n_greedy),
           "%s: greedy tokens differ between 1 and 2 threads", json);
 
-    double worst_cos = 1.0, worst_dev = 0.0;
-    int bad_rows = 0;
-    for (int i = 0; i < c.n_prompt; i++) {
-        const float *ref = c.logits + (size_t)i * (size_t)c.n_vocab;
-        fid_row row = fid_compare_row(ref, r1.logits + (size_t)i * (size_t)c.n_vocab, c.n_vocab,
-                                      &tol);
-        if (row.cos < worst_cos)
-            worst_cos = row.cos;
-        if (row.dev > worst_dev)
-            worst_dev = row.dev;
-        if (!row.ok) {
-            bad_rows++;
-            CHECK(row.ok, "%s row %d: cos %.7f (min %.5f), dev %.4f sd (max %.2f), argmax %d vs %d",
-                  json, i, row.cos, tol.min_cos, row.dev, tol.max_dev, row.argmax, row.ref_argmax);
-        }
-    }
+    double worst_cos, worst_dev;
+    int bad_rows = fid_compare_rows(&c, r1.logits, &tol, json, &worst_cos, &worst_dev);
+    CHECK(bad_rows == 0, "%s: %d rows outside the tolerance", json, bad_rows);
     char msg[256];
     bool greedy_ok = fid_compare_greedy(&c, r1.greedy, trained, &tol, msg, sizeof msg);
     CHECK(greedy_ok, "%s: %s", json, msg);
@@ -108,29 +94,14 @@ static void check_case(const char *fixtures, const char *refdir, const char *jso
     fid_case_free(&c);
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int main(void)
 {
     kern_init();
     const char *fixtures = test_fixtures();
     char refdir[4096];
     snprintf(refdir, sizeof refdir, "%s/reference", fixtures);
-    DIR *d = opendir(refdir);
-    REQUIRE(d, "cannot open %s", refdir);
     char *names[256];
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)) && n < 256) {
-        size_t len = strlen(de->d_name);
-        if (len > 5 && !strcmp(de->d_name + len - 5, ".json"))
-            names[n++] = strdup(de->d_name);
-    }
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    int n = fid_list_cases(refdir, names, 256);
     /* every model in the fixtures has cases: stories260K 2, tinystories 4, synthetic 11 */
     CHECK(n >= 17, "only %d reference cases found in %s", n, refdir);
     for (int i = 0; i < n; i++) {

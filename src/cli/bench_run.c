@@ -12,6 +12,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/gpu_offload.h"
 #include "cli/run_opts.h"
 #include "kernels/probe.h"
 #include "model/session.h"
@@ -54,7 +55,7 @@ struct opts {
 
 static int parse(struct opts *o, int argc, char **argv)
 {
-    run_opts_init(&o->ro, RUN_OPT_MODEL);
+    run_opts_init(&o->ro, RUN_OPT_MODEL | RUN_OPT_GPU);
     o->ro.n_ctx = 0;
     o->reps = 4;
     o->n_decode = 32;
@@ -263,8 +264,11 @@ static int run(int argc, char **argv)
     kern_ctx *kc = kern_ctx_create(o.ro.n_threads);
     int n_ctx = o.ro.n_ctx ? o.ro.n_ctx : longest_prompt(&o) + o.n_decode + 1;
     session *s = kc ? session_create(m, kc, n_ctx, o.ro.n_batch, err, sizeof err) : NULL;
+    gpu_dev *gpu = NULL;
     if (!s) {
         rc = kc ? cli_fail("%s", err) : cli_fail("cannot start %d threads", o.ro.n_threads);
+    } else if (gpu_offload_session(&o.ro, m, s, &gpu, err, sizeof err)) {
+        rc = cli_fail("GPU: %s", err);
     } else if (n_ctx < longest_prompt(&o) + o.n_decode + 1) {
         rc = cli_fail("bench run: -c %d is too small for %d prompt tokens and %d decode steps",
                       n_ctx, longest_prompt(&o), o.n_decode);
@@ -289,6 +293,7 @@ static int run(int argc, char **argv)
         }
     }
     session_free(s);
+    gpu_close(gpu);
     kern_ctx_free(kc);
     model_free(m);
     run_opts_free(&o.ro);

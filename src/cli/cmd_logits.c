@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/gpu_offload.h"
 #include "cli/ring_args.h"
 #include "sched/startup.h"
 #include "cli/run_opts.h"
@@ -252,6 +253,7 @@ static int run_logits(logits_job *j)
     tokenizer *tk = NULL;
     kern_ctx *kc = NULL;
     session *s = NULL;
+    gpu_dev *gpu = NULL;
     ring_head rh = {0};
     sched_planner sp;   /* plans the ring at the start and after a loss */
     model *m = model_load(j->o.model, err, sizeof err);
@@ -304,6 +306,10 @@ static int run_logits(logits_job *j)
         }
     } else {
         s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
+        if (s && gpu_offload_session(&j->o, m, s, &gpu, err, sizeof err)) {
+            cli_fail("GPU: %s", err);
+            goto done;
+        }
     }
     logits = malloc(sizeof(float) * (size_t)n * (size_t)nv);
     greedy = malloc(sizeof(int32_t) * (size_t)(j->n_predict + 1));
@@ -340,6 +346,7 @@ done:
     free(toks);
     ring_head_close(&rh);
     session_free(s);
+    gpu_close(gpu);
     kern_ctx_free(kc);
     tokenizer_free(tk);
     model_free(m);
@@ -349,7 +356,7 @@ done:
 static int cmd_logits(int argc, char **argv)
 {
     logits_job j = {0};
-    run_opts_init(&j.o, RUN_OPT_MODEL);
+    run_opts_init(&j.o, RUN_OPT_MODEL | RUN_OPT_GPU);
     ring_args_init(&j.ra);
     j.o.n_batch = 0; /* default: the whole prompt in one batch */
     int prc = parse_args(&j, argc, argv);

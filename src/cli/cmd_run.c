@@ -312,8 +312,8 @@ static int run_chat(runner *r)
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
-    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN, argc, argv, usage,
-                          NULL, NULL);
+    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN, argc,
+                          argv, usage, NULL, NULL);
     if (arc)
         return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {

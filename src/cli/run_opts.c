@@ -55,6 +55,7 @@ void run_opts_init(run_opts *o, unsigned groups)
     o->groups = groups;
     o->n_threads = default_threads();
     o->n_batch = 512;
+    o->gpu_index = -1;
     sampler_params_default(&o->sp);
     o->n_predict = -1;
     o->n_keep = -1;
@@ -83,6 +84,10 @@ static const struct opt_desc opts[] = {
     {"-c", "--ctx-size", RUN_OPT_MODEL, OPT_INT, F(n_ctx), 1, 1 << 24},
     {"-b", "--batch-size", RUN_OPT_MODEL, OPT_INT, F(n_batch), 1, 1 << 16},
     {"--mlock", NULL, RUN_OPT_MODEL, OPT_FLAG, F(mlock), 0, 0},
+    {"-ngl", "--n-gpu-layers", RUN_OPT_GPU, OPT_INT, F(n_gpu_layers), 0, INT_MAX},
+    {"--gpu", NULL, RUN_OPT_GPU, OPT_INT, F(gpu_index), 0, 255},
+    {"--no-gpu", NULL, RUN_OPT_GPU, OPT_FLAG, F(no_gpu), 0, 0},
+    {"--gpu-mem", NULL, RUN_OPT_GPU, OPT_FLOAT, F(gpu_mem), 0, 0},
     {"--temp", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.temp), 0, 0},
     {"--top-k", NULL, RUN_OPT_SAMPLING, OPT_INT, F(sp.top_k), 0, INT_MAX},
     {"--top-p", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.top_p), 0, 0},
@@ -210,6 +215,10 @@ int run_opts_finish(run_opts *o)
         cli_fail("no model given (-m FILE)");
         return 2;
     }
+    if ((o->groups & RUN_OPT_GPU) && !(o->gpu_mem >= 0.0f)) {
+        cli_fail("--gpu-mem must be a non-negative size in GiB, got %g", (double)o->gpu_mem);
+        return -1;
+    }
     if (o->groups & RUN_OPT_SAMPLING) {
         if (o->sp.top_p <= 0.0f || o->sp.top_p > 1.0f) {
             cli_fail("--top-p must be in (0, 1], got %g", (double)o->sp.top_p);
@@ -280,6 +289,16 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "                          context, at most 4096)\n"
               "  -b, --batch-size N      prompt tokens evaluated per batch (default 512)\n"
               "  --mlock                 lock the model's weights in RAM\n",
+              out);
+    if (o->groups & RUN_OPT_GPU)
+        fputs("GPU (Vulkan; whole layers with their KV cache in VRAM):\n"
+              "  -ngl, --n-gpu-layers N  run the last N layers on the GPU (default 0; more than\n"
+              "                          the model has: all of them)\n"
+              "  --gpu N                 use Vulkan device N (default: the first discrete GPU,\n"
+              "                          else the first device)\n"
+              "  --no-gpu                never use a GPU (overrides -ngl)\n"
+              "  --gpu-mem GiB           VRAM prima may use (default: what is free); layers\n"
+              "                          that do not fit stay on the CPU, said at start-up\n",
               out);
     if (o->groups & RUN_OPT_SAMPLING)
         fputs("sampling (applied in this order):\n"

@@ -14,6 +14,7 @@ enum run_opt_group {
     RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock */
     RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
     RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
+    RUN_OPT_GPU = 8,      /* -ngl --gpu --no-gpu --gpu-mem */
 };
 
 #define RUN_OPTS_MAX_STOP 16
@@ -26,6 +27,11 @@ typedef struct run_opts {
     int n_ctx;           /* 0: min(4096, the model's training context) */
     int n_batch;
     bool mlock;
+    /* GPU */
+    int n_gpu_layers;    /* the last N layers on the GPU (0: none, the GPU is not opened) */
+    int gpu_index;       /* -1: the first discrete GPU, else the first device */
+    bool no_gpu;
+    float gpu_mem;       /* GiB of VRAM prima may use; 0: what is free */
     /* sampling */
     sampler_params sp;
     bool seed_given;

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/gpu_offload.h"
 #include "cli/runner.h"
 #include "sched/startup.h"
 
@@ -62,6 +63,8 @@ int runner_session(runner *r, char *err, size_t errlen)
         }
     } else {
         r->s = session_create(r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+        if (r->s && gpu_offload_session(&r->o, r->m, r->s, &r->gpu, err, errlen))
+            return -1;
     }
     return r->s ? 0 : -1;
 }
@@ -78,6 +81,8 @@ void runner_session_close(runner *r)
     ring_head_close(&r->rh);   /* says bye to the workers: before the session goes */
     session_free(r->s);
     r->s = NULL;
+    gpu_close(r->gpu);         /* after the session: it held the GPU's layers */
+    r->gpu = NULL;
 }
 
 /* The draft model (on this device, the head, with the target's context) or the n-gram

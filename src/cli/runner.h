@@ -6,6 +6,7 @@
 #define PRIMA_RUNNER_H
 
 #include "cli/generate.h"
+#include "gpu/gpu.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
@@ -21,6 +22,7 @@ typedef struct runner {
     tokenizer *tk;
     kern_ctx *kc;
     session *s;
+    gpu_dev *gpu;    /* the GPU holding some of the session's layers, or NULL */
     sampler *smp;
     gen_opts go;
     gen_stats st;

@@ -55,6 +55,9 @@ typedef struct rope_params {
     const float *freq_factors;  /* Llama-3 rope_freqs (n_rot/2 divisors), or NULL */
 } rope_params;
 
+/* The rotation kern_rope applies at position pos: cos and sin of the angle of each of the
+ * n_rot/2 pairs (a GPU backend uploads them, so both sides rotate by the same floats). */
+void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn);
 /* Rotate n_heads heads of head_dim values at x (contiguous) for position pos. */
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
 

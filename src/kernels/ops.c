@@ -74,6 +74,21 @@ void kern_softmax(float *x, int n)
         x[i] *= inv;
 }
 
+void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn)
+{
+    /* freq_i = base^(-2i/n_rot) by repeated multiplication: in double the accumulated rounding
+     * stays near 1e-14, far below float resolution. */
+    const int half = rp->n_rot / 2;
+    double step = pow(rp->freq_base, -2.0 / rp->n_rot), freq = 1.0;
+    for (int i = 0; i < half; i++, freq *= step) {
+        double theta = pos * freq * rp->freq_scale;
+        if (rp->freq_factors)
+            theta /= rp->freq_factors[i];
+        cs[i] = (float)cos(theta);
+        sn[i] = (float)sin(theta);
+    }
+}
+
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp)
 {
     /* One angle per rotated pair, shared by all heads; computed in double so that large
@@ -85,16 +100,7 @@ void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *
         abort();
     }
     float cs[KERN_MAX_HEAD_DIM / 2], sn[KERN_MAX_HEAD_DIM / 2];
-    /* freq_i = base^(-2i/n_rot) by repeated multiplication: in double the accumulated rounding
-     * stays near 1e-14, far below float resolution. */
-    double step = pow(rp->freq_base, -2.0 / rp->n_rot), freq = 1.0;
-    for (int i = 0; i < half; i++, freq *= step) {
-        double theta = pos * freq * rp->freq_scale;
-        if (rp->freq_factors)
-            theta /= rp->freq_factors[i];
-        cs[i] = (float)cos(theta);
-        sn[i] = (float)sin(theta);
-    }
+    kern_rope_angles(pos, rp, cs, sn);
     /* Normal ordering rotates adjacent pairs (2i, 2i+1); NeoX pairs the two halves. */
     int stride = rp->neox ? 1 : 2, other = rp->neox ? half : 1;
     for (int h = 0; h < n_heads; h++) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu/gpu.h"
 #include "model/model.h"
 
 struct engine {
@@ -26,6 +27,8 @@ struct engine {
     float *q, *k, *v, *att;
     float *gate, *up;
     uint64_t kv_bytes, scratch_bytes;
+    gpu_layers *gpu;     /* NULL: every layer on the CPU */
+    bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
 };
 
 static void *alloc_floats(engine *e, size_t rows, size_t cols)
@@ -115,12 +118,36 @@ void engine_free(engine *e)
     free(e->att);
     free(e->gate);
     free(e->up);
+    gpu_layers_free(e->gpu);
+    free(e->on_gpu);
     free(e);
+}
+
+int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
+{
+    const int L = e->m->hp.n_layer;
+    if (e->gpu || !(e->on_gpu = calloc((size_t)L, sizeof *e->on_gpu)))
+        return -1;
+    e->gpu = gl;
+    const uint64_t cache = (uint64_t)e->n_ctx * (uint64_t)e->m->hp.n_head_kv *
+                           (uint64_t)e->m->hp.head_dim * sizeof(uint16_t);
+    for (int il = 0; il < L; il++) {
+        if (!on_gpu[il] || !e->owns[il])
+            continue;
+        e->on_gpu[il] = true;
+        free(e->k_cache[il]);
+        free(e->v_cache[il]);
+        e->k_cache[il] = e->v_cache[il] = NULL;
+        e->kv_bytes -= 2 * cache;
+    }
+    return 0;
 }
 
 int engine_set_owned(engine *e, const bool *owns)
 {
     const model_hparams *hp = &e->m->hp;
+    if (e->gpu)
+        return -1;   /* the GPU's caches are laid out by offload.c for the layers it was given */
     const size_t cache_bytes = (size_t)e->n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
                                sizeof(uint16_t);
     int rc = 0;
@@ -260,9 +287,24 @@ int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first
     for (int il = first; il < last; il++)
         if (!e->owns[il] || pos[0] > e->filled[il])
             return -1;
-    for (int il = first; il < last; il++)
-        if (layer_forward(e, il, hidden, n, pos))
+    for (int il = first; il < last;) {
+        if (!e->on_gpu || !e->on_gpu[il]) {
+            if (layer_forward(e, il, hidden, n, pos))
+                return -1;
+            il++;
+            continue;
+        }
+        /* consecutive GPU layers go in one submit */
+        int end = il;
+        while (end < last && e->on_gpu[end])
+            end++;
+        char err[160];
+        if (gpu_layers_run(e->gpu, hidden, n, pos, il, end, err, sizeof err))
             return -1;
+        for (; il < end; il++)
+            if (pos[n - 1] + 1 > e->filled[il])
+                e->filled[il] = pos[n - 1] + 1;
+    }
     return 0;
 }
 
@@ -290,29 +332,55 @@ int engine_kv_truncate(engine *e, int p0)
     return 0;
 }
 
+/* Move cache rows [p0, end) by delta < 0, re-rotating the keys. */
+static void shift_rows(engine *e, uint16_t *kc, uint16_t *vc, int p0, int end, int delta)
+{
+    const model_hparams *hp = &e->m->hp;
+    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    float *row = e->k; /* scratch: at least one row of K */
+    /* ascending: a destination row is always below every source row still to be read */
+    for (int p = p0; p < end; p++) {
+        uint16_t *src = kc + (size_t)p * kv_dim;
+        uint16_t *dst = kc + (size_t)(p + delta) * kv_dim;
+        for (size_t i = 0; i < kv_dim; i++)
+            row[i] = fp16_to_fp32(src[i]);
+        /* rotations compose: rotating a key cached at p by delta places it at p + delta */
+        kern_rope(row, hp->n_head_kv, hp->head_dim, delta, &hp->rope);
+        for (size_t i = 0; i < kv_dim; i++)
+            dst[i] = fp32_to_fp16(row[i]);
+        memcpy(vc + (size_t)(p + delta) * kv_dim, vc + (size_t)p * kv_dim,
+               kv_dim * sizeof(uint16_t));
+    }
+}
+
+/* A GPU layer's cache is shifted on the host: rows [0, end) come out of VRAM and go back. */
+static int shift_gpu_rows(engine *e, int il, int p0, int end, int delta)
+{
+    const size_t n = (size_t)end * (size_t)e->m->hp.n_head_kv * (size_t)e->m->hp.head_dim;
+    uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    int rc = -1;
+    if (k && v && !gpu_layers_kv_read(e->gpu, il, end, k, v)) {
+        shift_rows(e, k, v, p0, end, delta);
+        rc = gpu_layers_kv_write(e->gpu, il, end, k, v);
+    }
+    free(k);
+    free(v);
+    return rc;
+}
+
 int engine_kv_shift(engine *e, int p0, int p1, int delta)
 {
     if (delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
         return -1;
-    const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    float *row = e->k; /* scratch: at least one row of K */
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0; il < e->m->hp.n_layer; il++) {
         if (!e->owns[il])
             continue;
         int end = p1 < e->filled[il] ? p1 : e->filled[il];
-        /* ascending: a destination row is always below every source row still to be read */
-        for (int p = p0; p < end; p++) {
-            uint16_t *src = e->k_cache[il] + (size_t)p * kv_dim;
-            uint16_t *dst = e->k_cache[il] + (size_t)(p + delta) * kv_dim;
-            for (size_t i = 0; i < kv_dim; i++)
-                row[i] = fp16_to_fp32(src[i]);
-            /* rotations compose: rotating a key cached at p by delta places it at p + delta */
-            kern_rope(row, hp->n_head_kv, hp->head_dim, delta, &hp->rope);
-            for (size_t i = 0; i < kv_dim; i++)
-                dst[i] = fp32_to_fp16(row[i]);
-            memcpy(e->v_cache[il] + (size_t)(p + delta) * kv_dim,
-                   e->v_cache[il] + (size_t)p * kv_dim, kv_dim * sizeof(uint16_t));
+        if (e->on_gpu && e->on_gpu[il]) {
+            if (end > p0 && shift_gpu_rows(e, il, p0, end, delta))
+                return -1;
+        } else {
+            shift_rows(e, e->k_cache[il], e->v_cache[il], p0, end, delta);
         }
         if (end == e->filled[il] && end > p0)
             e->filled[il] = end + delta;

@@ -70,9 +70,16 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
  * for a range outside the context. */
 int engine_kv_truncate(engine *e, int p0);
 int engine_kv_shift(engine *e, int p0, int p1, int delta);
+/* GPU offload (offload.c builds gl): the layers with on_gpu[il] that this engine owns run on
+ * the GPU from now on, with their KV cache in VRAM (the CPU copies are released); consecutive
+ * GPU layers of an engine_layers call go in one submit. The engine takes gl. 0, or -1 if a GPU
+ * is attached already or out of memory. */
+typedef struct gpu_layers gpu_layers;
+int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu);
 /* From now on keep a KV cache for exactly the layers in owns (NULL = all), every one of them
  * empty: caches of layers no longer owned are freed, new ones allocated (a ring's head after
- * its plan changed). 0, or -1 when out of memory (some of the layers are then not owned). */
+ * its plan changed). 0, or -1 when out of memory (some of the layers are then not owned) or
+ * a GPU is attached (engine_attach_gpu). */
 int engine_set_owned(engine *e, const bool *owns);
 /* Bytes held by the KV cache and by the scratch buffers. */
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes);

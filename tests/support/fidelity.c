@@ -1,3 +1,4 @@
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,4 +229,49 @@ bool fid_compare_greedy(const fid_case *c, const int32_t *cand, bool trained, co
     }
     snprintf(msg, msglen, "all %d greedy tokens equal", c->n_greedy);
     return true;
+}
+
+int fid_compare_rows(const fid_case *c, const float *logits, const fid_tol *tol,
+                     const char *what, double *worst_cos, double *worst_dev)
+{
+    int bad = 0;
+    *worst_cos = 1.0;
+    *worst_dev = 0.0;
+    for (int i = 0; i < c->n_prompt; i++) {
+        const size_t off = (size_t)i * (size_t)c->n_vocab;
+        fid_row row = fid_compare_row(c->logits + off, logits + off, c->n_vocab, tol);
+        if (row.cos < *worst_cos)
+            *worst_cos = row.cos;
+        if (row.dev > *worst_dev)
+            *worst_dev = row.dev;
+        if (!row.ok) {
+            bad++;
+            fprintf(stderr, "%s row %d: cos %.7f (min %.5f), dev %.4f sd (max %.2f), argmax %d "
+                    "vs %d\n", what, i, row.cos, tol->min_cos, row.dev, tol->max_dev,
+                    row.argmax, row.ref_argmax);
+        }
+    }
+    return bad;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int fid_list_cases(const char *refdir, char **names, int max)
+{
+    DIR *d = opendir(refdir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < max) {
+        size_t len = strlen(de->d_name);
+        if (len > 5 && !strcmp(de->d_name + len - 5, ".json"))
+            names[n++] = strdup(de->d_name);
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    return n;
 }

@@ -53,6 +53,15 @@ typedef struct fid_row {
 /* Compare a candidate row with a reference row by the tolerance rule. */
 fid_row fid_compare_row(const float *ref, const float *cand, int n, const fid_tol *tol);
 
+/* Every prompt row of a case's candidate logits (n_prompt x n_vocab) by the rule: returns the
+ * number of rows that fail, prints each (prefixed by what) to stderr, and gives the worst cosine
+ * and deviation. */
+int fid_compare_rows(const fid_case *c, const float *logits, const fid_tol *tol,
+                     const char *what, double *worst_cos, double *worst_dev);
+
+/* The reference cases (*.json) in refdir, sorted; returns how many (at most max), names strdup'd. */
+int fid_list_cases(const char *refdir, char **names, int max);
+
 /* Greedy tokens: trained models must match all of them; random models may diverge once at a
  * near-tie of the reference (the comparison ends there). Returns true if accepted; msg says
  * where and why not. */

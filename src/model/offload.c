@@ -1,0 +1,121 @@
+/* offload.c — choosing and uploading an engine's GPU layers (offload.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/offload.h"
+
+void offload_last(int first, int last, int n, bool *want)
+{
+    for (int il = first; il < last; il++)
+        want[il] = il >= last - n;
+}
+
+static gpu_tensor tensor(const gguf_tensor *t)
+{
+    if (!t)
+        return (gpu_tensor){0};
+    return (gpu_tensor){.data = t->data, .type = t->type, .ne0 = (int64_t)t->ne[0],
+                        .ne1 = t->n_dims > 1 ? (int64_t)t->ne[1] : 1};
+}
+
+void offload_describe(const model *m, int n_ctx, int max_batch, gpu_model_desc *md,
+                      gpu_layer_desc *descs)
+{
+    const model_hparams *hp = &m->hp;
+    *md = (gpu_model_desc){.n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
+                           .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                           .head_dim = hp->head_dim, .rms_eps = hp->rms_eps, .rope = hp->rope,
+                           .n_ctx = n_ctx, .max_batch = max_batch};
+    for (int il = 0; il < hp->n_layer; il++) {
+        const layer_weights *L = &m->layers[il];
+        descs[il] = (gpu_layer_desc){
+            .attn_norm = tensor(L->attn_norm), .wq = tensor(L->wq), .wk = tensor(L->wk),
+            .wv = tensor(L->wv), .wo = tensor(L->wo), .bq = tensor(L->bq), .bk = tensor(L->bk),
+            .bv = tensor(L->bv), .q_norm = tensor(L->q_norm), .k_norm = tensor(L->k_norm),
+            .ffn_norm = tensor(L->ffn_norm), .ffn_gate = tensor(L->ffn_gate),
+            .ffn_up = tensor(L->ffn_up), .ffn_down = tensor(L->ffn_down)};
+    }
+}
+
+static void add_note(offload_result *r, const char *fmt, ...)
+{
+    size_t len = strlen(r->note);
+    if (len + 3 >= sizeof r->note)
+        return;
+    if (len) {
+        memcpy(r->note + len, "; ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->note + len, sizeof r->note - len, fmt, ap);
+    va_end(ap);
+}
+
+int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint64_t vram_cap,
+                   int n_ctx, int max_batch, offload_result *r, char *err, size_t errlen)
+{
+    const int L = m->hp.n_layer;
+    memset(r, 0, sizeof *r);
+    gpu_model_desc md;
+    gpu_layer_desc *descs = calloc((size_t)L, sizeof *descs);
+    bool *on = calloc((size_t)L, sizeof *on);
+    if (!descs || !on) {
+        free(descs);
+        free(on);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    offload_describe(m, n_ctx, max_batch, &md, descs);
+
+    char why[160];
+    for (int il = 0; il < L; il++) {
+        if (!want[il])
+            continue;
+        if (gpu_layer_supported(&descs[il], why, sizeof why))
+            on[il] = true;
+        else
+            add_note(r, "layer %d stays on the CPU: %s", il, why);
+    }
+    /* the budget: the cap, or what is free; the first asked-for layers give way */
+    const gpu_info *gi = gpu_get_info(g);
+    uint64_t budget = gi->vram_free;
+    if (vram_cap && vram_cap < budget)
+        budget = vram_cap;
+    uint64_t need = gpu_scratch_bytes(&md);
+    int n = 0, dropped = 0;
+    for (int il = L - 1; il >= 0; il--) {
+        if (!on[il])
+            continue;
+        uint64_t b = gpu_layer_bytes(&md, &descs[il]);
+        if (need + b > budget) {
+            on[il] = false;
+            dropped++;
+            continue;
+        }
+        need += b;
+        n++;
+    }
+    if (dropped)
+        add_note(r, "%d more layer%s did not fit in %.0f MiB of VRAM and stay on the CPU",
+                 dropped, dropped == 1 ? "" : "s", (double)budget / 1048576.0);
+    int rc = 0;
+    if (n > 0) {
+        gpu_layers *gl = gpu_layers_create(g, &md, descs, on, err, errlen);
+        if (!gl || engine_attach_gpu(e, gl, on)) {
+            if (gl) {
+                gpu_layers_free(gl);
+                snprintf(err, errlen, "out of memory");
+            }
+            rc = -1;
+        } else {
+            r->n_gpu = n;
+            r->vram = need;
+        }
+    }
+    free(descs);
+    free(on);
+    return rc;
+}
