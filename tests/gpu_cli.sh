@@ -2,7 +2,8 @@
 # GPU offload from the command line: -ngl gives the CPU's greedy text (all layers, some layers,
 # -ngl past the layer count), --no-gpu and -ngl 0 never open a GPU, a VRAM cap too small keeps
 # the layers on the CPU and says so, a weight type without shaders stays on the CPU (said), and
-# a machine without a usable Vulkan driver runs on the CPU with one line saying why.
+# a machine without a usable Vulkan driver runs on the CPU with one line saying why; the profile
+# measures the GPU and Halda plans with it.
 set -u
 fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
 [ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
@@ -61,6 +62,24 @@ want_ids=$(sed -n 's/^  "greedy_tokens": \[\(.*\)\],$/\1/p' "$ref" | tr -d ',')
     >"$tmp/l.json" 2>/dev/null || fail "logits -ngl 99"
 got=$(jq -r '.greedy_tokens | map(tostring) | join(" ")' "$tmp/l.json" 2>/dev/null)
 [ "$got" = "$want_ids" ] || fail "logits -ngl 99 greedy: $got"
+
+# the profile measures the GPU; Halda plans with it: a software driver gets no layers, a GPU
+# much faster than the CPU gets them all, with its expected VRAM
+"$prima" profile --gpu -m "$model" -t 2 --json >"$tmp/prof.json" 2>"$tmp/prof.err" ||
+    fail "profile --gpu: $(cat "$tmp/prof.err")"
+[ "$(jq -r '.gpu.present' "$tmp/prof.json")" = true ] || fail "profile: no GPU"
+jq -e '.gpu.bandwidth > 0 and .gpu.submit > 0 and .gpu.upload > 0 and .gpu.types.F32.matvec > 0' \
+    "$tmp/prof.json" >/dev/null || fail "profile GPU figures: $(jq -c .gpu "$tmp/prof.json")"
+"$prima" plan -m "$model" --device "$tmp/prof.json" --json >"$tmp/plan.json" 2>/dev/null ||
+    fail "plan with the GPU profile"
+if [ "$(jq -r '.gpu.software' "$tmp/prof.json")" = true ]; then
+    [ "$(jq -r '.devices[0].gpu_layers' "$tmp/plan.json")" = 0 ] ||
+        fail "Halda gave a software driver GPU layers: $(jq -c '.devices[0]' "$tmp/plan.json")"
+fi
+jq '.gpu.types.F32 = {"matvec": 1e13, "matmul": 1e13} | .gpu.bandwidth = 1e13 |
+    .gpu.unified = false | .gpu.software = false' "$tmp/prof.json" >"$tmp/fast.json"
+"$prima" plan -m "$model" --device "$tmp/fast.json" >"$tmp/fast.out" 2>&1 || fail "plan, fast GPU"
+grep -q "5 GPU layers, expected VRAM" "$tmp/fast.out" || fail "fast GPU plan: $(cat "$tmp/fast.out")"
 
 [ $fails = 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all GPU CLI checks passed"

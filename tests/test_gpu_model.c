@@ -33,13 +33,12 @@ static session *gpu_session(const model *m, kern_ctx *kc, int n_ctx, int n_batch
 
 static void check_case(const char *fixtures, const char *refdir, const char *json, bool mixed)
 {
-    char err[512], path[4096];
+    char err[512];
     fid_case c;
     REQUIRE(fid_case_load(refdir, json, &c, err, sizeof err) == 0, "%s", err);
-    snprintf(path, sizeof path, "%s/models/%s", fixtures, c.model_file);
-    model *m = model_load(path, err, sizeof err);
+    model *m = fid_load_model(fixtures, &c, err, sizeof err);
     REQUIRE(m, "%s", err);
-    const bool trained = strncmp(c.model_file, "synth-", 6) != 0;
+    const bool trained = fid_trained(&c);
     const enum fid_class cls = fid_weight_class(m->file);
     const fid_tol tol = fid_tolerance(cls);
     const int L = m->hp.n_layer, nv = m->hp.n_vocab;

@@ -46,6 +46,21 @@ int bench_parse_threads(const char *s);
  * take longer than the benchmarks on matrices of Llama-3-8B size). */
 void bench_fill_weights(enum dtype t, uint8_t *w, int n_in, long n_rows);
 
+/* bench kernels --gpu (bench_gpu.c): the GPU's bounds, then the matrix shaders on the CPU
+ * benchmark's shapes. */
+typedef struct bench_gpu_args {
+    bool json;
+    int reps;
+    const bool *only;         /* DT_COUNT entries, when filtered */
+    bool filtered;
+    const int (*shapes)[2];   /* matvec n_in x n_out */
+    int n_shapes;
+    const int *prefill;       /* the matmul's n_in x n_out */
+    const int *tokens;        /* its token counts */
+    int n_tokens;
+} bench_gpu_args;
+int bench_kernels_gpu(const bench_gpu_args *a);
+
 /* Uniform in [-1, 1), from a fixed seed. */
 float bench_rand(void);
 

@@ -29,7 +29,7 @@ static const int prefill_tokens[] = {64, 512};
 #define BANDWIDTH_BYTES (512ull << 20)
 
 static const char usage_text[] =
-    "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N] [--path P]\n"
+    "usage: prima bench kernels [--json] [-t N] [--type LIST] [--reps N] [--path P] [--gpu]\n"
     "\n"
     "Measure, in one run: the memory read bandwidth (streaming read of a 512 MiB buffer) and\n"
     "the peak FMA throughput, on 1 and on N threads; then for each weight type the kernels\n"
@@ -48,13 +48,18 @@ static const char usage_text[] =
     "  --reps N    repetitions per measurement (default 15; prefill uses fewer)\n"
     "  --path P    the kernels of SIMD path P (scalar, avx2, avx512, neon) instead of the\n"
     "              fastest this CPU runs, to compare paths on one machine\n"
+    "  --gpu       the GPU instead (Vulkan, the default device): its copy bandwidth, host <->\n"
+    "              device transfers and submit latency, then the matrix shaders on the same\n"
+    "              shapes for every type they handle (matvec as GB/s and the fraction of the\n"
+    "              copy bandwidth; a software driver is labelled: its figures are the CPU's;\n"
+    "              a prefill predicted to take over 10 s is skipped, said)\n"
     "  --json      one JSON object per measurement and line: type, op, shape (n_in x n_out),\n"
     "              tokens, threads, value, unit, fraction (of the bound), spread; the first\n"
     "              line is {\"op\":\"path\", \"path\":NAME, \"cpu\":FEATURES}\n"
     "  -h, --help  show this help\n";
 
 struct opts {
-    bool json;
+    bool json, gpu;
     int threads, reps, path; /* path: an enum kern_path, or -1 for the fastest */
     bool only[DT_COUNT], filtered;
 };
@@ -188,6 +193,8 @@ static int parse(struct opts *o, int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) {
             o->json = true;
+        } else if (!strcmp(a, "--gpu")) {
+            o->gpu = true;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if ((o->threads = bench_parse_threads(v)) < 0)
                 return 2;
@@ -229,6 +236,14 @@ static int run(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc)
         return rc < 0 ? 0 : rc;
+    if (o.gpu) {
+        const bench_gpu_args ga = {
+            .json = o.json, .reps = o.reps, .only = o.only, .filtered = o.filtered,
+            .shapes = matvec_shapes, .n_shapes = sizeof matvec_shapes / sizeof matvec_shapes[0],
+            .prefill = prefill_shape, .tokens = prefill_tokens,
+            .n_tokens = sizeof prefill_tokens / sizeof prefill_tokens[0]};
+        return bench_kernels_gpu(&ga);
+    }
     kern_ctx *c1 = kern_ctx_create(1), *cn = kern_ctx_create(o.threads);
     if (!c1 || !cn) {
         kern_ctx_free(c1);

@@ -96,6 +96,11 @@ double gpu_submit_latency(gpu_dev *g)
     return g->be->submit_latency(g);
 }
 
+double gpu_copy(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, int reps)
+{
+    return reps > 0 ? g->be->copy(g, dst, src, n, reps) : -1;
+}
+
 uint64_t gpu_tensor_bytes(const gpu_tensor *t)
 {
     return t->data ? dtype_row_bytes(t->type, (uint64_t)t->ne0) * (uint64_t)t->ne1 : 0;

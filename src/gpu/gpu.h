@@ -60,6 +60,24 @@ double gpu_matmul(gpu_dev *g, const gpu_buf *w, enum dtype wt, int n_in, int n_o
                   const gpu_buf *x, int n_tok, gpu_buf *y, int reps, char *err, size_t errlen);
 /* Seconds for one empty submit and wait (the fixed cost every window pays). */
 double gpu_submit_latency(gpu_dev *g);
+/* Copy n bytes from src to dst on the device, reps times in one submit; seconds, or -1. */
+double gpu_copy(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, int reps);
+
+/* ---- measurements (prima profile, prima bench kernels --gpu) ---- */
+
+typedef struct gpu_probe {
+    double copy_bw;          /* device memory: bytes read + written per second by a copy */
+    double upload, download; /* host -> device and device -> host, bytes/s */
+    double submit;           /* seconds per empty submit */
+} gpu_probe;
+
+/* Memory and submit figures, over buffers of `bytes` (medians of a few runs). 0, or -1. */
+int gpu_probe_memory(gpu_dev *g, size_t bytes, gpu_probe *p, char *err, size_t errlen);
+/* Seconds one product of an n_out x n_in matrix of type t with n_tok tokens takes: the median of
+ * min(reps, 5) submits (1 when a product takes over 0.5 s), each of enough back-to-back products
+ * to hide the submit. -1 with err. */
+double gpu_probe_matmul(gpu_dev *g, enum dtype t, int n_in, int n_out, int n_tok, int reps,
+                        char *err, size_t errlen);
 
 /* ---- whole layers ---- */
 

@@ -17,6 +17,7 @@ typedef struct gpu_backend {
     double (*matmul)(gpu_dev *g, const gpu_buf *w, enum dtype wt, int n_in, int n_out,
                      const gpu_buf *x, int n_tok, gpu_buf *y, int reps, char *err, size_t errlen);
     double (*submit_latency)(gpu_dev *g);
+    double (*copy)(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, int reps);
     gpu_layers *(*layers_create)(gpu_dev *g, const gpu_model_desc *md,
                                  const gpu_layer_desc *descs, const bool *on_gpu, char *err,
                                  size_t errlen);

@@ -7,20 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "gpu/vk.h"
+#include "kernels/probe.h"
 
 vk_fns vk;
 
 static PFN_vkGetInstanceProcAddr get_proc;
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* The loader library, opened once for the process and kept (drivers do not expect unloading). */
 static int load_loader(char *why, size_t whylen)
@@ -614,9 +607,9 @@ static double vk_matmul(gpu_dev *g, const gpu_buf *w, enum dtype wt, int n_in, i
             vk_dispatch(d, d->once, p, set, &push, vk_matmul_groups(n_out));
             vk_barrier(d->once);
         }
-        double t0 = now();
+        double t0 = probe_now();
         if (vk.vkEndCommandBuffer(d->once) == VK_SUCCESS && !vk_submit(d, d->once))
-            t = now() - t0;
+            t = probe_now() - t0;
     }
     vk.vkFreeDescriptorSets(d->dev, d->once_pool, 1, &set);
     if (t < 0)
@@ -629,15 +622,31 @@ static double vk_submit_latency(gpu_dev *g)
     vk_dev *d = (vk_dev *)g;
     double best = -1;
     for (int i = 0; i < 5; i++) {
-        double t0 = now();
+        double t0 = probe_now();
         if (vk_cmd_begin(d->once, false) || vk.vkEndCommandBuffer(d->once) != VK_SUCCESS ||
             vk_submit(d, d->once))
             return -1;
-        double t = now() - t0;
+        double t = probe_now() - t0;
         if (best < 0 || t < best)
             best = t;
     }
     return best;
+}
+
+static double vk_copy(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, int reps)
+{
+    vk_dev *d = (vk_dev *)g;
+    if (n > dst->size || n > src->size || vk_cmd_begin(d->once, false))
+        return -1;
+    const VkBufferCopy c = {.size = n};
+    for (int r = 0; r < reps; r++) {
+        vk.vkCmdCopyBuffer(d->once, src->buf, dst->buf, 1, &c);
+        vk_barrier(d->once);
+    }
+    double t0 = probe_now();
+    if (vk.vkEndCommandBuffer(d->once) != VK_SUCCESS || vk_submit(d, d->once))
+        return -1;
+    return probe_now() - t0;
 }
 
 const gpu_backend gpu_backend_vulkan = {
@@ -650,6 +659,7 @@ const gpu_backend gpu_backend_vulkan = {
     .buf_read = vk_buf_read,
     .matmul = vk_matmul,
     .submit_latency = vk_submit_latency,
+    .copy = vk_copy,
     .layers_create = vk_layers_create,
     .layers_free = vk_layers_free,
     .layers_run = vk_layers_run,

@@ -561,6 +561,8 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
             goto done;
     if (o->model_path && measure_disk(o->model_path, p, err, errlen))
         goto done;
+    if (o->gpu && profile_measure_gpu(o, types, p, err, errlen))
+        goto done;
     rc = 0;
 done:
     kern_ctx_free(c);

@@ -11,16 +11,30 @@
 #ifndef PRIMA_MEASURE_H
 #define PRIMA_MEASURE_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include "sched/profile.h"
 
 typedef struct profile_opts {
     const char *model_path;  /* NULL: no disk test, CPU rates for every type the kernels compute */
     int threads;             /* 0: every CPU this process may run on */
+    bool gpu;                /* also measure the GPU (gpu_index; -1: the default device) */
+    int gpu_index;
+    char *gpu_why;           /* gpu and none usable: why, gpu_why_len bytes (may be NULL) */
+    size_t gpu_why_len;
 } profile_opts;
 
 /* Returns 0, or -1 with a one-line error (an unreadable model file, a weight type the kernels
  * cannot compute, a measurement that fails its sanity check). */
 int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t errlen);
+
+/* The GPU part of a profile (measure_gpu.c): device, VRAM, copy bandwidth, transfers, submit
+ * latency and the matrix shaders' rates for the types marked in types (those without shaders
+ * stay 0). A device that cannot be opened leaves gpu_present false and says why in o->gpu_why;
+ * returns -1 with err only when a measurement on an open device fails. */
+int profile_measure_gpu(const profile_opts *o, const bool *types, dev_profile *p, char *err,
+                        size_t errlen);
 
 /* This process's memory as the planner sees it: /proc/meminfo and the memory cgroup. */
 int profile_memory(dev_profile *p, char *err, size_t errlen);

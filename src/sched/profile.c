@@ -308,6 +308,10 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(gpu, "vram_total", (double)p->vram_total);
     cJSON_AddNumberToObject(gpu, "vram_free", (double)p->vram_free);
     cJSON_AddNumberToObject(gpu, "bandwidth", p->gpu_bw);
+    cJSON_AddBoolToObject(gpu, "software", p->gpu_software);
+    cJSON_AddNumberToObject(gpu, "upload", p->gpu_upload);
+    cJSON_AddNumberToObject(gpu, "download", p->gpu_download);
+    cJSON_AddNumberToObject(gpu, "submit", p->gpu_submit);
     cJSON_AddItemToObject(gpu, "types", rates_to_json(p->gpu));
 
     cJSON *net = cJSON_AddObjectToObject(j, "network");
@@ -461,6 +465,13 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
     p->vram_total = (uint64_t)jr_num(&r, gpu, "gpu", "vram_total", MAX_BYTES);
     p->vram_free = (uint64_t)jr_num(&r, gpu, "gpu", "vram_free", MAX_BYTES);
     p->gpu_bw = jr_num(&r, gpu, "gpu", "bandwidth", MAX_RATE);
+    /* measured since the GPU backend exists: profiles saved before it lack them (0) */
+    if (gpu && cJSON_GetObjectItemCaseSensitive(gpu, "submit")) {
+        p->gpu_software = jr_bool(&r, gpu, "gpu", "software");
+        p->gpu_upload = jr_num(&r, gpu, "gpu", "upload", MAX_RATE);
+        p->gpu_download = jr_num(&r, gpu, "gpu", "download", MAX_RATE);
+        p->gpu_submit = jr_num(&r, gpu, "gpu", "submit", MAX_RTT);
+    }
     jr_rates(&r, gpu, "gpu", p->gpu);
 
     const cJSON *net = jr_obj(&r, j, "network");

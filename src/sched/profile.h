@@ -52,12 +52,15 @@ typedef struct dev_profile {
     double disk_seq, disk_rand; /* bytes/s */
     char disk_method[16];       /* "o_direct", "fadvise" or "" when not measured */
 
-    /* GPU (no backend yet: present = false, all zero) */
-    bool gpu_present, gpu_unified;  /* unified: the GPU uses RAM (Apple silicon) */
+    /* GPU (measured with profile_opts.gpu; present = false and all zero otherwise) */
+    bool gpu_present, gpu_unified;  /* unified: the GPU uses RAM (integrated, Apple silicon) */
+    bool gpu_software;              /* a CPU implementation of the API (lavapipe) */
     char gpu_name[64];
     uint64_t vram_total, vram_free;
-    double gpu_bw;
-    type_rate gpu[DT_COUNT];
+    double gpu_bw;                  /* device memory, bytes/s (a device-side copy) */
+    double gpu_upload, gpu_download;/* host <-> device, bytes/s */
+    double gpu_submit;              /* seconds per submit (paid once per GPU window) */
+    type_rate gpu[DT_COUNT];        /* the matrix shaders, weights/s */
 
     /* network from this device to the next one in the ring, measured by the head */
     double net_rtt;             /* seconds, 0 = not measured */

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "model/model.h"
 #include "support/fidelity.h"
 
 static char *slurp(const char *path, size_t *len)
@@ -274,4 +275,16 @@ int fid_list_cases(const char *refdir, char **names, int max)
     closedir(d);
     qsort(names, (size_t)n, sizeof *names, cmp_str);
     return n;
+}
+
+model *fid_load_model(const char *fixtures, const fid_case *c, char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/%s", fixtures, c->model_file);
+    return model_load(path, err, errlen);
+}
+
+bool fid_trained(const fid_case *c)
+{
+    return strncmp(c->model_file, "synth-", 6) != 0;
 }

@@ -33,6 +33,11 @@ typedef struct fid_case {
 int fid_case_load(const char *dir, const char *json_name, fid_case *c, char *err, size_t errlen);
 void fid_case_free(fid_case *c);
 
+/* The case's model file from fixtures/models: NULL with err. */
+struct model *fid_load_model(const char *fixtures, const fid_case *c, char *err, size_t errlen);
+/* Whether the case's model is a trained one (not a random-weight synth- file). */
+bool fid_trained(const fid_case *c);
+
 /* The README's weight classes and their parameters. */
 enum fid_class { FID_FLOAT, FID_BF16, FID_QUANT };
 typedef struct fid_tol {
