@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU offload from the command line: -ngl gives the CPU's greedy text (all layers, some layers,
 # -ngl past the layer count), --no-gpu and -ngl 0 never open a GPU, a VRAM cap too small keeps
-# the layers on the CPU and says so, a weight type without shaders stays on the CPU (said), and
+# the layers (or some of them) on the CPU and says so, a weight type without shaders stays on the CPU (said), and
 # a machine without a usable Vulkan driver runs on the CPU with one line saying why; the profile
 # measures the GPU and Halda plans with it.
 set -u
@@ -45,6 +45,12 @@ run -ngl 99 --gpu-mem 0.001 >"$tmp/cap" 2>"$tmp/cap.err" || fail "--gpu-mem exit
 grep -q "0 of 5 layers.*5 more layers did not fit in 1 MiB" "$tmp/cap.err" ||
     fail "small cap line: $(cat "$tmp/cap.err")"
 cmp -s "$tmp/cpu" "$tmp/cap" || fail "small cap output differs"
+
+# a cap that holds some of the layers: the first asked-for ones stay on the CPU, said
+run -ngl 99 --gpu-mem 0.0025 >"$tmp/part" 2>"$tmp/part.err" || fail "partial cap exit status"
+grep -Eq "[1-4] of 5 layers.*[1-4] more layers? did not fit" "$tmp/part.err" ||
+    fail "partial cap line: $(cat "$tmp/part.err")"
+cmp -s "$tmp/cpu" "$tmp/part" || fail "partial cap output differs"
 
 run -ngl 99 --gpu 7 >/dev/null 2>"$tmp/idx.err" || fail "--gpu 7 exit status"
 grep -q "GPU 7 asked for" "$tmp/idx.err" || fail "--gpu 7: $(cat "$tmp/idx.err")"

@@ -217,7 +217,7 @@ int run_opts_finish(run_opts *o)
     }
     if ((o->groups & RUN_OPT_GPU) && !(o->gpu_mem >= 0.0f)) {
         cli_fail("--gpu-mem must be a non-negative size in GiB, got %g", (double)o->gpu_mem);
-        return -1;
+        return 2;
     }
     if (o->groups & RUN_OPT_SAMPLING) {
         if (o->sp.top_p <= 0.0f || o->sp.top_p > 1.0f) {
