@@ -94,12 +94,14 @@ echo "head stopped ${took} ms after the kill: $(grep "^prima: " "$tmp/err" | tai
     >"$tmp/cluster.txt" 2>"$tmp/err" || fail "cluster: $(cat "$tmp/err")"
 cmp -s "$tmp/one.txt" "$tmp/cluster.txt" || fail "cluster text differs: $(cat "$tmp/cluster.txt")"
 "$prima" cluster -m "$big" --devices 4 -p "x" -n 100000 -c 4096 --context-shift -t 1 \
-    >/dev/null 2>&1 &
+    >/dev/null 2>"$tmp/cl.err" &
 cl=$!
-for _ in $(seq 200); do [ "$(pgrep -P $cl | wc -l)" = 3 ] && break; sleep 0.05; done
+# (up to 30 s: on a crowded machine the loopback workers take a while to start; the check is that
+# they start and die with the cluster, not how fast)
+for _ in $(seq 600); do [ "$(pgrep -P $cl | wc -l)" = 3 ] && break; sleep 0.05; done
 kids=$(pgrep -P $cl)
 pids+=($kids)
-[ "$(echo $kids | wc -w)" = 3 ] || fail "cluster: expected 3 workers, saw '$kids'"
+[ "$(echo $kids | wc -w)" = 3 ] || fail "cluster: expected 3 workers, saw '$kids': $(tail -n 3 "$tmp/cl.err")"
 kill -9 $cl
 wait $cl 2>/dev/null
 alive() { for k in $kids; do kill -0 "$k" 2>/dev/null && return 0; done; return 1; }
