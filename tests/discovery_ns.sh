@@ -90,8 +90,8 @@ in_ns h "$prima" run -m "$model" -p "x" -n 1 -t 1 --discover --secret-file "$tmp
 grep -q "^prima: discovery: found 1 worker with this model (10.77.0.15:9500)" "$tmp/err2" ||
     fail "the other key's cluster: $(grep discovery "$tmp/err2")"
 # no key: discovery is refused with one line
-in_ns h "$prima" run -m "$model" -p "x" -n 1 --discover >/dev/null 2>"$tmp/err3"
-[ $? = 1 ] && grep -q "^prima: discovery needs the cluster's shared secret" "$tmp/err3" ||
+in_ns h env -u PRIMA_KEY_FILE "$prima" run -m "$model" -p "x" -n 1 --discover >/dev/null 2>"$tmp/err3"
+[ $? = 1 ] && grep -q "^prima: discovery needs the cluster key" "$tmp/err3" ||
     fail "discovery without a key: $(cat "$tmp/err3")"
 
 cleanup_ns

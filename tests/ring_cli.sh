@@ -60,6 +60,40 @@ other=$fixtures/models/tinystories-656k-q8_0.gguf
 "$prima" worker -m /nonexistent.gguf --port 0 2>"$tmp/err"
 [ $? = 1 ] && [ "$(wc -l <"$tmp/err")" = 1 ] || fail "worker without a model: $(cat "$tmp/err")"
 
+# cluster keys: the workers hold $PRIMA_KEY_FILE; a head without it is refused, by its own
+# command line (no key, no --insecure) or by the worker (plaintext, another key)
+"$prima" keygen -o "$tmp/other.key" 2>/dev/null
+env -u PRIMA_KEY_FILE "$prima" run -m "$model" -p x --workers 127.0.0.1:$w1 2>"$tmp/err" >/dev/null
+[ $? = 2 ] && grep -q "^prima: links to workers need a cluster key" "$tmp/err" ||
+    fail "head without a key: $(cat "$tmp/err")"
+env -u PRIMA_KEY_FILE "$prima" run -m "$model" -p x --insecure --workers 127.0.0.1:$w1 -lw 3,2 \
+    2>"$tmp/err" >/dev/null
+[ $? = 1 ] && grep -q "device 1 (127.0.0.1:$w1) requires a cluster key" "$tmp/err" ||
+    fail "plaintext head, keyed worker: $(cat "$tmp/err")"
+"$prima" run -m "$model" -p x --key "$tmp/other.key" --workers 127.0.0.1:$w1 -lw 3,2 \
+    2>"$tmp/err" >/dev/null
+[ $? = 1 ] && grep -q "does not hold this cluster key" "$tmp/err" ||
+    fail "head with another key: $(cat "$tmp/err")"
+grep -q "refused\|dropped" "$tmp/w1.log" || fail "the worker did not log the refusals"
+env -u PRIMA_KEY_FILE "$prima" worker -m "$model" --host 127.0.0.1 --port 0 2>"$tmp/err"
+[ $? = 2 ] && grep -q "no cluster key: give --key FILE" "$tmp/err" ||
+    fail "worker without a key or --insecure: $(cat "$tmp/err")"
+"$prima" worker -m "$model" --host 127.0.0.1 --port 0 --insecure --key "$tmp/other.key" 2>"$tmp/err"
+[ $? = 2 ] || fail "worker --insecure --key: $(cat "$tmp/err")"
+# a plaintext worker on every interface warns loudly (in a network namespace of its own)
+if unshare -n true 2>/dev/null; then
+    env -u PRIMA_KEY_FILE timeout 20 unshare -n "$prima" worker -m "$model" --port 0 --insecure \
+        2>"$tmp/err" &
+    open_pid=$!
+    for _ in $(seq 200); do grep -q "WARNING" "$tmp/err" && break; sleep 0.05; done
+    kill "$open_pid" 2>/dev/null
+    wait "$open_pid" 2>/dev/null
+    grep -q "WARNING: no cluster key, and listening on every interface: anyone" "$tmp/err" ||
+        fail "plaintext worker on every interface: $(cat "$tmp/err")"
+else
+    echo "no network namespaces here: the warning of a plaintext worker on every interface is not checked"
+fi
+
 # a worker killed mid-generation: a long run on a random model (no end-of-text token in sight)
 big=$tmp/big.gguf
 "$prima" mkmodel -o "$big" --layers 6 --type q8_0 --seed 7 >/dev/null 2>&1 || fail "mkmodel"
@@ -107,7 +141,8 @@ wait $cl 2>/dev/null
 alive() { for k in $kids; do kill -0 "$k" 2>/dev/null && return 0; done; return 1; }
 for _ in $(seq 50); do alive || break; sleep 0.1; done
 alive && fail "cluster workers outlived it"
-XDG_CACHE_HOME=$tmp/cache "$prima" cluster --devices 2 -n 4 >/dev/null 2>"$tmp/err" ||
+# (without a key given: the run makes one of its own)
+XDG_CACHE_HOME=$tmp/cache env -u PRIMA_KEY_FILE "$prima" cluster --devices 2 -n 4 >/dev/null 2>"$tmp/err" ||
     fail "cluster with its generated model: $(cat "$tmp/err")"
 [ -f "$tmp/cache/prima/cluster-demo-llama-l8-e256-q8_0.gguf" ] || fail "no demo model in the cache"
 
@@ -119,6 +154,14 @@ for op in "decode single" "decode ring" "ring overhead"; do
 done
 [ "$(grep -c '"op":"resident at start"' "$tmp/bench.json")" = 3 ] ||
     fail "bench ring: counters of 3 devices expected: $(cat "$tmp/bench.json")"
+grep -q '"op":"decode ring keyed"' "$tmp/bench.json" && fail "bench ring: a keyed ring without --key"
+# with --key: a keyed ring beside the plaintext one, compared pair by pair
+"$prima" bench ring -m "$model" --devices 3 -lw 1,2,2 -t 1 --decode 4 --reps 2 --no-single \
+    --key "$PRIMA_KEY_FILE" --json >"$tmp/bench.json" 2>"$tmp/err" || fail "bench ring --key: $(cat "$tmp/err")"
+for op in "decode ring" "decode ring keyed" "decode overhead of keys" "cpu ring keyed" \
+    "cpu overhead lowest" "cpu overhead highest"; do
+    grep -q "\"op\":\"$op\"" "$tmp/bench.json" || fail "bench ring --key: no '$op'"
+done
 
 grep -q "session ended: the head finished; waiting for a head" "$tmp/w1.log" ||
     fail "worker 1 log: $(cat "$tmp/w1.log")"

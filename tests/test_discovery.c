@@ -20,11 +20,11 @@
 
 enum { BEACON_BYTES = 136 };
 
-static ring_secret key_of(int seed)
+static ring_key key_of(int seed)
 {
-    ring_secret s = {.set = true};
+    ring_key s = {.set = true};
     for (int i = 0; i < 32; i++)
-        s.key[i] = (uint8_t)(seed * 31 + i);
+        s.k[i] = (uint8_t)(seed * 31 + i);
     return s;
 }
 
@@ -122,14 +122,14 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "--forge"))
         return forge(argc > 2 ? atoi(argv[2]) : DISC_PORT);
     char err[256], line[512];
-    ring_secret key = key_of(1), other_key = key_of(2), none = {0};
+    ring_key key = key_of(1), other_key = key_of(2), none = {0};
     disc_keys k, k2;
     REQUIRE(disc_keys_derive(&key, &k, err, sizeof err) == 0, "%s", err);
     REQUIRE(disc_keys_derive(&other_key, &k2, err, sizeof err) == 0, "%s", err);
-    CHECK(disc_keys_derive(&none, &k, err, sizeof err) != 0 && strstr(err, "secret"),
+    CHECK(disc_keys_derive(&none, &k, err, sizeof err) != 0 && strstr(err, "cluster key"),
           "discovery without a key: '%s'", err);
     CHECK(memcmp(k.cluster_id, k2.cluster_id, sizeof k.cluster_id) != 0, "the same cluster id");
-    CHECK(memcmp(k.cluster_id, key.key, sizeof k.cluster_id) != 0, "the cluster id is the key");
+    CHECK(memcmp(k.cluster_id, key.k, sizeof k.cluster_id) != 0, "the cluster id is the key");
 
     /* Found: this model, this key. */
     int port;

@@ -165,6 +165,8 @@ int main(void)
     REQUIRE(fd >= 0, "%s", err);
     conn c;
     conn_init(&c, fd, "silent head");
+    REQUIRE(conn_handshake(&c, true, NULL, net_now_ns() + 5000000000ll, err, sizeof err) == 0,
+            "%s", err);
     msg_hello hello = {.role = ROLE_HEAD};
     memcpy(hello.identity, fm.rm.identity, sizeof hello.identity);
     REQUIRE(send_hello(&c, &hello, err, sizeof err) == 0, "%s", err);

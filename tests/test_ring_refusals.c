@@ -1,7 +1,7 @@
 /* Everything a ring must refuse, with a clear message and without crashing or wedging anyone:
  * malformed frames of every kind (built here byte by byte, not with the protocol code under
  * test), a wrong protocol version, a different model, a worker listed twice, a second head, a
- * missing or wrong shared secret, and workers that answer nonsense or nothing. After each
+ * missing or wrong cluster key, and workers that answer nonsense or nothing. After each
  * refusal the worker must still serve a proper head. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cluster/net.h"
@@ -22,7 +23,22 @@ enum { N_LAYER = 4, N_EMBD = 8, N_CTX = 16 };
 
 static fake_model fm, other;
 
-static int dial(int port)
+static void put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* The plaintext handshake greeting (link.h): "PRMA", version, mode 1 (plain), 32 zero bytes. */
+static void plain_greeting(uint8_t m[40], int version)
+{
+    memset(m, 0, 40);
+    put32(m, 0x414d5250);
+    m[4] = (uint8_t)version;
+    m[6] = 1;
+}
+
+static int dial_raw(int port)
 {
     char err[256];
     int fd = net_connect("127.0.0.1", port, 2000, err, sizeof err);
@@ -30,10 +46,18 @@ static int dial(int port)
     return fd;
 }
 
-static void put32(uint8_t *p, uint32_t v)
+/* Connected, with the plaintext handshake done by hand. */
+static int dial(int port)
 {
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
+    int fd = dial_raw(port);
+    uint8_t m[40], got[40];
+    plain_greeting(m, PROTO_VERSION);
+    REQUIRE(write(fd, m, sizeof m) == (ssize_t)sizeof m, "short write");
+    struct timeval tv = {6, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    REQUIRE(recv(fd, got, sizeof got, MSG_WAITALL) == (ssize_t)sizeof got, "no greeting back");
+    CHECK(!memcmp(got, m, sizeof m), "the worker's plaintext greeting differs from the dialer's");
+    return fd;
 }
 
 /* A frame header as the protocol defines it: "PRMA", version, type, sequence, length. */
@@ -87,10 +111,12 @@ static bool closed_by_peer(int fd)
     return n == 0 || (n < 0 && errno == ECONNRESET);
 }
 
-/* Send bytes to a fresh connection; expect an ERROR containing `want`, then the close. */
-static void expect_refusal(int port, const void *bytes, size_t n, const char *want, const char *what)
+/* Send bytes to a fresh connection (after the plaintext handshake unless raw); expect an ERROR
+ * containing `want`, then the close. */
+static void expect_refusal_on(int port, bool raw, const void *bytes, size_t n, const char *want,
+                              const char *what)
 {
-    int fd = dial(port);
+    int fd = raw ? dial_raw(port) : dial(port);
     send_raw(fd, bytes, n);
     char text[512];
     int type = read_raw(fd, text, sizeof text);
@@ -100,26 +126,31 @@ static void expect_refusal(int port, const void *bytes, size_t n, const char *wa
     close(fd);
 }
 
-/* A HELLO body as the protocol lays it out: role, identity, nonce, session, rank, proof. */
+static void expect_refusal(int port, const void *bytes, size_t n, const char *want, const char *what)
+{
+    expect_refusal_on(port, false, bytes, n, want, what);
+}
+
+/* A HELLO body as the protocol lays it out: role, identity, session, rank. */
 static size_t hello_body(uint8_t *b, const uint8_t *identity)
 {
     size_t n = 0;
     b[n++] = ROLE_HEAD;
     memcpy(b + n, identity, 32);
     n += 32;
-    memset(b + n, 0, 32 + 16 + 4 + 32);
-    return n + 32 + 16 + 4 + 32;
+    memset(b + n, 0, 16 + 4);
+    return n + 16 + 4;
 }
 
 /* A head through the real API; returns 0 when a short ring run works. */
-static int run_head(const char *workers, const ring_secret *secret, char *err, size_t errlen)
+static int run_head(const char *workers, const ring_key *key, char *err, size_t errlen)
 {
     int n_dev = 2;
     for (const char *p = workers; *p; p++)
         n_dev += *p == ',';
     int lw[4] = {1, 1, 1, 1};
     ring_opts o = {.workers = workers, .lw = lw, .n_lw = n_dev, .n_ctx = N_CTX, .max_batch = 4,
-                   .secret = secret};
+                   .key = key};
     ring *r = ring_connect(&o, &fm.rm, err, errlen);
     if (!r)
         return -1;
@@ -144,50 +175,55 @@ static void worker_refusals(void)
     uint8_t f[16 + 256], body[200];
     size_t bl = hello_body(body, fm.rm.identity);
 
-    expect_refusal(w.port, "GET / HTTP/1.1\r\n\r\n", 18, "not a prima frame", "HTTP request");
-    header(f, 0x414d5250, 2, RM_HELLO, 0, (uint32_t)bl);
+    static const char http[] = "GET / HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n";
+    expect_refusal_on(w.port, true, http, sizeof http - 1, "not a prima connection", "HTTP request");
+    /* a head of protocol version 1 (no handshake): its first frame header */
+    header(f, 0x414d5250, 1, RM_HELLO, 0, 117);
+    memset(f + 16, 0, 117);
+    expect_refusal_on(w.port, true, f, 16 + 117, "speaks protocol version 1", "version 1 HELLO");
+    header(f, 0x414d5250, 3, RM_HELLO, 0, (uint32_t)bl);
     memcpy(f + 16, body, bl);
-    expect_refusal(w.port, f, 16 + bl, "protocol version 2", "version 2 HELLO");
-    header(f, 0x414d5250, 1, RM_HELLO, 0, 1u << 30);
+    expect_refusal(w.port, f, 16 + bl, "protocol version 3", "version 3 frame after the handshake");
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, 1u << 30);
     expect_refusal(w.port, f, 16, "exceeds the bound", "1 GiB HELLO");
-    header(f, 0x414d5250, 1, RM_HELLO, 5, (uint32_t)bl);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 5, (uint32_t)bl);
     memcpy(f + 16, body, bl);
     expect_refusal(w.port, f, 16 + bl, "sequence number 5", "HELLO out of sequence");
-    header(f, 0x414d5250, 1, 99, 0, 0);
+    header(f, 0x414d5250, PROTO_VERSION, 99, 0, 0);
     expect_refusal(w.port, f, 16, "unknown message type 99", "type 99");
-    header(f, 0x414d5250, 1, RM_HELLO, 0, 10);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, 10);
     memset(f + 16, 1, 10);
     expect_refusal(w.port, f, 26, "malformed HELLO", "short HELLO");
-    header(f, 0x414d5250, 1, RM_HELLO, 0, (uint32_t)bl + 3);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, (uint32_t)bl + 3);
     memcpy(f + 16, body, bl);
     memset(f + 16 + bl, 0, 3);
     expect_refusal(w.port, f, 16 + bl + 3, "malformed HELLO", "HELLO with trailing bytes");
-    header(f, 0x414d5250, 1, RM_PLAN, 0, 0);
+    header(f, 0x414d5250, PROTO_VERSION, RM_PLAN, 0, 0);
     expect_refusal(w.port, f, 16, "expected HELLO", "PLAN first");
     uint8_t wrong[200];
     size_t wl = hello_body(wrong, other.rm.identity);
-    header(f, 0x414d5250, 1, RM_HELLO, 0, (uint32_t)wl);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, (uint32_t)wl);
     memcpy(f + 16, wrong, wl);
     expect_refusal(w.port, f, 16 + wl, "model mismatch", "other model");
 
     /* A frame cut off in the middle, then silence: dropped, nothing to answer. */
     int fd = dial(w.port);
-    header(f, 0x414d5250, 1, RM_HELLO, 0, (uint32_t)bl);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, (uint32_t)bl);
     send_raw(fd, f, 16 + 20);
     close(fd);
 
     /* A proper head, then a PLAN that makes no sense: refused, session over. */
     fd = dial(w.port);
-    header(f, 0x414d5250, 1, RM_HELLO, 0, (uint32_t)bl);
+    header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, (uint32_t)bl);
     memcpy(f + 16, body, bl);
     send_raw(fd, f, 16 + bl);
     char text[512];
     CHECK(read_raw(fd, text, sizeof text) == RM_WELCOME, "no WELCOME for a proper HELLO");
-    uint8_t plan[16 + 32 + 16];
-    header(f, 0x414d5250, 1, RM_PLAN, 1, sizeof plan);
+    uint8_t plan[16 + 16];
+    header(f, 0x414d5250, PROTO_VERSION, RM_PLAN, 1, sizeof plan);
     memset(plan, 0, sizeof plan);
-    put32(plan + 48, 1);    /* rank 1 */
-    put32(plan + 52, 99);   /* of 99 devices */
+    put32(plan + 16, 1);    /* rank 1 */
+    put32(plan + 20, 99);   /* of 99 devices */
     memcpy(f + 16, plan, sizeof plan);
     send_raw(fd, f, 16 + sizeof plan);
     int type;
@@ -226,7 +262,7 @@ static void worker_refusals(void)
     fake_worker_stop(&w);
 }
 
-static void secret_refusals(void)
+static void key_refusals(void)
 {
     char path[] = "/tmp/prima-test-secret-XXXXXX";
     int fd = mkstemp(path);
@@ -235,36 +271,116 @@ static void secret_refusals(void)
     FILE *f = fopen(path, "w");
     fputs("correct horse battery staple\n", f);
     fclose(f);
-    ring_secret good, bad;
+    ring_key good, bad;
     char err[512] = "";
-    REQUIRE(ring_secret_load(&good, path, err, sizeof err) == 0 && good.set, "%s", err);
+    REQUIRE(ring_key_load(&good, path, err, sizeof err) == 0 && good.set, "%s", err);
     f = fopen(path, "w");
     fputs("something else", f);
     fclose(f);
-    REQUIRE(ring_secret_load(&bad, path, err, sizeof err) == 0, "%s", err);
+    REQUIRE(ring_key_load(&bad, path, err, sizeof err) == 0, "%s", err);
     unlink(path);
 
     fake_worker w1, w2;
-    REQUIRE(fake_worker_start(&w1, &fm, &good) == 0, "worker with secret");
-    REQUIRE(fake_worker_start(&w2, &fm, &good) == 0, "worker with secret");
+    REQUIRE(fake_worker_start(&w1, &fm, &good) == 0, "worker with the key");
+    REQUIRE(fake_worker_start(&w2, &fm, &good) == 0, "worker with the key");
     char list[128];
     fake_worker w[2] = {w1, w2};
     fake_worker_list(w, 2, list, sizeof list);
-    CHECK(run_head(list, &good, err, sizeof err) == 0, "same secret everywhere: %s", err);
-    CHECK(run_head(list, NULL, err, sizeof err) != 0 && strstr(err, "did not prove the shared secret"),
-          "head without the secret: '%s'", err);
-    CHECK(run_head(list, &bad, err, sizeof err) != 0 && strstr(err, "did not prove the shared secret"),
-          "head with another secret: '%s'", err);
+    CHECK(run_head(list, &good, err, sizeof err) == 0, "same key everywhere: %s", err);
+    CHECK(run_head(list, NULL, err, sizeof err) != 0 && strstr(err, "requires a cluster key"),
+          "head without the key: '%s'", err);
+    CHECK(run_head(list, &bad, err, sizeof err) != 0 && strstr(err, "does not hold this cluster key"),
+          "head with another key: '%s'", err);
     CHECK(run_head(list, &good, err, sizeof err) == 0, "after the refusals: %s", err);
     fake_worker_stop(&w1);
     fake_worker_stop(&w2);
 
     fake_worker open;
-    REQUIRE(fake_worker_start(&open, &fm, NULL) == 0, "worker without secret");
+    REQUIRE(fake_worker_start(&open, &fm, NULL) == 0, "worker without a key");
     fake_worker_list(&open, 1, list, sizeof list);
-    CHECK(run_head(list, &good, err, sizeof err) != 0 && strstr(err, "did not prove the shared secret"),
-          "worker without the secret: '%s'", err);
+    CHECK(run_head(list, &good, err, sizeof err) != 0 && strstr(err, "has no cluster key"),
+          "worker without the key: '%s'", err);
     fake_worker_stop(&open);
+}
+
+/* Connections that never finish their handshake: one says nothing, one trickles a byte at a
+ * time. Neither may hold up a real head (the worker greets newcomers side by side), and the
+ * trickle is cut off by the overall deadline however steadily it comes. */
+typedef struct dripper {
+    int fd, interval_ms;
+    _Atomic int sent, max;
+    _Atomic bool closed;       /* the worker hung up */
+    pthread_t t;
+} dripper;
+
+static void *drip_main(void *arg)
+{
+    dripper *d = arg;
+    uint8_t m[40];
+    plain_greeting(m, PROTO_VERSION);
+    for (; d->sent < d->max; d->sent++) {
+        struct timespec ts = {0, (long)d->interval_ms * 1000000};
+        nanosleep(&ts, NULL);
+        if (send(d->fd, m + d->sent, 1, MSG_NOSIGNAL) != 1)
+            break;
+        char c;
+        ssize_t n = recv(d->fd, &c, 1, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+            d->closed = true;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+static bool still_open(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+static void dawdlers(void)
+{
+    char list[64], err[512] = "";
+    /* Side by side: with a deadline long enough that neither dawdler is cut off first, a real
+     * head is served while both are pending (a worker that greeted one newcomer at a time would
+     * serve the head only after giving up on them). */
+    fake_worker w;
+    REQUIRE(fake_worker_start_admit(&w, &fm, NULL, 30000) == 0, "worker");
+    fake_worker_list(&w, 1, list, sizeof list);
+    int idle = dial_raw(w.port);
+    dripper d = {.fd = dial_raw(w.port), .interval_ms = 200, .max = 39};
+    pthread_create(&d.t, NULL, drip_main, &d);
+    struct timespec settle = {0, 300 * 1000000};
+    nanosleep(&settle, NULL);
+    CHECK(run_head(list, NULL, err, sizeof err) == 0, "head beside two dawdlers: %s", err);
+    CHECK(still_open(idle), "the idle connection was dropped before the head was served");
+    CHECK(!d.closed && d.sent < d.max, "the trickle ended (%d bytes, %s) before the head was served",
+          d.sent, d.closed ? "closed" : "done");
+    d.max = 0;   /* stop dripping */
+    pthread_join(d.t, NULL);
+    close(idle);
+    close(d.fd);
+    fake_worker_stop(&w);
+
+    /* The deadline is for the whole greeting: a trickle of a byte every 250 ms (each byte in
+     * time for any per-byte timeout) is cut off after 1 s, long before its 15th byte. */
+    REQUIRE(fake_worker_start_admit(&w, &fm, NULL, 1000) == 0, "worker");
+    dripper t = {.fd = dial_raw(w.port), .interval_ms = 250, .max = 15};
+    drip_main(&t);
+    CHECK(t.closed, "a trickle of %d bytes over %.1f s was not cut off", t.sent, t.sent * 0.25);
+    close(t.fd);
+    /* and the idle connection, given the same deadline, is dropped too */
+    idle = dial_raw(w.port);
+    struct timeval tv = {10, 0};
+    setsockopt(idle, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    CHECK(recv(idle, &c, 1, 0) <= 0, "an idle connection was kept past the deadline");
+    close(idle);
+    fake_worker_list(&w, 1, list, sizeof list);
+    CHECK(run_head(list, NULL, err, sizeof err) == 0, "after the dawdlers: %s", err);
+    fake_worker_stop(&w);
 }
 
 /* A "worker" that answers a HELLO with the given bytes (or closes, or says nothing). */
@@ -314,18 +430,21 @@ static void expect_head_refusal(const uint8_t *reply, size_t n, bool silent, con
 
 static void head_refusals(void)
 {
-    uint8_t f[16 + 64];
-    expect_head_refusal((const uint8_t *)"SSH-2.0-OpenSSH_9.2\r\n", 21, false, "not a prima frame",
-                        "an ssh server");
-    header(f, 0x414d5250, 9, RM_WELCOME, 0, 0);
-    expect_head_refusal(f, 16, false, "speaks protocol version 9", "a version 9 worker");
-    header(f, 0x414d5250, 1, RM_WELCOME, 0, 7);
-    memset(f + 16, 0, 7);
-    expect_head_refusal(f, 16 + 7, false, "malformed WELCOME", "a short WELCOME");
-    header(f, 0x414d5250, 1, RM_WELCOME, 0, 1u << 31);
-    expect_head_refusal(f, 16, false, "exceeds the bound", "a 2 GiB WELCOME");
+    uint8_t f[40 + 16 + 64];
+    expect_head_refusal((const uint8_t *)"SSH-2.0-OpenSSH_9.2\r\nand some more bytes\r\n", 42,
+                        false, "not a prima connection", "an ssh server");
+    plain_greeting(f, 9);
+    expect_head_refusal(f, 40, false, "speaks protocol version 9", "a version 9 worker");
+    /* frames after a proper plaintext handshake */
+    plain_greeting(f, PROTO_VERSION);
+    header(f + 40, 0x414d5250, PROTO_VERSION, RM_WELCOME, 0, 7);
+    memset(f + 56, 0, 7);
+    expect_head_refusal(f, 56 + 7, false, "malformed WELCOME", "a short WELCOME");
+    header(f + 40, 0x414d5250, PROTO_VERSION, RM_WELCOME, 0, 1u << 31);
+    expect_head_refusal(f, 56, false, "exceeds the bound", "a 2 GiB WELCOME");
+    expect_head_refusal(f, 40, true, "did not answer within 5 s", "a worker silent after the handshake");
     expect_head_refusal(NULL, 0, false, "connection closed", "a worker that hangs up");
-    expect_head_refusal(NULL, 0, true, "did not answer within 5 s", "a silent worker");
+    expect_head_refusal(NULL, 0, true, "handshake did not finish in time", "a silent worker");
     char err[512] = "";
     int lw[2] = {2, 2};
     /* nobody listens on port 1 */
@@ -342,7 +461,8 @@ int main(void)
     REQUIRE(fake_model_create(&fm, N_LAYER, N_EMBD, 16384, 1) == 0, "fake model");
     REQUIRE(fake_model_create(&other, N_LAYER, N_EMBD, 16384, 2) == 0, "other fake model");
     worker_refusals();
-    secret_refusals();
+    key_refusals();
+    dawdlers();
     head_refusals();
     fake_model_destroy(&fm);
     fake_model_destroy(&other);

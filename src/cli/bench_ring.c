@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 
 #include "cli/bench.h"
 #include "cli/cli.h"
@@ -23,6 +24,14 @@ static const char usage_text[] =
     "  decode single    ms per token on one device with --single-threads threads\n"
     "  decode ring      ms per token on the ring\n"
     "  ring overhead    ring / single - 1, in percent\n"
+    "  with --key FILE, also (a second set of workers holds the key; plaintext and keyed\n"
+    "  repetitions alternate, in pairs):\n"
+    "  decode ring keyed       ms per token on the keyed, encrypted ring\n"
+    "  decode overhead of keys keyed / plaintext - 1 per pair, in percent: the median,\n"
+    "                          then the lowest and highest pair\n"
+    "  cpu ring, cpu ring keyed, cpu overhead of keys ...\n"
+    "                          the same for the CPU time of all the ring's processes per\n"
+    "                          token (steadier than wall time on a shared machine)\n"
     "  per device, per decoded token: compute and wait ms, major page faults during compute,\n"
     "  disk MiB read (prefetching included), % of its window's pages resident when compute\n"
     "  started, KiB sent\n"
@@ -123,10 +132,57 @@ static int parse(struct opts *o, int argc, char **argv)
     return 0;
 }
 
-/* One repetition: prompt, then timed decode steps. Returns ms per token, or < 0 on failure
- * (message printed). With a ring, per-device counters of the decode steps go to per_dev. */
-static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, const char *workers,
-                          ring_counters *per_dev)
+/* A ring to decode on: its workers (as "host:port,...") and whether its links are keyed. */
+typedef struct ring_set {
+    const local_workers *w;
+    const char *list;
+    bool keyed;
+} ring_set;
+
+/* Nanoseconds on a CPU so far of every thread of process pid (0: this one), from the scheduler's
+ * own accounting (/proc/PID/task/TID/schedstat), which is exact where getrusage's ticks are 10
+ * ms. Threads that end in between are lost, so callers sample inside one session, whose threads
+ * live throughout. */
+static double process_cpu_ns(int pid)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, pid ? "/proc/%d/task" : "/proc/self/task", pid);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    double ns = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[128];
+        snprintf(path, sizeof path, "%s/%.20s/schedstat", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned long long run;
+        if (f && fscanf(f, "%llu", &run) == 1)
+            ns += (double)run;
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return ns;
+}
+
+/* CPU ms so far of this process and of the ring's workers: steadier than wall time on a machine
+ * shared with other jobs. */
+static double cpu_ms(const ring_set *rs)
+{
+    double ns = process_cpu_ns(0);
+    for (int i = 0; rs && i < rs->w->n; i++)
+        ns += process_cpu_ns((int)rs->w->pid[i]);
+    return ns / 1e6;
+}
+
+/* One repetition: prompt, then timed decode steps, on one device (rs NULL) or a ring. Returns
+ * ms per token, or < 0 on failure (message printed); *cpu (if not NULL) gets the CPU ms per
+ * token of every process of the ring. With a ring, per-device counters of the decode steps go to
+ * per_dev (NULL: not wanted). */
+static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, const ring_set *rs,
+                          ring_counters *per_dev, double *cpu)
 {
     char err[512];
     int n_ctx = PROMPT_TOKENS + o->n_decode + 1;
@@ -137,10 +193,12 @@ static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, co
         toks[i] = (int32_t)((7u * (unsigned)i + 3u) % (unsigned)m->hp.n_vocab);
     ring_head h = {0};
     session *s;
-    if (workers) {
+    if (rs) {
         ring_opts ro = ring_args_opts(&o->ra);
-        ro.workers = workers;
+        ro.workers = rs->list;
         ro.verbose = NULL;
+        if (!rs->keyed)
+            ro.key = NULL;
         s = ring_head_session(&h, &ro, m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
     } else {
         s = session_create(m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
@@ -153,7 +211,7 @@ static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, co
     } else {
         if (h.r)
             ring_count_from(h.r, ring_batches(h.r));
-        double t0 = probe_now();
+        double t0 = probe_now(), c0 = cpu_ms(rs);
         int i = 0;
         for (; i < o->n_decode; i++)
             if (session_eval(s, &toks[PROMPT_TOKENS + i], 1, NULL, err, sizeof err))
@@ -162,9 +220,11 @@ static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, co
             cli_fail("bench ring: %s", err);
         else
             ms = 1e3 * (probe_now() - t0) / o->n_decode;
+        if (cpu)
+            *cpu = (cpu_ms(rs) - c0) / o->n_decode;
         if (h.r) {
             ring_finish(h.r);
-            for (int d = 0; d < ring_get_plan(h.r)->n_dev; d++)
+            for (int d = 0; per_dev && d < ring_get_plan(h.r)->n_dev; d++)
                 ring_totals(h.r, d, &per_dev[d]);
         }
     }
@@ -182,9 +242,37 @@ static void report(const struct opts *o, const char *op, const char *source, int
     bench_print(&r, o->json);
 }
 
-static int measure(const struct opts *o, const model *m, const char *workers)
+/* Keyed against plaintext ring, pair by pair: the keyed figure's median, then the median ratio
+ * and the extreme pairs. name: "decode" (wall ms) or "cpu" (CPU ms of every process). */
+static void report_keyed(const struct opts *o, const char *what, const char *name,
+                         const double *plain, const double *keyed)
 {
-    double *ms = calloc(2 * (size_t)o->reps, sizeof *ms);   /* ring, then single */
+    double spread, *v = malloc(2 * sizeof *v * (size_t)o->reps), *ratio = v + o->reps;
+    if (!v)
+        return;
+    for (int r = 0; r < o->reps; r++) {
+        v[r] = keyed[r];
+        ratio[r] = 100 * (keyed[r] / plain[r] - 1);
+    }
+    char op[64];
+    snprintf(op, sizeof op, "%s ring keyed", name);
+    double med = bench_median_spread(v, o->reps, &spread);
+    report(o, op, what, o->ro.n_threads, med, "ms/tok", spread);
+    snprintf(op, sizeof op, "%s overhead of keys", name);
+    med = bench_median_spread(ratio, o->reps, &spread);   /* sorts ratio */
+    report(o, op, what, o->ro.n_threads, med, "%", -1);
+    snprintf(op, sizeof op, "%s overhead lowest", name);
+    report(o, op, what, o->ro.n_threads, ratio[0], "%", -1);
+    snprintf(op, sizeof op, "%s overhead highest", name);
+    report(o, op, what, o->ro.n_threads, ratio[o->reps - 1], "%", -1);
+    free(v);
+}
+
+static int measure(const struct opts *o, const model *m, const ring_set *plain,
+                   const ring_set *keyed_ring)
+{
+    /* ring, single, keyed ring; then CPU ms of the ring and of the keyed ring */
+    double *ms = calloc(5 * (size_t)o->reps, sizeof *ms);
     ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum);
     ring_counters *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
     kern_ctx *kc_ring = kern_ctx_create(o->ro.n_threads);
@@ -196,13 +284,28 @@ static int measure(const struct opts *o, const model *m, const char *workers)
     }
     /* Single and ring repetitions alternate, so that a change of load on the machine falls on
      * both alike. */
-    double spread, single = 0, *ms_one = ms + o->reps;
+    double spread, single = 0, *ms_one = ms + o->reps, *ms_keyed = ms + 2 * o->reps;
+    double *cpu = ms + 3 * o->reps, *cpu_keyed = ms + 4 * o->reps;
+    /* Comparing two rings: one untimed repetition on each first, so that neither pays for its
+     * workers' start (model loading, first page faults) in a timed one. */
+    if (keyed_ring && (decode_once(o, m, kc_ring, plain, NULL, NULL) < 0 ||
+                       decode_once(o, m, kc_ring, keyed_ring, NULL, NULL) < 0))
+        goto out;
     for (int r = 0; r < o->reps; r++) {
-        if (!o->no_single && (ms_one[r] = decode_once(o, m, kc_one, NULL, NULL)) < 0)
+        if (!o->no_single && (ms_one[r] = decode_once(o, m, kc_one, NULL, NULL, NULL)) < 0)
             goto out;
         memset(one, 0, sizeof *one * PRIMA_MAX_DEVICES);
-        if ((ms[r] = decode_once(o, m, kc_ring, workers, one)) < 0)
-            goto out;
+        /* a pair: plaintext first on even repetitions, keyed first on odd ones */
+        for (int k = 0; k < 2; k++) {
+            bool keyed = (k == 1) != (r % 2 == 1);
+            if (keyed && !keyed_ring)
+                continue;
+            double t = keyed ? decode_once(o, m, kc_ring, keyed_ring, NULL, &cpu_keyed[r])
+                             : decode_once(o, m, kc_ring, plain, one, &cpu[r]);
+            if (t < 0)
+                goto out;
+            *(keyed ? &ms_keyed[r] : &ms[r]) = t;
+        }
         for (int d = 0; d < o->n_dev; d++)
             counters_add(&sum[d], &one[d]);
     }
@@ -210,9 +313,15 @@ static int measure(const struct opts *o, const model *m, const char *workers)
         single = bench_median_spread(ms_one, o->reps, &spread);
         report(o, "decode single", "1 device", o->single_threads, single, "ms/tok", spread);
     }
-    double ring_ms = bench_median_spread(ms, o->reps, &spread);
     char what[64];
     snprintf(what, sizeof what, "%d devices", o->n_dev);
+    if (keyed_ring) {   /* before the medians sort the plaintext figures */
+        report_keyed(o, what, "decode", ms, ms_keyed);
+        report_keyed(o, what, "cpu", cpu, cpu_keyed);
+        double c = bench_median_spread(cpu, o->reps, &spread);
+        report(o, "cpu ring", what, o->ro.n_threads, c, "ms/tok", spread);
+    }
+    double ring_ms = bench_median_spread(ms, o->reps, &spread);
     report(o, "decode ring", what, o->ro.n_threads, ring_ms, "ms/tok", spread);
     if (!o->no_single)
         report(o, "ring overhead", what, o->ro.n_threads, 100 * (ring_ms / single - 1), "%", -1);
@@ -248,24 +357,36 @@ static int run(int argc, char **argv)
     if (rc)
         return rc < 0 ? 0 : rc;
     /* Workers first: they are forked, and this process has no threads yet. */
-    local_workers w = {.n = 0};
+    /* Plaintext workers on loopback always; with a key, a second set that holds it. */
+    local_workers w = {.n = 0}, wk = {.n = 0};
     serve_opts so = {.model_path = o.worker_model ? o.worker_model : o.ro.model,
                      .host = "127.0.0.1", .listen_fd = -1, .threads = o.ro.n_threads,
-                     .method = o.ra.method, .secret_file = o.ra.secret_file, .quiet = true};
-    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup)) {
+                     .method = o.ra.method, .insecure = true, .quiet = true};
+    serve_opts sk = so;
+    sk.key_file = o.ra.key_file;
+    sk.insecure = false;
+    /* Only an explicit --key adds the keyed ring ($PRIMA_KEY_FILE alone would double the
+     * workers of an experiment that did not ask for it). */
+    bool keyed = o.ra.key_file && o.ra.key.set && o.n_dev > 1;
+    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup) ||
+        (keyed && local_workers_start(&wk, o.n_dev - 1, &sk, o.cgroup))) {
+        local_workers_stop(&w);
         run_opts_free(&o.ro);
         return 1;
     }
-    char list[PRIMA_MAX_DEVICES * 24];
+    char list[PRIMA_MAX_DEVICES * 24], klist[PRIMA_MAX_DEVICES * 24];
     local_workers_list(&w, list, sizeof list);
+    local_workers_list(&wk, klist, sizeof klist);
+    ring_set plain = {&w, list, false}, keyed_ring = {&wk, klist, true};
     char err[512];
     model *m = model_load(o.ro.model, err, sizeof err);
     if (!m)
         rc = cli_fail("%s", err);
     else
-        rc = measure(&o, m, o.n_dev > 1 ? list : "");
+        rc = measure(&o, m, &plain, keyed ? &keyed_ring : NULL);
     model_free(m);
     local_workers_stop(&w);
+    local_workers_stop(&wk);
     run_opts_free(&o.ro);
     return rc;
 }

@@ -270,7 +270,8 @@ static int run(int argc, char **argv)
     local_workers w = {.n = 0};
     serve_opts so = {.model_path = r.o.model, .host = "127.0.0.1", .listen_fd = -1,
                      .threads = r.o.n_threads, .method = r.ra.method,
-                     .secret_file = r.ra.secret_file, .quiet = true};
+                     .key_file = r.ra.key_file,
+                     .insecure = !r.ra.key.set, .quiet = true};
     if (local_workers_start(&w, b.n_dev - 1, &so, NULL)) {
         run_opts_free(&r.o);
         return 1;

@@ -11,6 +11,7 @@
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/local_workers.h"
+#include "cluster/key.h"
 #include "model/model.h"
 #include "model/synth.h"
 
@@ -43,7 +44,9 @@ static void usage(FILE *out)
             "  --verbose               also show the workers' logs and every batch's counters\n"
             "  -h, --help              show this help\n"
             "Every other option is prima run's (prima run --help), ring options included:\n"
-            "-lw, -k, --release, --no-prefetch, --wire, --secret-file, ...\n"
+            "-lw, -k, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
+            "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
+            "this run (and removed after it).\n"
             "\n"
             "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n",
             DEFAULT_PROMPT, DEFAULT_DEVICES);
@@ -107,12 +110,13 @@ static int cmd_cluster(int argc, char **argv)
     bool threads_given = false;
     /* Everything but --devices goes to the head; parse it here only to find what the cluster
      * itself needs (the model, the thread count, the worker-side options). */
-    char **pass = calloc((size_t)argc + 12, sizeof *pass);
+    char **pass = calloc((size_t)argc + 16, sizeof *pass);
     if (!pass)
         return cli_fail("out of memory");
     int np = 0;
     pass[np++] = "run";
     int rc = 2;
+    char keydir[64] = "", keypath[96] = "";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -190,10 +194,31 @@ static int cmd_cluster(int argc, char **argv)
         pass[np++] = "-p";
         pass[np++] = DEFAULT_PROMPT;
     }
+    /* Even on loopback the ring's links are keyed: with no key given (and no --insecure), a
+     * fresh one for this run, in a directory of its own that goes when the run ends. */
+    const char *key_file = ra.key_file;
+    if (!key_file && !ra.insecure && !getenv("PRIMA_KEY_FILE") && !getenv("PRIMA_SECRET_FILE") &&
+        n_dev > 1) {
+        char err[512];
+        snprintf(keydir, sizeof keydir, "/tmp/prima-cluster-XXXXXX");
+        if (!mkdtemp(keydir)) {
+            keydir[0] = 0;
+            rc = cli_fail("cluster: cannot create a directory for the run's key: %s", strerror(errno));
+            goto done;
+        }
+        snprintf(keypath, sizeof keypath, "%s/cluster.key", keydir);
+        if (ring_key_write(keypath, false, err, sizeof err)) {
+            rc = cli_fail("cluster: %s", err);
+            goto done;
+        }
+        key_file = keypath;
+        pass[np++] = "--key";
+        pass[np++] = keypath;
+    }
     local_workers w = {.n = 0};
     serve_opts so = {.model_path = model_path, .host = "127.0.0.1", .listen_fd = -1,
-                     .threads = threads, .method = ra.method, .secret_file = ra.secret_file,
-                     .verbose = ra.verbose, .quiet = !ra.verbose};
+                     .threads = threads, .method = ra.method, .key_file = key_file,
+                     .insecure = ra.insecure, .verbose = ra.verbose, .quiet = !ra.verbose};
     if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
         rc = 1;
         goto done;
@@ -208,6 +233,10 @@ static int cmd_cluster(int argc, char **argv)
     rc = cli_cmd_run.run(np, pass);
     local_workers_stop(&w);
 done:
+    if (keypath[0])
+        unlink(keypath);
+    if (keydir[0])
+        rmdir(keydir);
     run_opts_free(&ro);
     free(pass);
     return rc;

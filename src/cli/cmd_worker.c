@@ -21,10 +21,10 @@ static void usage(FILE *out)
             "usage: prima worker -m FILE [--host ADDR] [--port P] [-t N] [options]\n"
             "\n"
             "Serve as one device of a ring (see prima run --workers). The worker waits for a\n"
-            "head, checks that both hold the same model file (name, shapes, tensor table) and,\n"
-            "if a secret is set, that the head knows it; then it computes the layers the head's\n"
-            "plan gives it, keeping the KV cache of those layers only, and passes activations to\n"
-            "the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
+            "head, proves with it that both hold the cluster key (--key) and agrees keys for\n"
+            "the link, checks that both hold the same model file (name, shapes, tensor table),\n"
+            "then computes the layers the head's plan gives it, keeping the KV cache of those\n"
+            "layers only, and passes activations to the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
             "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
             "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
             "read from the model file. When a head plans with the scheduler, the worker\n"
@@ -38,11 +38,16 @@ static void usage(FILE *out)
             "                          set another count with --worker-threads)\n"
             "  --prefetch-method M     how the next window is loaded while other devices\n"
             "                          compute: touch (default), madvise or fadvise\n"
-            "  --secret-file FILE      shared secret the head must prove, and this worker proves\n"
-            "                          (default: $PRIMA_SECRET_FILE; none)\n"
-            "  --advertise             answer discovery probes of heads with the same secret\n"
+            "  --key FILE              the cluster key (made by prima keygen) every device must\n"
+            "                          hold (default: $PRIMA_KEY_FILE): each link is then\n"
+            "                          mutually authenticated and encrypted with keys of its\n"
+            "                          own; --secret-file FILE is another name for it\n"
+            "  --insecure              without a key: serve plaintext links, which anyone who\n"
+            "                          can reach the port can read and use (refused without\n"
+            "                          either; loudly warned about off loopback)\n"
+            "  --advertise             answer discovery probes of heads with the same key\n"
             "                          (prima run --discover): UDP broadcast and link-local\n"
-            "                          multicast; needs the secret, which authenticates both\n"
+            "                          multicast; needs the key, which authenticates both\n"
             "  --discovery-port P      UDP port for discovery (default %d)\n"
             "  -v, --verbose           also log every batch's counters\n"
             "  --stats FILE            each head's plan for this device, for programs: one JSON\n"
@@ -52,8 +57,15 @@ static void usage(FILE *out)
             "  -h, --help              show this help\n"
             "\n"
             "Stop it with Ctrl-C or SIGTERM. Exit status: 0 when stopped, 1 on an error (model,\n"
-            "port), 2 on a usage error.\n",
+            "port, key file), 2 on a usage error (also: neither --key nor --insecure).\n",
             DEFAULT_PORT, DISC_PORT);
+}
+
+/* Whether a listen address reaches this machine only. */
+static bool loopback(const char *host)
+{
+    return host && (!strcmp(host, "localhost") || !strcmp(host, "::1") ||
+                    !strncmp(host, "127.", 4));
 }
 
 static worker *running;
@@ -72,11 +84,24 @@ int serve_worker(const serve_opts *o)
     if (!m)
         return cli_fail("%s", err);
     ring_model rm;
-    ring_secret secret;
+    ring_key key = {.set = false};
+    if (o->insecure && o->key_file) {
+        model_free(m);
+        cli_fail("worker: --insecure and --key contradict each other");
+        return 2;
+    }
+    /* An explicit --insecure wins over $PRIMA_KEY_FILE. */
     if (ring_model_init(&rm, m, err, sizeof err) ||
-        ring_secret_load(&secret, o->secret_file, err, sizeof err)) {
+        (!o->insecure && ring_key_load(&key, o->key_file, err, sizeof err))) {
         model_free(m);
         return cli_fail("%s", err);
+    }
+    if (!key.set && !o->insecure) {
+        ring_model_release(&rm);
+        model_free(m);
+        cli_fail("worker: no cluster key: give --key FILE (prima keygen -o FILE makes one; every "
+                 "device needs the same), or --insecure to serve plaintext links");
+        return 2;
     }
     FILE *stats = NULL;
     if (o->stats_file && !(stats = stats_file_open(o->stats_file))) {
@@ -90,7 +115,7 @@ int serve_worker(const serve_opts *o)
     sched_profiler_init(&prof, o->model_path);
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
-                      .secret = secret.set ? &secret : NULL, .log = o->quiet ? NULL : stderr,
+                      .key = &key, .log = o->quiet ? NULL : stderr,
                       .verbose = o->verbose, .stats = stats, .profile = sched_profiler_serve,
                       .profile_ctx = &prof};
     worker *w = worker_create(&wo, &eb.b, err, sizeof err);
@@ -102,7 +127,7 @@ int serve_worker(const serve_opts *o)
                            .threads = (uint32_t)o->threads, .mem_budget = sysmem_budget()};
         memcpy(ds.identity, rm.identity, sizeof ds.identity);
         ring_random(&ds.instance, sizeof ds.instance);
-        if (disc_keys_derive(wo.secret, &dk, err, sizeof err) == 0)
+        if (disc_keys_derive(wo.key, &dk, err, sizeof err) == 0)
             adv = disc_advertise_start(&dk, &ds, o->discovery_port, NULL,
                                        o->quiet ? NULL : stderr, err, sizeof err);
         if (!adv) {
@@ -118,7 +143,12 @@ int serve_worker(const serve_opts *o)
                             "free for weights%s\n",
                     o->model_path, m->hp.n_layer, o->host ? o->host : "*", worker_port(w),
                     o->threads, (double)sysmem_budget() / (1u << 30),
-                    secret.set ? "; shared secret required" : "");
+                    key.set ? "; links keyed and encrypted" : "; plaintext links (--insecure)");
+        if (!key.set && !loopback(o->host))
+            fprintf(stderr, "prima worker: WARNING: no cluster key, and listening on %s: anyone who "
+                            "can reach port %d can use this worker and read and change what "
+                            "crosses its links. Use --key FILE (prima keygen) on every device.\n",
+                    o->host ? o->host : "every interface", worker_port(w));
         running = w;
         struct sigaction sa = {.sa_handler = on_signal};
         sigemptyset(&sa.sa_mask);
@@ -159,10 +189,15 @@ static int cmd_worker(int argc, char **argv)
             o.advertise = true;
             continue;
         }
+        if (!strcmp(a, "--insecure")) {
+            o.insecure = true;
+            continue;
+        }
         bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
                      !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--secret-file") ||
-                     !strcmp(a, "--stats") || !strcmp(a, "--discovery-port");
+                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--key") ||
+                     !strcmp(a, "--secret-file") || !strcmp(a, "--stats") ||
+                     !strcmp(a, "--discovery-port");
         if (!known) {
             cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
             return 2;
@@ -176,8 +211,8 @@ static int cmd_worker(int argc, char **argv)
             o.model_path = v;
         else if (!strcmp(a, "--host"))
             o.host = v;
-        else if (!strcmp(a, "--secret-file"))
-            o.secret_file = v;
+        else if (!strcmp(a, "--key") || !strcmp(a, "--secret-file"))
+            o.key_file = v;
         else if (!strcmp(a, "--stats"))
             o.stats_file = v;
         else if (!strcmp(a, "--port")) {

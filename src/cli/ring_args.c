@@ -79,10 +79,15 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->verbose = true;
         return 1;
     }
+    if (!strcmp(f, "--insecure")) {
+        a->insecure = true;
+        return 1;
+    }
     static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
-                                             "--rounds", "--release", "--wire", "--secret-file",
-                                             "--worker-threads", "--prefetch-method",
-                                             "--stats", "--discovery-port", NULL};
+                                             "--rounds", "--release", "--wire", "--key",
+                                             "--secret-file", "--worker-threads",
+                                             "--prefetch-method", "--stats", "--discovery-port",
+                                             NULL};
     int known = 0;
     for (int j = 0; with_value[j]; j++)
         known |= !strcmp(f, with_value[j]);
@@ -134,7 +139,7 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
     } else if (!strcmp(f, "--stats")) {
         a->stats_file = v;
     } else {
-        a->secret_file = v;
+        a->key_file = v;   /* --key, or --secret-file, its name before keys were made by keygen */
     }
     return 1;
 }
@@ -150,8 +155,20 @@ FILE *stats_file_open(const char *path)
 int ring_args_finish(ring_args *a)
 {
     char err[512];
-    if (ring_secret_load(&a->secret, a->secret_file, err, sizeof err)) {
+    if (a->key_file && a->insecure) {
+        cli_fail("--insecure and --key contradict each other");
+        return -1;
+    }
+    /* An explicit --insecure wins over $PRIMA_KEY_FILE. */
+    memset(&a->key, 0, sizeof a->key);
+    if (!a->insecure && ring_key_load(&a->key, a->key_file, err, sizeof err)) {
         cli_fail("%s", err);
+        return -1;
+    }
+    if (a->workers && *a->workers && !a->key.set && !a->insecure) {
+        cli_fail("links to workers need a cluster key: give every device --key FILE (prima keygen "
+                 "-o FILE makes one), or --insecure for plaintext links that anyone on the "
+                 "network can read and join");
         return -1;
     }
     if (a->stats_file && !(a->stats = stats_file_open(a->stats_file)))
@@ -169,7 +186,7 @@ ring_opts ring_args_opts(const ring_args *a)
     return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .k = a->k,
                        .worker_threads = a->worker_threads, .prefetch = !a->no_prefetch,
                        .release = a->release, .method = a->method, .wire = a->wire,
-                       .secret = &a->secret, .verbose = a->verbose ? stderr : NULL,
+                       .key = &a->key, .verbose = a->verbose ? stderr : NULL,
                        .stats = a->stats};
 }
 
@@ -201,7 +218,7 @@ int ring_args_discover(ring_args *a, const model *m, char *err, size_t errlen)
     disc_opts o = {.port = a->discovery_port, .wait_ms = a->discovery_done ? REDISCOVER_MS : 0};
     int rc = ring_model_init(&rm, m, err, errlen);
     if (rc == 0) {
-        rc = disc_keys_derive(&a->secret, &dk, err, errlen) ||
+        rc = disc_keys_derive(&a->key, &dk, err, errlen) ||
              disc_probe(&dk, rm.identity, &o, res, err, errlen);
         ring_model_release(&rm);
         sodium_memzero(&dk, sizeof dk);
@@ -259,7 +276,7 @@ void ring_args_usage_session(FILE *out)
     fputs("failover and discovery:\n"
           "  --discover              also use the workers that answer a discovery probe on the\n"
           "                          local network (prima worker --advertise) with this model\n"
-          "                          and the same --secret-file (needed); they follow those of\n"
+          "                          and the same --key (needed); they follow those of\n"
           "                          --workers. Says what it found (and what it ignored);\n"
           "                          between requests (chat turns, server requests; at most\n"
           "                          every 10 s) asks again and takes newcomers in\n"
@@ -298,8 +315,12 @@ void ring_args_usage(FILE *out)
           "                          identical to one device) or f16 (half the bytes per hop;\n"
           "                          logits change by about what an F16 KV cache costs and\n"
           "                          greedy text may diverge at near-ties)\n"
-          "  --secret-file FILE      shared secret every device must prove (default:\n"
-          "                          $PRIMA_SECRET_FILE; none)\n"
+          "  --key FILE              the cluster key (made by prima keygen) every device must\n"
+          "                          hold (default: $PRIMA_KEY_FILE): each link is then\n"
+          "                          mutually authenticated and encrypted with keys of its\n"
+          "                          own; --secret-file FILE is another name for it\n"
+          "  --insecure              without a key: plaintext links, which anyone on the\n"
+          "                          network can read and join (refused without either)\n"
           "  --verbose               per batch and device: compute and wait time, major page\n"
           "                          faults, disk bytes read, pages resident at compute start,\n"
           "                          bytes sent and received; totals at the end\n"

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cluster/auth.h"
+#include "cluster/key.h"
 #include "cluster/ring_engine.h"
 #include "sched/startup.h"
 
@@ -29,8 +29,9 @@ typedef struct ring_args {
     enum prefetch_method method;
     enum wire_type wire;
     bool verbose;
-    const char *secret_file;
-    ring_secret secret;
+    const char *key_file;          /* --key (or its old name --secret-file) */
+    bool insecure;                 /* --insecure: plaintext links without a key */
+    ring_key key;
     const char *stats_file;
     FILE *stats;               /* opened by ring_args_finish; NULL without --stats */
 } ring_args;
@@ -39,13 +40,14 @@ void ring_args_init(ring_args *a);
 /* Parse argv[*i] (and its value) if it is a ring option: 1 consumed, 0 not one, -1 after an
  * error naming the flag. */
 int ring_args_parse(ring_args *a, int argc, char **argv, int *i);
-/* After the command line: load the secret. 0, or -1 after an error. */
+/* After the command line: load the key; links to workers need one, or --insecure. 0, or -1
+ * after an error. */
 int ring_args_finish(ring_args *a);
 /* Whether the run goes through the ring runtime (workers, windows or rounds were given). */
 bool ring_args_active(const ring_args *a);
 /* The options for ring_connect (n_ctx and max_batch are the caller's). */
 ring_opts ring_args_opts(const ring_args *a);
-/* With --discover: probe the network for workers holding m's model with the same secret, say
+/* With --discover: probe the network for workers holding m's model with the same key, say
  * in one line on stderr what was found (the first time, and whenever it changes), and add
  * them after those of --workers (the first time; later calls, between requests, only update
  * a->discovered, with a shorter wait and at most every 10 s). 0, or -1 with

@@ -14,7 +14,8 @@ typedef struct serve_opts {
     int listen_fd;             /* >= 0: serve on this listening socket instead */
     int threads;
     enum prefetch_method method;
-    const char *secret_file;   /* NULL: $PRIMA_SECRET_FILE or none */
+    const char *key_file;      /* NULL: $PRIMA_KEY_FILE or none */
+    bool insecure;             /* no key: serve plaintext links (refused otherwise) */
     bool verbose;              /* counters of every batch */
     const char *stats_file;    /* each head's plan for this device, for programs; NULL: none */
     bool quiet;                /* no log at all */

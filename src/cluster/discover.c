@@ -24,23 +24,19 @@ enum { PROBE_BYTES = 72, BEACON_BYTES = 136, MAC_BYTES = 32 };
 #define DISC_GROUP6 "ff02::95"
 #define DISC_SENDS 3              /* probes per wait, against loss */
 
-int disc_keys_derive(const ring_secret *key, disc_keys *out, char *err, size_t errlen)
+int disc_keys_derive(const ring_key *key, disc_keys *out, char *err, size_t errlen)
 {
     if (!key || !key->set) {
-        snprintf(err, errlen, "discovery needs the cluster's shared secret (--secret-file): "
-                              "without it no beacon can be told from a stranger's");
+        snprintf(err, errlen, "discovery needs the cluster key (--key): without it no beacon can "
+                              "be told from a stranger's");
         return -1;
     }
-    if (sodium_init() < 0) {
-        snprintf(err, errlen, "libsodium failed to initialise");
+    /* Sub-keys of their own (key.h): the public id reveals nothing of the MAC key or the key. */
+    if (ring_key_derive(key, RING_KEY_CLUSTER_ID, out->cluster_id, sizeof out->cluster_id) ||
+        ring_key_derive(key, RING_KEY_BEACON, out->mac_key, sizeof out->mac_key)) {
+        snprintf(err, errlen, "cannot derive the discovery keys from the cluster key");
         return -1;
     }
-    static const char id_label[] = "prima discovery cluster id";
-    static const char mac_label[] = "prima discovery mac key";
-    crypto_generichash(out->cluster_id, sizeof out->cluster_id, (const uint8_t *)id_label,
-                       sizeof id_label, key->key, sizeof key->key);
-    crypto_generichash(out->mac_key, sizeof out->mac_key, (const uint8_t *)mac_label,
-                       sizeof mac_label, key->key, sizeof key->key);
     return 0;
 }
 

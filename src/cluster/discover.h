@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cluster/auth.h"
+#include "cluster/key.h"
 #include "cluster/net.h"
 #include "cluster/plan.h"
 #include "cluster/proto.h"
@@ -42,7 +42,7 @@ typedef struct disc_keys {
 
 /* The discovery keys of a cluster key. The one place that knows where the key comes from.
  * 0, or -1 with err (no key). */
-int disc_keys_derive(const ring_secret *key, disc_keys *out, char *err, size_t errlen);
+int disc_keys_derive(const ring_key *key, disc_keys *out, char *err, size_t errlen);
 
 /* What a worker says about itself. */
 typedef struct disc_summary {

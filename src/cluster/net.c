@@ -203,7 +203,30 @@ static int wait_fd(int fd, short events, int stall_ms)
     return rc > 0;
 }
 
-int net_send_all(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms)
+/* How long the next wait may be: stall_ms, cut to what is left before the deadline (-1: none
+ * left). */
+static int wait_budget(int stall_ms, int64_t deadline_ns)
+{
+    if (!deadline_ns)
+        return stall_ms;
+    int64_t left = (deadline_ns - net_now_ns()) / 1000000;
+    if (left <= 0)
+        return -1;
+    return left < stall_ms ? (int)left : stall_ms;
+}
+
+int net_send_all(int fd, const struct iovec *iov, int iovcnt, int stall_ms)
+{
+    return net_send_until(fd, iov, iovcnt, stall_ms, 0);
+}
+
+int net_recv_all(int fd, void *buf, size_t n, int stall_ms)
+{
+    return net_recv_until(fd, buf, n, stall_ms, 0);
+}
+
+int net_send_until(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms,
+                   int64_t deadline_ns)
 {
     struct iovec iov[8];
     if (iovcnt > 8)
@@ -218,7 +241,8 @@ int net_send_all(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return errno == EPIPE ? NET_EOF : -errno;
-            if (!wait_fd(fd, POLLOUT, stall_ms))
+            int ms = wait_budget(stall_ms, deadline_ns);
+            if (ms < 0 || !wait_fd(fd, POLLOUT, ms))
                 return NET_STALLED;
             continue;
         }
@@ -233,7 +257,7 @@ int net_send_all(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms)
     return 0;
 }
 
-int net_recv_all(int fd, void *buf, size_t n, int stall_ms)
+int net_recv_until(int fd, void *buf, size_t n, int stall_ms, int64_t deadline_ns)
 {
     size_t got = 0;
     while (got < n) {
@@ -245,7 +269,8 @@ int net_recv_all(int fd, void *buf, size_t n, int stall_ms)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
                 return errno == ECONNRESET ? NET_EOF : -errno;
-            if (!wait_fd(fd, POLLIN, stall_ms))
+            int ms = wait_budget(stall_ms, deadline_ns);
+            if (ms < 0 || !wait_fd(fd, POLLIN, ms))
                 return NET_STALLED;
             continue;
         }

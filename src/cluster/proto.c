@@ -37,11 +37,20 @@ void conn_init(conn *c, int fd, const char *name)
     c->last_seen_ns = net_now_ns();
 }
 
+int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
+                   size_t errlen)
+{
+    return link_handshake(c->fd, dialer, key, PROTO_VERSION, deadline_ns, c->name, &c->sec, err,
+                          errlen);
+}
+
 void conn_close(conn *c)
 {
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    link_free(c->sec);
+    c->sec = NULL;
     free(c->buf);
     c->buf = NULL;
     c->cap = 0;
@@ -74,8 +83,12 @@ void conn_move(conn *dst, conn *src)
     dst->bytes_sent = src->bytes_sent;
     dst->bytes_recv = src->bytes_recv;
     dst->last_seen_ns = src->last_seen_ns;
+    dst->sec = src->sec;
+    dst->deadline_ns = src->deadline_ns;
+    dst->broken = src->broken;
     src->fd = -1;
     src->buf = NULL;
+    src->sec = NULL;
     conn_close(src);
 }
 
@@ -97,6 +110,44 @@ static uint32_t get32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* A send that failed part-way (see conn.broken). */
+#define NET_BROKEN (-100002)
+
+/* With send_lock held: the header into hdr, then header and body out (sealed on a keyed link).
+ * iov[1..n] is the body; iov[0] is filled here. 0 or a net_* result. */
+static int send_locked(conn *c, int type, struct iovec *iov, int n, uint64_t len, uint8_t *hdr,
+                       int stall_ms)
+{
+    if (c->broken)
+        return NET_BROKEN;
+    put32(hdr, PROTO_MAGIC);
+    hdr[4] = PROTO_VERSION & 0xff;
+    hdr[5] = PROTO_VERSION >> 8;
+    hdr[6] = (uint8_t)type;
+    hdr[7] = (uint8_t)(type >> 8);
+    put32(hdr + 8, c->seq_out++);
+    put32(hdr + 12, (uint32_t)len);
+    int rc;
+    if (c->sec) {
+        struct iovec sealed;
+        if (link_seal(c->sec, hdr, iov + 1, n, (size_t)len, &sealed))
+            return -ENOMEM;
+        rc = net_send_all(c->fd, &sealed, 1, stall_ms);
+        if (rc == 0)
+            c->bytes_sent += sealed.iov_len;
+    } else {
+        iov[0] = (struct iovec){hdr, PROTO_HEADER_BYTES};
+        rc = net_send_all(c->fd, iov, n + 1, stall_ms);
+        if (rc == 0)
+            c->bytes_sent += PROTO_HEADER_BYTES + len;
+    }
+    /* After a frame cut short (or a sequence number spent on a frame never sent) the stream is
+     * garbled, sealed or not: nothing more may follow it. */
+    if (rc)
+        c->broken = true;
+    return rc;
+}
+
 int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, size_t errlen)
 {
     struct iovec iov[8];
@@ -116,23 +167,26 @@ int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, si
         return -1;
     }
     pthread_mutex_lock(&c->send_lock);
-    put32(hdr, PROTO_MAGIC);
-    hdr[4] = PROTO_VERSION & 0xff;
-    hdr[5] = PROTO_VERSION >> 8;
-    hdr[6] = (uint8_t)type;
-    hdr[7] = (uint8_t)(type >> 8);
-    put32(hdr + 8, c->seq_out++);
-    put32(hdr + 12, (uint32_t)len);
-    iov[0] = (struct iovec){hdr, sizeof hdr};
-    int rc = net_send_all(c->fd, iov, n + 1, PROTO_STALL_MS);
-    if (rc == 0)
-        c->bytes_sent += sizeof hdr + len;
+    int rc = send_locked(c, type, iov, n, len, hdr, PROTO_STALL_MS);
     pthread_mutex_unlock(&c->send_lock);
     if (rc) {
-        snprintf(err, errlen, "%s: sending %s: %s", c->name, msg_name(type), net_strerror(rc));
+        snprintf(err, errlen, "%s: sending %s: %s", c->name, msg_name(type),
+                 rc == NET_BROKEN ? "an earlier send failed part-way" : net_strerror(rc));
         return -1;
     }
     return 0;
+}
+
+void conn_ping(conn *c)
+{
+    uint8_t hdr[PROTO_HEADER_BYTES];
+    struct iovec iov[1];
+    if (pthread_mutex_trylock(&c->send_lock))
+        return;   /* a frame is on its way: the peer hears from this side anyway */
+    struct pollfd p = {.fd = c->fd, .events = POLLOUT};
+    if (c->fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLOUT))
+        send_locked(c, RM_PING, iov, 0, 0, hdr, PROTO_PING_SEND_MS);
+    pthread_mutex_unlock(&c->send_lock);
 }
 
 int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen)
@@ -169,9 +223,16 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
     while (prc < 0 && errno == EINTR);
     if (prc == 0)
         return 1;
-    int rc = net_recv_all(c->fd, hdr, sizeof hdr, PROTO_STALL_MS);
+    uint8_t sealed[LINK_SEALED_HEADER];
+    int rc = net_recv_until(c->fd, c->sec ? sealed : hdr, c->sec ? sizeof sealed : sizeof hdr,
+                            PROTO_STALL_MS, c->deadline_ns);
     if (rc) {
         snprintf(err, errlen, "%s: %s", c->name, net_strerror(rc));
+        return -1;
+    }
+    if (c->sec && link_open_header(c->sec, sealed, hdr)) {
+        snprintf(err, errlen, "%s: a frame failed authentication (changed, replayed, reordered "
+                 "or injected on the way): link dropped", c->name);
         return -1;
     }
     uint32_t magic = get32(hdr), seq = get32(hdr + 8), len = get32(hdr + 12);
@@ -208,13 +269,29 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
         c->buf = nb;
         c->cap = len;
     }
-    rc = len ? net_recv_all(c->fd, c->buf, len, PROTO_STALL_MS) : 0;
+    size_t wire = len;
+    if (len && c->sec) {
+        uint8_t *in = link_body_buffer(c->sec, len);
+        if (!in) {
+            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len, msg_name(type));
+            return -1;
+        }
+        wire += LINK_ABYTES;
+        rc = net_recv_until(c->fd, in, wire, PROTO_STALL_MS, c->deadline_ns);
+        if (rc == 0 && link_open_body(c->sec, len, c->buf)) {
+            snprintf(err, errlen, "%s: the body of a %s failed authentication (changed, replayed, "
+                     "reordered or injected on the way): link dropped", c->name, msg_name(type));
+            return -1;
+        }
+    } else if (len) {
+        rc = net_recv_until(c->fd, c->buf, len, PROTO_STALL_MS, c->deadline_ns);
+    }
     if (rc) {
         snprintf(err, errlen, "%s: reading %s: %s", c->name, msg_name(type), net_strerror(rc));
         return -1;
     }
     c->seq_in++;
-    c->bytes_recv += sizeof hdr + len;
+    c->bytes_recv += (c->sec ? sizeof sealed : sizeof hdr) + wire;
     c->last_seen_ns = net_now_ns();
     *f = (frame){type, c->buf, len};
     return 0;
@@ -223,7 +300,6 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
 static void *heartbeat_main(void *arg)
 {
     heartbeat *h = arg;
-    char ignored[512];
     pthread_mutex_lock(&h->lock);
     while (!h->stop) {
         struct timespec until;
@@ -234,10 +310,12 @@ static void *heartbeat_main(void *arg)
         pthread_cond_timedwait(&h->cond, &h->lock, &until);
         if (h->stop)
             break;
-        /* A failed ping is not reported here: the reader of that link sees the failure too. */
+        /* A failed ping is not reported here: the reader of that link sees the failure too.
+         * Each ping gives up within PROTO_PING_SEND_MS, so heartbeat_set (which waits for this
+         * lock) is never held up by a peer that stopped reading. */
         for (int i = 0; i < h->n; i++)
             if (h->conns[i] && h->conns[i]->fd >= 0)
-                conn_send(h->conns[i], RM_PING, NULL, 0, ignored, sizeof ignored);
+                conn_ping(h->conns[i]);
     }
     pthread_mutex_unlock(&h->lock);
     return NULL;
@@ -384,10 +462,8 @@ int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen)
     wr w = {.n = 0};
     w_u8(&w, m->role);
     w_bytes(&w, m->identity, sizeof m->identity);
-    w_bytes(&w, m->nonce, sizeof m->nonce);
     w_bytes(&w, m->session, sizeof m->session);
     w_u32(&w, m->rank);
-    w_bytes(&w, m->proof, sizeof m->proof);
     return conn_send(c, RM_HELLO, w.b, w.n, err, errlen);
 }
 
@@ -398,10 +474,8 @@ int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
     rd r = reader(f);
     m->role = r_u8(&r);
     r_bytes(&r, m->identity, sizeof m->identity);
-    r_bytes(&r, m->nonce, sizeof m->nonce);
     r_bytes(&r, m->session, sizeof m->session);
     m->rank = r_u32(&r);
-    r_bytes(&r, m->proof, sizeof m->proof);
     if (r_done(&r, f, err, errlen))
         return -1;
     if (m->role != ROLE_HEAD && m->role != ROLE_PEER) {
@@ -420,8 +494,6 @@ int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
     w_u32(&w, m->n_embd);
     w_u32(&w, m->threads);
     w_u64(&w, m->mem_budget);
-    w_bytes(&w, m->nonce, sizeof m->nonce);
-    w_bytes(&w, m->proof, sizeof m->proof);
     return conn_send(c, RM_WELCOME, w.b, w.n, err, errlen);
 }
 
@@ -436,8 +508,6 @@ int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen)
     m->n_embd = r_u32(&r);
     m->threads = r_u32(&r);
     m->mem_budget = r_u64(&r);
-    r_bytes(&r, m->nonce, sizeof m->nonce);
-    r_bytes(&r, m->proof, sizeof m->proof);
     return r_done(&r, f, err, errlen);
 }
 
@@ -445,7 +515,6 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_bytes(&w, m->session, sizeof m->session);
-    w_bytes(&w, m->proof, sizeof m->proof);
     w_u32(&w, m->rank);
     w_u32(&w, m->n_dev);
     w_u32(&w, m->k);
@@ -471,7 +540,6 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
     rd r = reader(f);
     memset(m, 0, sizeof *m);
     r_bytes(&r, m->session, sizeof m->session);
-    r_bytes(&r, m->proof, sizeof m->proof);
     m->rank = r_u32(&r);
     m->n_dev = r_u32(&r);
     m->k = r_u32(&r);
@@ -575,9 +643,18 @@ int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
     wr w = {.n = 0};
     w_u32(&w, m->serial);
     w_u32(&w, m->rank);
-    const uint64_t *v = &m->c.compute_ns;
-    for (size_t i = 0; i < sizeof m->c / sizeof(uint64_t); i++)
-        w_u64(&w, v[i]);
+    /* Field by field, in the order the protocol fixes: a field added to ring_counters changes
+     * the wire only when it is added here too (with a new protocol version). */
+    const ring_counters *k = &m->c;
+    w_u64(&w, k->compute_ns);
+    w_u64(&w, k->wait_ns);
+    w_u64(&w, k->major_faults);
+    w_u64(&w, k->disk_bytes);
+    w_u64(&w, k->pages);
+    w_u64(&w, k->pages_resident);
+    w_u64(&w, k->bytes_sent);
+    w_u64(&w, k->bytes_recv);
+    w_u64(&w, k->hops);
     return conn_send(c, RM_STATS, w.b, w.n, err, errlen);
 }
 
@@ -588,9 +665,17 @@ int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
     rd r = reader(f);
     m->serial = r_u32(&r);
     m->rank = r_u32(&r);
-    uint64_t *v = &m->c.compute_ns;
-    for (size_t i = 0; i < sizeof m->c / sizeof(uint64_t); i++)
-        v[i] = r_u64(&r);
+    memset(&m->c, 0, sizeof m->c);
+    ring_counters *k = &m->c;
+    k->compute_ns = r_u64(&r);
+    k->wait_ns = r_u64(&r);
+    k->major_faults = r_u64(&r);
+    k->disk_bytes = r_u64(&r);
+    k->pages = r_u64(&r);
+    k->pages_resident = r_u64(&r);
+    k->bytes_sent = r_u64(&r);
+    k->bytes_recv = r_u64(&r);
+    k->hops = r_u64(&r);
     return r_done(&r, f, err, errlen);
 }
 

@@ -1,15 +1,17 @@
 /* proto.h — the ring's wire protocol: framed, typed, versioned messages over TCP.
  *
- * A frame is a 16-byte header followed by `length` body bytes, all little-endian:
+ * Every connection starts with the handshake of link.h (plaintext or fresh session keys; with a
+ * cluster key every frame is then sealed). A frame is a 16-byte header followed by `length`
+ * body bytes, all little-endian:
  *     u32 magic "PRMA" | u16 version | u16 type | u32 sequence number | u32 length
  * The header is checked completely (magic, version, known type, the length bound of that type on
  * this connection, the next expected sequence number) before a single body byte is read, so a
  * damaged or hostile peer costs at most one bounded read and a dropped connection.
  *
  * Messages (who sends them):
- *   HELLO   head or peer -> worker   role, model identity, nonce (head) / session + rank (peer)
- *   WELCOME worker -> head           instance id, model identity, shape, memory budget, proof
- *   PLAN    head -> worker           ring order, windows, k, context, threads, successor, proof
+ *   HELLO   head or peer -> worker   role, model identity, session + rank (peer)
+ *   WELCOME worker -> head           instance id, model identity, shape, memory budget
+ *   PLAN    head -> worker           ring order, windows, k, context, threads, successor
  *   READY   worker -> head           plan applied, successor connected
  *   BATCH   device -> successor      one hop: hidden states + positions + sequence ids
  *   RESULT  device -> head           the batch after the model's last layer
@@ -31,15 +33,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster/key.h"
+#include "cluster/link.h"
 #include "cluster/net.h"
 #include "cluster/plan.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 1
+#define PROTO_VERSION 2           /* 2: the link handshake, sealed frames, no proofs in bodies */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
 #define PROTO_PING_MS 1000
+#define PROTO_PING_SEND_MS 100    /* a ping that cannot be sent this soon is skipped or fails */
+#define PROTO_ADMIT_MS 2000       /* a newcomer's whole handshake and HELLO, however it trickles */
 #define PROTO_DEAD_MS 5000        /* a link silent this long (pings included) is dead */
 #define PROTO_MAX_BATCH 8192      /* tokens per batch */
 #define PROTO_ID_BYTES 32
@@ -68,9 +74,17 @@ typedef struct conn {
     size_t cap;
     uint64_t bytes_sent, bytes_recv;
     int64_t last_seen_ns;      /* last time a frame arrived */
+    link_crypto *sec;          /* sealing state; NULL on a plaintext link */
+    int64_t deadline_ns;       /* nonzero: no receive goes on past this (monotonic) */
+    bool broken;               /* a send failed part-way: the stream is garbled, send no more */
 } conn;
 
 void conn_init(conn *c, int fd, const char *name);
+/* The link handshake (link.h) on a fresh connection, as its dialer or listener, with the cluster
+ * key (NULL or unset: plaintext), done by deadline_ns. 0, or -1 or LINK_FOREIGN with err (drop
+ * the link; after LINK_FOREIGN an ERROR frame may still tell the peer why). */
+int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
+                   size_t errlen);
 void conn_close(conn *c);
 /* Close after a refusal: stop sending, swallow (briefly, boundedly) what the peer still sends, so
  * the close does not turn into a reset that could destroy the refusal before it is read. */
@@ -89,6 +103,9 @@ typedef struct frame {
 /* Send one frame whose body is the concatenation of iov[0..n). Returns 0 or -1 (err set). */
 int conn_sendv(conn *c, int type, const struct iovec *iov, int n, char *err, size_t errlen);
 int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen);
+/* A PING that never holds anyone up: skipped when another send is in progress or the socket
+ * has no room, and given up on after PROTO_PING_SEND_MS (which breaks the link). */
+void conn_ping(conn *c);
 /* Receive one frame, waiting up to wait_ms (-1: forever) for it to start. Returns 0, 1 when
  * nothing arrived in time, or -1 (err set: closed, stalled or malformed — drop the link). */
 int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);
@@ -114,10 +131,8 @@ void heartbeat_stop(heartbeat *h);
 typedef struct msg_hello {
     uint8_t role;
     uint8_t identity[PROTO_ID_BYTES];  /* of the sender's model file */
-    uint8_t nonce[32];                 /* head: challenge for the worker's proof */
     uint8_t session[16];               /* peer: the session it belongs to */
     uint32_t rank;                     /* peer: its place in the ring */
-    uint8_t proof[32];                 /* peer: keyed hash of session and rank (or zeros) */
 } msg_hello;
 
 typedef struct msg_welcome {
@@ -125,13 +140,10 @@ typedef struct msg_welcome {
     uint8_t identity[PROTO_ID_BYTES];
     uint32_t n_layer, n_embd, threads;
     uint64_t mem_budget;               /* bytes this device can give to weights and KV */
-    uint8_t nonce[32];                 /* challenge for the head's proof (in PLAN) */
-    uint8_t proof[32];                 /* keyed hash proving the worker holds the secret */
 } msg_welcome;
 
 typedef struct msg_plan {
     uint8_t session[16];
-    uint8_t proof[32];                 /* keyed hash proving the head holds the secret */
     uint32_t rank, n_dev, k, n_layer;
     uint32_t window[PRIMA_MAX_DEVICES];
     uint32_t n_ctx, max_batch, threads;

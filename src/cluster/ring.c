@@ -29,7 +29,6 @@ struct ring {
     conn **hb_conns;
     heartbeat hb;
     bool hb_running;
-    uint8_t nonce[32];
     device dev;
     bool dev_init, started, broken, finished;
     hop_buffers buf;
@@ -108,9 +107,12 @@ static int greet(ring *r, int i)
         return fail(r, "device %d: %s", d, err);
     snprintf(name, sizeof name, "device %d (%.100s)", d, w->addr);
     conn_init(&w->c, fd, name);
+    /* Nothing about the model leaves this device before the handshake: HELLO comes after. */
+    if (conn_handshake(&w->c, true, r->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
+                       err, sizeof err))
+        return fail(r, "%s", err);
     msg_hello h = {.role = ROLE_HEAD};
     memcpy(h.identity, r->m->identity, sizeof h.identity);
-    memcpy(h.nonce, r->nonce, sizeof h.nonce);
     if (send_hello(&w->c, &h, err, sizeof err))
         return fail(r, "%s", err);
     frame f;
@@ -133,9 +135,6 @@ static int greet(ring *r, int i)
     msg_welcome *wm = &w->welcome;
     if (decode_welcome(&f, wm, err, sizeof err))
         return fail(r, "%s: %s", name, err);
-    if (!ring_proof_ok(r->o.secret, "worker", r->nonce, sizeof r->nonce, wm->nonce,
-                       sizeof wm->nonce, wm->proof))
-        return fail(r, "%s did not prove the shared secret (give it the same --secret-file)", name);
     if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
         wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
         return fail(r, "%s holds a different model (%u layers, width %u)", name, wm->n_layer,
@@ -264,7 +263,6 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
     for (int i = 0; i < PRIMA_MAX_DEVICES; i++)
         r->w[i].c.fd = -1;
     r->fault_worker = -1;
-    ring_random(r->nonce, sizeof r->nonce);
     /* Parse every address before connecting to any, so a typo fails fast. */
     const char *p = o->workers;
     for (int i = 0; i < r->n_workers; i++) {
@@ -507,7 +505,8 @@ static int send_plans(ring *r)
     const ring_opts *o = &r->o;
     char err[512];
     uint8_t session[16];
-    ring_random(session, sizeof session);
+    if (ring_random(session, sizeof session))
+        return fail(r, "no randomness source (libsodium failed to initialise)");
     uint32_t bound = proto_data_bound(r->m->n_embd, o->max_batch, o->wire);
     /* Last worker first: each worker connects to its successor while applying its plan, so the
      * successor must already have applied its own. */
@@ -520,8 +519,6 @@ static int send_plans(ring *r)
                        .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
                        .prefetch = o->prefetch, .release = (uint8_t)o->release};
         memcpy(mp.session, session, sizeof session);
-        ring_proof(o->secret, "head", w->welcome.nonce, sizeof w->welcome.nonce, session,
-                   sizeof session, mp.proof);
         for (int d = 0; d < r->plan.n_dev; d++)
             mp.window[d] = (uint32_t)r->plan.window[d];
         if (i + 1 < r->n_workers) {
@@ -836,7 +833,6 @@ static int rebuild(ring *r, char addr[][NET_HOST_MAX + 8], const int *old, int n
     for (int i = 0; i < PRIMA_MAX_DEVICES; i++)
         if (r->w[i].c.fd >= 0)
             conn_close(&r->w[i].c);
-    ring_random(r->nonce, sizeof r->nonce);
     r->n_workers = 0;
     for (int i = 0; i < n; i++) {
         remote *w = &r->w[r->n_workers];

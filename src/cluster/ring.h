@@ -1,7 +1,7 @@
 /* ring.h — the head's side of a pipelined ring: the one call that evaluates a batch through
  * every layer of the model, on this device alone or round a ring of workers.
  *
- *   ring_connect  connect to each worker, check versions, secrets and model identity, make the
+ *   ring_connect  connect to each worker, run the link handshake (key.h, link.h), check versions and model identity, make the
  *                 plan (from -lw/-k, else the planner's, else by free memory)
  *   ring_start    give the head's own layers (an engine owning plan_owned_layers(plan, 0)), send
  *                 every worker its plan, wait until all are ready
@@ -20,7 +20,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cluster/auth.h"
+#include "cluster/key.h"
 #include "cluster/device.h"
 
 typedef struct ring ring;
@@ -54,7 +54,7 @@ typedef struct ring_opts {
     enum release_policy release;
     enum prefetch_method method;
     enum wire_type wire;
-    const ring_secret *secret;     /* NULL: none */
+    const ring_key *key;           /* the cluster key; NULL or unset: none */
     FILE *verbose;                 /* counters per batch and device, and a summary; NULL: quiet */
     FILE *stats;                   /* the same counters as batch events (cluster/stats.h) */
     const ring_planner *planner;   /* without -lw; NULL: windows by free memory */

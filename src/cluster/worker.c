@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -16,12 +17,33 @@
 #include "cluster/stats.h"
 #include "cluster/worker.h"
 
+/* At most this many newcomers are in their handshake at once; more are turned away at once. */
+#define ADMIT_MAX 16
+
+/* A connection that has passed the handshake and sent a well-formed HELLO, waiting for the
+ * main loop. */
+typedef struct newcomer {
+    struct worker *w;
+    conn c;
+    msg_hello h;
+    char peer[NET_HOST_MAX + 8];
+    struct newcomer *next;
+} newcomer;
+
+/* Newcomers are greeted (handshake, HELLO) each on a thread of its own, under one overall
+ * deadline, so that a peer that dawdles, trickles or says nothing holds up neither the session
+ * in progress nor the next newcomer; the main loop only ever sees admitted ones. */
 struct worker {
     worker_opts o;
     const ring_backend *b;
     int lfd, port;
     int stop_pipe[2];
+    int admit_pipe[2];         /* a byte for every newcomer queued */
     uint64_t instance;
+    pthread_mutex_t lock;      /* guards what follows */
+    pthread_cond_t idle;       /* signalled when greeters drops to 0 */
+    int greeters;
+    newcomer *queue, *queue_tail;
 };
 
 /* One head's session. */
@@ -30,7 +52,6 @@ typedef struct wsession {
     conn ctrl;                 /* the head; also the data link in for rank 1 and out for the last */
     conn pred, succ;           /* data links from the previous and to the next worker */
     bool has_pred, has_succ, planned;
-    uint8_t nonce[32];         /* this worker's challenge for the head's proof */
     msg_plan mp;
     ring_plan plan;
     int rank;
@@ -67,17 +88,30 @@ static void id_hex(const uint8_t *id, char *out)
 worker *worker_create(const worker_opts *o, const ring_backend *b, char *err, size_t errlen)
 {
     worker *w = calloc(1, sizeof *w);
+    if (w)
+        w->lfd = -1;
     if (!w) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     w->o = *o;
     w->b = b;
+    if (!w->o.admit_ms)
+        w->o.admit_ms = PROTO_ADMIT_MS;
     if (pipe2(w->stop_pipe, O_CLOEXEC | O_NONBLOCK)) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         free(w);
         return NULL;
     }
+    if (pipe2(w->admit_pipe, O_CLOEXEC | O_NONBLOCK)) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        close(w->stop_pipe[0]);
+        close(w->stop_pipe[1]);
+        free(w);
+        return NULL;
+    }
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->idle, NULL);
     if (o->listen_fd >= 0) {
         w->lfd = o->listen_fd;
         struct sockaddr_storage ss;
@@ -88,13 +122,15 @@ worker *worker_create(const worker_opts *o, const ring_backend *b, char *err, si
     } else {
         w->lfd = net_listen(o->host, o->port, &w->port, err, errlen);
         if (w->lfd < 0) {
-            close(w->stop_pipe[0]);
-            close(w->stop_pipe[1]);
-            free(w);
+            worker_free(w);
             return NULL;
         }
     }
-    ring_random(&w->instance, sizeof w->instance);
+    if (ring_random(&w->instance, sizeof w->instance)) {
+        snprintf(err, errlen, "no randomness source (libsodium failed to initialise)");
+        worker_free(w);
+        return NULL;
+    }
     return w;
 }
 
@@ -114,9 +150,14 @@ void worker_free(worker *w)
 {
     if (!w)
         return;
-    close(w->lfd);
+    if (w->lfd >= 0)
+        close(w->lfd);
     close(w->stop_pipe[0]);
     close(w->stop_pipe[1]);
+    close(w->admit_pipe[0]);
+    close(w->admit_pipe[1]);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->idle);
     free(w);
 }
 
@@ -126,21 +167,132 @@ static bool stop_requested(const worker *w)
     return read(w->stop_pipe[0], &c, 1) == 1;
 }
 
-/* Read the HELLO of a new connection; -1 (and the link is closed, reason logged and, when
- * the peer can still hear it, sent back) on failure. */
-static int read_hello(worker *w, conn *c, msg_hello *h)
+/* ---- newcomers ---- */
+
+static void *greet_main(void *arg)
 {
+    newcomer *n = arg;
+    worker *w = n->w;
     char err[512];
-    frame f;
-    int rc = conn_recv(c, &f, PROTO_STALL_MS, err, sizeof err);
-    if (rc == 1)
-        snprintf(err, sizeof err, "%s sent no HELLO", c->name);
-    if (rc == 0 && decode_hello(&f, h, err, sizeof err) == 0)
-        return 0;
-    send_error(c, w->instance, "refused: %s", err);
-    wlog(w, "dropped %s: %s", c->name, err);
-    conn_close_gently(c);
-    return -1;
+    int64_t deadline = net_now_ns() + (int64_t)w->o.admit_ms * 1000000;
+    n->c.deadline_ns = deadline;
+    int hs = conn_handshake(&n->c, false, w->o.key, deadline, err, sizeof err);
+    bool ok = false;
+    if (hs == 0) {
+        frame f;
+        int left = (int)((deadline - net_now_ns()) / 1000000);
+        int rc = conn_recv(&n->c, &f, left > 0 ? left : 0, err, sizeof err);
+        if (rc == 1)
+            snprintf(err, sizeof err, "%s sent no HELLO within %d ms", n->c.name, w->o.admit_ms);
+        ok = rc == 0 && decode_hello(&f, &n->h, err, sizeof err) == 0;
+    }
+    /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer that
+     * does not speak the handshake (another program or version), in plaintext. */
+    if (!ok && (hs == 0 || hs == LINK_FOREIGN))
+        send_error(&n->c, w->instance, "refused: %s", err);
+    if (ok) {
+        n->c.deadline_ns = 0;
+        pthread_mutex_lock(&w->lock);
+        if (w->queue_tail)
+            w->queue_tail->next = n;
+        else
+            w->queue = n;
+        w->queue_tail = n;
+        pthread_mutex_unlock(&w->lock);
+        char c = 1;
+        ssize_t wr = write(w->admit_pipe[1], &c, 1);
+        (void)wr;
+    } else {
+        wlog(w, "dropped %s: %s", n->c.name, err);
+        conn_close_gently(&n->c);
+        free(n);
+    }
+    pthread_mutex_lock(&w->lock);
+    if (--w->greeters == 0)
+        pthread_cond_broadcast(&w->idle);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* A connection is waiting on the listening socket: greet it on a thread of its own. */
+static void accept_newcomer(worker *w)
+{
+    char peer[NET_HOST_MAX + 8];
+    int fd = net_accept(w->lfd, peer, sizeof peer);
+    if (fd < 0)
+        return;
+    pthread_mutex_lock(&w->lock);
+    bool full = w->greeters >= ADMIT_MAX;
+    if (!full)
+        w->greeters++;
+    pthread_mutex_unlock(&w->lock);
+    newcomer *n = full ? NULL : calloc(1, sizeof *n);
+    pthread_attr_t attr;
+    pthread_t t;
+    bool started = false;
+    if (n) {
+        n->w = w;
+        snprintf(n->peer, sizeof n->peer, "%s", peer);
+        conn_init(&n->c, fd, peer);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, greet_main, n) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (started)
+        return;
+    wlog(w, "refused %s: %s", peer, full ? "too many connections in their handshake" : "out of "
+         "memory or threads");
+    if (n) {
+        conn_close(&n->c);
+        free(n);
+    } else {
+        close(fd);
+    }
+    if (!full) {
+        pthread_mutex_lock(&w->lock);
+        if (--w->greeters == 0)
+            pthread_cond_broadcast(&w->idle);
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+/* The next admitted newcomer, or NULL. */
+static newcomer *next_newcomer(worker *w)
+{
+    char c;
+    while (read(w->admit_pipe[0], &c, 1) == 1)
+        ;
+    pthread_mutex_lock(&w->lock);
+    newcomer *n = w->queue;
+    if (n) {
+        w->queue = n->next;
+        if (!w->queue)
+            w->queue_tail = NULL;
+        /* more may be queued than bytes left in the pipe: poke it again */
+        if (w->queue) {
+            char one = 1;
+            ssize_t wr = write(w->admit_pipe[1], &one, 1);
+            (void)wr;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
+{
+    char text[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    send_error(&n->c, w->instance, "%s", text);
+    wlog(w, "refused %s: %s", n->peer, text);
+    conn_close_gently(&n->c);
+    free(n);
 }
 
 /* ---- a session ---- */
@@ -179,11 +331,12 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
     snprintf(name, sizeof name, "device %d (%.100s:%u)", s->rank + 1, s->mp.succ_host, s->mp.succ_port);
     conn_init(&s->succ, fd, name);
     s->has_succ = true;
+    if (conn_handshake(&s->succ, true, s->w->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
+                       err, errlen))
+        return -1;
     msg_hello h = {.role = ROLE_PEER, .rank = (uint32_t)s->rank};
     memcpy(h.identity, s->w->b->model->identity, sizeof h.identity);
     memcpy(h.session, s->mp.session, sizeof h.session);
-    uint32_t r = (uint32_t)s->rank;
-    ring_proof(s->w->o.secret, "peer", h.session, sizeof h.session, &r, sizeof r, h.proof);
     if (send_hello(&s->succ, &h, err, errlen))
         return -1;
     frame f;
@@ -214,11 +367,6 @@ static void apply_plan(wsession *s, const frame *f)
     char err[512];
     if (decode_plan(f, &s->mp, err, sizeof err)) {
         fail_session(s, "%s", err);
-        return;
-    }
-    if (!ring_proof_ok(w->o.secret, "head", s->nonce, sizeof s->nonce, s->mp.session,
-                       sizeof s->mp.session, s->mp.proof)) {
-        fail_session(s, "the head did not prove the shared secret");
         return;
     }
     ring_plan *p = &s->plan;
@@ -474,46 +622,37 @@ static void handle_ctrl(wsession *s, const frame *f)
                  s->planned ? "" : " before the plan");
 }
 
-/* Someone connected while this worker serves a head: the predecessor joining, or a refusal. */
-static void handle_newcomer(wsession *s, int fd, const char *peer)
+/* A newcomer admitted while this worker serves a head: the predecessor joining, or a refusal.
+ * (With a cluster key the link handshake has already proved that it holds the key.) */
+static void handle_newcomer(wsession *s, newcomer *n)
 {
     worker *w = s->w;
-    conn c;
-    conn_init(&c, fd, peer);
-    msg_hello h;
-    if (read_hello(w, &c, &h))
-        return;
-    if (h.role == ROLE_HEAD) {
-        send_error(&c, w->instance, "busy: serving %s", s->ctrl.name);
-        wlog(w, "refused head %s: busy serving %s", peer, s->ctrl.name);
-        conn_close_gently(&c);
+    if (n->h.role == ROLE_HEAD) {
+        refuse_newcomer(w, n, "busy: serving %s", s->ctrl.name);
         return;
     }
-    uint32_t r = h.rank;
     const char *why = NULL;
-    if (!s->planned || memcmp(h.session, s->mp.session, sizeof h.session))
+    if (!s->planned || memcmp(n->h.session, s->mp.session, sizeof n->h.session))
         why = "not part of this worker's session";
-    else if ((int)h.rank != s->rank - 1)
+    else if ((int)n->h.rank != s->rank - 1)
         why = "not this device's predecessor";
     else if (s->has_pred)
         why = "this device already has its predecessor";
-    else if (!ring_proof_ok(w->o.secret, "peer", h.session, sizeof h.session, &r, sizeof r, h.proof))
-        why = "failed the shared-secret proof";
-    char err[512];
     if (why) {
-        send_error(&c, w->instance, "refused: %s", why);
-        wlog(w, "refused peer %s: %s", peer, why);
-        conn_close_gently(&c);
+        refuse_newcomer(w, n, "refused: %s", why);
         return;
     }
-    if (conn_send(&c, RM_READY, NULL, 0, err, sizeof err)) {
-        wlog(w, "dropped peer %s: %s", peer, err);
-        conn_close(&c);
+    char err[512];
+    if (conn_send(&n->c, RM_READY, NULL, 0, err, sizeof err)) {
+        wlog(w, "dropped peer %s: %s", n->peer, err);
+        conn_close(&n->c);
+        free(n);
         return;
     }
-    snprintf(c.name, sizeof c.name, "device %d (%.100s)", s->rank - 1, peer);
-    c.max_data = s->ctrl.max_data;
-    conn_move(&s->pred, &c);
+    snprintf(n->c.name, sizeof n->c.name, "device %d (%.100s)", s->rank - 1, n->peer);
+    n->c.max_data = s->ctrl.max_data;
+    conn_move(&s->pred, &n->c);
+    free(n);
     s->has_pred = true;
 }
 
@@ -532,27 +671,24 @@ static void close_session(wsession *s)
     conn_close_gently(&s->ctrl);
 }
 
-static void serve(worker *w, conn *head, const char *head_addr, const msg_hello *h)
+static void serve(worker *w, newcomer *head)
 {
     wsession *s = calloc(1, sizeof *s);
     if (!s) {
-        send_error(head, w->instance, "out of memory");
-        conn_close(head);
+        refuse_newcomer(w, head, "out of memory");
         return;
     }
     s->w = w;
-    conn_move(&s->ctrl, head);
-    snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head_addr);
+    conn_move(&s->ctrl, &head->c);
+    snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head->peer);
+    free(head);
     s->pred.fd = s->succ.fd = -1;
-    ring_random(s->nonce, sizeof s->nonce);
     char err[512];
     const ring_model *m = w->b->model;
     msg_welcome wm = {.instance = w->instance, .n_layer = (uint32_t)m->n_layer,
                       .n_embd = (uint32_t)m->n_embd, .threads = (uint32_t)w->o.threads,
                       .mem_budget = sysmem_budget()};
     memcpy(wm.identity, m->identity, sizeof wm.identity);
-    memcpy(wm.nonce, s->nonce, sizeof wm.nonce);
-    ring_proof(w->o.secret, "worker", h->nonce, sizeof h->nonce, s->nonce, sizeof s->nonce, wm.proof);
     if (send_welcome(&s->ctrl, &wm, err, sizeof err)) {
         wlog(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
@@ -568,13 +704,14 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
     }
     wlog(w, "serving %s", s->ctrl.name);
     while (!s->reason[0]) {
-        struct pollfd p[4] = {
+        struct pollfd p[5] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
             {.fd = w->lfd, .events = POLLIN},
             {.fd = s->ctrl.fd, .events = POLLIN},
             {.fd = s->has_pred ? s->pred.fd : -1, .events = POLLIN},
+            {.fd = w->admit_pipe[0], .events = POLLIN},
         };
-        int rc = poll(p, 4, PROTO_PING_MS);
+        int rc = poll(p, 5, PROTO_PING_MS);
         if (rc < 0 && errno != EINTR) {
             end_session(s, "poll: %s", strerror(errno));
             break;
@@ -584,6 +721,8 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
             fail_session(s, "the worker is shutting down");
             break;
         }
+        if (p[1].revents)
+            accept_newcomer(w);
         frame f;
         if (p[2].revents) {
             rc = conn_recv(&s->ctrl, &f, 0, err, sizeof err);
@@ -606,14 +745,13 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
             else if (rc == 0)
                 handle_data(s, &f);
         }
-        /* A newcomer waits while the head's link has frames unread: pings queued ahead of the
-         * head's goodbye or hang-up would otherwise leave this session looking alive, and the
-         * next head would be refused as busy by a worker whose head has already gone. */
-        if (!s->reason[0] && p[1].revents && !p[2].revents) {
-            char peer[NET_HOST_MAX + 8];
-            int fd = net_accept(w->lfd, peer, sizeof peer);
-            if (fd >= 0)
-                handle_newcomer(s, fd, peer);
+        /* An admitted newcomer waits while the head's link has frames unread: pings queued
+         * ahead of the head's goodbye or hang-up would otherwise leave this session looking
+         * alive, and the next head would be refused as busy by a worker whose head has gone. */
+        if (!s->reason[0] && p[4].revents && !p[2].revents) {
+            newcomer *n = next_newcomer(w);
+            if (n)
+                handle_newcomer(s, n);
         }
     }
     wlog(w, "session ended: %s; waiting for a head", s->reason);
@@ -621,45 +759,56 @@ static void serve(worker *w, conn *head, const char *head_addr, const msg_hello 
     free(s);
 }
 
-int worker_run(worker *w)
+/* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
+static void admit_idle(worker *w, newcomer *n)
 {
     const ring_model *m = w->b->model;
+    if (n->h.role != ROLE_HEAD) {
+        refuse_newcomer(w, n, "refused: no session in progress");
+        return;
+    }
+    if (memcmp(n->h.identity, m->identity, sizeof n->h.identity)) {
+        char mine[16], theirs[16];
+        id_hex(m->identity, mine);
+        id_hex(n->h.identity, theirs);
+        refuse_newcomer(w, n, "model mismatch: this worker holds model %s (%s), the head holds "
+                        "model %s", mine, m->path, theirs);
+        return;
+    }
+    serve(w, n);
+}
+
+int worker_run(worker *w)
+{
     for (;;) {
-        struct pollfd p[2] = {{.fd = w->stop_pipe[0], .events = POLLIN},
-                              {.fd = w->lfd, .events = POLLIN}};
-        int rc = poll(p, 2, -1);
+        struct pollfd p[3] = {{.fd = w->stop_pipe[0], .events = POLLIN},
+                              {.fd = w->lfd, .events = POLLIN},
+                              {.fd = w->admit_pipe[0], .events = POLLIN}};
+        int rc = poll(p, 3, -1);
         if (rc < 0 && errno != EINTR)
-            return -1;
+            break;
         if (p[0].revents && stop_requested(w))
             break;
-        if (!p[1].revents)
-            continue;
-        char peer[NET_HOST_MAX + 8];
-        int fd = net_accept(w->lfd, peer, sizeof peer);
-        if (fd < 0)
-            continue;
-        conn c;
-        conn_init(&c, fd, peer);
-        msg_hello h;
-        if (read_hello(w, &c, &h))
-            continue;
-        if (h.role != ROLE_HEAD) {
-            send_error(&c, w->instance, "refused: no session in progress");
-            wlog(w, "refused peer %s: no session in progress", peer);
-            conn_close_gently(&c);
-            continue;
+        if (p[1].revents)
+            accept_newcomer(w);
+        if (p[2].revents) {
+            newcomer *n = next_newcomer(w);
+            if (n)
+                admit_idle(w, n);
         }
-        if (memcmp(h.identity, m->identity, sizeof h.identity)) {
-            char mine[16], theirs[16];
-            id_hex(m->identity, mine);
-            id_hex(h.identity, theirs);
-            send_error(&c, w->instance, "model mismatch: this worker holds model %s (%s), the head "
-                       "holds model %s", mine, m->path, theirs);
-            wlog(w, "refused head %s: model mismatch (ours %s, theirs %s)", peer, mine, theirs);
-            conn_close_gently(&c);
-            continue;
-        }
-        serve(w, &c, peer, &h);
+    }
+    /* Greeters end by their deadline; then nothing refers to w any more. */
+    pthread_mutex_lock(&w->lock);
+    while (w->greeters > 0)
+        pthread_cond_wait(&w->idle, &w->lock);
+    newcomer *n = w->queue;
+    w->queue = w->queue_tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    while (n) {
+        newcomer *next = n->next;
+        conn_close(&n->c);
+        free(n);
+        n = next;
     }
     wlog(w, "stopped");
     return 0;

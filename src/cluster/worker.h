@@ -1,6 +1,6 @@
 /* worker.h — a ring device other than the head: `prima worker`.
  *
- * A worker listens on one port. A head connects, proves (if configured) the shared secret,
+ * A worker listens on one port. A head connects, proves (if configured) the cluster key,
  * checks that both hold the same model and sends a plan; the worker then sets up the layers it
  * owns, connects to its successor in the ring and serves batches until the head says bye or
  * disappears. Then it is back to waiting for the next head: one worker process serves any number
@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cluster/auth.h"
+#include "cluster/key.h"
 #include "cluster/device.h"
 #include "cluster/pager.h"
 
@@ -31,7 +31,8 @@ typedef struct worker_opts {
     int listen_fd;             /* >= 0: an already listening socket to use instead */
     int threads;               /* default compute threads when the head does not say */
     enum prefetch_method method;
-    const ring_secret *secret; /* NULL: none */
+    const ring_key *key;       /* the cluster key; NULL or unset: plaintext links only */
+    int admit_ms;              /* a newcomer's handshake and HELLO deadline (0: PROTO_ADMIT_MS) */
     FILE *log;                 /* sessions, refusals and dropped links; NULL: silent */
     bool verbose;              /* also the counters of every batch */
     FILE *stats;               /* each head's plan for this device as worker_plan events

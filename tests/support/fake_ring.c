@@ -177,11 +177,16 @@ static void *worker_thread(void *arg)
     return NULL;
 }
 
-int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret)
+int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_key *key)
+{
+    return fake_worker_start_admit(fw, fm, key, 0);
+}
+
+int fake_worker_start_admit(fake_worker *fw, fake_model *fm, const ring_key *key, int admit_ms)
 {
     fake_backend_init(fm);
     worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
-                     .method = PREFETCH_MADVISE, .secret = secret,
+                     .method = PREFETCH_MADVISE, .key = key, .admit_ms = admit_ms,
                      .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
     char err[512];
     fw->w = worker_create(&o, &fm->backend, err, sizeof err);

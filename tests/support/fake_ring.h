@@ -42,7 +42,9 @@ typedef struct fake_worker {
     int port;
 } fake_worker;
 
-int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_secret *secret);
+int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_key *key);
+/* The same with a deadline for a newcomer's handshake and HELLO (0: the default). */
+int fake_worker_start_admit(fake_worker *fw, fake_model *fm, const ring_key *key, int admit_ms);
 void fake_worker_stop(fake_worker *fw);
 
 /* A worker serving fm in a child process on 127.0.0.1:*port (0: any free port; *port gets the

@@ -1,5 +1,6 @@
 # ring_workers.sh — sourced (with a name for the scratch directory) by the shell tests that run
-# real workers on loopback: the fixtures and binary, a scratch directory, failure counting, and
+# real workers on loopback: the fixtures and binary, a scratch directory, failure counting, a
+# cluster key every device uses ($PRIMA_KEY_FILE, so every link is keyed and encrypted), and
 # workers that are killed, with the directory removed, however the test ends.
 fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
 [ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
@@ -13,6 +14,8 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+"$prima" keygen -o "$tmp/cluster.key" 2>/dev/null || { echo "FAIL: keygen"; exit 1; }
+export PRIMA_KEY_FILE=$tmp/cluster.key
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
