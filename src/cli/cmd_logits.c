@@ -14,6 +14,7 @@
 #include "cluster/ring_engine.h"
 #include "model/session.h"
 #include "text/tokenizer.h"
+#include "util/strbuf.h"
 
 static void usage(FILE *out, const run_opts *o)
 {
@@ -178,27 +179,22 @@ static void print_result(const logits_job *j, const model *m, const tokenizer *t
 {
     const int nv = m->hp.n_vocab;
     char piece[512];
-    size_t cap = 256, len = 0;
-    char *text = malloc(cap);
+    strbuf tb = {0};
+    bool oom = false;
     detok_stream ds;
     detok_init(&ds);
-    for (int g = 0; text && g < j->n_predict; g++) {
+    for (int g = 0; !oom && g < j->n_predict; g++) {
         size_t np = detok_push(&ds, tk, greedy[g], piece, sizeof piece);
         if (g + 1 == j->n_predict)
             np += detok_flush(&ds, piece + np, sizeof piece - np);
-        while (text && len + np + 1 > cap) {
-            char *t = realloc(text, cap *= 2);
-            if (!t)
-                free(text);
-            text = t;
-        }
-        if (text) {
-            memcpy(text + len, piece, np);
-            len += np;
-        }
+        oom = strbuf_add(&tb, piece, np) != 0;
     }
-    if (text)
-        text[len] = '\0';
+    /* Out of memory, the greedy text is left out (printed empty), as before. */
+    if (oom) {
+        free(tb.p);
+        tb.p = NULL;
+    }
+    char *text = tb.p;
 
     if (!j->json) {
         printf("wrote %d x %d logits to %s\n", n, nv, j->out_path);

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "cli/generate.h"
+#include "util/strbuf.h"
 
 static double now_s(void)
 {
@@ -37,34 +38,9 @@ int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens,
     return 0;
 }
 
-typedef struct text_buf {
-    char *p;
-    size_t len, cap;
-} text_buf;
-
-static int text_append(text_buf *b, const char *s, size_t n)
-{
-    if (n > SIZE_MAX / 4 - b->len)
-        return -1;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
 /* Where the earliest stop string starts in text (searching from `from`), or -1. Otherwise
  * *hold is how many trailing bytes could still become a stop string and must wait. */
-static long find_stop(const text_buf *t, size_t from, const gen_opts *o, size_t *hold)
+static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *hold)
 {
     long found = -1;
     *hold = 0;
@@ -89,7 +65,7 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
                        gen_emit_fn emit, void *user, char **reply, gen_stats *st, char *err,
                        size_t errlen)
 {
-    text_buf text = {0};
+    strbuf text = {0};
     size_t printed = 0;
     detok_stream ds;
     detok_init(&ds);
@@ -137,7 +113,7 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
         n_gen++;
         st->n_gen++;
         size_t np = detok_push(&ds, tk, tok, piece, sizeof piece);
-        if (text_append(&text, piece, np)) {
+        if (strbuf_add(&text, piece, np)) {
             snprintf(err, errlen, "out of memory");
             end = GEN_ERROR;
             break;
@@ -163,7 +139,7 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
         session_truncate(s, s->n_past - (n_out - used));
     if (end != GEN_STOP_STRING) {
         size_t np = detok_flush(&ds, piece, sizeof piece);
-        if (text_append(&text, piece, np) == 0 && text.len > printed)
+        if (strbuf_add(&text, piece, np) == 0 && text.len > printed)
             emit(user, text.p + printed, text.len - printed);
     }
     st->gen_s += now_s() - t0;

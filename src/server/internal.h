@@ -8,16 +8,9 @@
 #include <stdint.h>
 
 #include "server/server.h"
+#include "util/strbuf.h"
 
 typedef struct cJSON cJSON;
-
-typedef struct srv_buf {
-    char *p;
-    size_t len, cap;
-} srv_buf;
-
-/* Append n bytes (keeping a NUL after them). 0, or -1 out of memory. */
-int srv_buf_add(srv_buf *b, const char *s, size_t n);
 
 struct srv_job {
     srv_request req;
@@ -32,8 +25,8 @@ struct srv_job {
     int refs;
     bool begun, done;
     srv_result res;
-    srv_buf text;                 /* not streaming: the answer so far */
-    srv_buf out;                  /* streaming: event bytes not yet sent from out_sent on */
+    strbuf text;                 /* not streaming: the answer so far */
+    strbuf out;                  /* streaming: event bytes not yet sent from out_sent on */
     size_t out_sent;
     size_t text_offset;           /* bytes of the token pieces so far (completions' text_offset) */
     cJSON *lp;                    /* log-probabilities not yet sent, in the endpoint's format */

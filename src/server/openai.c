@@ -6,24 +6,6 @@
 
 #include "server/internal.h"
 
-int srv_buf_add(srv_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
 /* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 if it is not one. */
 static size_t utf8_seq(const unsigned char *s, size_t n)
 {
@@ -196,9 +178,9 @@ static void send_event(srv_job *j, cJSON *obj)
     cJSON_Delete(obj);
     if (!text)
         return;
-    srv_buf_add(&j->out, "data: ", 6);
-    srv_buf_add(&j->out, text, strlen(text));
-    srv_buf_add(&j->out, "\n\n", 2);
+    strbuf_add(&j->out, "data: ", 6);
+    strbuf_add(&j->out, text, strlen(text));
+    strbuf_add(&j->out, "\n\n", 2);
     free(text);
 }
 
@@ -223,7 +205,7 @@ void srv_sse_end(srv_job *j)
         cJSON_AddItemToObject(last, "usage", usage_json(r));
         send_event(j, last);
     }
-    srv_buf_add(&j->out, "data: [DONE]\n\n", 14);
+    strbuf_add(&j->out, "data: [DONE]\n\n", 14);
 }
 
 cJSON *srv_answer_json(srv_job *j)

@@ -89,7 +89,7 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
         srv_sse_text(j, text, len);
         pthread_cond_broadcast(&j->cv); /* the connection sends it; otherwise it waits for the end */
     } else {
-        srv_buf_add(&j->text, text, len);
+        strbuf_add(&j->text, text, len);
     }
     pthread_mutex_unlock(&j->mu);
 }
@@ -191,7 +191,7 @@ enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE
 
 typedef struct conn_ctx {
     enum route route;
-    srv_buf body;
+    strbuf body;
     bool too_big;
     srv_job *job;
 } conn_ctx;
@@ -522,7 +522,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (*size) {
         if (!cc->too_big && cc->body.len + *size > s->c.max_body)
             cc->too_big = true;
-        if (!cc->too_big && srv_buf_add(&cc->body, data, *size))
+        if (!cc->too_big && strbuf_add(&cc->body, data, *size))
             return MHD_NO;
         *size = 0;
         return MHD_YES;

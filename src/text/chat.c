@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "text/tokenizer.h"
+#include "util/strbuf.h"
 
 #define DS_USER "<\xEF\xBD\x9CUser\xEF\xBD\x9C>"            /* <｜User｜> */
 #define DS_ASSISTANT "<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>" /* <｜Assistant｜> */
@@ -38,31 +39,16 @@ enum chat_template chat_template_detect(const gguf_file *f, bool *warned)
     return CHAT_CHATML;
 }
 
+/* The text so far; once an append fails, oom stays set and later appends are skipped. */
 typedef struct sbuf {
-    char *p;
-    size_t n, cap;
+    strbuf s;
     bool oom;
 } sbuf;
 
 static void add_n(sbuf *b, const char *s, size_t n)
 {
-    if (b->oom)
-        return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
+    if (!b->oom && strbuf_add(&b->s, s, n))
+        b->oom = true;
 }
 
 /* Appends the NULL-terminated list of strings. */
@@ -155,10 +141,10 @@ static void render_llama2(sbuf *b, const chat_msg *msgs, int n)
         if (first) {
             sbuf sys = {0};
             add_system(&sys, msgs, n, "");
-            if (sys.n)
-                add(b, "<<SYS>>\n", sys.p, "\n<</SYS>>\n\n", NULL);
+            if (sys.s.len)
+                add(b, "<<SYS>>\n", sys.s.p, "\n<</SYS>>\n\n", NULL);
             b->oom |= sys.oom;
-            free(sys.p);
+            free(sys.s.p);
         }
         add_trimmed(b, msgs[i].content);
         add(b, " [/INST]", NULL);
@@ -223,8 +209,8 @@ char *chat_render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_
     case CHAT_DEEPSEEK_R1: render_deepseek_r1(&b, msgs, n, add_assistant); break;
     }
     if (b.oom) {
-        free(b.p);
+        free(b.s.p);
         return NULL;
     }
-    return b.p;
+    return b.s.p;
 }

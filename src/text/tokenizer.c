@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "text/tok_internal.h"
+#include "util/strbuf.h"
 
 /* Inputs longer than this are refused: symbol indices are 32-bit, and the SPM segmenter's text
  * (spaces written as 3-byte U+2581) can be three times as long as the input. */
@@ -85,16 +86,8 @@ int32_t tok_intern(tokenizer *t, const char *s, size_t n, bool dup_wins)
             return -1;
         t->cap_ids = cap;
     }
-    if (t->arena_len + n + 1 > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 4096;
-        while (cap < t->arena_len + n + 1)
-            cap *= 2;
-        char *a = realloc(t->arena, cap);
-        if (!a)
-            return -1;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    if (strbuf_reserve(&t->arena, &t->arena_cap, t->arena_len, n, 4096))
+        return -1;
     if (t->arena_len > UINT32_MAX - n - 1)
         return -1;
     int32_t id = t->n_ids++;
