@@ -25,6 +25,14 @@ int main(void)
     }
     CHECK(memcmp(b.p, want, n) == 0, "the bytes differ from what was appended");
 
+    /* The NUL is written, not inherited: spare capacity full of other bytes stays ended. */
+    REQUIRE(strbuf_reserve(&b.p, &b.cap, b.len, 100, 256) == 0, "reserve");
+    memset(b.p + b.len, '#', b.cap - b.len);
+    REQUIRE(strbuf_add(&b, "yz", 2) == 0, "append after reserve");
+    n += 2;
+    CHECK(b.len == n && b.p[n - 2] == 'y' && b.p[n - 1] == 'z' && b.p[n] == '\0',
+          "no NUL after an append into used spare room");
+
     size_t cap = b.cap;
     char *p = b.p;
     CHECK(strbuf_add(&b, "x", SIZE_MAX - 2) == -1, "an overflowing append was accepted");
