@@ -127,7 +127,7 @@ echo "head stopped ${took} ms after the kill: $(grep "^prima: " "$tmp/err" | tai
 "$prima" cluster -m "$model" --devices 3 -p "Once upon a time" -n 24 --temp 0 -t 1 \
     >"$tmp/cluster.txt" 2>"$tmp/err" || fail "cluster: $(cat "$tmp/err")"
 cmp -s "$tmp/one.txt" "$tmp/cluster.txt" || fail "cluster text differs: $(cat "$tmp/cluster.txt")"
-"$prima" cluster -m "$big" --devices 4 -p "x" -n 100000 -c 4096 --context-shift -t 1 \
+"$prima" cluster -m "$big" --devices 4 -p "x" -n 100000 -c 4096 --context-shift --temp 0 -t 1 \
     >/dev/null 2>"$tmp/cl.err" &
 cl=$!
 # (up to 30 s: on a crowded machine the loopback workers take a while to start; the check is that
