@@ -80,9 +80,10 @@ env -u PRIMA_KEY_FILE "$prima" worker -m "$model" --host 127.0.0.1 --port 0 2>"$
     fail "worker without a key or --insecure: $(cat "$tmp/err")"
 "$prima" worker -m "$model" --host 127.0.0.1 --port 0 --insecure --key "$tmp/other.key" 2>"$tmp/err"
 [ $? = 2 ] || fail "worker --insecure --key: $(cat "$tmp/err")"
-# a plaintext worker on every interface warns loudly (in a network namespace of its own)
+# a plaintext worker on every interface warns loudly (in a network namespace of its own; -k: a
+# SIGTERM once left an ASan build spinning in its exit-time leak check for minutes, so a KILL follows)
 if unshare -n true 2>/dev/null; then
-    env -u PRIMA_KEY_FILE timeout 20 unshare -n "$prima" worker -m "$model" --port 0 --insecure \
+    env -u PRIMA_KEY_FILE timeout -k 5 20 unshare -n "$prima" worker -m "$model" --port 0 --insecure \
         2>"$tmp/err" &
     open_pid=$!
     for _ in $(seq 200); do grep -q "WARNING" "$tmp/err" && break; sleep 0.05; done
