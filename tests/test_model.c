@@ -145,9 +145,9 @@ static void test_layer_ranges(void)
         const int32_t *tok = &prompt[step == 0 ? 0 : 5 + step];
         engine_embed(full, tok, n, h1);
         engine_embed(a, tok, n, h2);
-        CHECK(engine_layers(full, h1, n, p, 0, 3) == 0, "full engine");
-        CHECK(engine_layers(a, h2, n, p, 0, 1) == 0, "engine a, layer 0");
-        CHECK(engine_layers(b, h2, n, p, 1, 3) == 0, "engine b, layers 1..2");
+        CHECK(engine_layers(full, h1, n, p, NULL, 0, 3) == 0, "full engine");
+        CHECK(engine_layers(a, h2, n, p, NULL, 0, 1) == 0, "engine a, layer 0");
+        CHECK(engine_layers(b, h2, n, p, NULL, 1, 3) == 0, "engine b, layers 1..2");
         CHECK(!memcmp(h1, h2, sizeof(float) * (size_t)n * (size_t)e),
               "step %d: split hidden state differs from one engine", step);
         engine_output(full, h1, n - 1, 1, l1);
@@ -155,14 +155,14 @@ static void test_layer_ranges(void)
         CHECK(!memcmp(l1, l2, sizeof(float) * (size_t)nv), "step %d: logits differ", step);
     }
     /* what an engine must refuse */
-    CHECK(engine_layers(a, h2, 1, &pos[7], 1, 2) == -1, "a layer it does not own");
-    CHECK(engine_layers(full, h1, 9, pos, 0, 3) == -1, "more tokens than max_batch");
+    CHECK(engine_layers(a, h2, 1, &pos[7], NULL, 1, 2) == -1, "a layer it does not own");
+    CHECK(engine_layers(full, h1, 9, pos, NULL, 0, 3) == -1, "more tokens than max_batch");
     int32_t gap[2] = {3, 5};
-    CHECK(engine_layers(full, h1, 2, gap, 0, 3) == -1, "positions with a gap");
+    CHECK(engine_layers(full, h1, 2, gap, NULL, 0, 3) == -1, "positions with a gap");
     int32_t ahead = 20;
-    CHECK(engine_layers(full, h1, 1, &ahead, 0, 3) == -1, "a position past the cached ones");
+    CHECK(engine_layers(full, h1, 1, &ahead, NULL, 0, 3) == -1, "a position past the cached ones");
     int32_t out = 32;
-    CHECK(engine_layers(full, h1, 1, &out, 0, 3) == -1, "a position outside the context");
+    CHECK(engine_layers(full, h1, 1, &out, NULL, 0, 3) == -1, "a position outside the context");
     engine_free(full);
     engine_free(a);
     engine_free(b);

@@ -49,17 +49,17 @@ void ring_model_release(ring_model *rm)
 
 static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last)
 {
-    return engine_layers(ctx, hidden, n, pos, first, last);
+    return engine_layers(ctx, hidden, n, pos, NULL, first, last);
 }
 
 static int engine_truncate(void *ctx, int p0)
 {
-    return engine_kv_truncate(ctx, p0);
+    return engine_kv_truncate(ctx, 0, p0);
 }
 
 static int engine_shift(void *ctx, int p0, int p1, int delta)
 {
-    return engine_kv_shift(ctx, p0, p1, delta);
+    return engine_kv_shift(ctx, 0, p0, p1, delta);
 }
 
 ring_layers ring_layers_of_engine(engine *e)
@@ -101,28 +101,32 @@ void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *
     eb->b = (ring_backend){rm, eb, backend_open, backend_close};
 }
 
-static int via_ring_eval(void *ctx, float *hidden, int n, const int32_t *pos, char *err,
-                        size_t errlen)
+static int via_ring_eval(void *ctx, float *hidden, int n, const int32_t *pos,
+                         const int32_t *seq, char *err, size_t errlen)
 {
+    (void)seq;   /* one sequence on the ring */
     if (ring_eval(ctx, hidden, n, pos) == 0)
         return 0;
     snprintf(err, errlen, "%s", ring_error(ctx));
     return -1;
 }
 
-static int via_ring_truncate(void *ctx, int p0)
+static int via_ring_truncate(void *ctx, int seq, int p0)
 {
+    (void)seq;
     return ring_kv_truncate(ctx, p0);
 }
 
-static int via_ring_shift(void *ctx, int p0, int p1, int delta)
+static int via_ring_shift(void *ctx, int seq, int p0, int p1, int delta)
 {
+    (void)seq;
     return ring_kv_shift(ctx, p0, p1, delta);
 }
 
 session_layers ring_session_layers(ring *r)
 {
-    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift};
+    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift, NULL, NULL,
+                            NULL};
 }
 
 session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
@@ -140,7 +144,7 @@ session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, ker
     if (h->r && owns) {
         plan_owned_layers(ring_get_plan(h->r), 0, owns);
         session_layers via = ring_session_layers(h->r);
-        s = session_create_split(m, kc, n_ctx, n_batch, owns, &via, err, errlen);
+        s = session_create_split(m, kc, n_ctx, n_batch, 1, owns, &via, err, errlen);
     } else if (h->r) {
         snprintf(err, errlen, "out of memory");
     }

@@ -46,7 +46,8 @@ static const attn_vec_ops scalar_ops = {scores_scalar, accumulate_scalar};
 struct attn_job {
     float *out;
     const float *q;
-    const int32_t *pos;
+    const int32_t *pos, *seq;
+    size_t seq_rows;
     const uint16_t *k, *v;
     int n_head, n_head_kv, head_dim, group, piece, pieces_per_group;
     int n_units;
@@ -60,7 +61,9 @@ static void attend(const struct attn_job *J, int t, int kvh, int h0, int nh)
 {
     int hd = J->head_dim, n_embd = J->n_head * hd;
     size_t kv_stride = (size_t)J->n_head_kv * hd;
-    const uint16_t *kbase = J->k + (size_t)kvh * hd, *vbase = J->v + (size_t)kvh * hd;
+    size_t first_row = J->seq ? (size_t)J->seq[t] * J->seq_rows : 0;
+    const uint16_t *kbase = J->k + first_row * kv_stride + (size_t)kvh * hd;
+    const uint16_t *vbase = J->v + first_row * kv_stride + (size_t)kvh * hd;
     const float *q = J->q + (size_t)t * n_embd + (size_t)h0 * hd;
     float acc[MAX_GROUP][KERN_MAX_HEAD_DIM];
     float m[MAX_GROUP], l[MAX_GROUP], s[KEY_CHUNK];
@@ -119,8 +122,9 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const uint16_t *k_cache, const uint16_t *v_cache,
-                    int n_head, int n_head_kv, int head_dim, float scale)
+                    const int32_t *seq, size_t seq_rows, const uint16_t *k_cache,
+                    const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
+                    float scale)
 {
     if (head_dim > KERN_MAX_HEAD_DIM || n_head_kv < 1 || n_head % n_head_kv) {
         fprintf(stderr, "prima: attention: %d heads over %d KV heads of %d dims (at most %d)\n",
@@ -134,7 +138,8 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
     while (piece > 1 && n_tokens * n_head_kv * ((group + piece - 1) / piece) < 2 * nth)
         piece = (piece + 1) / 2;
     struct attn_job J = {
-        .out = out, .q = q, .pos = pos, .k = k_cache, .v = v_cache,
+        .out = out, .q = q, .pos = pos, .seq = seq, .seq_rows = seq_rows,
+        .k = k_cache, .v = v_cache,
         .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .group = group,
         .piece = piece, .pieces_per_group = (group + piece - 1) / piece, .scale = scale,
         .ops = attn_vec_ops_active(),

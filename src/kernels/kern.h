@@ -61,12 +61,15 @@ void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn);
 /* Rotate n_heads heads of head_dim values at x (contiguous) for position pos. */
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
 
-/* Grouped-query attention over an F16 KV cache for a batch of tokens of one sequence.
- * q: n_tokens x (n_head*head_dim); out likewise. Cache row j (0 <= j < n_ctx) holds position j:
- * k_cache/v_cache are [n_ctx][n_head_kv*head_dim] F16. Token t attends to rows 0..pos[t]
- * (causal). One pass with a running max (numerically stable), work split by (token, head). */
+/* Grouped-query attention over an F16 KV cache for a batch of tokens of one or more sequences.
+ * q: n_tokens x (n_head*head_dim); out likewise. The cache of sequence s starts at row
+ * s * seq_rows of k_cache/v_cache ([rows][n_head_kv*head_dim] F16); its row j holds position j.
+ * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's rows
+ * 0..pos[t] (causal). One pass with a running max (numerically stable), work split by (token,
+ * head); a token's result does not depend on the other tokens of the batch. */
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const uint16_t *k_cache, const uint16_t *v_cache,
-                    int n_head, int n_head_kv, int head_dim, float scale);
+                    const int32_t *seq, size_t seq_rows, const uint16_t *k_cache,
+                    const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
+                    float scale);
 
 #endif

@@ -17,11 +17,14 @@
 struct engine {
     const model *m;
     kern_ctx *kc;
-    int n_ctx, max_batch;
+    int n_ctx, max_batch, n_seq;
     bool *owns;          /* n_layer */
-    uint16_t **k_cache;  /* per layer: [n_ctx][n_head_kv * head_dim] F16, NULL if not owned */
+    /* per layer: [n_seq][n_ctx][n_head_kv * head_dim] F16 (sequence s's region starts at row
+     * s * n_ctx), NULL if not owned */
+    uint16_t **k_cache;
     uint16_t **v_cache;
-    int *filled;         /* per layer: positions [0, filled) hold valid K/V */
+    int *filled;         /* [n_layer][n_seq]: positions [0, filled) of a sequence hold K/V */
+    int32_t *next_pos;   /* n_seq: engine_layers' check of each sequence's rows */
     /* scratch, max_batch rows each */
     float *x;            /* normalized input of a block, and a block's output before the add */
     float *q, *k, *v, *att;
@@ -38,13 +41,32 @@ static void *alloc_floats(engine *e, size_t rows, size_t cols)
     return malloc(bytes);
 }
 
+/* Bytes of one layer's K (or V) cache: every sequence's region. */
+static size_t cache_bytes(const engine *e)
+{
+    const model_hparams *hp = &e->m->hp;
+    return (size_t)e->n_seq * (size_t)e->n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
+           sizeof(uint16_t);
+}
+
+static int *filled_of(const engine *e, int il, int seq)
+{
+    return &e->filled[(size_t)il * (size_t)e->n_seq + (size_t)seq];
+}
+
 engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, const bool *owns,
                       char *err, size_t errlen)
 {
+    return engine_create_seqs(m, kc, n_ctx, max_batch, 1, owns, err, errlen);
+}
+
+engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batch, int n_seq,
+                           const bool *owns, char *err, size_t errlen)
+{
     const model_hparams *hp = &m->hp;
-    if (n_ctx < 1 || max_batch < 1) {
-        snprintf(err, errlen, "context size (%d) and batch size (%d) must be positive", n_ctx,
-                 max_batch);
+    if (n_ctx < 1 || max_batch < 1 || n_seq < 1) {
+        snprintf(err, errlen, "context size (%d), batch size (%d) and sequences (%d) must be "
+                 "positive", n_ctx, max_batch, n_seq);
         return NULL;
     }
     engine *e = calloc(1, sizeof *e);
@@ -54,25 +76,26 @@ engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, co
     e->kc = kc;
     e->n_ctx = n_ctx;
     e->max_batch = max_batch;
+    e->n_seq = n_seq;
     e->owns = calloc((size_t)hp->n_layer, sizeof *e->owns);
     e->k_cache = calloc((size_t)hp->n_layer, sizeof *e->k_cache);
     e->v_cache = calloc((size_t)hp->n_layer, sizeof *e->v_cache);
-    e->filled = calloc((size_t)hp->n_layer, sizeof *e->filled);
-    if (!e->owns || !e->k_cache || !e->v_cache || !e->filled)
+    e->filled = calloc((size_t)hp->n_layer * (size_t)n_seq, sizeof *e->filled);
+    e->next_pos = calloc((size_t)n_seq, sizeof *e->next_pos);
+    if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos)
         goto oom;
 
     const size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const size_t cache_bytes = (size_t)n_ctx * kv_row * sizeof(uint16_t);
     for (int il = 0; il < hp->n_layer; il++) {
         e->owns[il] = owns ? owns[il] : true;
         if (!e->owns[il])
             continue;
         /* calloc: pages of positions never reached are never touched */
-        e->k_cache[il] = calloc(1, cache_bytes);
-        e->v_cache[il] = calloc(1, cache_bytes);
+        e->k_cache[il] = calloc(1, cache_bytes(e));
+        e->v_cache[il] = calloc(1, cache_bytes(e));
         if (!e->k_cache[il] || !e->v_cache[il])
             goto oom;
-        e->kv_bytes += 2 * cache_bytes;
+        e->kv_bytes += 2 * cache_bytes(e);
     }
 
     const size_t B = (size_t)max_batch;
@@ -93,8 +116,8 @@ engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, co
     return e;
 
 oom:
-    snprintf(err, errlen, "out of memory for a %d-position KV cache and %d-token batches", n_ctx,
-             max_batch);
+    snprintf(err, errlen, "out of memory for %d KV cache(s) of %d positions and %d-token batches",
+             n_seq, n_ctx, max_batch);
     engine_free(e);
     return NULL;
 }
@@ -111,6 +134,7 @@ void engine_free(engine *e)
     free(e->v_cache);
     free(e->owns);
     free(e->filled);
+    free(e->next_pos);
     free(e->x);
     free(e->q);
     free(e->k);
@@ -126,11 +150,11 @@ void engine_free(engine *e)
 int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
 {
     const int L = e->m->hp.n_layer;
-    if (e->gpu || !(e->on_gpu = calloc((size_t)L, sizeof *e->on_gpu)))
+    /* offload.c lays out one sequence's cache per layer in VRAM */
+    if (e->gpu || e->n_seq != 1 || !(e->on_gpu = calloc((size_t)L, sizeof *e->on_gpu)))
         return -1;
     e->gpu = gl;
-    const uint64_t cache = (uint64_t)e->n_ctx * (uint64_t)e->m->hp.n_head_kv *
-                           (uint64_t)e->m->hp.head_dim * sizeof(uint16_t);
+    const uint64_t cache = cache_bytes(e);
     for (int il = 0; il < L; il++) {
         if (!on_gpu[il] || !e->owns[il])
             continue;
@@ -148,17 +172,16 @@ int engine_set_owned(engine *e, const bool *owns)
     const model_hparams *hp = &e->m->hp;
     if (e->gpu)
         return -1;   /* the GPU's caches are laid out by offload.c for the layers it was given */
-    const size_t cache_bytes = (size_t)e->n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
-                               sizeof(uint16_t);
+    const size_t bytes = cache_bytes(e);
     int rc = 0;
+    memset(e->filled, 0, sizeof *e->filled * (size_t)hp->n_layer * (size_t)e->n_seq);
     for (int il = 0; il < hp->n_layer; il++) {
-        e->filled[il] = 0;
         bool want = owns ? owns[il] : true;
         if (want == e->owns[il])
             continue;
         if (want) {
-            e->k_cache[il] = calloc(1, cache_bytes);
-            e->v_cache[il] = calloc(1, cache_bytes);
+            e->k_cache[il] = calloc(1, bytes);
+            e->v_cache[il] = calloc(1, bytes);
             if (!e->k_cache[il] || !e->v_cache[il]) {
                 want = false;
                 rc = -1;
@@ -169,13 +192,18 @@ int engine_set_owned(engine *e, const bool *owns)
             free(e->v_cache[il]);
             e->k_cache[il] = e->v_cache[il] = NULL;
             if (e->owns[il])
-                e->kv_bytes -= 2 * cache_bytes;
+                e->kv_bytes -= 2 * bytes;
         } else {
-            e->kv_bytes += 2 * cache_bytes;
+            e->kv_bytes += 2 * bytes;
         }
         e->owns[il] = want;
     }
     return rc;
+}
+
+int engine_n_seq(const engine *e)
+{
+    return e->n_seq;
 }
 
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes)
@@ -211,9 +239,15 @@ static void add_bias_rows(float *y, const gguf_tensor *b, int n, int dim)
         kern_add(y + (size_t)t * (size_t)dim, b->data, dim);
 }
 
+/* Cache row of token t: its position in its sequence's region. */
+static size_t cache_row(const engine *e, const int32_t *pos, const int32_t *seq, int t)
+{
+    return (seq ? (size_t)seq[t] * (size_t)e->n_ctx : 0) + (size_t)pos[t];
+}
+
 /* Q and K of token t: per-head norm (qwen3), rotation for its position; K and V then go to the
  * cache row of that position. */
-static void prepare_qkv(engine *e, int il, int n, const int32_t *pos)
+static void prepare_qkv(engine *e, int il, int n, const int32_t *pos, const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
     const layer_weights *L = &e->m->layers[il];
@@ -231,8 +265,8 @@ static void prepare_qkv(engine *e, int il, int n, const int32_t *pos)
         }
         kern_rope(q, hp->n_head, hd, pos[t], &hp->rope);
         kern_rope(k, hp->n_head_kv, hd, pos[t], &hp->rope);
-        uint16_t *kc = e->k_cache[il] + (size_t)pos[t] * kv_dim;
-        uint16_t *vc = e->v_cache[il] + (size_t)pos[t] * kv_dim;
+        uint16_t *kc = e->k_cache[il] + cache_row(e, pos, seq, t) * kv_dim;
+        uint16_t *vc = e->v_cache[il] + cache_row(e, pos, seq, t) * kv_dim;
         for (size_t i = 0; i < kv_dim; i++) {
             kc[i] = fp32_to_fp16(k[i]);
             vc[i] = fp32_to_fp16(v[i]);
@@ -240,7 +274,18 @@ static void prepare_qkv(engine *e, int il, int n, const int32_t *pos)
     }
 }
 
-static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos)
+/* Every row's sequence has cached positions up to the row's own in layer il. */
+static void note_filled(engine *e, int il, int n, const int32_t *pos, const int32_t *seq)
+{
+    for (int t = 0; t < n; t++) {
+        int *f = filled_of(e, il, seq ? seq[t] : 0);
+        if (pos[t] + 1 > *f)
+            *f = pos[t] + 1;
+    }
+}
+
+static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos,
+                         const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
     const layer_weights *L = &e->m->layers[il];
@@ -257,9 +302,10 @@ static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t 
         add_bias_rows(e->k, L->bk, n, kv_dim);
         add_bias_rows(e->v, L->bv, n, kv_dim);
     }
-    prepare_qkv(e, il, n, pos);
-    kern_attention(e->kc, e->att, e->q, n, pos, e->k_cache[il], e->v_cache[il], hp->n_head,
-                   hp->n_head_kv, hp->head_dim, 1.0f / sqrtf((float)hp->head_dim));
+    prepare_qkv(e, il, n, pos, seq);
+    kern_attention(e->kc, e->att, e->q, n, pos, seq, (size_t)e->n_ctx, e->k_cache[il],
+                   e->v_cache[il], hp->n_head, hp->n_head_kv, hp->head_dim,
+                   1.0f / sqrtf((float)hp->head_dim));
     if (matmul(e, L->wo, e->att, n, e->x))
         return -1;
     kern_add(hidden, e->x, (int)all);
@@ -271,25 +317,51 @@ static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t 
     if (matmul(e, L->ffn_down, e->gate, n, e->x))
         return -1;
     kern_add(hidden, e->x, (int)all);
-
-    if (pos[n - 1] + 1 > e->filled[il])
-        e->filled[il] = pos[n - 1] + 1;
+    note_filled(e, il, n, pos, seq);
     return 0;
 }
 
-int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last)
+static bool cached_up_to(const engine *e, int seq, int p, int first, int last)
+{
+    for (int il = first; il < last; il++)
+        if (p > *filled_of(e, il, seq))
+            return false;
+    return true;
+}
+
+/* The rows of each sequence continue its cache: consecutive positions in batch order, the
+ * first at most what every layer of [first, last) holds for it. */
+static bool rows_valid(engine *e, int n, const int32_t *pos, const int32_t *seq, int first,
+                       int last)
+{
+    for (int s = 0; s < e->n_seq; s++)
+        e->next_pos[s] = -1;
+    for (int t = 0; t < n; t++) {
+        int s = seq ? seq[t] : 0;
+        if (s < 0 || s >= e->n_seq || pos[t] < 0 || pos[t] >= e->n_ctx)
+            return false;
+        bool follows = e->next_pos[s] >= 0 ? pos[t] == e->next_pos[s]
+                                           : cached_up_to(e, s, pos[t], first, last);
+        if (!follows)
+            return false;
+        e->next_pos[s] = pos[t] + 1;
+    }
+    return true;
+}
+
+int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                  int first, int last)
 {
     if (n < 1 || n > e->max_batch || first < 0 || last > e->m->hp.n_layer || first > last)
         return -1;
-    for (int t = 0; t < n; t++)
-        if (pos[t] < 0 || pos[t] >= e->n_ctx || (t > 0 && pos[t] != pos[t - 1] + 1))
-            return -1;
     for (int il = first; il < last; il++)
-        if (!e->owns[il] || pos[0] > e->filled[il])
+        if (!e->owns[il])
             return -1;
+    if (!rows_valid(e, n, pos, seq, first, last))
+        return -1;
     for (int il = first; il < last;) {
         if (!e->on_gpu || !e->on_gpu[il]) {
-            if (layer_forward(e, il, hidden, n, pos))
+            if (layer_forward(e, il, hidden, n, pos, seq))
                 return -1;
             il++;
             continue;
@@ -302,8 +374,7 @@ int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first
         if (gpu_layers_run(e->gpu, hidden, n, pos, il, end, err, sizeof err))
             return -1;
         for (; il < end; il++)
-            if (pos[n - 1] + 1 > e->filled[il])
-                e->filled[il] = pos[n - 1] + 1;
+            note_filled(e, il, n, pos, seq);
     }
     return 0;
 }
@@ -322,13 +393,13 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
     return 0;
 }
 
-int engine_kv_truncate(engine *e, int p0)
+int engine_kv_truncate(engine *e, int seq, int p0)
 {
-    if (p0 < 0 || p0 > e->n_ctx)
+    if (seq < 0 || seq >= e->n_seq || p0 < 0 || p0 > e->n_ctx)
         return -1;
     for (int il = 0; il < e->m->hp.n_layer; il++)
-        if (e->filled[il] > p0)
-            e->filled[il] = p0;
+        if (*filled_of(e, il, seq) > p0)
+            *filled_of(e, il, seq) = p0;
     return 0;
 }
 
@@ -368,22 +439,26 @@ static int shift_gpu_rows(engine *e, int il, int p0, int end, int delta)
     return rc;
 }
 
-int engine_kv_shift(engine *e, int p0, int p1, int delta)
+int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
 {
-    if (delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
+    if (seq < 0 || seq >= e->n_seq || delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
         return -1;
+    const size_t region = (size_t)seq * (size_t)e->n_ctx * (size_t)e->m->hp.n_head_kv *
+                          (size_t)e->m->hp.head_dim;
     for (int il = 0; il < e->m->hp.n_layer; il++) {
         if (!e->owns[il])
             continue;
-        int end = p1 < e->filled[il] ? p1 : e->filled[il];
+        int *filled = filled_of(e, il, seq);
+        int end = p1 < *filled ? p1 : *filled;
         if (e->on_gpu && e->on_gpu[il]) {
+            /* with a GPU attached there is one sequence (engine_attach_gpu) */
             if (end > p0 && shift_gpu_rows(e, il, p0, end, delta))
                 return -1;
         } else {
-            shift_rows(e, e->k_cache[il], e->v_cache[il], p0, end, delta);
+            shift_rows(e, e->k_cache[il] + region, e->v_cache[il] + region, p0, end, delta);
         }
-        if (end == e->filled[il] && end > p0)
-            e->filled[il] = end + delta;
+        if (end == *filled && end > p0)
+            *filled = end + delta;
     }
     return 0;
 }

@@ -50,30 +50,41 @@ uint64_t model_head_bytes(const model *m);
 typedef struct engine engine;
 
 /* owns[il] says which layers get a KV cache here (NULL = all). n_ctx positions, batches of at
- * most max_batch tokens. */
+ * most max_batch tokens, one sequence. */
 engine *engine_create(const model *m, kern_ctx *kc, int n_ctx, int max_batch, const bool *owns,
                       char *err, size_t errlen);
+/* The same for n_seq >= 1 sequences (numbered 0..n_seq-1), each with a KV region of its own of
+ * n_ctx positions: the KV cache takes n_seq times the bytes of one sequence's. */
+engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batch, int n_seq,
+                           const bool *owns, char *err, size_t errlen);
 void engine_free(engine *e);
+int engine_n_seq(const engine *e);
 
 /* hidden: n x n_embd */
 void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden);
-/* Run layers [first, last) in place on hidden for n tokens at positions pos (consecutive, one
- * sequence; pos[0] at most the number of positions already cached in those layers). Returns 0,
- * or -1 if a layer is not owned, n exceeds max_batch or a position is out of the context (or
- * the kernels ran out of memory, which engine_create's reservation rules out). */
-int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, int first, int last);
+/* Run layers [first, last) in place on hidden for n tokens: row t is position pos[t] of sequence
+ * seq[t] (seq NULL: every row of sequence 0). Rows of different sequences may be mixed in any
+ * order; the rows of one sequence have consecutive positions in batch order, the first at most
+ * the number of positions already cached for it in those layers. Each row attends to its own
+ * sequence's cache up to its own position (so causally inside the batch too), and its result
+ * does not depend on the other rows: a sequence gets bit for bit what it gets alone. Returns 0,
+ * or -1 if a layer is not owned, n exceeds max_batch, a sequence id or a position is out of
+ * range (or the kernels ran out of memory, which engine_create's reservation rules out). */
+int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                  int first, int last);
 /* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
  * (n_rows x n_vocab). 0, or -1 as engine_layers. */
 int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
-/* KV cache edits, applied to every owned layer: forget positions >= p0; and move positions
- * [p0, p1) by delta < 0 towards the start (re-rotating K), for context shift. Return 0, or -1
- * for a range outside the context. */
-int engine_kv_truncate(engine *e, int p0);
-int engine_kv_shift(engine *e, int p0, int p1, int delta);
+/* KV cache edits of sequence seq, applied to every owned layer (the other sequences are left
+ * alone): forget positions >= p0 (0: clear the sequence); and move positions [p0, p1) by
+ * delta < 0 towards the start (re-rotating K), for context shift. Return 0, or -1 for a
+ * sequence or a range outside the engine's. */
+int engine_kv_truncate(engine *e, int seq, int p0);
+int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta);
 /* GPU offload (offload.c builds gl): the layers with on_gpu[il] that this engine owns run on
  * the GPU from now on, with their KV cache in VRAM (the CPU copies are released); consecutive
  * GPU layers of an engine_layers call go in one submit. The engine takes gl. 0, or -1 if a GPU
- * is attached already or out of memory. */
+ * is attached already, the engine holds more than one sequence, or out of memory. */
 typedef struct gpu_layers gpu_layers;
 int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu);
 /* From now on keep a KV cache for exactly the layers in owns (NULL = all), every one of them

@@ -2,7 +2,13 @@
  *
  * This is the single-device evaluation used by `prima run`, `prima logits`, the benchmarks and
  * the public API: it splits a prompt into batches, keeps the positions, and knows how full the
- * context is. Logits are produced only for the rows a caller asks for. */
+ * context is. Logits are produced only for the rows a caller asks for.
+ *
+ * Several sequences at once (a server's slots): the session that owns the engine is sequence 0
+ * of an engine made for n_seq sequences; session_create_peer adds a session for each other
+ * sequence, with its own history, on the same engine and layers. Every single-sequence call
+ * works on a peer as on the owner; session_eval_batch and the micro-batches below evaluate
+ * rows of several of them in one batch, pipelined round a ring when the layers can. */
 #ifndef PRIMA_SESSION_H
 #define PRIMA_SESSION_H
 
@@ -17,11 +23,23 @@
  * device and a cluster alike. */
 typedef struct session_layers {
     void *ctx;
-    /* Every layer, in place on n rows of hidden at positions pos. 0, or -1 with a message. */
-    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, char *err, size_t errlen);
-    int (*kv_truncate)(void *ctx, int p0);
-    int (*kv_shift)(void *ctx, int p0, int p1, int delta);
+    /* Every layer, in place on n rows of hidden: row t at position pos[t] of sequence seq[t]
+     * (as engine_layers). 0, or -1 with a message. */
+    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                char *err, size_t errlen);
+    int (*kv_truncate)(void *ctx, int seq, int p0);
+    int (*kv_shift)(void *ctx, int seq, int p0, int p1, int delta);
+    /* Pipelining, optional (NULL: every batch goes through eval, one at a time). submit sends
+     * a batch on its way without waiting; hidden stays the caller's until collect hands it
+     * back (the oldest batch first) holding the result. At most max_in_flight(ctx) batches
+     * are submitted and not collected. 0, or -1 with a message. */
+    int (*submit)(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                  char *err, size_t errlen);
+    int (*collect)(void *ctx, float **hidden, char *err, size_t errlen);
+    int (*max_in_flight)(void *ctx);
 } session_layers;
+
+typedef struct session_mb session_mb;
 
 typedef struct session {
     const model *m;
@@ -32,16 +50,29 @@ typedef struct session {
     int32_t *tokens;   /* n_ctx: the history */
     float *hidden;     /* n_batch x n_embd */
     int32_t *pos;      /* n_batch */
+    int32_t *seqs;     /* n_batch copies of seq */
     float *logits;     /* n_vocab: the logits after the last evaluated token */
+    int seq;           /* this session's sequence in the engine */
+    struct session *owner;  /* the session owning the engine (itself for sequence 0's) */
+    bool in_flight;    /* part of a micro-batch not yet collected */
+    /* the owner's: micro-batches in flight, oldest first, and the one session_eval_batch uses */
+    session_mb *fly_first, *fly_last;
+    int n_fly;
+    session_mb **batch_mbs;
+    int n_batch_mbs;
 } session;
 
 session *session_create(const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
                         size_t errlen);
-/* A session whose engine keeps a KV cache only for the layers in owns (NULL: all) and whose
- * batches run through `layers` (NULL: the engine). The head of a ring uses this. */
-session *session_create_split(const model *m, kern_ctx *kc, int n_ctx, int n_batch,
+/* A session whose engine holds n_seq sequences (this session is sequence 0) and keeps a KV
+ * cache only for the layers in owns (NULL: all), and whose batches run through `layers` (NULL:
+ * the engine). The head of a ring uses this. */
+session *session_create_split(const model *m, kern_ctx *kc, int n_ctx, int n_batch, int n_seq,
                               const bool *owns, const session_layers *layers, char *err,
                               size_t errlen);
+/* A session for sequence seq (1 <= seq < the engine's n_seq) of owner's engine and layers,
+ * with a history of its own; its KV region is cleared. Free every peer before its owner. */
+session *session_create_peer(session *owner, int seq, char *err, size_t errlen);
 void session_free(session *s);
 
 /* Evaluate n tokens after the history, in batches of at most n_batch. all_logits (n x n_vocab)
@@ -60,5 +91,36 @@ int session_shift(session *s, int n_keep);
 int session_discard(session *s, int n_keep, int n_discard);
 /* Forget the history from position n_past on. */
 void session_truncate(session *s, int n_past);
+
+/* ---- several sequences in one batch (session_batch.c) ---- */
+
+/* Sessions of one engine, each at most once: ss[i] gets tokens[i][0..n[i]) appended (n[i] >= 1,
+ * any length: long parts go in several batches), and then ss[i]->logits holds the logits after
+ * its last token. The rows are cut into micro-batches of at most n_batch rows, pipelined round
+ * the ring (up to session_max_in_flight at once). Returns 0, or -1 with a message: checked as
+ * session_eval before anything is evaluated (token ids, room in each context, sessions); after
+ * a failure of the layers the histories hold the tokens of the batches sent (truncate them). */
+int session_eval_batch(session *const *ss, const int32_t *const *tokens, const int *n,
+                       int count, char *err, size_t errlen);
+
+/* The asynchronous form, for a scheduler that keeps the ring full across steps: while one
+ * micro-batch's tokens are sampled, the others are still in the ring. A micro-batch holds the
+ * buffers of one batch in flight; create up to session_max_in_flight of them per owner. */
+session_mb *session_mb_create(session *owner, char *err, size_t errlen);
+void session_mb_free(session_mb *mb);
+/* Send ss[i]'s tokens[i][0..n[i]) (sum of n at most n_batch; sessions of mb's owner, none of
+ * them in flight) on their way: the histories grow at once, the logits come with collect.
+ * 0, or -1 with a message: nothing sent (bad tokens, no room, too many rows, a busy session,
+ * too many micro-batches in flight), or the layers failed (the histories then hold the
+ * tokens: truncate them). */
+int session_mb_submit(session_mb *mb, session *const *ss, const int32_t *const *tokens,
+                      const int *n, int count, char *err, size_t errlen);
+/* Wait for the oldest micro-batch in flight of owner's engine, set the logits of its sessions
+ * (after each one's last token) and return it; NULL with a message when none is in flight or
+ * the layers failed (the ring's reason) or a logit came out NaN or infinite. */
+session_mb *session_mb_collect(session *owner, char *err, size_t errlen);
+int session_in_flight(const session *owner);
+/* 1 on one device; round a ring, the ring's bound (its number of devices). */
+int session_max_in_flight(const session *owner);
 
 #endif
