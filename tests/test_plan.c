@@ -70,6 +70,19 @@ int main(void)
               m.window[0] + m.window[1] == 3,
           "7 layers in 3 rounds: %d,%d k=%d", m.window[0], m.window[1], m.k);
 
+    /* GPU layers: the last n of every round's range, fewer in a short partial last round (as
+     * the cost model counts them). Windows 3,2 over 8 layers: device 0 has 0-2 and 5-7, device 1
+     * has 3-4 only. */
+    ring_plan g = {.n_dev = 2, .n_layer = 8, .k = 2, .window = {3, 2}, .gpu_layers = {2, 1}};
+    bool on[8];
+    CHECK(plan_gpu_mask(&g, 0, on) == 4 && !on[0] && on[1] && on[2] && !on[5] && on[6] && on[7],
+          "device 0's GPU layers of windows 3,2 with 2 on the GPU");
+    CHECK(plan_gpu_mask(&g, 1, on) == 1 && on[4] && !on[3] && !on[0], "device 1's GPU layer");
+    ring_plan part = {.n_dev = 2, .n_layer = 8, .k = 2, .window = {2, 3}, .gpu_layers = {0, 3}};
+    CHECK(plan_gpu_mask(&part, 1, on) == 4 && on[2] && on[3] && on[4] && on[7] && !on[5] && !on[6],
+          "a partial last round of 1 layer keeps 1 of the 3 GPU layers");
+    CHECK(plan_gpu_mask(&part, 0, on) == 0, "no GPU layers on device 0");
+
     char text[64];
     plan_format_layers(&p, 0, text, sizeof text);
     CHECK(!strcmp(text, "0-1 3-4"), "device 0 of windows 2,1 over 5 layers: '%s'", text);

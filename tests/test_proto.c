@@ -1,6 +1,8 @@
 /* Wire layouts the protocol fixes, checked against bytes laid out here by hand (not with the
  * encoders under test): a STATS body is serial, rank, then the nine counters in their documented
- * order, each a little-endian u64, and nothing else. And the heartbeat never holds up the thread
+ * order, each a little-endian u64, and nothing else. A PLAN without GPU layers is byte for byte
+ * the PLAN from before they existed (so older peers still agree on it); with them, one u32 per
+ * device follows, and a READY carries a worker's one-line note only when it has one. And the heartbeat never holds up the thread
  * that changes its set of links, even when a peer has stopped reading. */
 #include <fcntl.h>
 #include <string.h>
@@ -18,13 +20,19 @@ static uint64_t get64(const uint8_t *p)
     return v;
 }
 
-static void stats_layout(void)
+/* Two ends of a connected socket pair. */
+static void link_pair(conn *a, conn *b)
 {
     int sv[2];
     REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    conn_init(a, sv[0], "a");
+    conn_init(b, sv[1], "b");
+}
+
+static void stats_layout(void)
+{
     conn a, b;
-    conn_init(&a, sv[0], "a");
-    conn_init(&b, sv[1], "b");
+    link_pair(&a, &b);
     msg_stats m = {.serial = 7, .rank = 2,
                    .c = {.compute_ns = 101, .wait_ns = 102, .major_faults = 103, .disk_bytes = 104,
                          .pages = 105, .pages_resident = 106, .bytes_sent = 107, .bytes_recv = 108,
@@ -47,6 +55,63 @@ static void stats_layout(void)
     frame g = f;
     g.len = f.len - 1;
     CHECK(decode_stats(&g, &d, err, sizeof err) == -1, "short STATS accepted");
+    conn_close(&a);
+    conn_close(&b);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void plan_layout(void)
+{
+    conn a, b;
+    link_pair(&a, &b);
+    msg_plan m = {.rank = 1, .n_dev = 3, .k = 2, .n_layer = 8, .window = {1, 2, 1},
+                  .n_ctx = 64, .max_batch = 8, .threads = 2, .wire = WIRE_F32, .prefetch = 1,
+                  .succ_host = "127.0.0.1", .succ_port = 9501};
+    /* session, rank, n_dev, k, n_layer, 3 windows, n_ctx, max_batch, threads, 4 flag bytes,
+     * the host as length + bytes, the port */
+    const uint32_t old_len = 16 + 4 * 4 + 3 * 4 + 3 * 4 + 4 + 4 + 9 + 4;
+    char err[512];
+    frame f;
+    msg_plan d;
+    REQUIRE(send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(f.len == old_len, "a PLAN without GPU layers has %u bytes, not %u", f.len, old_len);
+    CHECK(decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
+          "PLAN without GPU layers: %s", err);
+
+    m.gpu_layers[1] = 2;
+    m.gpu_layers[2] = 1;
+    REQUIRE(send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(f.len == old_len + 3 * 4, "a PLAN with GPU layers has %u bytes", f.len);
+    if (f.len == old_len + 12)
+        CHECK(get32(f.body + old_len) == 0 && get32(f.body + old_len + 4) == 2 &&
+                  get32(f.body + old_len + 8) == 1,
+              "GPU layers after the port, head first");
+    CHECK(decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
+          "PLAN with GPU layers: %s", err);
+    frame g = f;
+    g.len = f.len - 1;
+    CHECK(decode_plan(&g, &d, err, sizeof err) == -1, "a cut GPU section accepted");
+    g.len = old_len + 4;
+    CHECK(decode_plan(&g, &d, err, sizeof err) == -1, "GPU layers for 1 of 3 devices accepted");
+
+    char note[PROTO_NOTE_MAX];
+    REQUIRE(send_ready(&a, "", err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(f.type == RM_READY && f.len == 0, "an empty READY has %u bytes", f.len);
+    CHECK(decode_ready(&f, note, sizeof note, err, sizeof err) == 0 && !note[0], "empty READY");
+    REQUIRE(send_ready(&a, "GPU: none\nhere", err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_ready(&f, note, sizeof note, err, sizeof err) == 0 &&
+              !strcmp(note, "GPU: none here"), "READY note '%s'", note);
+    g = f;
+    g.len = f.len - 1;
+    CHECK(decode_ready(&g, note, sizeof note, err, sizeof err) == -1, "a cut READY note accepted");
     conn_close(&a);
     conn_close(&b);
 }
@@ -84,6 +149,7 @@ static void heartbeat_on_a_full_link(void)
 int main(void)
 {
     stats_layout();
+    plan_layout();
     heartbeat_on_a_full_link();
     return test_done();
 }

@@ -61,24 +61,11 @@ static ring_model rm;
 static engine_backend backends[3];
 static fake_worker workers[3];
 
-static void *serve(void *arg)
-{
-    worker_run(arg);
-    return NULL;
-}
-
 static void start_workers(void)
 {
     for (int i = 0; i < 3; i++) {
-        engine_backend_init(&backends[i], &rm, m);
-        worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
-                         .method = PREFETCH_MADVISE,
-                         .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
-        char err[512];
-        workers[i].w = worker_create(&o, &backends[i].b, err, sizeof err);
-        REQUIRE(workers[i].w, "%s", err);
-        workers[i].port = worker_port(workers[i].w);
-        REQUIRE(pthread_create(&workers[i].thread, NULL, serve, workers[i].w) == 0, "thread");
+        engine_backend_init(&backends[i], &rm, m, NULL);
+        REQUIRE(fake_worker_start_backend(&workers[i], &backends[i].b, NULL, 0) == 0, "worker");
     }
 }
 
@@ -105,7 +92,7 @@ static int run_ring(const plan_case *pc, const fid_case *c, outputs *o, char *er
                     .release = RELEASE_ALWAYS, .method = PREFETCH_TOUCH, .wire = pc->wire};
     kern_ctx *kc = kern_ctx_create(1);
     ring_head h;
-    session *s = ring_head_session(&h, &ro, m, kc, N_CTX, N_BATCH, err, errlen);
+    session *s = ring_head_session(&h, &ro, NULL, m, kc, N_CTX, N_BATCH, err, errlen);
     int rc = -1;
     if (s) {
         rc = script(s, c, o, err, errlen);

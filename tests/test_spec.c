@@ -90,25 +90,13 @@ static ring_model rm;
 static engine_backend backends[2];
 static fake_worker workers[2];
 
-static void *serve(void *arg)
-{
-    worker_run(arg);
-    return NULL;
-}
-
 static void start_workers(const model *m)
 {
     char err[512];
     REQUIRE(ring_model_init(&rm, m, err, sizeof err) == 0, "%s", err);
     for (int i = 0; i < 2; i++) {
-        engine_backend_init(&backends[i], &rm, m);
-        worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
-                         .method = PREFETCH_MADVISE,
-                         .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
-        workers[i].w = worker_create(&o, &backends[i].b, err, sizeof err);
-        REQUIRE(workers[i].w, "%s", err);
-        workers[i].port = worker_port(workers[i].w);
-        REQUIRE(pthread_create(&workers[i].thread, NULL, serve, workers[i].w) == 0, "thread");
+        engine_backend_init(&backends[i], &rm, m, NULL);
+        REQUIRE(fake_worker_start_backend(&workers[i], &backends[i].b, NULL, 0) == 0, "worker");
     }
 }
 
@@ -144,7 +132,7 @@ static session *open_session(const model *m, const ring_case *rc, ring_head *h, 
     ring_opts ro = {.workers = list, .lw = rc->lw, .n_lw = rc->n_dev, .k = rc->k,
                     .prefetch = true, .release = RELEASE_AUTO, .method = PREFETCH_MADVISE,
                     .wire = WIRE_F32};
-    return ring_head_session(h, &ro, m, kc, N_CTX, N_BATCH, err, errlen);
+    return ring_head_session(h, &ro, NULL, m, kc, N_CTX, N_BATCH, err, errlen);
 }
 
 static void check_greedy(const char *case_json, float penalty, const spec_case *sc, int n_sc,

@@ -120,6 +120,9 @@ static int parse(struct opts *o, int argc, char **argv)
     }
     if (o->ra.workers)
         return cli_fail("bench ring: it starts its own workers (no --workers)"), 2;
+    if (o->ra.n_gl)
+        return cli_fail("bench ring: --gpu-layers is for prima run, logits, cluster and serve (the "
+                        "benchmark measures the CPU ring)"), 2;
     if (ring_args_session_given(&o->ra)) {
         cli_fail("bench ring: --discover, --discovery-port and --no-failover are for prima run "
                  "and prima logits (the benchmark starts its own workers and stops on a loss)");
@@ -199,7 +202,7 @@ static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, co
         ro.verbose = NULL;
         if (!rs->keyed)
             ro.key = NULL;
-        s = ring_head_session(&h, &ro, m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
+        s = ring_head_session(&h, &ro, NULL, m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
     } else {
         s = session_create(m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
     }

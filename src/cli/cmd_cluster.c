@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/gpu_offload.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/local_workers.h"
@@ -44,7 +45,8 @@ static void usage(FILE *out)
             "  --verbose               also show the workers' logs and every batch's counters\n"
             "  -h, --help              show this help\n"
             "Every other option is prima run's (prima run --help), ring options included:\n"
-            "-lw, -k, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
+            "-lw, -k, --gpu-layers, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
+            "--gpu, --no-gpu and --gpu-mem apply to the head and to every worker.\n"
             "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
             "this run (and removed after it).\n"
             "\n"
@@ -105,7 +107,7 @@ static int cmd_cluster(int argc, char **argv)
     int n_dev = DEFAULT_DEVICES;
     run_opts ro;
     ring_args ra;
-    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_SPEC);
+    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_SPEC);
     ring_args_init(&ra);
     bool threads_given = false;
     /* Everything but --devices goes to the head; parse it here only to find what the cluster
@@ -218,7 +220,8 @@ static int cmd_cluster(int argc, char **argv)
     local_workers w = {.n = 0};
     serve_opts so = {.model_path = model_path, .host = "127.0.0.1", .listen_fd = -1,
                      .threads = threads, .method = ra.method, .key_file = key_file,
-                     .insecure = ra.insecure, .verbose = ra.verbose, .quiet = !ra.verbose};
+                     .insecure = ra.insecure, .verbose = ra.verbose, .quiet = !ra.verbose,
+                     .gpu = gpu_offload_opts(&ro)};
     if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
         rc = 1;
         goto done;

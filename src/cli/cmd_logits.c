@@ -161,7 +161,7 @@ static int parse_args(logits_job *j, int argc, char **argv)
         else if (parse_int_arg(a, v, 0, 1 << 20, &j->n_predict))
             return -1;
     }
-    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra))
+    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || gpu_offload_check_ring(&j->o, &j->ra))
         return -1;
     if (!j->text == !j->ids) {
         cli_fail("logits: give exactly one of -p TEXT and --tokens IDS");
@@ -292,10 +292,14 @@ static int run_logits(logits_job *j)
             goto done;
         }
         ring_opts ro = ring_args_opts(&j->ra);
+        const offload_opts go = gpu_offload_opts(&j->o);
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
         sp.stats = j->ra.stats;
+        sp.gpu = go;
         ro.planner = &sp.rp;
-        s = ring_head_session(&rh, &ro, m, kc, n_ctx, n_batch, err, sizeof err);
+        s = ring_head_session(&rh, &ro, &go, m, kc, n_ctx, n_batch, err, sizeof err);
+        if (s)
+            gpu_offload_report_ring(&rh);
         if (s && ring_args_failover(&j->ra, &rh, s, &sp, err, sizeof err)) {
             cli_fail("%s", err);
             goto done;
@@ -343,6 +347,7 @@ done:
     ring_head_close(&rh);
     session_free(s);
     gpu_close(gpu);
+    gpu_close(rh.dev);
     kern_ctx_free(kc);
     tokenizer_free(tk);
     model_free(m);

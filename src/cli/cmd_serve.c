@@ -175,7 +175,7 @@ static int cmd_serve(int argc, char **argv)
 {
     runner r = {0};
     serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60};
-    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING, argc, argv, usage,
+    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING, argc, argv, usage,
                           parse_serve_arg, &a);
     if (arc)
         return arc < 0 ? 0 : arc;

@@ -28,8 +28,8 @@ static void usage(FILE *out)
             "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
             "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
             "read from the model file. When a head plans with the scheduler, the worker\n"
-            "measures itself once (as prima profile -m FILE does, a few seconds) and keeps the\n"
-            "result for later heads, re-reading only its free memory.\n"
+            "measures itself once (as prima profile -m FILE --gpu does, a few seconds) and keeps\n"
+            "the result for later heads, re-reading only its free memory.\n"
             "\n"
             "  -m, --model FILE        the GGUF model (the same file as the head's)\n"
             "  --host ADDR             address to listen on (default: all interfaces)\n"
@@ -49,10 +49,19 @@ static void usage(FILE *out)
             "                          (prima run --discover): UDP broadcast and link-local\n"
             "                          multicast; needs the key, which authenticates both\n"
             "  --discovery-port P      UDP port for discovery (default %d)\n"
+            "  --gpu N                 the Vulkan device for the GPU layers a head's plan gives\n"
+            "                          this device (default: the first discrete GPU, else the\n"
+            "                          first device); the scheduler's profile measures it too\n"
+            "  --no-gpu                never use a GPU: GPU layers a plan gives this device run\n"
+            "                          on its CPU (the head is told, and prints it), and the\n"
+            "                          profile has no GPU, so the scheduler gives it none\n"
+            "  --gpu-mem GiB           VRAM this device may use (default: what is free); GPU\n"
+            "                          layers beyond it run on the CPU, said\n"
             "  -v, --verbose           also log every batch's counters\n"
             "  --stats FILE            each head's plan for this device, for programs: one JSON\n"
             "                          object per line (\"event\": worker_plan; device, rounds,\n"
-            "                          layers, streaming windows, prefetch; \"time\": epoch s)\n"
+            "                          layers, gpu_layers, streaming windows, prefetch; \"time\":\n"
+            "                          epoch s)\n"
             "  -q, --quiet             log nothing\n"
             "  -h, --help              show this help\n"
             "\n"
@@ -110,9 +119,10 @@ int serve_worker(const serve_opts *o)
         return 1;
     }
     engine_backend eb;
-    engine_backend_init(&eb, &rm, m);
+    engine_backend_init(&eb, &rm, m, &o->gpu);
     sched_profiler prof;
     sched_profiler_init(&prof, o->model_path);
+    prof.gpu = o->gpu;
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
                       .key = &key, .log = o->quiet ? NULL : stderr,
@@ -170,7 +180,7 @@ int serve_worker(const serve_opts *o)
 static int cmd_worker(int argc, char **argv)
 {
     serve_opts o = {.port = DEFAULT_PORT, .listen_fd = -1, .threads = default_threads(),
-                    .method = PREFETCH_TOUCH};
+                    .method = PREFETCH_TOUCH, .gpu = {.use = true, .index = -1}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -193,11 +203,16 @@ static int cmd_worker(int argc, char **argv)
             o.insecure = true;
             continue;
         }
+        if (!strcmp(a, "--no-gpu")) {
+            o.gpu.use = false;
+            continue;
+        }
         bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
                      !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
                      !strcmp(a, "--prefetch-method") || !strcmp(a, "--key") ||
                      !strcmp(a, "--secret-file") || !strcmp(a, "--stats") ||
-                     !strcmp(a, "--discovery-port");
+                     !strcmp(a, "--discovery-port") || !strcmp(a, "--gpu") ||
+                     !strcmp(a, "--gpu-mem");
         if (!known) {
             cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
             return 2;
@@ -220,6 +235,12 @@ static int cmd_worker(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--discovery-port")) {
             if (parse_int_arg(a, v, 1, 65535, &o.discovery_port))
+                return 2;
+        } else if (!strcmp(a, "--gpu")) {
+            if (parse_int_arg(a, v, 0, 255, &o.gpu.index))
+                return 2;
+        } else if (!strcmp(a, "--gpu-mem")) {
+            if (parse_gib_arg(a, v, &o.gpu.vram_cap))
                 return 2;
         } else if (!strcmp(a, "--prefetch-method")) {
             int mth = prefetch_method_parse(v);

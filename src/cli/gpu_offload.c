@@ -1,7 +1,14 @@
 #include <stdio.h>
 
+#include "cli/cli.h"
 #include "cli/gpu_offload.h"
 #include "model/offload.h"
+
+offload_opts gpu_offload_opts(const run_opts *o)
+{
+    return (offload_opts){.use = !o->no_gpu, .index = o->gpu_index,
+                          .vram_cap = (uint64_t)((double)o->gpu_mem * 1073741824.0)};
+}
 
 int gpu_offload_session(const run_opts *o, const model *m, session *s, gpu_dev **dev, char *err,
                         size_t errlen)
@@ -9,34 +16,37 @@ int gpu_offload_session(const run_opts *o, const model *m, session *s, gpu_dev *
     *dev = NULL;
     if (o->no_gpu || o->n_gpu_layers == 0)
         return 0;
-    char why[256];
-    gpu_dev *g = gpu_open(o->gpu_index, why, sizeof why);
-    if (!g) {
-        fprintf(stderr, "prima: GPU: %s; running on the CPU\n", why);
-        return 0;
-    }
     const int L = m->hp.n_layer;
     const int n = o->n_gpu_layers < L ? o->n_gpu_layers : L;
     bool want[L];
     offload_last(0, L, n, want);
-    offload_result r;
-    const uint64_t cap = (uint64_t)((double)o->gpu_mem * 1073741824.0);
-    if (engine_offload(s->e, m, g, want, cap, s->n_ctx, s->n_batch, &r, err, errlen)) {
-        gpu_close(g);
-        return -1;
-    }
-    const gpu_info *gi = gpu_get_info(g);
-    char more[64] = "";
+    char more[64] = "", note[512];
     if (o->n_gpu_layers > L)
         snprintf(more, sizeof more, " (-ngl %d: the model has %d)", o->n_gpu_layers, L);
-    fprintf(stderr, "prima: GPU %d: %s (%s%s): %d of %d layers%s, %.1f MiB of VRAM%s%s\n",
-            gi->index, gi->name, gi->discrete ? "discrete" : gi->unified ? "unified memory" : "GPU",
-            gi->software ? ", a software driver" : "", r.n_gpu, L, more,
-            (double)r.vram / 1048576.0, r.note[0] ? "; " : "", r.note);
-    if (!r.n_gpu) {
-        gpu_close(g);
-        return 0;
-    }
-    *dev = g;
+    const offload_opts oo = gpu_offload_opts(o);
+    if (offload_engine(&oo, dev, s->e, m, want, n, L, more, s->n_ctx, s->n_batch, note,
+                       sizeof note, err, errlen))
+        return -1;
+    fprintf(stderr, "prima: %s\n", note);
     return 0;
+}
+
+void gpu_offload_report_ring(const ring_head *h)
+{
+    if (h->note[0])
+        fprintf(stderr, "prima: %s\n", h->note);
+    const ring_plan *p = ring_get_plan(h->r);
+    for (int d = 1; d < p->n_dev; d++)
+        if (ring_device_note(h->r, d)[0])
+            fprintf(stderr, "prima: device %d (%s): %s\n", d, ring_worker_addr(h->r, d),
+                    ring_device_note(h->r, d));
+}
+
+int gpu_offload_check_ring(const run_opts *o, const ring_args *a)
+{
+    if (!o->n_gpu_layers || !ring_args_active(a))
+        return 0;
+    cli_fail("-ngl is for one device: in a ring give --gpu-layers N,N,... with -lw (one per device, "
+             "head first), or let the scheduler choose");
+    return -1;
 }

@@ -5,13 +5,25 @@
 #ifndef PRIMA_CLI_GPU_OFFLOAD_H
 #define PRIMA_CLI_GPU_OFFLOAD_H
 
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
+#include "cluster/ring_engine.h"
 #include "gpu/gpu.h"
+#include "model/offload.h"
 #include "model/session.h"
+
+/* --gpu, --no-gpu and --gpu-mem in the library's terms. */
+offload_opts gpu_offload_opts(const run_opts *o);
 
 /* Returns 0 (*dev: the open device, or NULL when none is used; close it after the session), or
  * -1 with err (the GPU failed while uploading). */
 int gpu_offload_session(const run_opts *o, const model *m, session *s, gpu_dev **dev, char *err,
                         size_t errlen);
+/* -ngl is one device's: in a ring (ring_args_active) the plan's GPU layers (--gpu-layers or
+ * the scheduler's) apply instead, and -ngl is refused. 0, or -1 after the error. */
+int gpu_offload_check_ring(const run_opts *o, const ring_args *a);
+/* A ring's head has started: what became of each device's GPU layers, a line each on stderr
+ * (none for a device the plan gave none). */
+void gpu_offload_report_ring(const ring_head *h);
 
 #endif

@@ -40,20 +40,20 @@ static int check_workers(const char *s)
     }
 }
 
-static int parse_windows(ring_args *a, const char *s)
+/* "N,N,..." (-lw, --gpu-layers): up to PRIMA_MAX_DEVICES counts, head first. */
+static int parse_counts(const char *flag, const char *s, int *out, int *n)
 {
-    a->n_lw = 0;
+    *n = 0;
     const char *p = s;
     for (;;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') ||
-            a->n_lw == PRIMA_MAX_DEVICES) {
-            cli_fail("-lw: expected up to %d comma-separated layer counts (head first), got '%s'",
-                     PRIMA_MAX_DEVICES, s);
+        if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') || *n == PRIMA_MAX_DEVICES) {
+            cli_fail("%s: expected up to %d comma-separated layer counts (head first), got '%s'",
+                     flag, PRIMA_MAX_DEVICES, s);
             return -1;
         }
-        a->lw[a->n_lw++] = (int)v;
+        out[(*n)++] = (int)v;
         if (!*end)
             return 0;
         p = end + 1;
@@ -84,6 +84,7 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         return 1;
     }
     static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
+                                             "--gpu-layers",
                                              "--rounds", "--release", "--wire", "--key",
                                              "--secret-file", "--worker-threads",
                                              "--prefetch-method", "--stats", "--discovery-port",
@@ -102,7 +103,9 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->workers = v;
         return check_workers(v) ? -1 : 1;
     } else if (!strcmp(f, "-lw") || !strcmp(f, "--layer-window")) {
-        return parse_windows(a, v) ? -1 : 1;
+        return parse_counts("-lw", v, a->lw, &a->n_lw) ? -1 : 1;
+    } else if (!strcmp(f, "--gpu-layers")) {
+        return parse_counts(f, v, a->gl, &a->n_gl) ? -1 : 1;
     } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
         return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
     } else if (!strcmp(f, "--discovery-port")) {
@@ -152,9 +155,35 @@ FILE *stats_file_open(const char *path)
     return f;
 }
 
+/* --gpu-layers splits the windows of -lw: one count per window, none above its window. */
+static int check_gpu_layers(const ring_args *a)
+{
+    if (!a->n_gl)
+        return 0;
+    if (!a->n_lw) {
+        cli_fail("--gpu-layers needs -lw: it gives the GPU layers of each device's window (without "
+                 "-lw the scheduler chooses both)");
+        return -1;
+    }
+    if (a->n_gl != a->n_lw) {
+        cli_fail("--gpu-layers gives %d count(s) for the %d window(s) of -lw (one per device, head "
+                 "first)", a->n_gl, a->n_lw);
+        return -1;
+    }
+    for (int d = 0; d < a->n_gl; d++)
+        if (a->gl[d] > a->lw[d]) {
+            cli_fail("--gpu-layers: device %d%s has %d GPU layers in a window of %d (-lw)", d,
+                     d ? "" : " (the head)", a->gl[d], a->lw[d]);
+            return -1;
+        }
+    return 0;
+}
+
 int ring_args_finish(ring_args *a)
 {
     char err[512];
+    if (check_gpu_layers(a))
+        return -1;
     if (a->key_file && a->insecure) {
         cli_fail("--insecure and --key contradict each other");
         return -1;
@@ -183,7 +212,8 @@ bool ring_args_active(const ring_args *a)
 
 ring_opts ring_args_opts(const ring_args *a)
 {
-    return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .k = a->k,
+    return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .gpu_layers = a->gl,
+                       .n_gpu_layers = a->n_gl, .k = a->k,
                        .worker_threads = a->worker_threads, .prefetch = !a->no_prefetch,
                        .release = a->release, .method = a->method, .wire = a->wire,
                        .key = &a->key, .verbose = a->verbose ? stderr : NULL,
@@ -299,6 +329,14 @@ void ring_args_usage(FILE *out)
           "                          its profile for later heads), probes every link, prints\n"
           "                          the plan with the lowest predicted time per token, and\n"
           "                          leaves out workers that would only slow the ring down\n"
+          "  --gpu-layers N,N,...    with -lw: of each device's window, the last N layers run on\n"
+          "                          its GPU (whole layers, KV cache in VRAM; in every round),\n"
+          "                          head first, 0..window each. The head uses --gpu, --no-gpu\n"
+          "                          and --gpu-mem, each worker its own; a device without a\n"
+          "                          usable GPU runs them on the CPU, and the head prints a\n"
+          "                          line per device on what became of them. Without -lw the\n"
+          "                          scheduler sets them from the GPUs in the profiles (-ngl is\n"
+          "                          for one device only)\n"
           "  -k, --rounds K          rounds per token (default: as many as -lw needs; without\n"
           "                          -lw the scheduler's choice, or with one device the windows\n"
           "                          split ceil(layers / K) layers); the last round may be\n"

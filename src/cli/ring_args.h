@@ -15,6 +15,8 @@ typedef struct ring_args {
     const char *workers;
     int lw[PRIMA_MAX_DEVICES];
     int n_lw;
+    int gl[PRIMA_MAX_DEVICES];         /* --gpu-layers: GPU layers of each window */
+    int n_gl;
     int k;
     int worker_threads;
     bool no_prefetch;
@@ -40,8 +42,8 @@ void ring_args_init(ring_args *a);
 /* Parse argv[*i] (and its value) if it is a ring option: 1 consumed, 0 not one, -1 after an
  * error naming the flag. */
 int ring_args_parse(ring_args *a, int argc, char **argv, int *i);
-/* After the command line: load the key; links to workers need one, or --insecure. 0, or -1
- * after an error. */
+/* After the command line: check --gpu-layers against -lw, load the key; links to workers need
+ * one, or --insecure. 0, or -1 after an error. */
 int ring_args_finish(ring_args *a);
 /* Whether the run goes through the ring runtime (workers, windows or rounds were given). */
 bool ring_args_active(const ring_args *a);

@@ -49,6 +49,19 @@ int parse_float_arg(const char *flag, const char *s, float *out)
     return 0;
 }
 
+int parse_gib_arg(const char *flag, const char *s, uint64_t *bytes)
+{
+    float v;
+    if (parse_float_arg(flag, s, &v))
+        return -1;
+    if (v < 0 || v > 1e9f) {
+        cli_fail("%s must be a non-negative size in GiB, got %s", flag, s);
+        return -1;
+    }
+    *bytes = (uint64_t)((double)v * 1073741824.0);
+    return 0;
+}
+
 void run_opts_init(run_opts *o, unsigned groups)
 {
     memset(o, 0, sizeof *o);
@@ -298,7 +311,10 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "                          else the first device)\n"
               "  --no-gpu                never use a GPU (overrides -ngl)\n"
               "  --gpu-mem GiB           VRAM prima may use (default: what is free); layers\n"
-              "                          that do not fit stay on the CPU, said at start-up\n",
+              "                          that do not fit stay on the CPU, said at start-up\n"
+              "  In a ring, -ngl is refused: the plan's GPU layers apply (--gpu-layers, or the\n"
+              "  scheduler's, which profiles this device's GPU unless --no-gpu), on the GPU\n"
+              "  that --gpu, --no-gpu and --gpu-mem choose.\n",
               out);
     if (o->groups & RUN_OPT_SAMPLING)
         fputs("sampling (applied in this order):\n"

@@ -5,6 +5,7 @@
 #define PRIMA_RUN_OPTS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "model/sample.h"
@@ -74,5 +75,7 @@ int parse_threads_arg(const char *flag, const char *s, int *out);
 /* The default thread count: the online CPUs, within that limit. */
 int default_threads(void);
 int parse_float_arg(const char *flag, const char *s, float *out);
+/* A size in GiB (>= 0, fractions allowed), as bytes. */
+int parse_gib_arg(const char *flag, const char *s, uint64_t *bytes);
 
 #endif

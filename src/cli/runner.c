@@ -39,7 +39,7 @@ int runner_args(runner *r, unsigned groups, int argc, char **argv,
         }
     }
     int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
-    if (!rc && ring_args_finish(&r->ra))
+    if (!rc && (ring_args_finish(&r->ra) || gpu_offload_check_ring(&r->o, &r->ra)))
         rc = 2;
     if (rc)
         run_opts_free(&r->o);
@@ -52,11 +52,16 @@ int runner_session(runner *r, char *err, size_t errlen)
         if (r->ra.discover && !r->ra.discovery_done && ring_args_discover(&r->ra, r->m, err, errlen))
             return -1;
         ring_opts ro = ring_args_opts(&r->ra);
+        const offload_opts go = gpu_offload_opts(&r->o);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
         r->sp.stats = r->ra.stats;
+        r->sp.gpu = go;
         ro.planner = &r->sp.rp;
-        r->s = ring_head_session(&r->rh, &ro, r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+        r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,
+                                 errlen);
         r->plan_s = r->sp.seconds;
+        if (r->s)
+            gpu_offload_report_ring(&r->rh);
         if (r->s && ring_args_failover(&r->ra, &r->rh, r->s, &r->sp, err, errlen)) {
             runner_session_close(r);
             return -1;
@@ -83,6 +88,8 @@ void runner_session_close(runner *r)
     r->s = NULL;
     gpu_close(r->gpu);         /* after the session: it held the GPU's layers */
     r->gpu = NULL;
+    gpu_close(r->rh.dev);      /* likewise, in a ring */
+    r->rh.dev = NULL;
 }
 
 /* The draft model (on this device, the head, with the target's context) or the n-gram

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "cluster/pager.h"
+#include "model/offload.h"
 
 typedef struct serve_opts {
     const char *model_path;
@@ -21,6 +22,7 @@ typedef struct serve_opts {
     bool quiet;                /* no log at all */
     bool advertise;            /* answer discovery probes (cluster/discover.h) */
     int discovery_port;        /* UDP; 0: DISC_PORT */
+    offload_opts gpu;          /* where the plan's GPU layers of this device go */
 } serve_opts;
 
 /* Load the model and serve heads until SIGINT or SIGTERM. Returns the exit status. */

@@ -82,6 +82,22 @@ void plan_owned_layers(const ring_plan *p, int dev, bool *owns)
     }
 }
 
+int plan_gpu_mask(const ring_plan *p, int dev, bool *on_gpu)
+{
+    int n = 0;
+    for (int il = 0; il < p->n_layer; il++)
+        on_gpu[il] = false;
+    for (int r = 0; r < p->k; r++) {
+        int a, b;
+        plan_range(p, dev, r, &a, &b);
+        for (int il = b - p->gpu_layers[dev] > a ? b - p->gpu_layers[dev] : a; il < b; il++) {
+            on_gpu[il] = true;
+            n++;
+        }
+    }
+    return n;
+}
+
 int plan_by_memory(ring_plan *p, int n_dev, int n_layer, int k, const uint64_t *mem, char *err,
                    size_t errlen)
 {

@@ -31,6 +31,10 @@ int plan_validate(const ring_plan *p, char *err, size_t errlen);
 void plan_range(const ring_plan *p, int dev, int round, int *first, int *last);
 /* owns[il] = true for every layer device dev computes in any round (n_layer entries). */
 void plan_owned_layers(const ring_plan *p, int dev, bool *owns);
+/* on_gpu[il] = true for the layers of device dev that run on its GPU: in every round, the last
+ * gpu_layers[dev] layers of its range (all of it when the range is shorter, as a partial last
+ * round may be). Returns how many (n_layer entries). */
+int plan_gpu_mask(const ring_plan *p, int dev, bool *on_gpu);
 /* The layers device dev computes, as "0-2 6-8" ("none" when there are none). */
 void plan_format_layers(const ring_plan *p, int dev, char *out, size_t cap);
 /* Smallest k that covers n_layer with the given windows. */

@@ -198,7 +198,6 @@ int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t
 static uint32_t body_bound(const conn *c, int type)
 {
     switch (type) {
-    case RM_READY:
     case RM_PING:
     case RM_BYE:
         return 0;
@@ -530,6 +529,11 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
     w_u8(&w, m->verbose);
     w_str(&w, m->succ_host);
     w_u32(&w, m->succ_port);
+    bool gpu = false;
+    for (uint32_t d = 0; d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
+        gpu |= m->gpu_layers[d] != 0;
+    for (uint32_t d = 0; gpu && d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
+        w_u32(&w, m->gpu_layers[d]);
     return conn_send(c, RM_PLAN, w.b, w.n, err, errlen);
 }
 
@@ -559,6 +563,9 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
     m->verbose = r_u8(&r);
     r_str(&r, m->succ_host, sizeof m->succ_host);
     m->succ_port = r_u32(&r);
+    if (r.off < r.n)   /* absent: no GPU layers; present: one per device */
+        for (uint32_t d = 0; d < m->n_dev; d++)
+            m->gpu_layers[d] = r_u32(&r);
     if (r_done(&r, f, err, errlen))
         return -1;
     if (m->wire > WIRE_F16 || m->release > RELEASE_ALWAYS || m->succ_port > 65535 ||
@@ -568,6 +575,39 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
                  m->max_batch, m->n_ctx, m->threads);
         return -1;
     }
+    return 0;
+}
+
+int send_ready(conn *c, const char *note, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    char line[PROTO_NOTE_MAX];
+    snprintf(line, sizeof line, "%s", note ? note : "");
+    if (line[0])
+        w_str(&w, line);
+    return conn_send(c, RM_READY, w.b, w.n, err, errlen);
+}
+
+/* Text shown to the user: kept to one printable line. */
+static void one_line(char *s)
+{
+    for (char *p = s; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+}
+
+int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen)
+{
+    if (expect(f, RM_READY, err, errlen))
+        return -1;
+    note[0] = 0;
+    if (f->len == 0)
+        return 0;
+    rd r = reader(f);
+    r_str(&r, note, cap);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    one_line(note);
     return 0;
 }
 
@@ -717,9 +757,6 @@ int decode_error(const frame *f, msg_error *m, char *err, size_t errlen)
     r_str(&r, m->text, sizeof m->text);
     if (r_done(&r, f, err, errlen))
         return -1;
-    /* The text is shown to the user: keep it to one printable line. */
-    for (char *p = m->text; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = ' ';
+    one_line(m->text);
     return 0;
 }

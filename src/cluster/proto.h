@@ -11,8 +11,10 @@
  * Messages (who sends them):
  *   HELLO   head or peer -> worker   role, model identity, session + rank (peer)
  *   WELCOME worker -> head           instance id, model identity, shape, memory budget
- *   PLAN    head -> worker           ring order, windows, k, context, threads, successor
- *   READY   worker -> head           plan applied, successor connected
+ *   PLAN    head -> worker           ring order, windows, GPU layers, k, context, threads,
+ *                                    successor
+ *   READY   worker -> head           plan applied, successor connected (given GPU layers: one
+ *                                    line on what became of them)
  *   BATCH   device -> successor      one hop: hidden states + positions + sequence ids
  *   RESULT  device -> head           the batch after the model's last layer
  *   KVOP    head -> ring             KV-cache edit, forwarded round the ring in data order
@@ -50,6 +52,7 @@
 #define PROTO_MAX_BATCH 8192      /* tokens per batch */
 #define PROTO_ID_BYTES 32
 #define PROTO_PROBE_MAX (1u << 20) /* bound on a PROBE body */
+#define PROTO_NOTE_MAX 512        /* a READY note, its NUL included */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
@@ -150,6 +153,10 @@ typedef struct msg_plan {
     uint8_t wire, prefetch, release, verbose;
     char succ_host[NET_HOST_MAX];      /* empty when the successor is the head */
     uint32_t succ_port;
+    /* n_m per device. On the wire after succ_port, and only when one is not 0: a PLAN without
+     * GPU layers is the same bytes as before they existed, so heads and workers that predate
+     * them still agree on every plan they can carry out. */
+    uint32_t gpu_layers[PRIMA_MAX_DEVICES];
 } msg_plan;
 
 typedef struct msg_batch {
@@ -195,6 +202,11 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
 int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen);
 int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);
 int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen);
+/* READY: an empty body, or (from a worker given GPU layers, so by a head that knows them) one
+ * line for the head's user on what became of them (cut to PROTO_NOTE_MAX - 1 bytes).
+ * decode_ready: note (cap >= PROTO_NOTE_MAX) is "" for an empty body. */
+int send_ready(conn *c, const char *note, char *err, size_t errlen);
+int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen);
 /* PROFILE request: the threads the worker should measure with (0: its own default). The reply
  * is JSON text, sent with conn_send. */
 int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen);

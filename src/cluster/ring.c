@@ -18,6 +18,7 @@ typedef struct remote {
     int port;
     msg_welcome welcome;
     bool bye;
+    char note[PROTO_NOTE_MAX];     /* its READY's note on its GPU layers */
 } remote;
 
 struct ring {
@@ -190,8 +191,13 @@ static int make_plan(ring *r)
         memset(p, 0, sizeof *p);
         p->n_dev = n_dev;
         p->n_layer = r->m->n_layer;
-        for (int d = 0; d < n_dev; d++)
+        if (o->n_gpu_layers && o->n_gpu_layers != n_dev)
+            return fail(r, "GPU layers given for %d device(s), the ring has %d (head first)",
+                        o->n_gpu_layers, n_dev);
+        for (int d = 0; d < n_dev; d++) {
             p->window[d] = o->lw[d];
+            p->gpu_layers[d] = o->n_gpu_layers ? o->gpu_layers[d] : 0;
+        }
         p->k = plan_rounds_needed(p->window, n_dev, p->n_layer);
         int total = 0;
         for (int d = 0; d < n_dev; d++)
@@ -519,8 +525,10 @@ static int send_plans(ring *r)
                        .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
                        .prefetch = o->prefetch, .release = (uint8_t)o->release};
         memcpy(mp.session, session, sizeof session);
-        for (int d = 0; d < r->plan.n_dev; d++)
+        for (int d = 0; d < r->plan.n_dev; d++) {
             mp.window[d] = (uint32_t)r->plan.window[d];
+            mp.gpu_layers[d] = (uint32_t)r->plan.gpu_layers[d];
+        }
         if (i + 1 < r->n_workers) {
             snprintf(mp.succ_host, sizeof mp.succ_host, "%s", r->w[i + 1].host);
             mp.succ_port = (uint32_t)r->w[i + 1].port;
@@ -531,8 +539,15 @@ static int send_plans(ring *r)
             return lose(r, i, "%s", err);
         if (await(r, RM_READY, RM_READY, i, &f, &who))
             return -1;
+        if (decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
+            return lose(r, i, "%s: %s", w->c.name, err);
     }
     return 0;
+}
+
+const char *ring_device_note(const ring *r, int d)
+{
+    return d >= 1 && d <= r->n_workers ? r->w[d - 1].note : "";
 }
 
 const char *ring_worker_addr(const ring *r, int d)
@@ -859,7 +874,7 @@ static int rebuild(ring *r, char addr[][NET_HOST_MAX + 8], const int *old, int n
     else
         snprintf(what, sizeof what, "lost %s%s", lost[0] ? lost : "no device", note);
     r->broken = r->fault_remote = false;
-    r->o.n_lw = 0;   /* windows given by hand were for the devices that were there */
+    r->o.n_lw = r->o.n_gpu_layers = 0;   /* given by hand for the devices that were there */
     r->o.planner = r->fo.planner;
     if (make_plan(r)) {
         snprintf(err, sizeof err, "%s", r->err);
@@ -896,9 +911,15 @@ static int rebuild(ring *r, char addr[][NET_HOST_MAX + 8], const int *old, int n
         p += nb;
     }
     if (r->fo.log) {
-        char windows[160] = "";
-        for (int d = 0; d < r->plan.n_dev; d++)
+        char windows[320] = "";
+        int n_gpu = 0;
+        for (int d = 0; d < r->plan.n_dev; d++) {
             append(windows, sizeof windows, "%s%d", d ? "," : "", r->plan.window[d]);
+            n_gpu += r->plan.gpu_layers[d];
+        }
+        for (int d = 0; n_gpu && d < r->plan.n_dev; d++)
+            append(windows, sizeof windows, "%s%d", d ? "," : " with GPU layers ",
+                   r->plan.gpu_layers[d]);
         fprintf(r->fo.log, "prima: %s; new plan: %d device(s), windows %s, %d round(s); "
                            "%d position(s) rebuilt%s; recovered in %.3f s\n",
                 what, r->plan.n_dev, windows, r->plan.k,

@@ -47,6 +47,8 @@ typedef struct ring_opts {
     const char *workers;           /* "host:port,host:port,..."; NULL or "": no workers */
     const int *lw;                 /* one window per device, head first (n_lw 0: by memory) */
     int n_lw;
+    const int *gpu_layers;         /* with lw: n_m, GPU layers of each window, head first */
+    int n_gpu_layers;              /* 0: none; else n_lw */
     int k;                         /* rounds; 0: as the windows need (1 without -lw) */
     int n_ctx, max_batch;
     int worker_threads;            /* 0: each worker's own default */
@@ -80,6 +82,9 @@ const char *ring_error(const ring *r);
 /* Device d's address as given in the workers' list ("" for the head, d = 0), and the memory
  * budget it reported when it greeted the head (the head's: read now). */
 void ring_device(const ring *r, int d, char *addr, size_t cap, uint64_t *mem_budget);
+/* Device d >= 1's line on what became of its GPU layers when it last became ready ("" when the
+ * plan gave it none, or from a worker that sends no such line). */
+const char *ring_device_note(const ring *r, int d);
 /* Counters of device d summed over the batches counted so far. */
 void ring_totals(const ring *r, int d, ring_counters *out);
 /* Batches evaluated so far (the next one's serial number). */

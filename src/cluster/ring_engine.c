@@ -67,16 +67,33 @@ ring_layers ring_layers_of_engine(engine *e)
     return (ring_layers){e, engine_eval, engine_truncate, engine_shift};
 }
 
-static int backend_open(void *ctx, const bool *owns, int n_ctx, int max_batch, int threads,
-                        ring_layers *out, char *err, size_t errlen)
+static int count_marked(const bool *mark, int n)
+{
+    int k = 0;
+    for (int i = 0; mark && i < n; i++)
+        k += mark[i];
+    return k;
+}
+
+static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int max_batch,
+                        int threads, ring_layers *out, char *note, size_t notelen, char *err,
+                        size_t errlen)
 {
     engine_backend *eb = ctx;
+    note[0] = 0;
     eb->kc = kern_ctx_create(threads > 0 ? threads : 1);
     if (!eb->kc) {
         snprintf(err, errlen, "cannot start %d compute threads", threads);
         return -1;
     }
     engine *e = engine_create(eb->m, eb->kc, n_ctx, max_batch, owns, err, errlen);
+    /* The GPU is opened for the session that has GPU layers and closed with it. */
+    int n_gpu = count_marked(on_gpu, eb->m->hp.n_layer);
+    if (e && offload_engine(&eb->gpu, &eb->dev, e, eb->m, on_gpu, n_gpu, n_gpu, " asked for",
+                            n_ctx, max_batch, note, notelen, err, errlen)) {
+        engine_free(e);
+        e = NULL;
+    }
     if (!e) {
         kern_ctx_free(eb->kc);
         eb->kc = NULL;
@@ -90,14 +107,19 @@ static void backend_close(void *ctx, ring_layers *layers)
 {
     engine_backend *eb = ctx;
     engine_free(layers->ctx);
+    gpu_close(eb->dev);   /* after the engine: it held the GPU's layers */
+    eb->dev = NULL;
     kern_ctx_free(eb->kc);
     eb->kc = NULL;
 }
 
-void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m)
+void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m,
+                         const offload_opts *gpu)
 {
     eb->m = m;
     eb->kc = NULL;
+    eb->dev = NULL;
+    eb->gpu = gpu ? *gpu : (offload_opts){.use = false};
     eb->b = (ring_backend){rm, eb, backend_open, backend_close};
 }
 
@@ -129,10 +151,29 @@ session_layers ring_session_layers(ring *r)
                             NULL};
 }
 
-session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
-                           int n_ctx, int n_batch, char *err, size_t errlen)
+/* The head's engine takes the plan's GPU layers of the head. */
+static int head_offload(ring_head *h, char *err, size_t errlen)
+{
+    session *s = h->s;
+    bool *on = calloc((size_t)s->m->hp.n_layer, sizeof *on);
+    if (!on) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int n = plan_gpu_mask(ring_get_plan(h->r), 0, on);
+    int rc = offload_engine(&h->gpu, &h->dev, s->e, s->m, on, n, n, " asked for", s->n_ctx,
+                            s->n_batch, h->note, sizeof h->note, err, errlen);
+    free(on);
+    return rc;
+}
+
+session *ring_head_session(ring_head *h, const ring_opts *o, const offload_opts *gpu,
+                           const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
+                           size_t errlen)
 {
     memset(h, 0, sizeof *h);
+    h->kc = kc;
+    h->gpu = gpu ? *gpu : (offload_opts){.use = false};
     if (ring_model_init(&h->rm, m, err, errlen))
         return NULL;
     ring_opts ro = *o;
@@ -149,24 +190,39 @@ session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, ker
         snprintf(err, errlen, "out of memory");
     }
     free(owns);
-    if (s) {
+    h->s = s;
+    if (s && head_offload(h, err, errlen) == 0) {
         ring_layers head = ring_layers_of_engine(s->e);
         if (ring_start(h->r, &head, err, errlen) == 0)
             return s;
     }
     ring_head_close(h);
     session_free(s);
+    h->s = NULL;
+    gpu_close(h->dev);
+    h->dev = NULL;
     return NULL;
 }
 
 static int head_reown(void *ctx, const bool *owns, ring_layers *out, char *err, size_t errlen)
 {
     ring_head *h = ctx;
-    if (engine_set_owned(h->s->e, owns)) {
+    session *s = h->s;
+    if (h->dev) {
+        /* The GPU's caches are laid out for the layers it was given: a new engine for the new
+         * layers, the old one (and its VRAM) freed before the new GPU layers are uploaded. */
+        engine *e = engine_create(s->m, h->kc, s->n_ctx, s->n_batch, owns, err, errlen);
+        if (!e)
+            return -1;
+        engine_free(s->e);
+        s->e = e;
+    } else if (engine_set_owned(s->e, owns)) {
         snprintf(err, errlen, "out of memory for the KV cache of this device's new layers");
         return -1;
     }
-    *out = ring_layers_of_engine(h->s->e);
+    if (head_offload(h, err, errlen))
+        return -1;
+    *out = ring_layers_of_engine(s->e);
     return 0;
 }
 

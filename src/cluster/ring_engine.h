@@ -13,6 +13,7 @@
 #include "cluster/ring.h"
 #include "cluster/worker.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "model/session.h"
 
 /* Fill rm from m (allocates the layer ranges; free with ring_model_release). */
@@ -23,14 +24,19 @@ void ring_model_release(ring_model *rm);
 ring_layers ring_layers_of_engine(engine *e);
 
 /* A worker backend over m: every session gets its own compute threads and an engine with KV
- * for the layers it owns. rm must describe m. */
+ * for the layers it owns, and the layers the plan puts on this device's GPU go to the GPU of
+ * gpu (NULL: none; the layers then run on the CPU, said in the session's note). rm must
+ * describe m. */
 typedef struct engine_backend {
     ring_backend b;
     const model *m;
     kern_ctx *kc;       /* the current session's threads: a worker serves one head at a time */
+    offload_opts gpu;
+    gpu_dev *dev;       /* the current session's GPU, when it holds layers */
 } engine_backend;
 
-void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m);
+void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m,
+                         const offload_opts *gpu);
 
 /* Send a session's batches round r (all layers: r's plan decides who computes what). */
 session_layers ring_session_layers(ring *r);
@@ -39,16 +45,25 @@ session_layers ring_session_layers(ring *r);
 typedef struct ring_head {
     ring_model rm;
     ring *r;
-    session *s;         /* with failover: the session whose tokens rebuild the cache */
+    session *s;         /* the session whose engine computes the head's layers */
+    kern_ctx *kc;       /* its threads */
+    offload_opts gpu;   /* where the plan's GPU layers of the head go */
+    gpu_dev *dev;       /* the GPU holding some of the head's layers, or NULL: close it
+                         * (gpu_close) after freeing the session, which uses it */
+    char note[PROTO_NOTE_MAX];  /* what became of the head's GPU layers ("" when it has none) */
 } ring_head;
 
 /* The session of a ring's head: connects per o (its n_ctx and max_batch are set here), creates
- * a session owning the head's layers only, and starts the ring. Close the head before freeing
- * the session. NULL with a message on failure (h is then closed). */
-session *ring_head_session(ring_head *h, const ring_opts *o, const model *m, kern_ctx *kc,
-                           int n_ctx, int n_batch, char *err, size_t errlen);
+ * a session owning the head's layers only, puts the plan's GPU layers of the head on the GPU of
+ * gpu (NULL: none; they run on the CPU, said in h->note), and starts the ring. Close the head
+ * before freeing the session, and its GPU after. NULL with a message on failure (h is then
+ * closed and its GPU too). */
+session *ring_head_session(ring_head *h, const ring_opts *o, const offload_opts *gpu,
+                           const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
+                           size_t errlen);
 /* Failover for the head's session s (see ring_set_failover): the head's engine takes the layers
- * of each new plan, and the cache is rebuilt from the session's tokens. planner: for new plans
+ * of each new plan (with a GPU: a new engine, its GPU layers uploaded anew), and the cache is
+ * rebuilt from the session's tokens. planner: for new plans
  * (NULL: by free memory); log: one line per recovery. 0, or -1 with err. */
 int ring_head_failover(ring_head *h, session *s, const ring_planner *planner, FILE *log,
                        char *err, size_t errlen);

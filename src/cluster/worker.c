@@ -374,8 +374,10 @@ static void apply_plan(wsession *s, const frame *f)
     p->n_dev = (int)s->mp.n_dev;
     p->n_layer = (int)s->mp.n_layer;
     p->k = (int)s->mp.k;
-    for (int d = 0; d < p->n_dev; d++)
+    for (int d = 0; d < p->n_dev; d++) {
         p->window[d] = s->mp.window[d] > INT_MAX ? INT_MAX : (int)s->mp.window[d];
+        p->gpu_layers[d] = s->mp.gpu_layers[d] > INT_MAX ? INT_MAX : (int)s->mp.gpu_layers[d];
+    }
     if (p->n_layer != m->n_layer) {
         fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
         return;
@@ -391,15 +393,18 @@ static void apply_plan(wsession *s, const frame *f)
                      last ? "must not have" : "needs");
         return;
     }
-    bool *owns = calloc((size_t)m->n_layer, sizeof *owns);
+    bool *owns = calloc(2 * (size_t)m->n_layer, sizeof *owns), *on_gpu = owns + m->n_layer;
     if (!owns) {
         fail_session(s, "out of memory");
         return;
     }
     plan_owned_layers(p, s->rank, owns);
+    int n_gpu = plan_gpu_mask(p, s->rank, on_gpu);
     int threads = s->mp.threads ? (int)s->mp.threads : w->o.threads;
-    int rc = w->b->open(w->b->ctx, owns, (int)s->mp.n_ctx, (int)s->mp.max_batch, threads,
-                        &s->layers, err, sizeof err);
+    char note[PROTO_NOTE_MAX] = "";
+    int rc = w->b->open(w->b->ctx, owns, n_gpu ? on_gpu : NULL, (int)s->mp.n_ctx,
+                        (int)s->mp.max_batch, threads, &s->layers, note, sizeof note, err,
+                        sizeof err);
     free(owns);
     if (rc) {
         fail_session(s, "%s", err);
@@ -424,15 +429,19 @@ static void apply_plan(wsession *s, const frame *f)
         return;
     }
     s->planned = true;
-    if (conn_send(&s->ctrl, RM_READY, NULL, 0, err, sizeof err)) {
+    /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
+    if (send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
         end_session(s, "%s", err);
         return;
     }
     char layers[256];
     plan_format_layers(p, s->rank, layers, sizeof layers);
     const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
-    wlog(w, "plan: device %d of %d, %d round(s), layers %s, streaming %d window(s), prefetch %s",
-         s->rank, p->n_dev, p->k, layers, s->dev.n_streamed, prefetch);
+    wlog(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
+         "window(s), prefetch %s", s->rank, p->n_dev, p->k, layers, n_gpu, s->dev.n_streamed,
+         prefetch);
+    if (note[0])
+        wlog(w, "%s", note);
     if (w->o.stats) {
         cJSON *o = cJSON_CreateObject();
         if (o) {
@@ -440,6 +449,7 @@ static void apply_plan(wsession *s, const frame *f)
             cJSON_AddNumberToObject(o, "devices", p->n_dev);
             cJSON_AddNumberToObject(o, "rounds", p->k);
             cJSON_AddStringToObject(o, "layers", layers);
+            cJSON_AddNumberToObject(o, "gpu_layers", n_gpu);
             cJSON_AddNumberToObject(o, "streaming", s->dev.n_streamed);
             cJSON_AddStringToObject(o, "prefetch", prefetch);
         }

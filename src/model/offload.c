@@ -119,3 +119,41 @@ int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint
     free(on);
     return rc;
 }
+
+int offload_engine(const offload_opts *o, gpu_dev **g, engine *e, const model *m, const bool *want,
+                   int n_want, int of, const char *more, int n_ctx, int max_batch, char *note,
+                   size_t notelen, char *err, size_t errlen)
+{
+    note[0] = 0;
+    if (n_want <= 0 || !o->use) {
+        gpu_close(*g);
+        *g = NULL;
+        if (n_want > 0)
+            snprintf(note, notelen, "GPU: turned off on this device; running on the CPU");
+        return 0;
+    }
+    if (!*g) {
+        char why[256];
+        *g = gpu_open(o->index, why, sizeof why);
+        if (!*g) {
+            snprintf(note, notelen, "GPU: %s; running on the CPU", why);
+            return 0;
+        }
+    }
+    offload_result r;
+    if (engine_offload(e, m, *g, want, o->vram_cap, n_ctx, max_batch, &r, err, errlen)) {
+        gpu_close(*g);
+        *g = NULL;
+        return -1;
+    }
+    const gpu_info *gi = gpu_get_info(*g);
+    snprintf(note, notelen, "GPU %d: %s (%s%s): %d of %d layers%s, %.1f MiB of VRAM%s%s", gi->index,
+             gi->name, gi->discrete ? "discrete" : gi->unified ? "unified memory" : "GPU",
+             gi->software ? ", a software driver" : "", r.n_gpu, of, more ? more : "",
+             (double)r.vram / 1048576.0, r.note[0] ? "; " : "", r.note);
+    if (!r.n_gpu) {
+        gpu_close(*g);
+        *g = NULL;
+    }
+    return 0;
+}

@@ -33,4 +33,21 @@ void offload_describe(const model *m, int n_ctx, int max_batch, gpu_model_desc *
 int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint64_t vram_cap,
                    int n_ctx, int max_batch, offload_result *r, char *err, size_t errlen);
 
+/* Where a device's GPU layers go, in the library's terms (the CLI's --gpu, --no-gpu, --gpu-mem). */
+typedef struct offload_opts {
+    bool use;            /* false (as zeroed): never open a GPU; asked-for layers run on the CPU */
+    int index;           /* gpu_open's index (-1: the first discrete GPU, else the first) */
+    uint64_t vram_cap;   /* bytes; 0: what the GPU has free */
+} offload_opts;
+
+/* Put the layers with want[il] (n_want of them) of engine e, which has no GPU attached, on
+ * the GPU: *g when open, else the one o names, opened here. Afterwards *g is open only when it
+ * holds some of e's layers (close it after freeing e), else closed and NULL. A GPU that is off
+ * or cannot be opened is not an error: the layers stay on the CPU. note gets one line for people either way: "GPU 0: NAME (discrete): 3 of <of> layers
+ * <more>, 12.0 MiB of VRAM; what stays on the CPU and why", or "GPU: why; running on the CPU"
+ * ("" when n_want is 0). 0, or -1 with err (the GPU failed while uploading). */
+int offload_engine(const offload_opts *o, gpu_dev **g, engine *e, const model *m, const bool *want,
+                   int n_want, int of, const char *more, int n_ctx, int max_batch, char *note,
+                   size_t notelen, char *err, size_t errlen);
+
 #endif

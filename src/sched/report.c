@@ -29,10 +29,11 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
                 (d->page < d->budget - d->anon ? d->page : d->budget - d->anon) / GIB,
                 d->budget / GIB, d->disk_bytes / MIB, m == 0 ? "  (head)" : "");
     }
+    /* every device with a GPU, so that one left without GPU layers is seen to be */
     for (int m = 0; m < n_dev; m++)
-        if (c->dev[m].gpu_layers > 0)
+        if (dc[m].has_gpu || c->dev[m].gpu_layers > 0)
             fprintf(out, "  %s: %d GPU layer%s, expected VRAM %.2f GiB of %.2f GiB%s\n",
-                    dc[m].name, c->dev[m].gpu_layers, c->dev[m].gpu_layers > 1 ? "s" : "",
+                    dc[m].name, c->dev[m].gpu_layers, c->dev[m].gpu_layers != 1 ? "s" : "",
                     c->dev[m].vram / GIB, dc[m].vram / GIB,
                     dc[m].unified ? " (unified memory: the same RAM)" : "");
     fprintf(out, "  TPOT terms: compute %.1f ms, memory %.1f ms, gpu %.1f ms, disk %.1f ms, "

@@ -55,6 +55,13 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The VRAM the device may use is what the planner plans with. */
+static void cap_vram(dev_profile *p, const offload_opts *gpu)
+{
+    if (gpu->vram_cap && gpu->vram_cap < p->vram_free)
+        p->vram_free = gpu->vram_cap;
+}
+
 static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, ring_plan *out,
                      bool *drop, char *err, size_t errlen)
 {
@@ -83,9 +90,11 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     }
     if (!sp->head_measured) {
         say(sp, "scheduler: profiling this device (the head)");
-        profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads};
+        profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads,
+                           .gpu = sp->gpu.use, .gpu_index = sp->gpu.index};
         if (profile_measure(&po, &sp->head, err, errlen))
             goto done;
+        cap_vram(&sp->head, &sp->gpu);
         sp->head_measured = true;
     }
     prof[0] = sp->head;
@@ -199,9 +208,11 @@ int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *e
 {
     sched_profiler *sp = ctx;
     if (!sp->measured || sp->threads != threads) {
-        profile_opts po = {.model_path = sp->model_path, .threads = threads};
+        profile_opts po = {.model_path = sp->model_path, .threads = threads,
+                           .gpu = sp->gpu.use, .gpu_index = sp->gpu.index};
         if (profile_measure(&po, &sp->p, err, errlen))
             return -1;
+        cap_vram(&sp->p, &sp->gpu);
         sp->measured = true;
         sp->threads = threads;
     } else if (profile_memory(&sp->p, err, errlen)) {

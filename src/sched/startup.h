@@ -17,6 +17,7 @@
 
 #include "cluster/ring.h"
 #include "model/model.h"
+#include "model/offload.h"
 #include "sched/cost.h"
 #include "sched/profile.h"
 
@@ -39,6 +40,7 @@ typedef struct sched_planner {
     FILE *log;                  /* progress and the plan; NULL: quiet */
     double seconds;             /* spent planning: profiling, link probes, solving */
     FILE *stats;                /* the plan as a plan event (cluster/stats.h); NULL: none */
+    offload_opts gpu;           /* the head's GPU, profiled when used (init: not used) */
 } sched_planner;
 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,
@@ -49,6 +51,7 @@ typedef struct sched_profiler {
     bool measured;
     int threads;                /* of the kept profile */
     dev_profile p;
+    offload_opts gpu;           /* this device's GPU, profiled when used (init: not used) */
 } sched_profiler;
 
 void sched_profiler_init(sched_profiler *sp, const char *model_path);

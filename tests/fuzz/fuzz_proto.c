@@ -49,6 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             msg_kvop k;
             msg_stats s;
             msg_error e;
+            char note[PROTO_NOTE_MAX];
         } m;
         switch (f.type) {
         case RM_HELLO:
@@ -58,7 +59,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             decode_welcome(&f, &m.w, err, sizeof err);
             break;
         case RM_PLAN:
-            decode_plan(&f, &m.p, err, sizeof err);
+            if (decode_plan(&f, &m.p, err, sizeof err) == 0)
+                for (uint32_t d = m.p.n_dev; d < PRIMA_MAX_DEVICES; d++)
+                    if (m.p.gpu_layers[d])
+                        __builtin_trap();   /* GPU layers only for the plan's devices */
+            break;
+        case RM_READY:
+            if (decode_ready(&f, m.note, sizeof m.note, err, sizeof err) == 0 &&
+                strchr(m.note, '\n'))
+                __builtin_trap();   /* a note stays one line */
             break;
         case RM_BATCH:
         case RM_RESULT:

@@ -155,9 +155,11 @@ void fake_layers_close(ring_layers *l)
     free(f);
 }
 
-static int backend_open(void *ctx, const bool *owns, int n_ctx, int max_batch, int threads,
-                        ring_layers *out, char *err, size_t errlen)
+static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int max_batch,
+                        int threads, ring_layers *out, char *note, size_t notelen, char *err,
+                        size_t errlen)
 {
+    snprintf(note, notelen, "%s", on_gpu ? "GPU: a fake model has none; running on the CPU" : "");
     return fake_layers_open(ctx, owns, n_ctx, out);
 }
 
@@ -185,11 +187,17 @@ int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_key *key)
 int fake_worker_start_admit(fake_worker *fw, fake_model *fm, const ring_key *key, int admit_ms)
 {
     fake_backend_init(fm);
+    return fake_worker_start_backend(fw, &fm->backend, key, admit_ms);
+}
+
+int fake_worker_start_backend(fake_worker *fw, const ring_backend *b, const ring_key *key,
+                              int admit_ms)
+{
     worker_opts o = {.host = "127.0.0.1", .listen_fd = -1, .threads = 1,
                      .method = PREFETCH_MADVISE, .key = key, .admit_ms = admit_ms,
                      .log = getenv("PRIMA_TEST_VERBOSE") ? stderr : NULL};
     char err[512];
-    fw->w = worker_create(&o, &fm->backend, err, sizeof err);
+    fw->w = worker_create(&o, b, err, sizeof err);
     if (!fw->w) {
         fprintf(stderr, "fake worker: %s\n", err);
         return -1;

@@ -45,6 +45,9 @@ typedef struct fake_worker {
 int fake_worker_start(fake_worker *fw, fake_model *fm, const ring_key *key);
 /* The same with a deadline for a newcomer's handshake and HELLO (0: the default). */
 int fake_worker_start_admit(fake_worker *fw, fake_model *fm, const ring_key *key, int admit_ms);
+/* The same for any backend (a real model's engine_backend, say). */
+int fake_worker_start_backend(fake_worker *fw, const ring_backend *b, const ring_key *key,
+                              int admit_ms);
 void fake_worker_stop(fake_worker *fw);
 
 /* A worker serving fm in a child process on 127.0.0.1:*port (0: any free port; *port gets the
