@@ -4,7 +4,8 @@
  * (some layers on the GPU, some on the CPU), and must meet the fixtures' tolerance rule like the
  * CPU path does: every prompt row, and the greedy tokens (trained models: all 32 identical;
  * random ones: the first 8 steps). A context shift on GPU layers (their cache leaves VRAM, is
- * re-rotated, goes back) must give what the CPU gives. Skips (77) without fixtures or a GPU. */
+ * re-rotated, goes back) must give what the CPU gives; an engine of two sequences keeps its
+ * layers on the CPU, said. Skips (77) without fixtures or a GPU. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,28 @@ static void check_shift(const char *fixtures)
     model_free(m);
 }
 
+/* A GPU layer's cache in VRAM holds one sequence: an engine of several keeps its layers on the
+ * CPU and says so, rather than failing the upload. */
+static void check_sequences(const char *fixtures)
+{
+    char err[256], path[4096];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", fixtures);
+    model *m = model_load(path, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    kern_ctx *kc = kern_ctx_create(1);
+    engine *e = engine_create_seqs(m, kc, 16, 4, 2, NULL, err, sizeof err);
+    REQUIRE(e, "%s", err);
+    bool want[256] = {0};
+    offload_last(0, m->hp.n_layer, 2, want);
+    offload_result r;
+    CHECK(engine_offload(e, m, g, want, 0, 16, 4, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.n_gpu == 0 && strstr(r.note, "an engine of 2 sequences keeps its layers on the CPU"),
+          "two sequences: %d layers offloaded, note '%s'", r.n_gpu, r.note);
+    engine_free(e);
+    kern_ctx_free(kc);
+    model_free(m);
+}
+
 int main(void)
 {
     kern_init();
@@ -155,6 +178,7 @@ int main(void)
         free(names[i]);
     }
     check_shift(fixtures);
+    check_sequences(fixtures);
     gpu_close(g);
     return test_done();
 }

@@ -211,7 +211,8 @@ static int head_reown(void *ctx, const bool *owns, ring_layers *out, char *err, 
     if (h->dev) {
         /* The GPU's caches are laid out for the layers it was given: a new engine for the new
          * layers, the old one (and its VRAM) freed before the new GPU layers are uploaded. */
-        engine *e = engine_create(s->m, h->kc, s->n_ctx, s->n_batch, owns, err, errlen);
+        engine *e = engine_create_seqs(s->m, h->kc, s->n_ctx, s->n_batch, engine_n_seq(s->e),
+                                       owns, err, errlen);
         if (!e)
             return -1;
         engine_free(s->e);

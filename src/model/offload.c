@@ -71,8 +71,11 @@ int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint
     offload_describe(m, n_ctx, max_batch, &md, descs);
 
     char why[160];
+    const bool one_seq = engine_n_seq(e) == 1;   /* a GPU layer's VRAM cache holds one sequence */
+    if (!one_seq)
+        add_note(r, "an engine of %d sequences keeps its layers on the CPU", engine_n_seq(e));
     for (int il = 0; il < L; il++) {
-        if (!want[il])
+        if (!want[il] || !one_seq)
             continue;
         if (gpu_layer_supported(&descs[il], why, sizeof why))
             on[il] = true;
