@@ -2,8 +2,9 @@
 # GPU layers in a ring, end to end with real workers on loopback (lavapipe here and in CI): bad
 # --gpu-layers values are usage errors (exit 2, one line); a 3-device ring with GPU layers on the
 # head and on a worker, in one round and in two, gives the single CPU device's greedy text, and
-# the head says for every device what became of its GPU layers; a worker with --no-gpu or
-# without a Vulkan driver runs them on the CPU, saying so; the scheduler's profiles of the head
+# the head says for every device what became of its GPU layers, whose file pages are neither
+# prefetched nor counted; a worker with --no-gpu or without a Vulkan driver runs them on the
+# CPU, saying so; the scheduler's profiles of the head
 # and the workers include their GPUs, and its plan leaves a software driver without layers.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" gpu-ring
@@ -47,8 +48,8 @@ VK_ICD_FILENAMES=/nonexistent/icd.json start_worker "$model" "$tmp/w3.log"; w3=$
 run >"$tmp/cpu.txt" 2>"$tmp/err" || fail "one CPU device: $(cat "$tmp/err")"
 
 # one round: the head's layer 0, worker 1's layer 2 and worker 2's layers 3-4 asked for the GPU
-run --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 --gpu-layers 1,1,2 >"$tmp/ring.txt" \
-    2>"$tmp/err" || fail "ring with GPU layers: $(cat "$tmp/err")"
+run --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 --gpu-layers 1,1,2 --stats "$tmp/gpu.stats" \
+    >"$tmp/ring.txt" 2>"$tmp/err" || fail "ring with GPU layers: $(cat "$tmp/err")"
 cmp -s "$tmp/cpu.txt" "$tmp/ring.txt" || fail "GPU layers in a ring: the text differs: $(cat "$tmp/ring.txt")"
 grep -q "^prima: GPU [0-9]*: .*: 1 of 1 layers asked for, .* MiB of VRAM" "$tmp/err" ||
     fail "the head's GPU line: $(cat "$tmp/err")"
@@ -72,10 +73,20 @@ grep -q "^prima: device 2 (127.0.0.1:$w3): GPU: .*; running on the CPU$" "$tmp/e
 grep -q "^prima: GPU" "$tmp/err" && fail "a head without GPU layers opened a GPU: $(cat "$tmp/err")"
 
 # no GPU layers: no GPU line at all (and the PLAN is the one from before GPU layers existed)
-run --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 >"$tmp/ring3.txt" 2>"$tmp/err" ||
-    fail "ring without GPU layers: $(cat "$tmp/err")"
+run --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 --stats "$tmp/cpu.stats" >"$tmp/ring3.txt" \
+    2>"$tmp/err" || fail "ring without GPU layers: $(cat "$tmp/err")"
 cmp -s "$tmp/cpu.txt" "$tmp/ring3.txt" || fail "ring without GPU layers: the text differs"
 grep -q "GPU" "$tmp/err" && fail "a ring without GPU layers mentions a GPU: $(grep GPU "$tmp/err")"
+# the file pages of layers held by a GPU are neither prefetched nor counted: the head (its one
+# layer on the GPU) touches none, worker 1 those of one layer of two, the --no-gpu worker all
+pages() { # stats device
+    jq -s --argjson d "$2" 'map(select(.event == "batch" and .device == $d) | .pages) | add' "$1"
+}
+[ "$(pages "$tmp/gpu.stats" 0)" = 0 ] && [ "$(pages "$tmp/cpu.stats" 0)" -gt 0 ] &&
+    [ "$(pages "$tmp/gpu.stats" 1)" -gt 0 ] &&
+    [ "$(pages "$tmp/gpu.stats" 1)" -lt "$(pages "$tmp/cpu.stats" 1)" ] &&
+    [ "$(pages "$tmp/gpu.stats" 2)" = "$(pages "$tmp/cpu.stats" 2)" ] ||
+    fail "pages counted with / without GPU layers: head $(pages "$tmp/gpu.stats" 0) / $(pages "$tmp/cpu.stats" 0), worker 1 $(pages "$tmp/gpu.stats" 1) / $(pages "$tmp/cpu.stats" 1), worker 2 $(pages "$tmp/gpu.stats" 2) / $(pages "$tmp/cpu.stats" 2)"
 
 # the scheduler: the head's and worker 1's profiles have their (software) GPU, the --no-gpu
 # worker's none; lavapipe is far slower than the CPU, so no device gets GPU layers

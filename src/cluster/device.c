@@ -14,13 +14,15 @@ bool device_visits(const ring_plan *p, int rank, int round)
     return first < p->n_layer;
 }
 
-/* The window's layers as file ranges; returns how many. */
+/* The window's layers read from the file (not those a GPU holds) as file ranges; returns how
+ * many. */
 static int window_ranges(const device *d, int round, byte_range *out)
 {
     int first, last, n = 0;
     plan_range(&d->plan, d->rank, round, &first, &last);
     for (int il = first; il < last; il++)
-        out[n++] = (byte_range){d->m->layer_begin[il], d->m->layer_end[il]};
+        if (!d->layers.in_vram || !d->layers.in_vram(d->layers.ctx, il))
+            out[n++] = (byte_range){d->m->layer_begin[il], d->m->layer_end[il]};
     return n;
 }
 

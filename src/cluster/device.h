@@ -22,6 +22,9 @@ typedef struct ring_layers {
     /* KV-cache edits on the owned layers (forget from p0; move [p0, p1) by delta). 0 or -1. */
     int (*kv_truncate)(void *ctx, int p0);
     int (*kv_shift)(void *ctx, int p0, int p1, int delta);
+    /* Whether layer il's weights live in a GPU's memory, so that its pages in the file are
+     * neither prefetched nor released nor counted; NULL: no layer's do. */
+    bool (*in_vram)(void *ctx, int il);
 } ring_layers;
 
 /* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */

@@ -62,9 +62,14 @@ static int engine_shift(void *ctx, int p0, int p1, int delta)
     return engine_kv_shift(ctx, 0, p0, p1, delta);
 }
 
+static bool engine_in_vram(void *ctx, int il)
+{
+    return engine_layer_on_gpu(ctx, il);
+}
+
 ring_layers ring_layers_of_engine(engine *e)
 {
-    return (ring_layers){e, engine_eval, engine_truncate, engine_shift};
+    return (ring_layers){e, engine_eval, engine_truncate, engine_shift, engine_in_vram};
 }
 
 static int count_marked(const bool *mark, int n)

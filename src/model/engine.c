@@ -147,6 +147,11 @@ void engine_free(engine *e)
     free(e);
 }
 
+bool engine_layer_on_gpu(const engine *e, int il)
+{
+    return e->on_gpu && il >= 0 && il < e->m->hp.n_layer && e->on_gpu[il];
+}
+
 int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
 {
     const int L = e->m->hp.n_layer;

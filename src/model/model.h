@@ -87,6 +87,8 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta);
  * is attached already, the engine holds more than one sequence, or out of memory. */
 typedef struct gpu_layers gpu_layers;
 int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu);
+/* Whether layer il runs on the attached GPU (its weights are not read from the file). */
+bool engine_layer_on_gpu(const engine *e, int il);
 /* From now on keep a KV cache for exactly the layers in owns (NULL = all), every one of them
  * empty: caches of layers no longer owned are freed, new ones allocated (a ring's head after
  * its plan changed). 0, or -1 when out of memory (some of the layers are then not owned) or

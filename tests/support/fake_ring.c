@@ -142,7 +142,7 @@ int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_lay
     f->n_kv = calloc((size_t)n_layer, sizeof *f->n_kv);
     for (int il = 0; il < n_layer; il++)
         f->owns[il] = owns ? owns[il] : true;
-    *out = (ring_layers){f, fake_eval, fake_kv_truncate, fake_kv_shift};
+    *out = (ring_layers){f, fake_eval, fake_kv_truncate, fake_kv_shift, NULL};
     return 0;
 }
 
