@@ -91,14 +91,21 @@ static void check_case(const char *fixtures, const char *refdir, const char *jso
     fid_case_free(&c);
 }
 
-/* Fill the context, shift it (the GPU layers' caches are re-rotated on the host), and compare the
- * next token's logits with a CPU session doing the same. */
-static void check_shift(const char *fixtures)
+static model *stories(const char *fixtures)
 {
     char err[256], path[4096];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", fixtures);
     model *m = model_load(path, err, sizeof err);
     REQUIRE(m, "%s", err);
+    return m;
+}
+
+/* Fill the context, shift it (the GPU layers' caches are re-rotated on the host), and compare the
+ * next token's logits with a CPU session doing the same. */
+static void check_shift(const char *fixtures)
+{
+    char err[256];
+    model *m = stories(fixtures);
     kern_ctx *kc = kern_ctx_create(1);
     offload_result r;
     const int n_ctx = 24, nv = m->hp.n_vocab;
@@ -129,10 +136,8 @@ static void check_shift(const char *fixtures)
  * CPU and says so, rather than failing the upload. */
 static void check_sequences(const char *fixtures)
 {
-    char err[256], path[4096];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", fixtures);
-    model *m = model_load(path, err, sizeof err);
-    REQUIRE(m, "%s", err);
+    char err[256];
+    model *m = stories(fixtures);
     kern_ctx *kc = kern_ctx_create(1);
     engine *e = engine_create_seqs(m, kc, 16, 4, 2, NULL, err, sizeof err);
     REQUIRE(e, "%s", err);
