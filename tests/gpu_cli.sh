@@ -82,7 +82,7 @@ if [ "$(jq -r '.gpu.software' "$tmp/prof.json")" = true ]; then
     [ "$(jq -r '.devices[0].gpu_layers' "$tmp/plan.json")" = 0 ] ||
         fail "Halda gave a software driver GPU layers: $(jq -c '.devices[0]' "$tmp/plan.json")"
 fi
-jq '.gpu.types.F32 = {"matvec": 1e13, "matmul": 1e13} | .gpu.bandwidth = 1e13 |
+jq '.gpu.types.F32 = {"matvec": 1e13, "matmul": 1e13} | .gpu.bandwidth = 1e13 | .gpu.dispatch = 1e-6 |
     .gpu.unified = false | .gpu.software = false' "$tmp/prof.json" >"$tmp/fast.json"
 "$prima" plan -m "$model" --device "$tmp/fast.json" >"$tmp/fast.out" 2>&1 || fail "plan, fast GPU"
 grep -q "5 GPU layers, expected VRAM" "$tmp/fast.out" || fail "fast GPU plan: $(cat "$tmp/fast.out")"

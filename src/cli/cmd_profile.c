@@ -28,7 +28,8 @@ static const char usage_text[] =
     "  os       linux, android or macos (memory is measured on Linux and Android);\n"
     "  gpu      (with --gpu) the Vulkan device: name, discrete, unified memory or a\n"
     "           software driver, VRAM total and free, device memory bandwidth (a copy),\n"
-    "           host <-> device transfer rates, the latency of one submit, and the matrix\n"
+    "           host <-> device transfer rates, the latency of one submit, the fixed\n"
+    "           cost of one dispatch in a submit (a 16x64 product), and the matrix\n"
     "           shaders' rates for the model's weight types that have shaders (matvec on a\n"
     "           1024x4096 matrix, matmul with 8 tokens on 512x4096); without --gpu, or\n"
     "           when no device is usable (said), the profile has no GPU.\n"
@@ -79,8 +80,9 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
                p->gpu_software ? "software driver: CPU figures"
                : p->gpu_unified ? "unified memory" : "discrete",
                p->vram_total / gib, p->vram_free / gib);
-        printf("           copy %.2f GB/s, upload %.2f GB/s, download %.2f GB/s, submit %.0f us\n",
-               p->gpu_bw / 1e9, p->gpu_upload / 1e9, p->gpu_download / 1e9, p->gpu_submit * 1e6);
+        printf("           copy %.2f GB/s, upload %.2f GB/s, download %.2f GB/s, submit %.0f us, "
+               "dispatch %.0f us\n", p->gpu_bw / 1e9, p->gpu_upload / 1e9, p->gpu_download / 1e9,
+               p->gpu_submit * 1e6, p->gpu_dispatch * 1e6);
         for (int t = 0; t < DT_COUNT; t++)
             if (p->gpu[t].matvec > 0)
                 printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",

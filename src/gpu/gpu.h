@@ -101,6 +101,11 @@ typedef struct gpu_model_desc {
     int n_ctx, max_batch;
 } gpu_model_desc;
 
+/* The dependent steps (dispatches separated by barriers) of one layer on the GPU: norm, QKV,
+ * RoPE, KV store, attention, output and residual, norm, gate and up, SiLU, down and residual
+ * (Qwen3's QK norms add one): what a cost model charges a dispatch's fixed cost for. */
+#define GPU_LAYER_STEPS 10
+
 /* Whether every matrix of the layer has a supported type; if not, why names the first one. */
 bool gpu_layer_supported(const gpu_layer_desc *l, char *why, size_t whylen);
 /* VRAM one layer takes: its weights and its KV cache for n_ctx positions. */

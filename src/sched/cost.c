@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gpu/gpu.h"
 #include "sched/cost.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -70,7 +71,9 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
         if (layer_time(p->gpu, sm->layer_params, sm->layer_bytes, p->gpu_bw, name, "GPU", &gc,
                        &dc->gpu_layer, err, errlen))
             return -1;
-        dc->gpu_layer += sm->kv_read / p->gpu_bw;
+        /* every step of a GPU layer pays the dispatch's fixed cost: on a software driver it
+         * is most of the layer's time */
+        dc->gpu_layer += sm->kv_read / p->gpu_bw + GPU_LAYER_STEPS * p->gpu_dispatch;
         dc->vram = (double)p->vram_free * (1 - o->reserve);
     }
 

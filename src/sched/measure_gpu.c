@@ -37,6 +37,16 @@ int profile_measure_gpu(const profile_opts *o, const bool *types, dev_profile *p
     /* A software driver is measured once per shape: every ring's worker profiles its GPU, and
      * lavapipe's figures only have to show how far it is behind the CPU. */
     const int reps = gi->software ? 1 : 3;
+    /* The fixed cost of a dispatch: a product too small (16 x 64) to take any time of its own,
+     * many to a submit. A layer on the GPU is a dozen dispatches, which on a software driver
+     * cost far more than its matrices. */
+    if (!rc) {
+        double d = gpu_probe_matmul(g, DT_F32, 64, 16, 1, reps, err, errlen);
+        if (d > 0)
+            p->gpu_dispatch = d;
+        else
+            rc = -1;
+    }
     for (int t = 0; t < DT_COUNT && !rc; t++) {
         if (!types[t] || !gpu_supports((enum dtype)t))
             continue;

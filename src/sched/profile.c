@@ -312,6 +312,7 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(gpu, "upload", p->gpu_upload);
     cJSON_AddNumberToObject(gpu, "download", p->gpu_download);
     cJSON_AddNumberToObject(gpu, "submit", p->gpu_submit);
+    cJSON_AddNumberToObject(gpu, "dispatch", p->gpu_dispatch);
     cJSON_AddItemToObject(gpu, "types", rates_to_json(p->gpu));
 
     cJSON *net = cJSON_AddObjectToObject(j, "network");
@@ -472,6 +473,8 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
         p->gpu_download = jr_num(&r, gpu, "gpu", "download", MAX_RATE);
         p->gpu_submit = jr_num(&r, gpu, "gpu", "submit", MAX_RTT);
     }
+    if (gpu && cJSON_GetObjectItemCaseSensitive(gpu, "dispatch"))   /* measured since rings use GPUs */
+        p->gpu_dispatch = jr_num(&r, gpu, "gpu", "dispatch", MAX_RTT);
     jr_rates(&r, gpu, "gpu", p->gpu);
 
     const cJSON *net = jr_obj(&r, j, "network");

@@ -60,6 +60,8 @@ typedef struct dev_profile {
     double gpu_bw;                  /* device memory, bytes/s (a device-side copy) */
     double gpu_upload, gpu_download;/* host <-> device, bytes/s */
     double gpu_submit;              /* seconds per submit (paid once per GPU window) */
+    double gpu_dispatch;            /* seconds one shader dispatch and its barrier add inside a
+                                     * submit, measured with a tiny product (0: not measured) */
     type_rate gpu[DT_COUNT];        /* the matrix shaders, weights/s */
 
     /* network from this device to the next one in the ring, measured by the head */
