@@ -1,15 +1,17 @@
 /* Wire layouts the protocol fixes, checked against bytes laid out here by hand (not with the
  * encoders under test): a STATS body is serial, rank, then the nine counters in their documented
- * order, each a little-endian u64, and nothing else. A PLAN without GPU layers is byte for byte
- * the PLAN from before they existed (so older peers still agree on it); with them, one u32 per
- * device follows, and a READY carries a worker's one-line note only when it has one. And the heartbeat never holds up the thread
- * that changes its set of links, even when a peer has stopped reading. */
+ * order, each a little-endian u64, and nothing else. A PLAN without GPU layers ends with the
+ * sequences; with them, one u32 per device follows, and a READY carries a worker's one-line
+ * note only when it has one. And the heartbeat never holds up the thread
+ * that changes its set of links, even when a peer has stopped reading. Sequence ids in BATCH,
+ * KVOP and PLAN. */
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "cluster/proto.h"
+#include "cluster/wire.h"
 #include "test.h"
 
 static uint64_t get64(const uint8_t *p)
@@ -70,10 +72,10 @@ static void plan_layout(void)
     link_pair(&a, &b);
     msg_plan m = {.rank = 1, .n_dev = 3, .k = 2, .n_layer = 8, .window = {1, 2, 1},
                   .n_ctx = 64, .max_batch = 8, .threads = 2, .wire = WIRE_F32, .prefetch = 1,
-                  .succ_host = "127.0.0.1", .succ_port = 9501};
+                  .succ_host = "127.0.0.1", .succ_port = 9501, .n_seq = 1};
     /* session, rank, n_dev, k, n_layer, 3 windows, n_ctx, max_batch, threads, 4 flag bytes,
-     * the host as length + bytes, the port */
-    const uint32_t old_len = 16 + 4 * 4 + 3 * 4 + 3 * 4 + 4 + 4 + 9 + 4;
+     * the host as length + bytes, the port, the sequences */
+    const uint32_t old_len = 16 + 4 * 4 + 3 * 4 + 3 * 4 + 4 + 4 + 9 + 4 + 4;
     char err[512];
     frame f;
     msg_plan d;
@@ -91,7 +93,7 @@ static void plan_layout(void)
     if (f.len == old_len + 12)
         CHECK(get32(f.body + old_len) == 0 && get32(f.body + old_len + 4) == 2 &&
                   get32(f.body + old_len + 8) == 1,
-              "GPU layers after the port, head first");
+              "GPU layers after the sequences, head first");
     CHECK(decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
           "PLAN with GPU layers: %s", err);
     frame g = f;
@@ -146,10 +148,79 @@ static void heartbeat_on_a_full_link(void)
     close(sv[1]);
 }
 
+/* Sequence ids: a batch's rows keep theirs through the wire; an id outside the plan's
+ * sequences, a KVOP of a negative sequence and a PLAN for no sequence are refused, each with a
+ * message naming the sequence. */
+static void sequences(void)
+{
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    conn a, b;
+    conn_init(&a, sv[0], "a");
+    conn_init(&b, sv[1], "b");
+    a.max_data = b.max_data = proto_data_bound(4, 8, WIRE_F32);
+    char err[512];
+    hop_buffers hb;
+    REQUIRE(hop_buffers_init(&hb, 4, 8, err, sizeof err) == 0, "%s", err);
+    float h[3 * 4] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, got[3 * 4];
+    const int32_t pos[3] = {4, 0, 5}, seq[3] = {0, 2, 0};
+    int32_t gpos[3], gseq[3];
+    msg_batch m = {.serial = 3, .round = 0, .n = 3, .wire = WIRE_F32};
+    frame f;
+    msg_batch d;
+    hop_limits lim = {.k = 1, .n_ctx = 16, .n_seq = 3, .max_batch = 8};
+    for (int n_seq = 3; n_seq >= 2; n_seq--) {
+        REQUIRE(hop_send(&hb, &a, RM_BATCH, &m, h, pos, seq, err, sizeof err) == 0, "%s", err);
+        REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+        REQUIRE(decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
+        lim.n_seq = n_seq;
+        int rc = hop_unpack(&hb, &d, &lim, got, gpos, gseq, err, sizeof err);
+        if (n_seq == 3)
+            CHECK(rc == 0 && !memcmp(gseq, seq, sizeof seq) && !memcmp(gpos, pos, sizeof pos) &&
+                      !memcmp(got, h, sizeof h), "rows and their sequences through the wire");
+        else
+            CHECK(rc == -1 && strstr(err, "sequence 2") && strstr(err, "sequences 0..1"),
+                  "a sequence id past the plan's: %s", rc ? err : "accepted");
+    }
+    const int32_t neg[3] = {0, -1, 0};
+    REQUIRE(hop_send(&hb, &a, RM_BATCH, &m, h, pos, neg, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    REQUIRE(decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
+    CHECK(hop_unpack(&hb, &d, &lim, got, gpos, gseq, err, sizeof err) == -1 &&
+              strstr(err, "sequence -1"), "a negative sequence id: %s", err);
+
+    msg_kvop k = {.op = KVOP_SHIFT, .seq = 5, .p0 = 2, .p1 = 9, .delta = -1}, kd;
+    REQUIRE(send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_kvop(&f, &kd, err, sizeof err) == 0 && kd.seq == 5 && kd.p0 == 2 &&
+              kd.p1 == 9 && kd.delta == -1, "KVOP names its sequence");
+    k.seq = -3;
+    REQUIRE(send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_kvop(&f, &kd, err, sizeof err) == -1 && strstr(err, "sequence -3"),
+          "KVOP of a negative sequence: %s", err);
+
+    msg_plan p = {.rank = 1, .n_dev = 2, .k = 1, .n_layer = 2, .window = {1, 1}, .n_ctx = 16,
+                  .max_batch = 8, .n_seq = 4}, pd;
+    REQUIRE(send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_plan(&f, &pd, err, sizeof err) == 0 && pd.n_seq == 4, "PLAN's sequences: %s",
+          err);
+    p.n_seq = 0;
+    REQUIRE(send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_plan(&f, &pd, err, sizeof err) == -1 && strstr(err, "0 sequences"),
+          "a PLAN for no sequence: %s", err);
+    hop_buffers_free(&hb);
+    conn_close(&a);
+    conn_close(&b);
+}
+
 int main(void)
 {
     stats_layout();
     plan_layout();
+    sequences();
     heartbeat_on_a_full_link();
     return test_done();
 }

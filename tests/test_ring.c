@@ -66,31 +66,33 @@ static int run_script(const script_io *io, float *out, int *n_out)
     return 0;
 }
 
+static const int32_t seq0[MAX_BATCH];   /* every row of sequence 0 */
+
 /* The single-device reference: all layers in one call. */
 static int local_eval(void *ctx, float *hidden, int n, const int32_t *pos)
 {
     ring_layers *l = ctx;
-    return l->eval(l->ctx, hidden, n, pos, 0, N_LAYER);
+    return l->eval(l->ctx, hidden, n, pos, seq0, 0, N_LAYER);
 }
 static int local_truncate(void *ctx, int p0)
 {
     ring_layers *l = ctx;
-    return l->kv_truncate(l->ctx, p0);
+    return l->kv_truncate(l->ctx, 0, p0);
 }
 static int local_shift(void *ctx, int p0, int p1, int delta)
 {
     ring_layers *l = ctx;
-    return l->kv_shift(l->ctx, p0, p1, delta);
+    return l->kv_shift(l->ctx, 0, p0, p1, delta);
 }
 
 static int ring_eval_io(void *ctx, float *hidden, int n, const int32_t *pos)
 {
-    return ring_eval(ctx, hidden, n, pos);
+    return ring_eval(ctx, hidden, n, pos, NULL);
 }
-static int ring_truncate_io(void *ctx, int p0) { return ring_kv_truncate(ctx, p0); }
+static int ring_truncate_io(void *ctx, int p0) { return ring_kv_truncate(ctx, 0, p0); }
 static int ring_shift_io(void *ctx, int p0, int p1, int delta)
 {
-    return ring_kv_shift(ctx, p0, p1, delta);
+    return ring_kv_shift(ctx, 0, p0, p1, delta);
 }
 
 static fake_model fm;

@@ -13,6 +13,8 @@
 #include "support/fake_ring.h"
 #include "test.h"
 
+static const int32_t seq0[64];   /* sequence ids of one-sequence batches */
+
 enum { N_LAYER = 6, N_EMBD = 8, N_CTX = 64, N_WORKERS = 3, BATCH = 4, STEPS = 24 };
 
 static fake_model fm;
@@ -126,7 +128,7 @@ static int run(head *h, int p, int n, float *out)
             pos[t] = p + done + t;
             input_of(pos[t], x + t * N_EMBD);
         }
-        if (ring_eval(h->r, x, nb, pos))
+        if (ring_eval(h->r, x, nb, pos, NULL))
             return -1;
         for (int t = 0; t < nb; t++)
             out[done + t] = x[t * N_EMBD];
@@ -143,7 +145,7 @@ static void reference(float *out)
     for (int s = 0; s < STEPS; s++) {
         input_of(s, x);
         int32_t pos = s;
-        all.eval(all.ctx, x, 1, &pos, 0, N_LAYER);
+        all.eval(all.ctx, x, 1, &pos, seq0, 0, N_LAYER);
         out[s] = x[0];
     }
     fake_layers_close(&all);
@@ -194,7 +196,7 @@ int main(void)
           ring_get_plan(h.r)->n_dev);
     CHECK(run(&h, 13, 3, got + 13) == 0, "after the rejoin: %s", ring_error(h.r));
     stop_worker(0);
-    CHECK(ring_kv_truncate(h.r, 14) == 0, "truncate with a worker gone: %s", ring_error(h.r));
+    CHECK(ring_kv_truncate(h.r, 0, 14) == 0, "truncate with a worker gone: %s", ring_error(h.r));
     CHECK(run(&h, 14, STEPS - 14, got + 14) == 0, "after the truncate: %s", ring_error(h.r));
     CHECK(memcmp(got, ref, sizeof ref) == 0, "outputs differ from one device's");
     head_close(&h);
@@ -213,11 +215,11 @@ int main(void)
     t0 = net_now_ns();
     for (int pass = 0; ring_get_plan(h.r)->n_dev == 4 && net_now_ns() - t0 < 3000000000ll;
          pass++) {
-        CHECK(ring_kv_truncate(h.r, 0) == 0 && run(&h, 0, STEPS, got) == 0, "pass %d: %s", pass,
+        CHECK(ring_kv_truncate(h.r, 0, 0) == 0 && run(&h, 0, STEPS, got) == 0, "pass %d: %s", pass,
               ring_error(h.r));
         CHECK(memcmp(got, ref, sizeof ref) == 0, "pass %d differs from one device", pass);
     }
-    CHECK(ring_kv_truncate(h.r, 0) == 0 && run(&h, 0, STEPS, got) == 0 &&
+    CHECK(ring_kv_truncate(h.r, 0, 0) == 0 && run(&h, 0, STEPS, got) == 0 &&
               memcmp(got, ref, sizeof ref) == 0, "after the loss: %s", ring_error(h.r));
     CHECK(ring_get_plan(h.r)->n_dev == 3, "no loss seen");
     waitpid(killer, NULL, 0);

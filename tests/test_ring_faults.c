@@ -18,6 +18,8 @@
 #include "support/fake_ring.h"
 #include "test.h"
 
+static const int32_t seq0[64];   /* sequence ids of one-sequence batches */
+
 enum { N_LAYER = 6, N_EMBD = 8, N_CTX = 64, N_WORKERS = 3 };
 #define DEAD_S (PROTO_DEAD_MS / 1e3)
 #define PING_S (PROTO_PING_MS / 1e3)
@@ -87,7 +89,7 @@ static int decode(head *h, int p, int steps, float *out)
         for (int j = 0; j < N_EMBD; j++)
             x[j] = 0.25f * (float)(j - s);
         int32_t pos = p + s;
-        if (ring_eval(h->r, x, 1, &pos))
+        if (ring_eval(h->r, x, 1, &pos, NULL))
             return -1;
         out[s] = x[0];
     }
@@ -103,7 +105,7 @@ static void reference(int steps, float *out)
         for (int j = 0; j < N_EMBD; j++)
             x[j] = 0.25f * (float)(j - s);
         int32_t pos = s;
-        all.eval(all.ctx, x, 1, &pos, 0, N_LAYER);
+        all.eval(all.ctx, x, 1, &pos, seq0, 0, N_LAYER);
         out[s] = x[0];
     }
     fake_layers_close(&all);

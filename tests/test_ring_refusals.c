@@ -161,7 +161,7 @@ static int run_head(const char *workers, const ring_key *key, char *err, size_t 
     int rc = ring_start(r, &head, err, errlen);
     float h[N_EMBD] = {0.5f};
     int32_t pos = 0;
-    if (rc == 0 && (rc = ring_eval(r, h, 1, &pos)) != 0)
+    if (rc == 0 && (rc = ring_eval(r, h, 1, &pos, NULL)) != 0)
         snprintf(err, errlen, "%s", ring_error(r));
     ring_close(r);
     fake_layers_close(&head);
@@ -181,9 +181,12 @@ static void worker_refusals(void)
     header(f, 0x414d5250, 1, RM_HELLO, 0, 117);
     memset(f + 16, 0, 117);
     expect_refusal_on(w.port, true, f, 16 + 117, "speaks protocol version 1", "version 1 HELLO");
-    header(f, 0x414d5250, 3, RM_HELLO, 0, (uint32_t)bl);
+    /* a frame of the next version after this version's handshake */
+    header(f, 0x414d5250, PROTO_VERSION + 1, RM_HELLO, 0, (uint32_t)bl);
     memcpy(f + 16, body, bl);
-    expect_refusal(w.port, f, 16 + bl, "protocol version 3", "version 3 frame after the handshake");
+    char want[64];
+    snprintf(want, sizeof want, "protocol version %d", PROTO_VERSION + 1);
+    expect_refusal(w.port, f, 16 + bl, want, "a frame of the next version after the handshake");
     header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 0, 1u << 30);
     expect_refusal(w.port, f, 16, "exceeds the bound", "1 GiB HELLO");
     header(f, 0x414d5250, PROTO_VERSION, RM_HELLO, 5, (uint32_t)bl);

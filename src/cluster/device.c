@@ -164,7 +164,8 @@ static uint64_t process_major_faults(void)
     return (uint64_t)ru.ru_majflt;
 }
 
-int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos)
+int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos,
+                   const int32_t *seq)
 {
     d->cur.hops++;
     int first, last;
@@ -178,7 +179,7 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     d->cur.pages_resident += res;
     uint64_t pf0 = d->pg ? pager_thread_faults(d->pg) : 0, f0 = process_major_faults();
     int64_t t0 = net_now_ns();
-    int rc = d->layers.eval(d->layers.ctx, hidden, n, pos, first, last);
+    int rc = d->layers.eval(d->layers.ctx, hidden, n, pos, seq, first, last);
     d->cur.compute_ns += (uint64_t)(net_now_ns() - t0);
     uint64_t faults = process_major_faults() - f0;
     uint64_t pf = d->pg ? pager_thread_faults(d->pg) - pf0 : 0;

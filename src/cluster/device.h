@@ -14,14 +14,18 @@
 #include "cluster/plan.h"
 #include "cluster/proto.h"
 
-/* Evaluation of layer ranges on one device, with a KV cache for the layers it owns. */
+/* Evaluation of layer ranges on one device, with a KV cache per sequence for the layers it
+ * owns. */
 typedef struct ring_layers {
     void *ctx;
-    /* Run layers [first, last) in place on n rows of hidden at positions pos. 0 or -1. */
-    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last);
-    /* KV-cache edits on the owned layers (forget from p0; move [p0, p1) by delta). 0 or -1. */
-    int (*kv_truncate)(void *ctx, int p0);
-    int (*kv_shift)(void *ctx, int p0, int p1, int delta);
+    /* Run layers [first, last) in place on n rows of hidden: row t at position pos[t] of
+     * sequence seq[t] (engine_layers' rules). 0 or -1. */
+    int (*eval)(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                int first, int last);
+    /* KV-cache edits of one sequence on the owned layers (forget from p0; move [p0, p1) by
+     * delta). 0 or -1. */
+    int (*kv_truncate)(void *ctx, int seq, int p0);
+    int (*kv_shift)(void *ctx, int seq, int p0, int p1, int delta);
     /* Whether layer il's weights live in a GPU's memory, so that its pages in the file are
      * neither prefetched nor released nor counted; NULL: no layer's do. */
     bool (*in_vram)(void *ctx, int il);
@@ -79,7 +83,8 @@ void device_free(device *d);
 /* A batch arrived from the previous device: the time since the last hand-off was waiting. */
 void device_arrived(device *d);
 /* Compute this device's window of `round` (a forward-only hop when it is empty). */
-int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos);
+int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos,
+                   const int32_t *seq);
 /* The activations of `round` have been handed on: drop that window if the release policy says
  * so, and prefetch the window this device computes next. */
 void device_handed_on(device *d, int round);

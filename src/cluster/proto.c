@@ -529,6 +529,7 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
     w_u8(&w, m->verbose);
     w_str(&w, m->succ_host);
     w_u32(&w, m->succ_port);
+    w_u32(&w, m->n_seq);
     bool gpu = false;
     for (uint32_t d = 0; d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
         gpu |= m->gpu_layers[d] != 0;
@@ -563,11 +564,16 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
     m->verbose = r_u8(&r);
     r_str(&r, m->succ_host, sizeof m->succ_host);
     m->succ_port = r_u32(&r);
+    m->n_seq = r_u32(&r);
     if (r.off < r.n)   /* absent: no GPU layers; present: one per device */
         for (uint32_t d = 0; d < m->n_dev; d++)
             m->gpu_layers[d] = r_u32(&r);
     if (r_done(&r, f, err, errlen))
         return -1;
+    if (m->n_seq < 1 || m->n_seq > PROTO_MAX_SEQ) {
+        snprintf(err, errlen, "PLAN for %u sequences (1 to %d)", m->n_seq, PROTO_MAX_SEQ);
+        return -1;
+    }
     if (m->wire > WIRE_F16 || m->release > RELEASE_ALWAYS || m->succ_port > 65535 ||
         m->max_batch < 1 || m->max_batch > PROTO_MAX_BATCH || m->n_ctx < 1 || m->threads > 4096) {
         snprintf(err, errlen, "PLAN with out-of-range settings (wire %u, release %u, port %u, "
@@ -654,6 +660,7 @@ int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u8(&w, m->op);
+    w_u32(&w, (uint32_t)m->seq);
     w_u32(&w, (uint32_t)m->p0);
     w_u32(&w, (uint32_t)m->p1);
     w_u32(&w, (uint32_t)m->delta);
@@ -666,13 +673,16 @@ int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen)
         return -1;
     rd r = reader(f);
     m->op = r_u8(&r);
+    m->seq = (int32_t)r_u32(&r);
     m->p0 = (int32_t)r_u32(&r);
     m->p1 = (int32_t)r_u32(&r);
     m->delta = (int32_t)r_u32(&r);
     if (r_done(&r, f, err, errlen))
         return -1;
-    if ((m->op != KVOP_TRUNCATE && m->op != KVOP_SHIFT) || m->p0 < 0 || m->p1 < m->p0) {
-        snprintf(err, errlen, "KVOP %u with positions %d..%d", m->op, m->p0, m->p1);
+    if ((m->op != KVOP_TRUNCATE && m->op != KVOP_SHIFT) || m->p0 < 0 || m->p1 < m->p0 ||
+        m->seq < 0 || m->seq >= PROTO_MAX_SEQ) {
+        snprintf(err, errlen, "KVOP %u of sequence %d with positions %d..%d", m->op, m->seq,
+                 m->p0, m->p1);
         return -1;
     }
     return 0;

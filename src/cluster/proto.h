@@ -12,12 +12,13 @@
  *   HELLO   head or peer -> worker   role, model identity, session + rank (peer)
  *   WELCOME worker -> head           instance id, model identity, shape, memory budget
  *   PLAN    head -> worker           ring order, windows, GPU layers, k, context, threads,
- *                                    successor
+ *                                    successor, sequences
  *   READY   worker -> head           plan applied, successor connected (given GPU layers: one
  *                                    line on what became of them)
  *   BATCH   device -> successor      one hop: hidden states + positions + sequence ids
  *   RESULT  device -> head           the batch after the model's last layer
- *   KVOP    head -> ring             KV-cache edit, forwarded round the ring in data order
+ *   KVOP    head -> ring             KV-cache edit of one sequence, forwarded round the ring
+ *                                    in data order
  *   STATS   worker -> head           counters of one batch
  *   PING    both ways on head links  liveness
  *   ERROR   any                      a refusal or failure, one line, then the link closes
@@ -41,7 +42,8 @@
 #include "cluster/plan.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 2           /* 2: the link handshake, sealed frames, no proofs in bodies */
+#define PROTO_VERSION 3           /* 2: the link handshake, sealed frames, no proofs in bodies;
+                                   * 3: sequences (PLAN's n_seq, KVOP's seq) */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -53,6 +55,7 @@
 #define PROTO_ID_BYTES 32
 #define PROTO_PROBE_MAX (1u << 20) /* bound on a PROBE body */
 #define PROTO_NOTE_MAX 512        /* a READY note, its NUL included */
+#define PROTO_MAX_SEQ 256         /* sequences (KV regions) per device */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
@@ -153,9 +156,8 @@ typedef struct msg_plan {
     uint8_t wire, prefetch, release, verbose;
     char succ_host[NET_HOST_MAX];      /* empty when the successor is the head */
     uint32_t succ_port;
-    /* n_m per device. On the wire after succ_port, and only when one is not 0: a PLAN without
-     * GPU layers is the same bytes as before they existed, so heads and workers that predate
-     * them still agree on every plan they can carry out. */
+    uint32_t n_seq;                    /* KV regions (sequences) to keep, 1..PROTO_MAX_SEQ */
+    /* n_m per device. On the wire after n_seq, and only when one is not 0. */
     uint32_t gpu_layers[PRIMA_MAX_DEVICES];
 } msg_plan;
 
@@ -170,6 +172,7 @@ typedef struct msg_batch {
 
 typedef struct msg_kvop {
     uint8_t op;
+    int32_t seq;                       /* the sequence edited */
     int32_t p0, p1, delta;
 } msg_kvop;
 

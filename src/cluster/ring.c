@@ -11,6 +11,21 @@
 #include "cluster/sysmem.h"
 #include "cluster/wire.h"
 
+/* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every
+ * device reads a frame whole, computes, then sends; a cycle of devices all blocked sending
+ * needs every link's socket buffers full, which frames this small cannot do with at most one
+ * batch in flight per device (Linux gives a loopback or LAN link well over 128 KiB). */
+#define PIPE_FRAME_MAX (64u << 10)
+
+/* A batch between ring_submit and ring_collect. */
+typedef struct flight {
+    float *hidden;                 /* the caller's rows, then the result */
+    int32_t *pos, *seq;            /* copies, max_batch each */
+    int n, round;
+    uint32_t serial;
+    bool done, big;
+} flight;
+
 typedef struct remote {
     conn c;
     char addr[NET_HOST_MAX + 8];
@@ -33,6 +48,10 @@ struct ring {
     device dev;
     bool dev_init, started, broken, finished;
     hop_buffers buf;
+    flight fl[PRIMA_MAX_DEVICES];  /* in flight: n_fl from fl_first on, circularly */
+    int fl_first, n_fl, n_moving;  /* moving: submitted and not yet back */
+    bool moving_big;
+    int32_t *zeros;                /* max_batch sequence ids 0 */
     uint32_t serial, count_from;
     ring_counters *totals;         /* per device, of batches from count_from on */
     uint64_t sent_mark, recv_mark;
@@ -215,7 +234,7 @@ static int make_plan(ring *r)
     }
     if (o->planner) {
         ring_plan_request q = {.n_dev = n_dev, .n_layer = r->m->n_layer, .k = o->k,
-                               .n_ctx = o->n_ctx, .max_batch = o->max_batch,
+                               .n_ctx = o->n_ctx, .n_seq = o->n_seq, .max_batch = o->max_batch,
                                .worker_threads = o->worker_threads, .wire = o->wire};
         bool drop[PRIMA_MAX_DEVICES] = {false};
         if (o->planner->plan(o->planner->ctx, r, &q, &r->plan, drop, err, sizeof err))
@@ -250,6 +269,13 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
     }
     r->o = *o;
     r->m = m;
+    if (r->o.n_seq < 1)
+        r->o.n_seq = 1;
+    if (r->o.n_seq > PROTO_MAX_SEQ) {
+        snprintf(err, errlen, "%d sequences on a ring (at most %d)", r->o.n_seq, PROTO_MAX_SEQ);
+        free(r);
+        return NULL;
+    }
     r->n_workers = count_workers(o->workers);
     if (r->n_workers + 1 > PRIMA_MAX_DEVICES) {
         snprintf(err, errlen, "--workers lists %d workers; a ring has at most %d devices",
@@ -523,7 +549,8 @@ static int send_plans(ring *r)
                        .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
                        .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
                        .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
-                       .prefetch = o->prefetch, .release = (uint8_t)o->release};
+                       .prefetch = o->prefetch, .release = (uint8_t)o->release,
+                       .n_seq = (uint32_t)o->n_seq};
         memcpy(mp.session, session, sizeof session);
         for (int d = 0; d < r->plan.n_dev; d++) {
             mp.window[d] = (uint32_t)r->plan.window[d];
@@ -560,6 +587,16 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
     if (start_head(r, head, err, errlen) ||
         hop_buffers_init(&r->buf, r->m->n_embd, r->o.max_batch, err, errlen))
         return -1;
+    size_t B = (size_t)r->o.max_batch;
+    r->zeros = calloc(B, sizeof *r->zeros);
+    for (int i = 0; i < PRIMA_MAX_DEVICES; i++) {
+        r->fl[i].pos = malloc(sizeof(int32_t) * B);
+        r->fl[i].seq = malloc(sizeof(int32_t) * B);
+        if (!r->fl[i].pos || !r->fl[i].seq || !r->zeros) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
     if (send_plans(r)) {
         snprintf(err, errlen, "%s", r->err);
         return -1;
@@ -568,49 +605,10 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
     return 0;
 }
 
-/* The head's part of one batch: its windows, and the trips round the ring in between. */
-static int eval_once(ring *r, float *hidden, int n, const int32_t *pos)
+/* The head's counters since the last batch finished, as batch `serial`'s. With several
+ * batches in flight they hold the head's work on all of them since then. */
+static void finish_counters(ring *r, uint32_t serial)
 {
-    uint32_t serial = r->serial++;
-    char err[512];
-    for (int round = 0;;) {
-        if (device_compute(&r->dev, round, hidden, n, pos))
-            return fail(r, "layers failed on this device (positions %d..%d)", pos[0], pos[n - 1]);
-        int first, last;
-        plan_range(&r->plan, 0, round, &first, &last);
-        if (last == r->plan.n_layer || r->n_workers == 0) {
-            device_handed_on(&r->dev, round);
-            if (last == r->plan.n_layer)
-                break;
-            round++;
-            continue;
-        }
-        msg_batch b = {.serial = serial, .round = (uint32_t)round, .n = (uint32_t)n,
-                       .wire = (uint8_t)r->o.wire};
-        if (hop_send(&r->buf, &r->w[0].c, RM_BATCH, &b, hidden, pos, err, sizeof err))
-            return lose(r, 0, "%s", err);
-        device_handed_on(&r->dev, round);
-        frame f;
-        int who;
-        if (await(r, RM_BATCH, RM_RESULT, -1, &f, &who))
-            return -1;
-        device_arrived(&r->dev);
-        msg_batch back;
-        int32_t *bpos = r->buf.pos;
-        if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err) ||
-            hop_unpack(&r->buf, &back, r->plan.k, r->o.n_ctx, r->o.max_batch, hidden, bpos, err,
-                       sizeof err))
-            return lose(r, who, "%s: %s", r->w[who].c.name, err);
-        bool is_result = f.type == RM_RESULT;
-        if (back.serial != serial || back.n != (uint32_t)n ||
-            memcmp(bpos, pos, sizeof *pos * (size_t)n) ||
-            (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)round + 1)))
-            return lose(r, who, "%s returned the wrong batch (%s %u of round %u)", r->w[who].c.name,
-                        msg_name(f.type), back.serial, back.round);
-        if (is_result)
-            break;
-        round++;
-    }
     ring_counters c;
     device_take_counters(&r->dev, &c);
     uint64_t sent = 0, recv = 0;
@@ -623,7 +621,176 @@ static int eval_once(ring *r, float *hidden, int n, const int32_t *pos)
     r->sent_mark = sent;
     r->recv_mark = recv;
     record_counters(r, 0, serial, &c);
+}
+
+/* The head's part of batch f from its current round on: its windows, until the batch leaves
+ * for the next device (or is through the model: done). */
+static int fly(ring *r, flight *f)
+{
+    char err[512];
+    for (int round = f->round;; round++) {
+        if (device_compute(&r->dev, round, f->hidden, f->n, f->pos, f->seq))
+            return fail(r, "layers failed on this device (positions %d..%d of sequence %d)",
+                        f->pos[0], f->pos[f->n - 1], f->seq[0]);
+        int first, last;
+        plan_range(&r->plan, 0, round, &first, &last);
+        if (last == r->plan.n_layer) {
+            device_handed_on(&r->dev, round);
+            f->done = true;
+            r->n_moving--;
+            finish_counters(r, f->serial);
+            return 0;
+        }
+        if (r->n_workers == 0) {
+            device_handed_on(&r->dev, round);
+            continue;
+        }
+        msg_batch b = {.serial = f->serial, .round = (uint32_t)round, .n = (uint32_t)f->n,
+                       .wire = (uint8_t)r->o.wire};
+        if (hop_send(&r->buf, &r->w[0].c, RM_BATCH, &b, f->hidden, f->pos, f->seq, err,
+                     sizeof err))
+            return lose(r, 0, "%s", err);
+        device_handed_on(&r->dev, round);
+        f->round = round;
+        return 0;
+    }
+}
+
+/* Wait for the next batch to come back to the head and take it on: its next round here, or its
+ * result. */
+static int progress(ring *r)
+{
+    char err[512];
+    frame f;
+    int who;
+    if (await(r, RM_BATCH, RM_RESULT, -1, &f, &who))
+        return -1;
+    device_arrived(&r->dev);
+    msg_batch back;
+    if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err))
+        return lose(r, who, "%s: %s", r->w[who].c.name, err);
+    flight *fl = NULL;
+    for (int i = 0; i < r->n_fl && !fl; i++) {
+        flight *c = &r->fl[(r->fl_first + i) % PRIMA_MAX_DEVICES];
+        if (!c->done && c->serial == back.serial)
+            fl = c;
+    }
+    bool is_result = f.type == RM_RESULT;
+    if (!fl || back.n != (uint32_t)fl->n ||
+        (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)fl->round + 1)))
+        return lose(r, who, "%s returned a batch not in flight (%s %u of round %u)",
+                    r->w[who].c.name, msg_name(f.type), back.serial, back.round);
+    hop_limits lim = {.k = r->plan.k, .n_ctx = r->o.n_ctx, .n_seq = r->o.n_seq,
+                      .max_batch = r->o.max_batch};
+    if (hop_unpack(&r->buf, &back, &lim, fl->hidden, r->buf.pos, r->buf.seq, err, sizeof err))
+        return lose(r, who, "%s: %s", r->w[who].c.name, err);
+    if (memcmp(r->buf.pos, fl->pos, sizeof *fl->pos * (size_t)fl->n) ||
+        memcmp(r->buf.seq, fl->seq, sizeof *fl->seq * (size_t)fl->n))
+        return lose(r, who, "%s returned batch %u with other positions or sequences",
+                    r->w[who].c.name, back.serial);
+    if (!is_result) {
+        fl->round = (int)back.round;
+        return fly(r, fl);
+    }
+    fl->done = true;
+    r->n_moving--;
+    finish_counters(r, fl->serial);
     return 0;
+}
+
+/* A refusal of the caller's request: the ring stays usable (a broken ring keeps the reason it
+ * broke). */
+static int refuse(ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(ring *r, const char *fmt, ...)
+{
+    if (r->broken)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* The ring failed: what was in flight is lost with it (a failover's rebuild starts afresh). */
+static int lose_flights(ring *r)
+{
+    r->n_fl = r->n_moving = 0;
+    r->moving_big = false;
+    return -1;
+}
+
+int ring_max_in_flight(const ring *r)
+{
+    /* failover replays one batch at a time (ring_eval) */
+    return r->fo_set ? 1 : r->plan.n_dev;
+}
+
+int ring_in_flight(const ring *r)
+{
+    return r->n_fl;
+}
+
+int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
+{
+    if (r->broken)
+        return -1;
+    if (!r->started)
+        return refuse(r, "the ring has not started");
+    if (n < 1 || n > r->o.max_batch)
+        return refuse(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
+    if (r->n_fl >= ring_max_in_flight(r))
+        return refuse(r, "%d batches in flight already (at most %d)", r->n_fl,
+                      ring_max_in_flight(r));
+    for (int t = 0; seq && t < n; t++)
+        if (seq[t] < 0 || seq[t] >= r->o.n_seq)
+            return refuse(r, "row %d of the batch is of sequence %d (the ring holds 0..%d)", t,
+                          seq[t], r->o.n_seq - 1);
+    size_t elt = r->o.wire == WIRE_F16 ? 2 : 4;
+    bool big = (size_t)n * ((size_t)r->m->n_embd * elt + 8) > PIPE_FRAME_MAX;
+    while (r->n_moving > 0 && (big || r->moving_big))
+        if (progress(r))
+            return lose_flights(r);
+    flight *f = &r->fl[(r->fl_first + r->n_fl) % PRIMA_MAX_DEVICES];
+    f->hidden = hidden;
+    f->n = n;
+    f->round = 0;
+    f->serial = r->serial++;
+    f->done = false;
+    f->big = big;
+    memcpy(f->pos, pos, sizeof *pos * (size_t)n);
+    memcpy(f->seq, seq ? seq : r->zeros, sizeof *f->seq * (size_t)n);
+    r->n_fl++;
+    r->n_moving++;
+    r->moving_big = big;
+    return fly(r, f) ? lose_flights(r) : 0;
+}
+
+int ring_collect(ring *r, float **hidden)
+{
+    if (r->broken)
+        return lose_flights(r);
+    if (r->n_fl == 0)
+        return refuse(r, "no batch in flight");
+    flight *f = &r->fl[r->fl_first];
+    while (!r->broken && !f->done)
+        if (progress(r))
+            break;
+    r->fl_first = (r->fl_first + 1) % PRIMA_MAX_DEVICES;
+    r->n_fl--;
+    if (r->broken)
+        return lose_flights(r);
+    *hidden = f->hidden;
+    if (!r->n_moving)
+        r->moving_big = false;
+    return 0;
+}
+
+/* One batch through the whole ring (ring_eval and the rebuild after a failover). */
+static int eval_once(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
+{
+    float *back;
+    return ring_submit(r, hidden, n, pos, seq) || ring_collect(r, &back) ? -1 : 0;
 }
 
 /* Failover is on and the ring failed because of a worker or a link: the next batch rebuilds it. */
@@ -636,12 +803,24 @@ static int kv_edit(ring *r, const msg_kvop *k)
 {
     if (r->broken && !recoverable(r))
         return -1;
+    if (k->seq < 0 || k->seq >= r->o.n_seq)
+        return refuse(r, "KV cache edit of sequence %d (the ring holds 0..%d)", k->seq,
+                      r->o.n_seq - 1);
+    /* A batch still on its way would meet the edit on some devices and not on others. */
+    for (int i = 0; i < r->n_fl; i++) {
+        const flight *f = &r->fl[(r->fl_first + i) % PRIMA_MAX_DEVICES];
+        for (int t = 0; !f->done && t < f->n; t++)
+            if (f->seq[t] == k->seq)
+                return refuse(r, "KV cache edit of sequence %d while batch %u with its rows is "
+                              "in flight", k->seq, f->serial);
+    }
     const ring_layers *l = &r->dev.layers;
-    int rc = k->op == KVOP_TRUNCATE ? l->kv_truncate(l->ctx, k->p0)
-                                    : l->kv_shift(l->ctx, k->p0, k->p1, k->delta);
+    int rc = k->op == KVOP_TRUNCATE ? l->kv_truncate(l->ctx, k->seq, k->p0)
+                                    : l->kv_shift(l->ctx, k->seq, k->p0, k->p1, k->delta);
     if (rc) {
         r->fault_remote = false;
-        return fail(r, "KV cache edit outside the context (positions %d..%d)", k->p0, k->p1);
+        return fail(r, "KV cache edit outside the context (positions %d..%d of sequence %d)",
+                    k->p0, k->p1, k->seq);
     }
     if (k->op == KVOP_TRUNCATE && k->p0 < r->kv_len)
         r->kv_len = k->p0;
@@ -663,15 +842,15 @@ static int kv_edit(ring *r, const msg_kvop *k)
     return 0;
 }
 
-int ring_kv_truncate(ring *r, int p0)
+int ring_kv_truncate(ring *r, int seq, int p0)
 {
-    msg_kvop k = {.op = KVOP_TRUNCATE, .p0 = p0, .p1 = p0};
+    msg_kvop k = {.op = KVOP_TRUNCATE, .seq = seq, .p0 = p0, .p1 = p0};
     return kv_edit(r, &k);
 }
 
-int ring_kv_shift(ring *r, int p0, int p1, int delta)
+int ring_kv_shift(ring *r, int seq, int p0, int p1, int delta)
 {
-    msg_kvop k = {.op = KVOP_SHIFT, .p0 = p0, .p1 = p1, .delta = delta};
+    msg_kvop k = {.op = KVOP_SHIFT, .seq = seq, .p0 = p0, .p1 = p1, .delta = delta};
     return kv_edit(r, &k);
 }
 
@@ -740,6 +919,11 @@ void ring_close(ring *r)
     if (r->dev_init)
         device_free(&r->dev);
     hop_buffers_free(&r->buf);
+    for (int i = 0; i < PRIMA_MAX_DEVICES; i++) {
+        free(r->fl[i].pos);
+        free(r->fl[i].seq);
+    }
+    free(r->zeros);
     free(r->in_copy);
     free(r->replay);
     free(r->replay_pos);
@@ -753,6 +937,11 @@ void ring_close(ring *r)
 
 int ring_set_failover(ring *r, const ring_failover *f, char *err, size_t errlen)
 {
+    if (r->o.n_seq > 1) {
+        snprintf(err, errlen, "failover keeps one sequence: it is not available with %d "
+                 "sequences on the ring", r->o.n_seq);
+        return -1;
+    }
     size_t rows = (size_t)r->o.max_batch * (size_t)r->m->n_embd;
     r->in_copy = malloc(rows * sizeof *r->in_copy);
     r->replay = malloc(rows * sizeof *r->replay);
@@ -906,7 +1095,7 @@ static int rebuild(ring *r, char addr[][NET_HOST_MAX + 8], const int *old, int n
             return fail(r, "failover: the inputs of positions %d..%d are not available", p,
                         p + nb - 1);
         }
-        if (eval_once(r, r->replay, nb, r->replay_pos))
+        if (eval_once(r, r->replay, nb, r->replay_pos, NULL))
             return r->fault_remote ? 0 : -1;
         p += nb;
     }
@@ -954,10 +1143,12 @@ static int recover(ring *r)
     return rebuild(r, addr, old, n, NULL, lost, note);
 }
 
-int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
+int ring_eval(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
 {
     if (r->broken && !recoverable(r))
         return -1;
+    if (r->n_fl)
+        return refuse(r, "ring_eval with %d batch(es) in flight: collect them first", r->n_fl);
     if (n < 1 || n > r->o.max_batch) {
         r->fault_remote = false;
         return fail(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
@@ -968,7 +1159,7 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos)
     /* Each try that fails on a worker loses it (or finds every worker alive and fails on this
      * device), so the tries are bounded by the ring's size. */
     for (int tries = 0;; tries++) {
-        if (!r->broken && eval_once(r, hidden, n, pos) == 0) {
+        if (!r->broken && eval_once(r, hidden, n, pos, seq) == 0) {
             r->kv_len = pos[n - 1] + 1;
             return 0;
         }

@@ -6,11 +6,15 @@
  *   ring_start    give the head's own layers (an engine owning plan_owned_layers(plan, 0)), send
  *                 every worker its plan, wait until all are ready
  *   ring_eval     hidden (n x n_embd, after the embedding) -> hidden after the last layer
- *   ring_kv_*     KV-cache edits on every device, in order with the batches
+ *   ring_submit   the same without waiting, several batches round the ring at once;
+ *   ring_collect  their results in order (pipelining: device 1 computes batch B while device 2
+ *                 computes batch A)
+ *   ring_kv_*     KV-cache edits of one sequence on every device, in order with the batches
  *   ring_close    say bye, collect the last counters, print the summary when verbose
  *
  * With no workers the ring is this device alone (k rounds of its window), so a generation loop
- * written against ring_eval runs unchanged on one device or many. Any failure of a worker — a
+ * written against ring_eval runs unchanged on one device or many. Every device keeps a KV cache
+ * for each of n_seq sequences (ring_opts); a batch's rows name their sequence. Any failure of a worker — a
  * refusal, a dropped link, five seconds of silence — makes the call fail with a one-line
  * message naming the device (ring_error); the ring is unusable afterwards, unless failover is
  * on (ring_set_failover): then the ring re-plans on the devices left and goes on. */
@@ -26,9 +30,10 @@
 typedef struct ring ring;
 
 /* What a planner is asked for: a plan of n_dev devices (head first) for the model's n_layer
- * layers, with k rounds (0: its choice), for these buffers and this wire format. */
+ * layers, with k rounds (0: its choice), for these buffers (a KV cache of n_ctx positions for
+ * each of n_seq sequences) and this wire format. */
 typedef struct ring_plan_request {
-    int n_dev, n_layer, k, n_ctx, max_batch, worker_threads;
+    int n_dev, n_layer, k, n_ctx, n_seq, max_batch, worker_threads;
     enum wire_type wire;
 } ring_plan_request;
 
@@ -51,6 +56,8 @@ typedef struct ring_opts {
     int n_gpu_layers;              /* 0: none; else n_lw */
     int k;                         /* rounds; 0: as the windows need (1 without -lw) */
     int n_ctx, max_batch;
+    int n_seq;                     /* sequences, each with a KV cache of n_ctx positions on
+                                    * every device (0 or 1: one; at most PROTO_MAX_SEQ) */
     int worker_threads;            /* 0: each worker's own default */
     bool prefetch;
     enum release_policy release;
@@ -74,10 +81,28 @@ int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds);
 /* Device d >= 1's address as listed ("host:port"). */
 const char *ring_worker_addr(const ring *r, int d);
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen);
-/* 0, or -1 with ring_error(r) set. pos: n positions of one sequence. */
-int ring_eval(ring *r, float *hidden, int n, const int32_t *pos);
-int ring_kv_truncate(ring *r, int p0);
-int ring_kv_shift(ring *r, int p0, int p1, int delta);
+/* 0, or -1 with ring_error(r) set. Row t is position pos[t] of sequence seq[t] (seq NULL: all
+ * of sequence 0; the rules of engine_layers). Not while batches are in flight. */
+int ring_eval(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq);
+/* Pipelining. ring_submit sends a batch on its way (the head computes its own first window
+ * here) and returns without waiting for it; hidden stays the caller's until ring_collect hands
+ * it back holding the result; pos and seq are copied. Batches come back in the order they were
+ * submitted, and every device sees them in that order, so a later batch may continue a
+ * sequence an earlier one is still carrying. At most ring_max_in_flight are submitted and not
+ * collected: one per device (1 with failover on, which only ring_eval recovers from). A batch
+ * whose frames are over 64 KiB travels alone (submit first waits for those moving): with
+ * bounded frames no cycle of devices can block each other sending. 0, or -1 with ring_error
+ * set: a refusal (too many in flight, a bad row, not started) leaves the ring usable; a failure
+ * of a device ends it (and what was in flight). */
+int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq);
+/* Wait for the oldest batch in flight; *hidden = the pointer given to its submit. */
+int ring_collect(ring *r, float **hidden);
+int ring_in_flight(const ring *r);
+int ring_max_in_flight(const ring *r);
+/* KV-cache edits of sequence seq. Refused (the ring stays usable) while a batch with rows of
+ * that sequence is on its way; edits of other sequences travel in order with the batches. */
+int ring_kv_truncate(ring *r, int seq, int p0);
+int ring_kv_shift(ring *r, int seq, int p0, int p1, int delta);
 const char *ring_error(const ring *r);
 /* Device d's address as given in the workers' list ("" for the head, d = 0), and the memory
  * budget it reported when it greeted the head (the head's: read now). */
@@ -115,7 +140,8 @@ typedef struct ring_failover {
     FILE *log;                     /* one line per recovery; NULL: quiet */
 } ring_failover;
 
-/* After ring_start. 0, or -1 (out of memory). */
+/* After ring_start. 0, or -1 (out of memory, or more than one sequence on the ring: failover
+ * rebuilds one sequence's cache). */
 int ring_set_failover(ring *r, const ring_failover *f, char *err, size_t errlen);
 /* Between requests, with failover on: the workers lost so far that accept a connection again,
  * and those of `workers` ("host:port,..."; NULL: none) not in the ring, join it: a new plan over

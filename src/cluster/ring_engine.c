@@ -47,19 +47,20 @@ void ring_model_release(ring_model *rm)
     rm->layer_begin = rm->layer_end = NULL;
 }
 
-static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last)
+static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                       int first, int last)
 {
-    return engine_layers(ctx, hidden, n, pos, NULL, first, last);
+    return engine_layers(ctx, hidden, n, pos, seq, first, last);
 }
 
-static int engine_truncate(void *ctx, int p0)
+static int engine_truncate(void *ctx, int seq, int p0)
 {
-    return engine_kv_truncate(ctx, 0, p0);
+    return engine_kv_truncate(ctx, seq, p0);
 }
 
-static int engine_shift(void *ctx, int p0, int p1, int delta)
+static int engine_shift(void *ctx, int seq, int p0, int p1, int delta)
 {
-    return engine_kv_shift(ctx, 0, p0, p1, delta);
+    return engine_kv_shift(ctx, seq, p0, p1, delta);
 }
 
 static bool engine_in_vram(void *ctx, int il)
@@ -80,9 +81,9 @@ static int count_marked(const bool *mark, int n)
     return k;
 }
 
-static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int max_batch,
-                        int threads, ring_layers *out, char *note, size_t notelen, char *err,
-                        size_t errlen)
+static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int n_seq,
+                        int max_batch, int threads, ring_layers *out, char *note,
+                        size_t notelen, char *err, size_t errlen)
 {
     engine_backend *eb = ctx;
     note[0] = 0;
@@ -91,9 +92,9 @@ static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_c
         snprintf(err, errlen, "cannot start %d compute threads", threads);
         return -1;
     }
-    engine *e = engine_create(eb->m, eb->kc, n_ctx, max_batch, owns, err, errlen);
     /* The GPU is opened for the session that has GPU layers and closed with it. */
     int n_gpu = count_marked(on_gpu, eb->m->hp.n_layer);
+    engine *e = engine_create_seqs(eb->m, eb->kc, n_ctx, max_batch, n_seq, owns, err, errlen);
     if (e && offload_engine(&eb->gpu, &eb->dev, e, eb->m, on_gpu, n_gpu, n_gpu, " asked for",
                             n_ctx, max_batch, note, notelen, err, errlen)) {
         engine_free(e);
@@ -128,32 +129,49 @@ void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *
     eb->b = (ring_backend){rm, eb, backend_open, backend_close};
 }
 
+static int ring_failed(ring *r, int rc, char *err, size_t errlen)
+{
+    if (rc)
+        snprintf(err, errlen, "%s", ring_error(r));
+    return rc ? -1 : 0;
+}
+
 static int via_ring_eval(void *ctx, float *hidden, int n, const int32_t *pos,
                          const int32_t *seq, char *err, size_t errlen)
 {
-    (void)seq;   /* one sequence on the ring */
-    if (ring_eval(ctx, hidden, n, pos) == 0)
-        return 0;
-    snprintf(err, errlen, "%s", ring_error(ctx));
-    return -1;
+    return ring_failed(ctx, ring_eval(ctx, hidden, n, pos, seq), err, errlen);
 }
 
 static int via_ring_truncate(void *ctx, int seq, int p0)
 {
-    (void)seq;
-    return ring_kv_truncate(ctx, p0);
+    return ring_kv_truncate(ctx, seq, p0);
 }
 
 static int via_ring_shift(void *ctx, int seq, int p0, int p1, int delta)
 {
-    (void)seq;
-    return ring_kv_shift(ctx, p0, p1, delta);
+    return ring_kv_shift(ctx, seq, p0, p1, delta);
+}
+
+static int via_ring_submit(void *ctx, float *hidden, int n, const int32_t *pos,
+                           const int32_t *seq, char *err, size_t errlen)
+{
+    return ring_failed(ctx, ring_submit(ctx, hidden, n, pos, seq), err, errlen);
+}
+
+static int via_ring_collect(void *ctx, float **hidden, char *err, size_t errlen)
+{
+    return ring_failed(ctx, ring_collect(ctx, hidden), err, errlen);
+}
+
+static int via_ring_depth(void *ctx)
+{
+    return ring_max_in_flight(ctx);
 }
 
 session_layers ring_session_layers(ring *r)
 {
-    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift, NULL, NULL,
-                            NULL};
+    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift,
+                            via_ring_submit, via_ring_collect, via_ring_depth};
 }
 
 /* The head's engine takes the plan's GPU layers of the head. */
@@ -190,7 +208,8 @@ session *ring_head_session(ring_head *h, const ring_opts *o, const offload_opts 
     if (h->r && owns) {
         plan_owned_layers(ring_get_plan(h->r), 0, owns);
         session_layers via = ring_session_layers(h->r);
-        s = session_create_split(m, kc, n_ctx, n_batch, 1, owns, &via, err, errlen);
+        s = session_create_split(m, kc, n_ctx, n_batch, ro.n_seq > 1 ? ro.n_seq : 1, owns, &via,
+                                 err, errlen);
     } else if (h->r) {
         snprintf(err, errlen, "out of memory");
     }

@@ -54,10 +54,11 @@ typedef struct ring_head {
 } ring_head;
 
 /* The session of a ring's head: connects per o (its n_ctx and max_batch are set here), creates
- * a session owning the head's layers only, puts the plan's GPU layers of the head on the GPU of
- * gpu (NULL: none; they run on the CPU, said in h->note), and starts the ring. Close the head
- * before freeing the session, and its GPU after. NULL with a message on failure (h is then
- * closed and its GPU too). */
+ * a session owning the head's layers only (sequence 0 of o->n_seq: session_create_peer gives
+ * the others), puts the plan's GPU layers of the head on the GPU of gpu (NULL: none; they run
+ * on the CPU, said in h->note), and starts the ring. Close the head before freeing the
+ * session, and its GPU after. NULL with a message on failure (h is then closed and its GPU
+ * too). */
 session *ring_head_session(ring_head *h, const ring_opts *o, const offload_opts *gpu,
                            const model *m, kern_ctx *kc, int n_ctx, int n_batch, char *err,
                            size_t errlen);

@@ -13,7 +13,7 @@ int hop_buffers_init(hop_buffers *b, int n_embd, int max_batch, char *err, size_
     size_t rows = (size_t)n_embd * (size_t)max_batch;
     b->hidden = malloc(sizeof(float) * rows);
     b->pos = malloc(sizeof(int32_t) * (size_t)max_batch);
-    b->seq = calloc((size_t)max_batch, sizeof(int32_t));
+    b->seq = malloc(sizeof(int32_t) * (size_t)max_batch);
     b->half = malloc(sizeof(uint16_t) * rows);
     if (!b->hidden || !b->pos || !b->seq || !b->half) {
         hop_buffers_free(b);
@@ -32,24 +32,23 @@ void hop_buffers_free(hop_buffers *b)
     memset(b, 0, sizeof *b);
 }
 
-int hop_unpack(const hop_buffers *b, const msg_batch *m, int k, int n_ctx, int max_batch,
-               float *hidden, int32_t *pos, char *err, size_t errlen)
+int hop_unpack(const hop_buffers *b, const msg_batch *m, const hop_limits *lim, float *hidden,
+               int32_t *pos, int32_t *seq, char *err, size_t errlen)
 {
-    if (m->n > (uint32_t)max_batch || m->round >= (uint32_t)k) {
+    if (m->n > (uint32_t)lim->max_batch || m->round >= (uint32_t)lim->k) {
         snprintf(err, errlen, "batch %u of %u tokens for round %u (limits: %d tokens, %d rounds)",
-                 m->serial, m->n, m->round, max_batch, k);
+                 m->serial, m->n, m->round, lim->max_batch, lim->k);
         return -1;
     }
     memcpy(pos, m->pos, sizeof(int32_t) * m->n);
-    for (uint32_t t = 0; t < m->n; t++) {
-        int32_t s;
-        memcpy(&s, (const uint8_t *)m->seq + sizeof s * t, sizeof s);
-        if (pos[t] < 0 || pos[t] >= n_ctx || s != 0) {
+    memcpy(seq, m->seq, sizeof(int32_t) * m->n);
+    for (uint32_t t = 0; t < m->n; t++)
+        if (pos[t] < 0 || pos[t] >= lim->n_ctx || seq[t] < 0 || seq[t] >= lim->n_seq) {
             snprintf(err, errlen, "batch %u: token %u at position %d of sequence %d (context %d, "
-                     "one sequence)", m->serial, t, pos[t], s, n_ctx);
+                     "sequences 0..%d)", m->serial, t, pos[t], seq[t], lim->n_ctx,
+                     lim->n_seq - 1);
             return -1;
         }
-    }
     size_t n = (size_t)m->n * (size_t)b->n_embd;
     if (m->wire == WIRE_F32) {
         memcpy(hidden, m->hidden, sizeof(float) * n);
@@ -65,12 +64,12 @@ int hop_unpack(const hop_buffers *b, const msg_batch *m, int k, int n_ctx, int m
 }
 
 int hop_send(hop_buffers *b, conn *c, int type, const msg_batch *m, const float *hidden,
-             const int32_t *pos, char *err, size_t errlen)
+             const int32_t *pos, const int32_t *seq, char *err, size_t errlen)
 {
     size_t n = (size_t)m->n * (size_t)b->n_embd;
     msg_batch out = *m;
     out.pos = pos;
-    out.seq = b->seq;
+    out.seq = seq;
     out.hidden = hidden;
     size_t bytes = sizeof(float) * n;
     if (m->wire == WIRE_F16) {

@@ -403,8 +403,8 @@ static void apply_plan(wsession *s, const frame *f)
     int threads = s->mp.threads ? (int)s->mp.threads : w->o.threads;
     char note[PROTO_NOTE_MAX] = "";
     int rc = w->b->open(w->b->ctx, owns, n_gpu ? on_gpu : NULL, (int)s->mp.n_ctx,
-                        (int)s->mp.max_batch, threads, &s->layers, note, sizeof note, err,
-                        sizeof err);
+                        (int)s->mp.n_seq, (int)s->mp.max_batch, threads, &s->layers, note,
+                        sizeof note, err, sizeof err);
     free(owns);
     if (rc) {
         fail_session(s, "%s", err);
@@ -482,9 +482,10 @@ static void handle_batch(wsession *s, const frame *f)
     char err[512];
     const int n_embd = s->w->b->model->n_embd;
     msg_batch b;
+    hop_limits lim = {.k = s->plan.k, .n_ctx = (int)s->mp.n_ctx, .n_seq = (int)s->mp.n_seq,
+                      .max_batch = (int)s->mp.max_batch};
     if (decode_batch(f, n_embd, &b, err, sizeof err) ||
-        hop_unpack(&s->buf, &b, s->plan.k, (int)s->mp.n_ctx, (int)s->mp.max_batch, s->buf.hidden,
-                   s->buf.pos, err, sizeof err)) {
+        hop_unpack(&s->buf, &b, &lim, s->buf.hidden, s->buf.pos, s->buf.seq, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -493,9 +494,10 @@ static void handle_batch(wsession *s, const frame *f)
         return;
     }
     device_arrived(&s->dev);
-    if (device_compute(&s->dev, (int)b.round, s->buf.hidden, (int)b.n, s->buf.pos)) {
-        fail_session(s, "layers failed on batch %u (positions %d..%d)", b.serial, s->buf.pos[0],
-                     s->buf.pos[b.n - 1]);
+    if (device_compute(&s->dev, (int)b.round, s->buf.hidden, (int)b.n, s->buf.pos,
+                       s->buf.seq)) {
+        fail_session(s, "layers failed on batch %u (positions %d..%d of sequence %d)", b.serial,
+                     s->buf.pos[0], s->buf.pos[b.n - 1], s->buf.seq[0]);
         return;
     }
     int first, last;
@@ -510,7 +512,8 @@ static void handle_batch(wsession *s, const frame *f)
     } else if (!s->has_succ) {
         out.round++;   /* back to the head, which starts the next round */
     }
-    if (hop_send(&s->buf, to, type, &out, s->buf.hidden, s->buf.pos, err, sizeof err)) {
+    if (hop_send(&s->buf, to, type, &out, s->buf.hidden, s->buf.pos, s->buf.seq, err,
+                 sizeof err)) {
         /* A lost successor is this session's end, and the head should hear why from here. */
         fail_session(s, "%s", err);
         return;
@@ -528,11 +531,17 @@ static void handle_kvop(wsession *s, const frame *f)
         fail_session(s, "%s", err);
         return;
     }
-    int rc = k.op == KVOP_TRUNCATE ? s->layers.kv_truncate(s->layers.ctx, k.p0)
-                                   : s->layers.kv_shift(s->layers.ctx, k.p0, k.p1, k.delta);
+    if (k.seq >= (int32_t)s->mp.n_seq) {
+        fail_session(s, "KV cache edit of sequence %d: the plan has sequences 0..%u", k.seq,
+                     s->mp.n_seq - 1);
+        return;
+    }
+    int rc = k.op == KVOP_TRUNCATE
+                 ? s->layers.kv_truncate(s->layers.ctx, k.seq, k.p0)
+                 : s->layers.kv_shift(s->layers.ctx, k.seq, k.p0, k.p1, k.delta);
     if (rc) {
-        fail_session(s, "KV cache edit (%s %d..%d by %d) is outside the context",
-                     k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta);
+        fail_session(s, "KV cache edit (%s %d..%d by %d of sequence %d) is outside the context",
+                     k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta, k.seq);
         return;
     }
     if (s->has_succ && send_kvop(&s->succ, &k, err, sizeof err))

@@ -36,7 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     float hidden[N_EMBD * MAX_BATCH];
-    int32_t pos[MAX_BATCH];
+    int32_t pos[MAX_BATCH], seq[MAX_BATCH];
+    const hop_limits lim = {.k = 3, .n_ctx = N_CTX, .n_seq = 4, .max_batch = MAX_BATCH};
     frame f;
     while (conn_recv(&c, &f, 0, err, sizeof err) == 0) {
         if (f.len > PROTO_SMALL_MAX && f.type != RM_BATCH && f.type != RM_RESULT)
@@ -72,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case RM_BATCH:
         case RM_RESULT:
             if (decode_batch(&f, N_EMBD, &m.b, err, sizeof err) == 0)
-                hop_unpack(&hb, &m.b, 3, N_CTX, MAX_BATCH, hidden, pos, err, sizeof err);
+                hop_unpack(&hb, &m.b, &lim, hidden, pos, seq, err, sizeof err);
             break;
         case RM_KVOP:
             decode_kvop(&f, &m.k, err, sizeof err);

@@ -67,33 +67,43 @@ void fake_model_destroy(fake_model *fm)
 typedef struct fake_layers {
     const fake_model *fm;
     bool *owns;
-    int n_ctx;
-    float *kv;     /* n_layer x n_ctx: one number per cached position */
-    int *n_kv;     /* n_layer: positions cached */
+    int n_ctx, n_seq;
+    float *kv;     /* [n_layer][n_seq][n_ctx]: one number per cached position */
+    int *n_kv;     /* [n_layer][n_seq]: positions cached */
 } fake_layers;
 
-static int fake_eval(void *ctx, float *hidden, int n, const int32_t *pos, int first, int last)
+static size_t region(const fake_layers *f, int il, int seq)
+{
+    return (size_t)il * (size_t)f->n_seq + (size_t)seq;
+}
+
+static int fake_eval(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                     int first, int last)
 {
     fake_layers *f = ctx;
     const int n_embd = f->fm->rm.n_embd;
+    for (int t = 0; t < n; t++)
+        if (seq[t] < 0 || seq[t] >= f->n_seq)
+            return -1;
     for (int il = first; il < last; il++) {
         if (!f->owns[il])
             return -1;
-        float *kv = f->kv + (size_t)il * (size_t)f->n_ctx;
         /* Read the layer's "weights" so page faults and prefetching are real. */
         const uint8_t *wts = f->fm->rm.map + f->fm->begin[il];
         float wsum = 0;
         for (uint64_t o = 0; o < f->fm->end[il] - f->fm->begin[il]; o += 4096)
             wsum += wts[o];
         for (int t = 0; t < n; t++) {
-            if (pos[t] < 0 || pos[t] >= f->n_ctx || pos[t] > f->n_kv[il])
+            size_t r = region(f, il, seq[t]);
+            float *kv = f->kv + r * (size_t)f->n_ctx;
+            if (pos[t] < 0 || pos[t] >= f->n_ctx || pos[t] > f->n_kv[r])
                 return -1;
             float *row = hidden + (size_t)t * (size_t)n_embd;
             float s = 0;
             for (int j = 0; j < n_embd; j++)
                 s += row[j] * (float)(j + 1) / (float)n_embd;
             kv[pos[t]] = s;
-            f->n_kv[il] = pos[t] + 1;
+            f->n_kv[r] = pos[t] + 1;
             float att = 0;
             for (int p = 0; p <= pos[t]; p++)
                 att += kv[p] / (float)(p + 1);
@@ -105,41 +115,48 @@ static int fake_eval(void *ctx, float *hidden, int n, const int32_t *pos, int fi
     return 0;
 }
 
-static int fake_kv_truncate(void *ctx, int p0)
+static int fake_kv_truncate(void *ctx, int seq, int p0)
 {
     fake_layers *f = ctx;
-    if (p0 < 0 || p0 > f->n_ctx)
+    if (seq < 0 || seq >= f->n_seq || p0 < 0 || p0 > f->n_ctx)
         return -1;
     for (int il = 0; il < f->fm->rm.n_layer; il++)
-        if (f->n_kv[il] > p0)
-            f->n_kv[il] = p0;
+        if (f->n_kv[region(f, il, seq)] > p0)
+            f->n_kv[region(f, il, seq)] = p0;
     return 0;
 }
 
-static int fake_kv_shift(void *ctx, int p0, int p1, int delta)
+static int fake_kv_shift(void *ctx, int seq, int p0, int p1, int delta)
 {
     fake_layers *f = ctx;
-    if (p0 + delta < 0 || p1 > f->n_ctx || delta > 0)
+    if (seq < 0 || seq >= f->n_seq || p0 + delta < 0 || p1 > f->n_ctx || delta > 0)
         return -1;
     for (int il = 0; il < f->fm->rm.n_layer; il++) {
         if (!f->owns[il])
             continue;
-        float *kv = f->kv + (size_t)il * (size_t)f->n_ctx;
+        float *kv = f->kv + region(f, il, seq) * (size_t)f->n_ctx;
         memmove(kv + p0 + delta, kv + p0, sizeof(float) * (size_t)(p1 - p0));
-        f->n_kv[il] = p1 + delta;
+        f->n_kv[region(f, il, seq)] = p1 + delta;
     }
     return 0;
 }
 
 int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_layers *out)
 {
+    return fake_layers_open_seqs(fm, owns, n_ctx, 1, out);
+}
+
+int fake_layers_open_seqs(const fake_model *fm, const bool *owns, int n_ctx, int n_seq,
+                          ring_layers *out)
+{
     fake_layers *f = calloc(1, sizeof *f);
     int n_layer = fm->rm.n_layer;
     f->fm = fm;
     f->n_ctx = n_ctx;
+    f->n_seq = n_seq;
     f->owns = calloc((size_t)n_layer, sizeof *f->owns);
-    f->kv = calloc((size_t)n_layer * (size_t)n_ctx, sizeof *f->kv);
-    f->n_kv = calloc((size_t)n_layer, sizeof *f->n_kv);
+    f->kv = calloc((size_t)n_layer * (size_t)n_seq * (size_t)n_ctx, sizeof *f->kv);
+    f->n_kv = calloc((size_t)n_layer * (size_t)n_seq, sizeof *f->n_kv);
     for (int il = 0; il < n_layer; il++)
         f->owns[il] = owns ? owns[il] : true;
     *out = (ring_layers){f, fake_eval, fake_kv_truncate, fake_kv_shift, NULL};
@@ -155,12 +172,12 @@ void fake_layers_close(ring_layers *l)
     free(f);
 }
 
-static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int max_batch,
-                        int threads, ring_layers *out, char *note, size_t notelen, char *err,
-                        size_t errlen)
+static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int n_seq,
+                        int max_batch, int threads, ring_layers *out, char *note, size_t notelen,
+                        char *err, size_t errlen)
 {
     snprintf(note, notelen, "%s", on_gpu ? "GPU: a fake model has none; running on the CPU" : "");
-    return fake_layers_open(ctx, owns, n_ctx, out);
+    return fake_layers_open_seqs(ctx, owns, n_ctx, n_seq, out);
 }
 
 static void backend_close(void *ctx, ring_layers *l)
@@ -214,7 +231,7 @@ ring *fake_head_connect(const fake_model *fm, const ring_opts *o, ring_layers *l
         return NULL;
     bool *owns = calloc((size_t)fm->rm.n_layer, sizeof *owns);
     plan_owned_layers(ring_get_plan(r), 0, owns);
-    fake_layers_open(fm, owns, o->n_ctx, layers);
+    fake_layers_open_seqs(fm, owns, o->n_ctx, o->n_seq > 1 ? o->n_seq : 1, layers);
     free(owns);
     return r;
 }

@@ -28,8 +28,10 @@ typedef struct fake_model {
 int fake_model_create(fake_model *fm, int n_layer, int n_embd, size_t layer_bytes, int id_seed);
 void fake_model_destroy(fake_model *fm);
 
-/* Layers with a cache for the owned ones (owns NULL: all). */
+/* Layers with a cache for the owned ones (owns NULL: all), for one sequence or n_seq. */
 int fake_layers_open(const fake_model *fm, const bool *owns, int n_ctx, ring_layers *out);
+int fake_layers_open_seqs(const fake_model *fm, const bool *owns, int n_ctx, int n_seq,
+                          ring_layers *out);
 void fake_layers_close(ring_layers *l);
 
 /* Fill fm->backend: layers opened with fake_layers_open for each session. */
