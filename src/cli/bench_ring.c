@@ -1,5 +1,6 @@
 /* prima bench ring — time per output token of a pipelined ring on this machine against one
- * device, and where each device's time and page faults go. */
+ * device, and where each device's time and page faults go; with --seqs, the aggregate
+ * throughput of several sequences decoding at once, batched and pipelined. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +41,24 @@ static const char usage_text[] =
     "interquartile spread. For the prefetch experiments, --cgroup puts the workers in a\n"
     "cgroup whose memory limit is smaller than their layers.\n"
     "\n"
+    "With --seqs S,... the ring decodes S sequences at once instead (one KV region each on\n"
+    "every device), every step one token of each, and reports for each S:\n"
+    "  seqs S pipelined   aggregate tokens/s: the step's rows cut into one micro-batch per\n"
+    "                     device, all in flight round the ring at once\n"
+    "  seqs S batched     aggregate tokens/s: the step's rows in one batch\n"
+    "  seqs S speedup     pipelined S / pipelined of the first count (give 1 first) in the\n"
+    "                     same repetition: the median, then the lowest and highest one\n"
+    "  cpu seqs S         CPU ms of every process of the ring per token, pipelined\n"
+    "The counts and the two modes alternate within each repetition (reversed every other\n"
+    "one).\n"
+    "\n"
     "  --devices N             devices in the ring, the head included (default 3)\n"
     "  --decode N              tokens decoded per repetition (default 32)\n"
     "  --reps N                repetitions (default 3)\n"
     "  --single-threads N      threads of the single-device run (default: -t; give N times\n"
     "                          -t for the same total threads as the ring)\n"
     "  --no-single             skip the single-device run\n"
+    "  --seqs S,...            sequences decoding at once (1 to 64 each; e.g. 1,2,4)\n"
     "  --cgroup DIR            cgroup directory the workers join (memory limits, ...)\n"
     "  --worker-model FILE     the workers' copy of the model (default: -m): with a copy,\n"
     "                          devices do not share this machine's page cache, as separate\n"
@@ -57,9 +70,28 @@ struct opts {
     run_opts ro;
     ring_args ra;
     int n_dev, n_decode, reps, single_threads;
+    int seqs[8], n_seqs;       /* --seqs */
     bool no_single, json;
     const char *cgroup, *worker_model;
 };
+
+/* "1,2,4": up to 8 counts of 1 to 64 sequences. 0, or -1 after a one-line error. */
+static int parse_seqs(const char *v, struct opts *o)
+{
+    o->n_seqs = 0;
+    for (const char *p = v;;) {
+        char *end;
+        long s = strtol(p, &end, 10);
+        if (end == p || s < 1 || s > 64 || o->n_seqs == 8 || (*end && *end != ',')) {
+            cli_fail("--seqs %s: give up to 8 counts of 1 to 64 sequences, e.g. 1,2,4", v);
+            return -1;
+        }
+        o->seqs[o->n_seqs++] = (int)s;
+        if (!*end)
+            return 0;
+        p = end + 1;
+    }
+}
 
 static int parse(struct opts *o, int argc, char **argv)
 {
@@ -94,7 +126,7 @@ static int parse(struct opts *o, int argc, char **argv)
         }
         bool known = !strcmp(a, "--devices") || !strcmp(a, "--decode") || !strcmp(a, "--reps") ||
                      !strcmp(a, "--single-threads") || !strcmp(a, "--cgroup") ||
-                     !strcmp(a, "--worker-model");
+                     !strcmp(a, "--worker-model") || !strcmp(a, "--seqs");
         if (!known) {
             cli_fail("bench ring: unknown option '%s' (see prima bench ring --help)", a);
             return 2;
@@ -113,6 +145,8 @@ static int parse(struct opts *o, int argc, char **argv)
             bad = parse_threads_arg(a, v, &o->single_threads);
         else if (!strcmp(a, "--cgroup"))
             o->cgroup = v;
+        else if (!strcmp(a, "--seqs"))
+            bad = parse_seqs(v, o);
         else
             o->worker_model = v;
         if (bad)
@@ -352,6 +386,130 @@ out:
     return rc;
 }
 
+/* One repetition of --seqs: S sequences on the ring, each with a prompt of its own, then
+ * n_decode steps of one token of each. pipelined: session_eval_batch cuts every step into a
+ * micro-batch per device, all in flight at once; else the step goes as one batch. Returns the
+ * aggregate tokens/s of the steps, or < 0 (message printed); *cpu gets the CPU ms per token of
+ * every process of the ring. */
+static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *kc,
+                               const ring_set *rs, int S, bool pipelined, double *cpu)
+{
+    char err[512];
+    const int n_ctx = PROMPT_TOKENS + o->n_decode;
+    ring_opts ro = ring_args_opts(&o->ra);
+    ro.workers = rs->list;
+    ro.verbose = NULL;
+    ro.key = NULL;
+    ro.n_seq = S;
+    ring_head h = {0};
+    session *ss[64] = {NULL};
+    session_mb *mb = NULL;
+    int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx * (size_t)S);
+    const int32_t *at[64];
+    int n[64];
+    double tps = -1;
+    ss[0] = toks ? ring_head_session(&h, &ro, NULL, m, kc, n_ctx,
+                                     S > PROMPT_TOKENS ? S : PROMPT_TOKENS, err, sizeof err)
+                 : NULL;
+    bool ok = ss[0] != NULL;
+    for (int i = 1; ok && i < S; i++)
+        ok = (ss[i] = session_create_peer(ss[0], i, err, sizeof err)) != NULL;
+    if (ok && !pipelined)
+        ok = (mb = session_mb_create(ss[0], err, sizeof err)) != NULL;
+    if (ok) {
+        for (int i = 0; i < S; i++) {
+            for (int t = 0; t < n_ctx; t++)
+                toks[i * n_ctx + t] = (int32_t)((7u * (unsigned)t + 3u + 11u * (unsigned)i) %
+                                                (unsigned)m->hp.n_vocab);
+            at[i] = toks + i * n_ctx;
+            n[i] = PROMPT_TOKENS;
+        }
+        ok = session_eval_batch(ss, at, n, S, err, sizeof err) == 0;
+    }
+    if (ok) {
+        double t0 = probe_now(), c0 = cpu_ms(rs);
+        for (int step = 0; ok && step < o->n_decode; step++) {
+            for (int i = 0; i < S; i++) {
+                at[i] = toks + i * n_ctx + PROMPT_TOKENS + step;
+                n[i] = 1;
+            }
+            ok = pipelined ? session_eval_batch(ss, at, n, S, err, sizeof err) == 0
+                           : session_mb_submit(mb, ss, at, n, S, err, sizeof err) == 0 &&
+                                 session_mb_collect(ss[0], err, sizeof err) == mb;
+        }
+        tps = (double)S * o->n_decode / (probe_now() - t0);
+        *cpu = (cpu_ms(rs) - c0) / ((double)S * o->n_decode);
+    }
+    if (!ok) {
+        cli_fail("bench ring: %d sequences: %s", S, toks ? err : "out of memory");
+        tps = -1;
+    }
+    ring_head_close(&h);
+    session_mb_free(mb);
+    for (int i = S - 1; i >= 0; i--)
+        session_free(ss[i]);
+    free(toks);
+    return tps;
+}
+
+/* --seqs: each count, pipelined and batched, alternating within each repetition. */
+static int measure_seqs(const struct opts *o, const model *m, const ring_set *rs)
+{
+    const int n = o->n_seqs, R = o->reps;
+    double *v = calloc(4 * (size_t)n * (size_t)R, sizeof *v), spread;
+    kern_ctx *kc = kern_ctx_create(o->ro.n_threads);
+    int rc = 1;
+    if (!v || !kc) {
+        cli_fail("bench ring: out of memory or threads");
+        goto out;
+    }
+    double *pipe = v, *batch = v + n * R, *cpu = v + 2 * n * R, *tmp = v + 3 * n * R, ignored;
+    /* untimed: the workers' first session pays for their start */
+    if (decode_seqs_once(o, m, kc, rs, o->seqs[0], true, &ignored) < 0)
+        goto out;
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < n; j++) {
+            int k = r % 2 ? n - 1 - j : j;
+            for (int half = 0; half < 2; half++) {
+                bool pipelined = (half == 0) == ((r + j) % 2 == 0);
+                double t = decode_seqs_once(o, m, kc, rs, o->seqs[k], pipelined,
+                                            pipelined ? &cpu[k * R + r] : &ignored);
+                if (t < 0)
+                    goto out;
+                (pipelined ? pipe : batch)[k * R + r] = t;
+            }
+        }
+    char what[64], op[64];
+    snprintf(what, sizeof what, "%d devices", o->n_dev);
+    for (int k = 0; k < n; k++) {
+        const int S = o->seqs[k];
+        for (int r = 0; r < R; r++)   /* before the medians sort the figures */
+            tmp[r] = pipe[k * R + r] / pipe[r];
+        snprintf(op, sizeof op, "seqs %d pipelined", S);
+        report(o, op, what, o->ro.n_threads, bench_median_spread(pipe + k * R, R, &spread),
+               "tok/s", spread);
+        snprintf(op, sizeof op, "seqs %d batched", S);
+        report(o, op, what, o->ro.n_threads, bench_median_spread(batch + k * R, R, &spread),
+               "tok/s", spread);
+        snprintf(op, sizeof op, "cpu seqs %d", S);
+        report(o, op, what, o->ro.n_threads, bench_median_spread(cpu + k * R, R, &spread),
+               "ms/tok", spread);
+        if (k == 0)
+            continue;
+        snprintf(op, sizeof op, "seqs %d speedup", S);
+        report(o, op, what, o->ro.n_threads, bench_median_spread(tmp, R, &spread), "x", -1);
+        snprintf(op, sizeof op, "seqs %d speedup lowest", S);
+        report(o, op, what, o->ro.n_threads, tmp[0], "x", -1);
+        snprintf(op, sizeof op, "seqs %d speedup highest", S);
+        report(o, op, what, o->ro.n_threads, tmp[R - 1], "x", -1);
+    }
+    rc = 0;
+out:
+    kern_ctx_free(kc);
+    free(v);
+    return rc;
+}
+
 static int run(int argc, char **argv)
 {
     struct opts o;
@@ -385,6 +543,8 @@ static int run(int argc, char **argv)
     model *m = model_load(o.ro.model, err, sizeof err);
     if (!m)
         rc = cli_fail("%s", err);
+    else if (o.n_seqs)
+        rc = measure_seqs(&o, m, &plain);
     else
         rc = measure(&o, m, &plain, keyed ? &keyed_ring : NULL);
     model_free(m);
