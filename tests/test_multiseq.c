@@ -8,6 +8,7 @@
 
 #include "model/session.h"
 #include "support/fidelity.h"
+#include "support/greedy.h"
 #include "test.h"
 
 #define N_SEQ 3
@@ -25,18 +26,10 @@ static const int prompt_len[N_SEQ] = {12, 3, 8};
 static float *solo(const model *m, kern_ctx *kc, int i, int n_batch)
 {
     char err[256];
-    const size_t nv = (size_t)m->hp.n_vocab;
     session *s = session_create(m, kc, N_CTX, n_batch, err, sizeof err);
     REQUIRE(s, "%s", err);
-    float *out = malloc(sizeof(float) * nv * (STEPS + 1));
-    REQUIRE(out, "out of memory");
-    REQUIRE(session_eval(s, prompts[i], prompt_len[i], NULL, err, sizeof err) == 0, "%s", err);
-    memcpy(out, s->logits, sizeof(float) * nv);
-    for (int g = 0; g < STEPS; g++) {
-        int32_t t = fid_argmax(s->logits, (int)nv);
-        REQUIRE(session_eval(s, &t, 1, NULL, err, sizeof err) == 0, "%s", err);
-        memcpy(out + nv * (size_t)(g + 1), s->logits, sizeof(float) * nv);
-    }
+    float *out = greedy_logits(s, prompts[i], prompt_len[i], STEPS, err, sizeof err);
+    REQUIRE(out, "sequence %d alone: %s", i, err);
     session_free(s);
     return out;
 }

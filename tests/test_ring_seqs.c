@@ -11,6 +11,7 @@
 #include "cluster/ring_engine.h"
 #include "support/fake_ring.h"
 #include "support/fidelity.h"
+#include "support/greedy.h"
 #include "test.h"
 
 enum { N_SEQ = 4, N_CTX = 64, N_BATCH = 5, STEPS = 6 };
@@ -32,18 +33,11 @@ static fake_worker workers[2];
 static float *solo(int i)
 {
     char err[256];
-    const size_t nv = (size_t)m->hp.n_vocab;
     kern_ctx *kc = kern_ctx_create(1);
     session *s = session_create(m, kc, N_CTX, N_BATCH, err, sizeof err);
     REQUIRE(s, "%s", err);
-    float *out = malloc(sizeof(float) * nv * (STEPS + 1));
-    REQUIRE(session_eval(s, prompts[i], prompt_len[i], NULL, err, sizeof err) == 0, "%s", err);
-    memcpy(out, s->logits, sizeof(float) * nv);
-    for (int g = 0; g < STEPS; g++) {
-        int32_t t = fid_argmax(s->logits, (int)nv);
-        REQUIRE(session_eval(s, &t, 1, NULL, err, sizeof err) == 0, "%s", err);
-        memcpy(out + nv * (size_t)(g + 1), s->logits, sizeof(float) * nv);
-    }
+    float *out = greedy_logits(s, prompts[i], prompt_len[i], STEPS, err, sizeof err);
+    REQUIRE(out, "sequence %d alone: %s", i, err);
     session_free(s);
     kern_ctx_free(kc);
     return out;
