@@ -456,14 +456,14 @@ static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *k
 static int measure_seqs(const struct opts *o, const model *m, const ring_set *rs)
 {
     const int n = o->n_seqs, R = o->reps;
-    double *v = calloc(4 * (size_t)n * (size_t)R, sizeof *v), spread;
+    double *v = calloc(5 * (size_t)n * (size_t)R, sizeof *v), spread;
     kern_ctx *kc = kern_ctx_create(o->ro.n_threads);
     int rc = 1;
     if (!v || !kc) {
         cli_fail("bench ring: out of memory or threads");
         goto out;
     }
-    double *pipe = v, *batch = v + n * R, *cpu = v + 2 * n * R, *tmp = v + 3 * n * R, ignored;
+    double *pipe = v, *batch = v + n * R, *cpu = v + 2 * n * R, *ratio = v + 3 * n * R, ignored;
     /* untimed: the workers' first session pays for their start */
     if (decode_seqs_once(o, m, kc, rs, o->seqs[0], true, &ignored) < 0)
         goto out;
@@ -479,25 +479,27 @@ static int measure_seqs(const struct opts *o, const model *m, const ring_set *rs
                 (pipelined ? pipe : batch)[k * R + r] = t;
             }
         }
+    /* pair by pair, before the medians sort the figures */
+    for (int k = 0; k < n * R; k++)
+        ratio[k] = pipe[k] / pipe[k % R];
     char what[64], op[64];
     snprintf(what, sizeof what, "%d devices", o->n_dev);
     for (int k = 0; k < n; k++) {
         const int S = o->seqs[k];
-        for (int r = 0; r < R; r++)   /* before the medians sort the figures */
-            tmp[r] = pipe[k * R + r] / pipe[r];
-        snprintf(op, sizeof op, "seqs %d pipelined", S);
-        report(o, op, what, o->ro.n_threads, bench_median_spread(pipe + k * R, R, &spread),
-               "tok/s", spread);
-        snprintf(op, sizeof op, "seqs %d batched", S);
-        report(o, op, what, o->ro.n_threads, bench_median_spread(batch + k * R, R, &spread),
-               "tok/s", spread);
-        snprintf(op, sizeof op, "cpu seqs %d", S);
-        report(o, op, what, o->ro.n_threads, bench_median_spread(cpu + k * R, R, &spread),
-               "ms/tok", spread);
+        double *tmp = ratio + k * R;
+        double *figures[3] = {pipe + k * R, batch + k * R, cpu + k * R};
+        static const char *const names[3] = {"seqs %d pipelined", "seqs %d batched",
+                                             "cpu seqs %d"};
+        for (int f = 0; f < 3; f++) {
+            double med = bench_median_spread(figures[f], R, &spread);
+            snprintf(op, sizeof op, names[f], S);
+            report(o, op, what, o->ro.n_threads, med, f == 2 ? "ms/tok" : "tok/s", spread);
+        }
         if (k == 0)
             continue;
+        double med = bench_median_spread(tmp, R, &spread);
         snprintf(op, sizeof op, "seqs %d speedup", S);
-        report(o, op, what, o->ro.n_threads, bench_median_spread(tmp, R, &spread), "x", -1);
+        report(o, op, what, o->ro.n_threads, med, "x", -1);
         snprintf(op, sizeof op, "seqs %d speedup lowest", S);
         report(o, op, what, o->ro.n_threads, tmp[0], "x", -1);
         snprintf(op, sizeof op, "seqs %d speedup highest", S);
