@@ -228,6 +228,9 @@ void session_truncate(session *s, int n_past)
 
 /* ---- several sequences in one batch ---- */
 
+/* session_eval_batch pipelines a step only with at least this many rows per device. */
+#define PIPE_MIN_ROWS 4
+
 struct session_mb {
     session *owner;
     float *hidden;             /* n_batch x n_embd */
@@ -476,11 +479,15 @@ int session_eval_batch(session *const *ss, const int32_t *const *tokens, const i
         rows += n[i];
     }
     /* As many micro-batches as the ring keeps in flight, of even sizes (so that each device's
-     * share of the step takes about as long), none over n_batch. */
+     * share of the step takes about as long), none over n_batch — when the step is big enough:
+     * a few rows cost a device about what one row costs (its weights are read once either
+     * way), so cutting a step of fewer than PIPE_MIN_ROWS rows per device would only add
+     * stages to wait for. (A scheduler that keeps several micro-batches in flight across steps
+     * uses session_mb_submit.) */
     int depth = session_max_in_flight(o);
     int n_mb = (rows + o->n_batch - 1) / o->n_batch;
-    if (n_mb < depth)
-        n_mb = depth < rows ? depth : rows;
+    if (n_mb < depth && rows >= PIPE_MIN_ROWS * depth)
+        n_mb = depth;
     if (batch_mbs(o, depth, err, errlen))
         return -1;
     int part = 0, from = 0, rc = 0;

@@ -97,7 +97,8 @@ void session_truncate(session *s, int n_past);
 /* Sessions of one engine, each at most once: ss[i] gets tokens[i][0..n[i]) appended (n[i] >= 1,
  * any length: long parts go in several batches), and then ss[i]->logits holds the logits after
  * its last token. The rows are cut into micro-batches of at most n_batch rows, pipelined round
- * the ring (up to session_max_in_flight at once). Returns 0, or -1 with a message: checked as
+ * the ring (up to session_max_in_flight at once; a step of fewer than 4 rows per device goes
+ * as one batch, since cutting it would only add stages). Returns 0, or -1 with a message: checked as
  * session_eval before anything is evaluated (token ids, room in each context, sessions); after
  * a failure of the layers the histories hold the tokens of the batches sent (truncate them). */
 int session_eval_batch(session *const *ss, const int32_t *const *tokens, const int *n,
