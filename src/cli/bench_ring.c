@@ -43,8 +43,9 @@ static const char usage_text[] =
     "\n"
     "With --seqs S,... the ring decodes S sequences at once instead (one KV region each on\n"
     "every device), every step one token of each, and reports for each S:\n"
-    "  seqs S pipelined   aggregate tokens/s: the step's rows cut into one micro-batch per\n"
-    "                     device, all in flight round the ring at once\n"
+    "  seqs S pipelined   aggregate tokens/s: the sequences in one group per device (at\n"
+    "                     most S), every group in flight; a group's next step goes as soon\n"
+    "                     as its last one is back, while the others are still in the ring\n"
     "  seqs S batched     aggregate tokens/s: the step's rows in one batch\n"
     "  seqs S speedup     pipelined S / pipelined of the first count (give 1 first) in the\n"
     "                     same repetition: the median, then the lowest and highest one\n"
@@ -386,11 +387,76 @@ out:
     return rc;
 }
 
+/* The decode steps of --seqs, batched: every step all S sequences in one batch through
+ * micro-batch mb[0]. 0, or -1 with err. */
+static int steps_batched(session **ss, int S, session_mb **mb, const int32_t *toks, int stride,
+                         int n_decode, char *err, size_t errlen)
+{
+    const int32_t *at[64];
+    int n[64];
+    for (int step = 0; step < n_decode; step++) {
+        for (int i = 0; i < S; i++) {
+            at[i] = toks + i * stride + PROMPT_TOKENS + step;
+            n[i] = 1;
+        }
+        if (session_mb_submit(mb[0], ss, at, n, S, err, errlen) ||
+            session_mb_collect(ss[0], err, errlen) != mb[0])
+            return -1;
+    }
+    return 0;
+}
+
+/* Step `step` of group g (sequences g, g + G, ...) into mb. 0, or -1 with err. */
+static int submit_group(session **ss, int S, int G, int g, session_mb *mb, const int32_t *toks,
+                        int stride, int step, char *err, size_t errlen)
+{
+    session *gs[64];
+    const int32_t *at[64];
+    int n[64], c = 0;
+    for (int i = g; i < S; i += G) {
+        gs[c] = ss[i];
+        at[c] = toks + i * stride + PROMPT_TOKENS + step;
+        n[c++] = 1;
+    }
+    return session_mb_submit(mb, gs, at, n, c, err, errlen);
+}
+
+/* Pipelined: the sequences in G groups, one micro-batch each, all in flight; as soon as a
+ * group's step comes back its next one goes, while the other groups are still in the ring, as
+ * a server's scheduler keeps the ring full. 0, or -1 with err. */
+static int steps_pipelined(session **ss, int S, int G, session_mb **mb, const int32_t *toks,
+                           int stride, int n_decode, char *err, size_t errlen)
+{
+    int done[64] = {0}, fifo[64], first = 0, count = 0;   /* groups in flight, oldest first */
+    for (int g = 0; g < G; g++) {
+        if (submit_group(ss, S, G, g, mb[g], toks, stride, 0, err, errlen))
+            return -1;
+        fifo[count++] = g;
+    }
+    while (count) {
+        int g = fifo[first];
+        first = (first + 1) % 64;
+        count--;
+        session_mb *back = session_mb_collect(ss[0], err, errlen);
+        if (!back)
+            return -1;
+        if (back != mb[g]) {
+            snprintf(err, errlen, "group %d's micro-batch came back out of order", g);
+            return -1;
+        }
+        if (++done[g] == n_decode)
+            continue;
+        if (submit_group(ss, S, G, g, mb[g], toks, stride, done[g], err, errlen))
+            return -1;
+        fifo[(first + count++) % 64] = g;
+    }
+    return 0;
+}
+
 /* One repetition of --seqs: S sequences on the ring, each with a prompt of its own, then
- * n_decode steps of one token of each. pipelined: session_eval_batch cuts every step into a
- * micro-batch per device, all in flight at once; else the step goes as one batch. Returns the
- * aggregate tokens/s of the steps, or < 0 (message printed); *cpu gets the CPU ms per token of
- * every process of the ring. */
+ * n_decode steps of one token of each, batched or pipelined. Returns the aggregate tokens/s of
+ * the steps, or < 0 (message printed); *cpu gets the CPU ms per token of every process of the
+ * ring. */
 static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *kc,
                                const ring_set *rs, int S, bool pipelined, double *cpu)
 {
@@ -403,10 +469,10 @@ static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *k
     ro.n_seq = S;
     ring_head h = {0};
     session *ss[64] = {NULL};
-    session_mb *mb = NULL;
+    session_mb *mb[PRIMA_MAX_DEVICES] = {NULL};
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx * (size_t)S);
     const int32_t *at[64];
-    int n[64];
+    int n[64], G = 0;
     double tps = -1;
     ss[0] = toks ? ring_head_session(&h, &ro, NULL, m, kc, n_ctx,
                                      S > PROMPT_TOKENS ? S : PROMPT_TOKENS, err, sizeof err)
@@ -414,8 +480,12 @@ static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *k
     bool ok = ss[0] != NULL;
     for (int i = 1; ok && i < S; i++)
         ok = (ss[i] = session_create_peer(ss[0], i, err, sizeof err)) != NULL;
-    if (ok && !pipelined)
-        ok = (mb = session_mb_create(ss[0], err, sizeof err)) != NULL;
+    if (ok) {
+        int depth = session_max_in_flight(ss[0]);
+        G = pipelined ? (S < depth ? S : depth) : 1;
+    }
+    for (int g = 0; ok && g < G; g++)
+        ok = (mb[g] = session_mb_create(ss[0], err, sizeof err)) != NULL;
     if (ok) {
         for (int i = 0; i < S; i++) {
             for (int t = 0; t < n_ctx; t++)
@@ -428,15 +498,8 @@ static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *k
     }
     if (ok) {
         double t0 = probe_now(), c0 = cpu_ms(rs);
-        for (int step = 0; ok && step < o->n_decode; step++) {
-            for (int i = 0; i < S; i++) {
-                at[i] = toks + i * n_ctx + PROMPT_TOKENS + step;
-                n[i] = 1;
-            }
-            ok = pipelined ? session_eval_batch(ss, at, n, S, err, sizeof err) == 0
-                           : session_mb_submit(mb, ss, at, n, S, err, sizeof err) == 0 &&
-                                 session_mb_collect(ss[0], err, sizeof err) == mb;
-        }
+        ok = (pipelined ? steps_pipelined(ss, S, G, mb, toks, n_ctx, o->n_decode, err, sizeof err)
+                        : steps_batched(ss, S, mb, toks, n_ctx, o->n_decode, err, sizeof err)) == 0;
         tps = (double)S * o->n_decode / (probe_now() - t0);
         *cpu = (cpu_ms(rs) - c0) / ((double)S * o->n_decode);
     }
@@ -445,7 +508,8 @@ static double decode_seqs_once(const struct opts *o, const model *m, kern_ctx *k
         tps = -1;
     }
     ring_head_close(&h);
-    session_mb_free(mb);
+    for (int g = 0; g < G; g++)
+        session_mb_free(mb[g]);
     for (int i = S - 1; i >= 0; i--)
         session_free(ss[i]);
     free(toks);
