@@ -108,6 +108,19 @@ static void batched(const char *name, const model *m, kern_ctx *kc, float *const
     }
     CHECK(session_mb_collect(ss[0], err, sizeof err) == NULL && strstr(err, "no micro-batch"),
           "collect with nothing in flight: %s", err);
+    /* a micro-batch freed before it is collected (as after a failure) leaves nothing behind */
+    session_truncate(ss[2], prompt_len[2]);
+    int32_t t2 = fid_argmax(ref[2], (int)nv);
+    const int32_t *tp2 = &t2;
+    int one = 1;
+    REQUIRE(session_mb_submit(mb[2], &ss[2], &tp2, &one, 1, err, sizeof err) == 0, "%s", err);
+    CHECK(ss[2]->in_flight && session_in_flight(ss[0]) == 1, "in flight before the free");
+    session_mb_free(mb[2]);
+    mb[2] = NULL;
+    CHECK(!ss[2]->in_flight && session_in_flight(ss[0]) == 0, "freed micro-batch still counted");
+    CHECK(session_mb_submit(mb[0], &ss[1], &tp2, &one, 1, err, sizeof err) == 0 &&
+              session_mb_collect(ss[0], err, sizeof err) == mb[0],
+          "a micro-batch after one was freed: %s", err);
     for (int i = 0; i < N_SEQ; i++)
         session_mb_free(mb[i]);
 

@@ -273,6 +273,22 @@ void session_mb_free(session_mb *mb)
 {
     if (!mb)
         return;
+    if (mb->in_flight) {   /* after a failure of the layers: forget it was sent */
+        session *o = mb->owner;
+        session_mb **link = &o->fly_first, *prev = NULL;
+        while (*link && *link != mb) {
+            prev = *link;
+            link = &(*link)->next;
+        }
+        if (*link) {
+            *link = mb->next;
+            if (o->fly_last == mb)
+                o->fly_last = prev;
+            o->n_fly--;
+        }
+        for (int i = 0; i < mb->n_members; i++)
+            mb->members[i]->in_flight = false;
+    }
     free(mb->hidden);
     free(mb->pos);
     free(mb->seq);

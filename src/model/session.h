@@ -108,6 +108,9 @@ int session_eval_batch(session *const *ss, const int32_t *const *tokens, const i
  * micro-batch's tokens are sampled, the others are still in the ring. A micro-batch holds the
  * buffers of one batch in flight; create up to session_max_in_flight of them per owner. */
 session_mb *session_mb_create(session *owner, char *err, size_t errlen);
+/* Free a micro-batch collected, never sent, or lost with a failure of the layers (the ring's
+ * failure ends everything in flight); not one still on its way round a working ring (collect
+ * it first), and before its owner and the sessions in it. */
 void session_mb_free(session_mb *mb);
 /* Send ss[i]'s tokens[i][0..n[i]) (sum of n at most n_batch; sessions of mb's owner, none of
  * them in flight) on their way: the histories grow at once, the logits come with collect.
