@@ -62,11 +62,7 @@ static void batched(const char *name, const model *m, kern_ctx *kc, float *const
               name, n_batch, i);
     int32_t next[N_SEQ];
     for (int g = 0; g < STEPS; g++) {
-        for (int i = 0; i < N_SEQ; i++) {
-            next[i] = fid_argmax(ss[i]->logits, (int)nv);
-            tok[i] = &next[i];
-            n[i] = 1;
-        }
+        greedy_step(ss, N_SEQ, next, tok, n);
         /* the step in reverse order of sequences: the order of rows does not matter */
         session *rev[N_SEQ] = {ss[2], ss[1], ss[0]};
         const int32_t *rtok[N_SEQ] = {tok[2], tok[1], tok[0]};

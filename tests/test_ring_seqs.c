@@ -81,11 +81,7 @@ static void check_ring(const char *name, float *const *ref)
         CHECK(same(ss[i]->logits, ref[i]), "%s: sequence %d's prompt over the ring", name, i);
     int32_t next[N_SEQ];
     for (int g = 0; g < STEPS; g++) {
-        for (int i = 0; i < N_SEQ; i++) {
-            next[i] = fid_argmax(ss[i]->logits, (int)nv);
-            tok[i] = &next[i];
-            n[i] = 1;
-        }
+        greedy_step(ss, N_SEQ, next, tok, n);
         REQUIRE(session_eval_batch(ss, tok, n, N_SEQ, err, sizeof err) == 0, "%s: %s", name,
                 err);
         for (int i = 0; i < N_SEQ; i++)

@@ -28,3 +28,12 @@ fail:
     free(out);
     return NULL;
 }
+
+void greedy_step(session *const *ss, int count, int32_t *next, const int32_t **tok, int *n)
+{
+    for (int i = 0; i < count; i++) {
+        next[i] = fid_argmax(ss[i]->logits, ss[i]->m->hp.n_vocab);
+        tok[i] = &next[i];
+        n[i] = 1;
+    }
+}
