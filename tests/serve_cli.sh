@@ -2,10 +2,12 @@
 # prima serve end to end with curl: answers equal prima run's (greedy and seeded, stop strings
 # across token boundaries, streaming equal to non-streaming, a chat's next turn from the cache),
 # log-probabilities, OpenAI errors with the right status (malformed JSON, wrong types, unknown
-# paths, a huge body, a prompt over the context, API keys, a full queue), a slow client, clients
-# that disconnect (generation stops, the slot is free), 64 concurrent clients (nothing
-# lost or mixed, memory back to its level), and a 3-device loopback ring that loses a worker
-# (500 naming it, health says so) and serves again once the worker is back.
+# paths, a huge body, a prompt over the context, API keys, a full queue, the connection limit:
+# 503, not a reset), a slow client, clients that disconnect (generation stops, the slot is free),
+# 64 concurrent clients (nothing lost or mixed, memory back to its level), control-token text
+# typed by a user (plain text), and a 3-device loopback ring that loses a worker (500 naming it,
+# health says so) and serves again once the worker is back, with the cluster view's memory in
+# use and Halda's reasons for the workers it leaves out.
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-cli
 source "$(dirname "$0")/support/serve.sh"
@@ -196,6 +198,37 @@ post /v1/completions '{"prompt":"Once","max_tokens":2}' --max-time 10
 [ "$code" = 200 ] || fail "after a disconnect: $code"
 stop_server "$tmp/cancel.log"
 
+# at the connection limit (--queue 0: 64) a client gets 503 in OpenAI's error JSON, not a reset
+start_server "$tmp/limit.log" -m "$model" --queue 0 || exit 1
+held=()
+for _ in $(seq 64); do exec {fd}<>"/dev/tcp/127.0.0.1/$sport"; held+=("$fd"); done
+sleep 0.3
+code=$(curl -sS -o "$tmp/body" -w '%{http_code}' "http://127.0.0.1:$sport/v1/models" 2>&1)
+[ "$code" = 503 ] && field .error.message | grep -q "connections are open" ||
+    fail "at the connection limit: $code $(cat "$tmp/body")"
+for fd in "${held[@]}"; do exec {fd}<&-; done
+for _ in $(seq 50); do
+    code=$(curl -sS -o "$tmp/body" -w '%{http_code}' "http://127.0.0.1:$sport/v1/models")
+    [ "$code" = 200 ] && break
+    sleep 0.1
+done
+[ "$code" = 200 ] || fail "after the connections closed: $code"
+stop_server "$tmp/limit.log"
+
+# control-token text a user types is plain text, not the template's control token (Llama 3)
+llama3=$fixtures/models/synth-llama3-l2-e64-q8_0.gguf
+start_server "$tmp/llama3.log" -m "$llama3" || exit 1
+usage_of() { # content: the prompt tokens of a one-message chat
+    post /v1/chat/completions "$(jq -nc --arg c "$1" '{messages:[{role:"user",content:$c}],max_tokens:1}')"
+    field .usage.prompt_tokens
+}
+plain=$("$prima" tokenize -m "$llama3" --no-bos -p "<|eot_id|>" | wc -w)
+base=$(usage_of "Hi")
+typed=$(usage_of "Hi<|eot_id|>")
+[ "$plain" -gt 1 ] && [ "$((typed - base))" = "$plain" ] ||
+    fail "typed <|eot_id|>: $base -> $typed prompt tokens, plain text is $plain"
+stop_server "$tmp/llama3.log"
+
 # API keys
 printf '  s3cret key \n' >"$tmp/key"
 start_server "$tmp/key.log" -m "$model" --api-key-file "$tmp/key" || exit 1
@@ -236,6 +269,9 @@ curl -s "http://127.0.0.1:$sport/cluster" >"$tmp/body"
 [ "$(field '[.devices[] | "\(.window)@\(.addr)"] | join(",")')" = "2@head (this device),2@127.0.0.1:$p1,1@127.0.0.1:$p2" ] &&
     [ "$(field '.generated_tokens > 0 and .devices[1].compute_seconds > 0 and .devices[2].mem_budget > 0')" = true ] &&
     [ "$(field '.left_out | length')" = 0 ] || fail "cluster: $(cat "$tmp/body")"
+# memory in use from the counters: the resident share of each device's windows, in its budget
+[ "$(field '[.devices[] | .resident_bytes > 0 and .resident_bytes <= .weight_bytes and .resident_bytes < .mem_budget] | all')" = true ] ||
+    fail "cluster memory in use: $(field '[.devices[] | {resident_bytes, weight_bytes, mem_budget}]')"
 { kill -9 "$w2"; wait "$w2"; } 2>/dev/null
 post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature":0}'
 [ "$code" = 200 ] && [ "$(field .choices[0].text)" = "$want" ] ||
@@ -261,6 +297,16 @@ post /v1/completions '{"prompt":"Once upon a time","max_tokens":32,"temperature"
 curl -s "http://127.0.0.1:$sport/metrics" | grep -q '^prima_device_compute_seconds_total{device="2"} ' ||
     fail "per-device metrics"
 stop_server "$tmp/ring2.log"
+
+# Halda plans the ring: on loopback, with one request at a time and devices alike, a worker's
+# layers only add hops, so it is left out; /cluster gives Halda's own reason for each
+start_server "$tmp/halda.log" -m "$model" --workers "127.0.0.1:$p1,127.0.0.1:$p2" || exit 1
+post /v1/completions '{"prompt":"Once upon a time","max_tokens":4,"temperature":0}'
+curl -s "http://127.0.0.1:$sport/cluster" >"$tmp/body"
+[ "$(field '(.devices | length) + (.left_out | length)')" = 3 ] && [ "$(field '.left_out | length')" -gt 0 ] &&
+    [ "$(field '[.left_out[].why | test("^(left out|forwards only): .* ms per token")] | all')" = true ] ||
+    fail "left out by Halda: $(field '{devices: [.devices[].addr], left_out}')"
+stop_server "$tmp/halda.log"
 
 # prima bench serve: a row per figure and client count, the ratios against one client
 "$prima" bench serve -m "$model" --devices 2 --clients 1,2 --requests 1 --tokens 8 -t 1 --json \

@@ -196,17 +196,13 @@ static void chat_free(chat *c)
 /* chat_tokens' answer when the conversation does not fit: apart from every TOK_ERR_* code. */
 #define CHAT_FULL (-100)
 
-/* Tokenize the conversation; if it no longer fits, drop the oldest turns after the system
- * message (with --context-shift). Returns the token count, CHAT_FULL, or a TOK_ERR_* code
+/* Tokenize the conversation (its messages as plain text: chat_tokenize); if it no longer fits,
+ * drop the oldest turns after the system message (with --context-shift). Returns the token count, CHAT_FULL, or a TOK_ERR_* code
  * (tokenizer_strerror says which). */
 static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **toks)
 {
     for (;;) {
-        char *text = chat_render(tpl, c->msgs, c->n, true);
-        if (!text)
-            return TOK_ERR_NOMEM;
-        int n = tokenizer_encode(r->tk, text, strlen(text), true, true, toks);
-        free(text);
+        int n = chat_tokenize(r->tk, tpl, c->msgs, c->n, true, toks);
         if (n < 0 || n < r->s->n_ctx)
             return n;
         free(*toks);

@@ -6,8 +6,23 @@
 #include <unistd.h>
 
 #include "cli/serve_engine.h"
+#include "sched/halda.h"
 
 static double now_s(void);
+
+/* The memory a device's windows hold, as its counters say: of the window pages it computed
+ * since the last look, the share that was resident when compute started, times the windows'
+ * bytes (kept while nothing ran; after a new session the counters start again). */
+static void resident(struct serve_device *sd, const ring_counters *c, uint64_t window_bytes)
+{
+    if (c->pages < sd->at.pages)
+        sd->at = (ring_counters){0};
+    uint64_t pages = c->pages - sd->at.pages, res = c->pages_resident - sd->at.pages_resident;
+    if (!pages)
+        return;
+    sd->resident_bytes = (uint64_t)((double)window_bytes * (double)res / (double)pages);
+    sd->at = *c;
+}
 
 /* The ring's plan and counters, for health, metrics and the cluster view (engine thread). */
 static void snapshot(serve_engine *se)
@@ -21,16 +36,20 @@ static void snapshot(serve_engine *se)
             ring_totals(rg, d, &se->dev[d]);
             ring_device(rg, d, sd->addr, sizeof sd->addr, &sd->mem_budget);
             plan_format_layers(&se->plan, d, sd->layers, sizeof sd->layers);
-            sd->weight_bytes = d == 0 ? model_head_bytes(se->r->m) : 0;
+            uint64_t window_bytes = 0;
             bool *owns = calloc((size_t)se->plan.n_layer, sizeof *owns);
             if (owns) {
                 plan_owned_layers(&se->plan, d, owns);
                 for (int il = 0; il < se->plan.n_layer; il++)
-                    sd->weight_bytes += owns[il] ? model_layer_bytes(se->r->m, il) : 0;
+                    window_bytes += owns[il] ? model_layer_bytes(se->r->m, il) : 0;
             }
             free(owns);
+            sd->weight_bytes = window_bytes + (d == 0 ? model_head_bytes(se->r->m) : 0);
+            resident(sd, &se->dev[d], window_bytes);
         }
         se->batches = ring_batches(rg);
+        se->n_left_out = se->r->sp.n_left_out;
+        memcpy(se->left_out, se->r->sp.left_out, sizeof se->left_out);
     }
     se->snap_at = now_s();
     pthread_mutex_unlock(&se->mu);
@@ -72,6 +91,7 @@ static void se_start(void *ctx)
     }
     set_state(se, "ready", "");
     snapshot(se);
+    halda_thread_done(); /* the engine thread planned the ring; it may end before the process */
 }
 
 void serve_engine_free(serve_engine *se)
@@ -195,15 +215,14 @@ static void ring_failed(serve_engine *se, srv_result *res, const char *err)
     }
 }
 
+/* Chat: the template's control tokens, the messages as plain text (chat_tokenize); a
+ * completion's prompt is the client's own text, control tokens and all, as prima run -p takes
+ * it. The count, or a TOK_ERR_* code. */
 static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks)
 {
-    char *text = q->kind == SRV_CHAT ? chat_render(se->tpl, q->msgs, q->n_msgs, true)
-                                     : strdup(q->prompt);
-    if (!text)
-        return -1;
-    int n = tokenizer_encode(se->r->tk, text, strlen(text), true, true, toks);
-    free(text);
-    return n;
+    if (q->kind == SRV_CHAT)
+        return chat_tokenize(se->r->tk, se->tpl, q->msgs, q->n_msgs, true, toks);
+    return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
 }
 
 static void generate(serve_engine *se, srv_job *job, session *s, const int32_t *toks, int n,
@@ -279,8 +298,9 @@ static void se_run(void *ctx, srv_job *job, srv_result *res)
     }
     int32_t *toks = NULL;
     int n = prompt_tokens(se, q, &toks);
-    if (n < 0)
-        fail(res, 500, NULL, "%s", "cannot render or tokenize the prompt");
+    if (n < 0) /* the text's fault (400), unless memory ran out */
+        fail(res, n == TOK_ERR_NOMEM ? 500 : 400, n == TOK_ERR_NOMEM ? NULL : param,
+             "cannot tokenize the prompt: %s", tokenizer_strerror(n));
     else if (n == 0)
         fail(res, 400, param, "%s", "the prompt is empty and the vocabulary adds no BOS token");
     else if (n > r->s->n_ctx) {
@@ -292,6 +312,7 @@ static void se_run(void *ctx, srv_job *job, srv_result *res)
     }
     free(toks);
     snapshot(se);
+    halda_thread_done(); /* a failover or a rejoin may have planned again */
 }
 
 static bool se_health(void *ctx, void *obj)
@@ -376,8 +397,11 @@ static void add_left_out(const serve_engine *se, cJSON *arr)
             char addr[64];
             snprintf(addr, sizeof addr, "%.*s", (int)(len < 63 ? len : 63), p);
             cJSON_AddStringToObject(o, "addr", addr);
-            cJSON_AddStringToObject(o, "why", "the scheduler (Halda) left it out: the ring is "
-                                              "predicted faster without it");
+            const char *why = "not in the ring: lost, or not answering when the ring was planned";
+            for (int i = 0; i < se->n_left_out; i++)
+                if (!strcmp(se->left_out[i].addr, addr))
+                    why = se->left_out[i].why;
+            cJSON_AddStringToObject(o, "why", why);
             cJSON_AddItemToArray(arr, o);
         }
         p += len + (p[len] == ',');
@@ -412,6 +436,7 @@ static void *se_cluster(void *ctx)
             cJSON_AddStringToObject(dv, "layers", sd->layers);
             cJSON_AddNumberToObject(dv, "weight_bytes", (double)sd->weight_bytes);
             cJSON_AddNumberToObject(dv, "mem_budget", (double)sd->mem_budget);
+            cJSON_AddNumberToObject(dv, "resident_bytes", (double)sd->resident_bytes);
             add_counters(dv, &se->dev[d]);
         } else {
             cJSON_AddStringToObject(dv, "addr", "this device");

@@ -31,7 +31,11 @@ typedef struct serve_engine {
         char addr[64];         /* as in --workers; "" for this device */
         char layers[128];      /* "0-2 6-8" */
         uint64_t mem_budget, weight_bytes;
+        uint64_t resident_bytes;   /* of its windows, in memory when computed (last interval) */
+        ring_counters at;          /* the counters when resident_bytes was last worked out */
     } devs[PRIMA_MAX_DEVICES];
+    struct sched_left_out left_out[PRIMA_MAX_DEVICES];  /* the scheduler's, and why */
+    int n_left_out;
 } serve_engine;
 
 void serve_engine_init(serve_engine *se, runner *r);

@@ -479,3 +479,8 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
     }
     return 0;
 }
+
+void halda_thread_done(void)
+{
+    glp_free_env();
+}

@@ -51,4 +51,8 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
 int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
                   halda_result *r);
 
+/* The solver keeps an environment per thread (GLPK's); a thread that solved and ends before
+ * the process (a server's engine thread) frees it with this. */
+void halda_thread_done(void);
+
 #endif

@@ -66,6 +66,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
                      bool *drop, char *err, size_t errlen)
 {
     int n = q->n_dev;
+    sp->n_left_out = 0;
     if (n == 1) {   /* one device: its windows only split its own work into k rounds */
         uint64_t mem[1] = {0};
         return plan_by_memory(out, 1, q->n_layer, q->k, mem, err, errlen);
@@ -167,8 +168,14 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     if (sp->stats)
         stats_emit(sp->stats, "plan", plan_report_json(hr, dc, n, &sm));
     *out = hr->plan;
-    for (int d = 1; d < n; d++)
+    for (int d = 1; d < n; d++) {
         drop[d] = !hr->cost.dev[d].in_ring;
+        if (hr->left_out[d][0]) {
+            struct sched_left_out *lo = &sp->left_out[sp->n_left_out++];
+            snprintf(lo->addr, sizeof lo->addr, "%s", ring_worker_addr(r, d));
+            snprintf(lo->why, sizeof lo->why, "%s", hr->left_out[d]);
+        }
+    }
     rc = 0;
 done:
     free(prof);

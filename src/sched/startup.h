@@ -41,6 +41,11 @@ typedef struct sched_planner {
     double seconds;             /* spent planning: profiling, link probes, solving */
     FILE *stats;                /* the plan as a plan event (cluster/stats.h); NULL: none */
     offload_opts gpu;           /* the head's GPU, profiled when used (init: not used) */
+    struct sched_left_out {     /* the last plan's workers without layers, and why (Halda's */
+        char addr[NET_HOST_MAX + 8];   /* explanation: "left out: ..." or "forwards only: ...") */
+        char why[192];
+    } left_out[PRIMA_MAX_DEVICES];
+    int n_left_out;
 } sched_planner;
 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,

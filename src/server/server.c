@@ -17,6 +17,9 @@
 
 /* How often a waiting connection thread looks whether its client is still there. */
 #define POLL_MS 20
+/* Connections beyond max_connections that libmicrohttpd still accepts, to answer them 503 (it
+ * closes any connection past its own limit unanswered, which clients see as a reset). */
+#define SPARE_CONNECTIONS 32
 
 struct srv {
     srv_config c;
@@ -207,6 +210,8 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, const char 
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (status == 429 || status == 503)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 503) /* overloaded or not ready: free the connection for others */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;
@@ -473,9 +478,23 @@ static bool authorized(const srv *s, struct MHD_Connection *c)
 }
 
 /* The first call of a request: route, authenticate, answer GETs, refuse announced huge bodies. */
+/* Connections open now, this one included (0 if unknown). */
+static unsigned open_connections(const srv *s)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di ? di->num_connections : 0;
+}
+
 static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc,
                                   const char *url, const char *method)
 {
+    unsigned open = open_connections(s);
+    if (open > (unsigned)s->c.max_connections) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "server busy: %u connections are open, the limit is %d; retry "
+                 "later", open, s->c.max_connections);
+        return respond_error(s, c, 503, NULL, msg);
+    }
     bool bad_method;
     cc->route = find_route(url, method, &bad_method);
     if (cc->route == R_NONE) {
@@ -585,7 +604,8 @@ srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errle
                      (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)c->max_connections + SPARE_CONNECTIONS,
                             MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_END);

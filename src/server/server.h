@@ -65,7 +65,7 @@ typedef struct srv_config {
     const char *api_key;         /* NULL: no authentication */
     const char *model_id;        /* the name /v1/models lists */
     int queue_max;               /* requests waiting beyond the one being generated */
-    int max_connections;
+    int max_connections;         /* served at once; a few more are answered 503, then refused */
     size_t max_body;             /* bytes; larger bodies get 413 */
     unsigned timeout_s;          /* a connection idle this long is closed */
     sampler_params defaults;     /* for fields a request does not give */

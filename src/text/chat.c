@@ -2,8 +2,9 @@
  * program) by its distinctive markers, and rendering a conversation in that format.
  *
  * Rendered text never starts with BOS: the tokenizer adds it (add_special) when the vocabulary
- * asks for it, and special-token text in the result is meant to be tokenized with
- * parse_special. */
+ * asks for it. The renderer marks which bytes came from the messages' contents, so that
+ * chat_tokenize turns the template's control-token text into control tokens and leaves a
+ * message's own (a user typing "<|im_end|>") plain text. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,16 +40,34 @@ enum chat_template chat_template_detect(const gguf_file *f, bool *warned)
     return CHAT_CHATML;
 }
 
-/* The text so far; once an append fails, oom stays set and later appends are skipped. */
+/* The text so far and, byte for byte, whether it is a message's content (1) or the
+ * template's (0); once an append fails, oom stays set and later appends are skipped. */
 typedef struct sbuf {
-    strbuf s;
+    strbuf s, content;
     bool oom;
 } sbuf;
 
+static void add_marked(sbuf *b, const char *s, size_t n, bool content)
+{
+    if (b->oom)
+        return;
+    size_t at = b->content.len;
+    if (strbuf_add(&b->s, s, n) || strbuf_add(&b->content, s, n)) {
+        b->oom = true;
+        return;
+    }
+    memset(b->content.p + at, content, n);
+}
+
 static void add_n(sbuf *b, const char *s, size_t n)
 {
-    if (!b->oom && strbuf_add(&b->s, s, n))
-        b->oom = true;
+    add_marked(b, s, n, false);
+}
+
+/* A message's content, as it is. */
+static void add_content(sbuf *b, const char *s)
+{
+    add_marked(b, s, strlen(s), true);
 }
 
 /* Appends the NULL-terminated list of strings. */
@@ -76,7 +95,7 @@ static void add_trimmed(sbuf *b, const char *s)
         s++;
         n--;
     }
-    add_n(b, s, n);
+    add_marked(b, s, n, true);
 }
 
 static bool is_role(const chat_msg *m, const char *role)
@@ -103,8 +122,11 @@ static void add_system(sbuf *b, const chat_msg *msgs, int n, const char *sep)
 /* <|im_start|>role\ncontent<|im_end|>\n */
 static void render_chatml(sbuf *b, const chat_msg *msgs, int n, bool add_assistant)
 {
-    for (int i = 0; i < n; i++)
-        add(b, "<|im_start|>", msgs[i].role, "\n", msgs[i].content, "<|im_end|>\n", NULL);
+    for (int i = 0; i < n; i++) {
+        add(b, "<|im_start|>", msgs[i].role, "\n", NULL);
+        add_content(b, msgs[i].content);
+        add(b, "<|im_end|>\n", NULL);
+    }
     if (add_assistant)
         add(b, "<|im_start|>assistant\n", NULL);
 }
@@ -141,10 +163,15 @@ static void render_llama2(sbuf *b, const chat_msg *msgs, int n)
         if (first) {
             sbuf sys = {0};
             add_system(&sys, msgs, n, "");
-            if (sys.s.len)
-                add(b, "<<SYS>>\n", sys.s.p, "\n<</SYS>>\n\n", NULL);
+            if (sys.s.len) {
+                add(b, "<<SYS>>\n", NULL);
+                for (size_t k = 0; k < sys.s.len; k++)
+                    add_marked(b, sys.s.p + k, 1, sys.content.p[k]);
+                add(b, "\n<</SYS>>\n\n", NULL);
+            }
             b->oom |= sys.oom;
             free(sys.s.p);
+            free(sys.content.p);
         }
         add_trimmed(b, msgs[i].content);
         add(b, " [/INST]", NULL);
@@ -190,14 +217,17 @@ static void render_deepseek_r1(sbuf *b, const chat_msg *msgs, int n, bool add_as
             add_trimmed(b, end_think ? end_think + strlen("</think>") : c);
             add(b, DS_EOS, NULL);
         } else {
-            add(b, DS_USER, msgs[i].content, NULL);
+            add(b, DS_USER, NULL);
+            add_content(b, msgs[i].content);
         }
     }
     if (add_assistant)
         add(b, DS_ASSISTANT, NULL);
 }
 
-char *chat_render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_assistant)
+/* The rendered text, and in *content (when not NULL) its marks. */
+static char *render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_assistant,
+                    char **content)
 {
     sbuf b = {0};
     add_n(&b, "", 0);
@@ -208,9 +238,34 @@ char *chat_render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_
     case CHAT_MISTRAL: render_mistral(&b, msgs, n); break;
     case CHAT_DEEPSEEK_R1: render_deepseek_r1(&b, msgs, n, add_assistant); break;
     }
+    if (b.oom || !content) {
+        free(b.content.p);
+        b.content.p = NULL;
+    }
     if (b.oom) {
         free(b.s.p);
         return NULL;
     }
+    if (content)
+        *content = b.content.p;
     return b.s.p;
+}
+
+char *chat_render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_assistant)
+{
+    return render(tpl, msgs, n, add_assistant, NULL);
+}
+
+int chat_tokenize(const tokenizer *t, enum chat_template tpl, const chat_msg *msgs, int n,
+                  bool add_assistant, int32_t **out)
+{
+    *out = NULL;
+    char *content = NULL;
+    char *text = render(tpl, msgs, n, add_assistant, &content);
+    if (!text)
+        return TOK_ERR_NOMEM;
+    int rc = tokenizer_encode_marked(t, text, strlen(text), true, (const uint8_t *)content, out);
+    free(text);
+    free(content);
+    return rc;
 }

@@ -431,10 +431,11 @@ static int pos_order(const void *pa, const void *pb)
 
 /* Finds the special tokens written in the text. Longer tokens take precedence, each token's
  * occurrences are taken left to right, and a later token only matches text no earlier one
- * took — the order in which the reference splits its fragments. Returns the accepted matches
- * sorted by position (count in *n), or -1 when out of memory. */
+ * took — the order in which the reference splits its fragments. Control tokens match with
+ * parse_special, and only over bytes that plain (NULL: none) does not mark. Returns the accepted
+ * matches sorted by position (count in *n), or -1 when out of memory. */
 static int find_specials(const tokenizer *t, const char *text, size_t len, bool parse_special,
-                         special_match **out, size_t *n)
+                         const uint8_t *plain, special_match **out, size_t *n)
 {
     *out = NULL;
     *n = 0;
@@ -444,12 +445,14 @@ static int find_specials(const tokenizer *t, const char *text, size_t len, bool 
     size_t nm = 0, cap = 0;
     for (size_t p = 0; p < len; p++) {
         int32_t node = 0;
+        bool control = parse_special;   /* control tokens may still match from p */
         for (size_t i = p; i < len; i++) {
             node = trie_child(t, node, (uint8_t)text[i]);
             if (node < 0)
                 break;
+            control &= !(plain && plain[i]);
             int32_t id = t->trie[node].token;
-            if (id < 0 || (!parse_special && t->type[id] != TOK_USER_DEFINED))
+            if (id < 0 || (!control && t->type[id] != TOK_USER_DEFINED))
                 continue;
             if (nm == cap) {
                 cap = cap ? cap * 2 : 16;
@@ -513,8 +516,8 @@ const char *tokenizer_strerror(int rc)
     }
 }
 
-int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
-                     bool parse_special, int32_t **out)
+static int encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+                  bool parse_special, const uint8_t *plain, int32_t **out)
 {
     *out = NULL;
     if (len > TOKENIZER_MAX_INPUT)
@@ -524,7 +527,7 @@ int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_
         tok_vec_push(&v, t->bos);
     special_match *m;
     size_t nm;
-    if (find_specials(t, text, len, parse_special, &m, &nm) < 0) {
+    if (find_specials(t, text, len, parse_special, plain, &m, &nm) < 0) {
         free(v.v);
         return TOK_ERR_NOMEM;
     }
@@ -727,4 +730,16 @@ size_t detok_flush(detok_stream *s, char *out, size_t cap)
         put(&o, replacement, 3);
     s->n_pending = 0;
     return o.n;
+}
+
+int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
+                     bool parse_special, int32_t **out)
+{
+    return encode(t, text, len, add_special, parse_special, NULL, out);
+}
+
+int tokenizer_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_special,
+                            const uint8_t *plain, int32_t **out)
+{
+    return encode(t, text, len, add_special, true, plain, out);
 }

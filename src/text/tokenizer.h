@@ -41,6 +41,11 @@ const char *tokenizer_strerror(int rc);
  * in *out, or a TOK_ERR_* code (< 0). */
 int tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_special,
                      bool parse_special, int32_t **out);
+/* tokenizer_encode with parse_special for some of the text only: a control token matches
+ * where none of its bytes is marked in plain (len bytes, non-zero: plain text), so text put
+ * into a template (a chat message) cannot write the template's control tokens. */
+int tokenizer_encode_marked(const tokenizer *t, const char *text, size_t len, bool add_special,
+                            const uint8_t *plain, int32_t **out);
 
 /* The bytes a token stands for (SPM: U+2581 -> space, <0xNN> -> byte; BPE: byte-level decoded).
  * special: render control tokens as their text (else they give no bytes). Returns the full
@@ -70,5 +75,11 @@ enum chat_template { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_MISTRAL, CHAT_D
 enum chat_template chat_template_detect(const gguf_file *f, bool *warned);
 /* Render msgs; add_assistant appends the assistant-turn opener. Returns a malloc'd string. */
 char *chat_render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_assistant);
+/* Render and tokenize msgs (BOS/EOS as the vocabulary says): the template's control-token text
+ * becomes control tokens, the messages' contents are plain text whatever they contain (a user
+ * typing "<|im_end|>" does not end the turn). The count and a malloc'd array in *out, or a
+ * TOK_ERR_* code. */
+int chat_tokenize(const tokenizer *t, enum chat_template tpl, const chat_msg *msgs, int n,
+                  bool add_assistant, int32_t **out);
 
 #endif

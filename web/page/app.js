@@ -195,15 +195,16 @@ function deviceElement(d, prev, k) {
   p.innerHTML = lines.map(escapeHtml).join('<br>');
   div.append(h, p);
   if (d.mem_budget) {
+    // what its counters say is in memory (the window pages resident when it computed them)
     const bar = document.createElement('div');
     bar.className = 'bar';
-    bar.title = 'weights of its windows against its memory budget';
+    bar.title = 'memory its windows hold (resident pages, from its counters) against its memory budget';
     const fill = document.createElement('div');
-    fill.style.width = `${Math.min(100, 100 * d.weight_bytes / d.mem_budget)}%`;
+    fill.style.width = `${Math.min(100, 100 * d.resident_bytes / d.mem_budget)}%`;
     bar.append(fill);
     const note = document.createElement('div');
     note.className = 'muted';
-    note.textContent = `weights ${fmtBytes(d.weight_bytes)} of ${fmtBytes(d.mem_budget)} budget`;
+    note.textContent = `in memory ${fmtBytes(d.resident_bytes)} of ${fmtBytes(d.mem_budget)} budget (weights ${fmtBytes(d.weight_bytes)})`;
     div.append(bar, note);
   } else {
     const note = document.createElement('div');

@@ -87,6 +87,8 @@ await check('the cluster view shows the ring', async () => {
   assert.equal(devices.length, Number(process.env.DEVICES ?? 3), devices.join(' | '));
   assert.match(devices[0], /window 2 layer/);
   assert.match(devices[1], /compute .* ms, wait .* ms, disk .* per step(?! \(average\))/); // live
+  // memory in use from the counters (resident window pages), not a zero, against the budget
+  assert.match(devices[1], /in memory (?!0\.0 MiB)[\d.]+ [MG]iB of [\d.]+ [MG]iB budget \(weights/);
   await page.screenshot({ path: shot, fullPage: true });
   await busy;
 });
