@@ -132,21 +132,7 @@ exec 3<&-
 
 # 64 concurrent clients, two requests each: each answer equals its request's answer alone,
 # and the server's memory comes back to where it was
-rss() { awk '/^VmRSS/ {print $2}' "/proc/$spid/status"; }
 req() { echo "{\"prompt\":\"Once upon a time $1\",\"max_tokens\":12,\"temperature\":0.9,\"seed\":$1}"; }
-burst() { # directory
-    mkdir -p "$1"
-    local cpids=()
-    for c in $(seq 64); do
-        (for k in 1 2; do
-            n=$((c * 2 + k))
-            curl -sS --max-time 120 -H 'Content-Type: application/json' --data-binary "$(req $n)" \
-                "http://127.0.0.1:$sport/v1/completions" >"$1/$n" || echo "curl failed" >"$1/$n"
-        done) &
-        cpids+=($!)
-    done
-    wait "${cpids[@]}"
-}
 burst "$tmp/warm"
 idle=$(rss)
 burst "$tmp/many"

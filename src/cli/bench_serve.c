@@ -42,13 +42,14 @@ static void usage(FILE *out, const run_opts *o)
           "  --clients C,C,...       client counts (default 1,2,4,8; at most 64)\n"
           "  --requests N            requests per client and run (default 2)\n"
           "  --tokens N              tokens per request (default 32)\n"
+          "  -np N                   the server's slots (prima serve -np; default 1)\n"
           "  --json                  one JSON object per measurement and line\n"
           "  -h, --help              show this help\n",
           out);
 }
 
 typedef struct bench_opts {
-    int n_dev, clients[16], n_clients, requests, tokens;
+    int n_dev, clients[16], n_clients, requests, tokens, slots;
     bool json;
 } bench_opts;
 
@@ -61,7 +62,7 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return 1;
     }
     if (strcmp(f, "--devices") && strcmp(f, "--clients") && strcmp(f, "--requests") &&
-        strcmp(f, "--tokens"))
+        strcmp(f, "--tokens") && strcmp(f, "-np"))
         return 0;
     if (*i + 1 >= argc) {
         cli_fail("%s needs a value", f);
@@ -74,6 +75,8 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return parse_int_arg(f, v, 1, 1000, &b->requests) ? -1 : 1;
     if (!strcmp(f, "--tokens"))
         return parse_int_arg(f, v, 2, 100000, &b->tokens) ? -1 : 1;
+    if (!strcmp(f, "-np"))
+        return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &b->slots) ? -1 : 1;
     b->n_clients = 0;
     for (const char *p = v; *p;) {
         char *end;
@@ -257,7 +260,7 @@ static int run(int argc, char **argv)
 {
     runner r = {0};
     bench_opts b = {.n_dev = 3, .clients = {1, 2, 4, 8}, .n_clients = 4, .requests = 2,
-                    .tokens = 32};
+                    .tokens = 32, .slots = 1};
     int rc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING, argc, argv, usage, parse_extra,
                          &b);
     if (rc)
@@ -279,16 +282,18 @@ static int run(int argc, char **argv)
     char list[PRIMA_MAX_DEVICES * 24];
     local_workers_list(&w, list, sizeof list);
     r.ra.workers = b.n_dev > 1 ? list : NULL;
+    r.n_seq = b.slots;
     rc = runner_open(&r);
     srv *s = NULL;
     serve_engine se;
+    char err[512];
+    if (rc == 0 && serve_engine_init(&se, &r, b.slots, err, sizeof err))
+        rc = cli_fail("%s", err);
     if (rc == 0) {
-        serve_engine_init(&se, &r);
         srv_engine e = serve_engine_iface(&se);
         srv_config c = {.host = "127.0.0.1", .port = 0, .model_id = "bench",
                         .queue_max = MAX_CLIENTS, .max_connections = 2 * MAX_CLIENTS,
                         .max_body = 1 << 20, .timeout_s = 60, .defaults = r.o.sp};
-        char err[512];
         s = srv_start(&c, &e, err, sizeof err);
         rc = s ? measure(srv_port(s), &b) : cli_fail("%s", err);
         srv_stop(s);

@@ -24,11 +24,15 @@ static void usage(FILE *out, const run_opts *o)
           "repeat_penalty, seed, stop (a string or up to 4), n = 1, logprobs and\n"
           "top_logprobs; the sampling options below are the defaults for fields a request\n"
           "does not give. An answer equals prima run's with the same settings and seed.\n"
-          "Requests are generated one at a time, in order; a request that continues the\n"
-          "previous one's conversation reuses its cached tokens. A client that disconnects\n"
-          "stops its generation. When the ring fails, the request gets an error (500) and\n"
-          "the next one connects the ring again (the ring first connects once the server\n"
-          "listens; /health says \"loading\" until then). One line per request goes to stderr.\n\n",
+          "Up to -np requests are generated at once, each in a slot of its own (its own KV\n"
+          "cache of -c tokens): every step evaluates one token of each generating slot and at\n"
+          "most one -b chunk of a new prompt, so a long prompt holds the others up by one\n"
+          "chunk at a time; a request that continues a slot's conversation reuses its cached\n"
+          "tokens. A client that disconnects stops its generation and frees its slot. When\n"
+          "the ring fails, the requests get an error (500) and the next one connects the ring\n"
+          "again (the ring first connects once the server listens; /health says \"loading\"\n"
+          "until then). One line per request goes to stderr; --stats FILE also gets a \"step\"\n"
+          "event per step (its decode and prompt rows).\n\n",
           out);
     run_opts_usage(o, out);
     ring_args_usage(out);
@@ -39,7 +43,10 @@ static void usage(FILE *out, const run_opts *o)
           "  --port N                TCP port (default 8080; 0 = any free port)\n"
           "  --api-key KEY           require \"Authorization: Bearer KEY\" (all but /health)\n"
           "  --api-key-file FILE     the same, the key being FILE's first line\n"
-          "  --queue N               requests that may wait beyond the one being generated\n"
+          "  -np N                   slots: requests generated at once (default 1, at most\n"
+          "                          64; one with a ring, GPU layers or speculative\n"
+          "                          decoding)\n"
+          "  --queue N               requests that may wait beyond those being generated\n"
           "                          (default 64; more are answered 429)\n"
           "  --timeout S             close a connection idle for S seconds (default 60)\n"
           "  -h, --help              show this help\n"
@@ -50,7 +57,7 @@ static void usage(FILE *out, const run_opts *o)
 
 typedef struct serve_args {
     const char *host, *api_key, *api_key_file;
-    int port, queue, timeout;
+    int port, queue, timeout, slots;
     char *key_owned;
 } serve_args;
 
@@ -58,7 +65,7 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
 {
     serve_args *a = ctx;
     static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
-                                        "--queue", "--timeout", NULL};
+                                        "--queue", "--timeout", "-np", NULL};
     const char *f = argv[*i];
     int k = 0;
     while (flags[k] && strcmp(f, flags[k]))
@@ -76,7 +83,8 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
     case 2: a->api_key = v; return 1;
     case 3: a->api_key_file = v; return 1;
     case 4: return parse_int_arg(f, v, 0, 1 << 16, &a->queue) ? -1 : 1;
-    default: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
+    case 5: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
+    default: return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &a->slots) ? -1 : 1;
     }
 }
 
@@ -142,7 +150,9 @@ static int serve(runner *r, const serve_args *a)
     if (rc)
         return rc;
     serve_engine se;
-    serve_engine_init(&se, r);
+    char err[512];
+    if (serve_engine_init(&se, r, a->slots, err, sizeof err))
+        return cli_fail("%s", err);
     srv_engine e = serve_engine_iface(&se);
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
                     .model_id = base_name(r->o.model), .queue_max = a->queue,
@@ -150,7 +160,6 @@ static int serve(runner *r, const serve_args *a)
                     .timeout_s = (unsigned)a->timeout, .defaults = r->o.sp, .log = stderr,
                     .page = prima_page_len ? (const char *)prima_page : NULL,
                     .page_len = prima_page_len};
-    char err[512];
     srv *s = srv_start(&c, &e, err, sizeof err);
     if (!s) {
         serve_engine_free(&se);
@@ -160,9 +169,9 @@ static int serve(runner *r, const serve_args *a)
         fprintf(stderr, "prima: warning: listening on %s without an API key: anyone who can "
                         "reach this port can use the model (--api-key)\n",
                 a->host);
-    fprintf(stderr, "prima: serving %s on http://%s%s%s:%d/ (queue %d)\n", c.model_id,
-            strchr(a->host, ':') ? "[" : "", a->host, strchr(a->host, ':') ? "]" : "",
-            srv_port(s), a->queue);
+    fprintf(stderr, "prima: serving %s on http://%s%s%s:%d/ (%d slot%s, queue %d)\n",
+            c.model_id, strchr(a->host, ':') ? "[" : "", a->host, strchr(a->host, ':') ? "]" : "",
+            srv_port(s), a->slots, a->slots > 1 ? "s" : "", a->queue);
     int sig = 0;
     sigwait(&sigs, &sig);
     fprintf(stderr, "prima: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -174,12 +183,15 @@ static int serve(runner *r, const serve_args *a)
 static int cmd_serve(int argc, char **argv)
 {
     runner r = {0};
-    serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60};
+    serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60, .slots = 1};
     int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING, argc, argv, usage,
                           parse_serve_arg, &a);
     if (arc)
         return arc < 0 ? 0 : arc;
-    if (load_key(&a)) {
+    r.n_seq = a.slots;
+    char err[512];
+    if (load_key(&a) || (serve_slots_check(&r, a.slots, err, sizeof err) && cli_fail("%s", err))) {
+        run_opts_free(&r.o);
         free(a.key_owned);
         return 2;
     }

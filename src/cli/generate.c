@@ -61,24 +61,85 @@ static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *h
     return found;
 }
 
+void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit_fn emit,
+                   void *user)
+{
+    *g = (gen_text){.tk = tk, .o = o, .emit = emit, .user = user};
+    detok_init(&g->ds);
+    g->ds.first = false; /* a reply continues the text before it: keep its leading space */
+}
+
+bool gen_text_open(const gen_text *g)
+{
+    return g->o->n_predict < 0 || g->n_gen < g->o->n_predict;
+}
+
+bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end *end, char *err,
+                    size_t errlen)
+{
+    const gen_opts *o = g->o;
+    if (tokenizer_is_eog(g->tk, tok)) {
+        *end = GEN_EOG;
+        return false;
+    }
+    if (o->on_token && o->on_token(o->on_token_user, tok, logits)) {
+        *end = GEN_CANCELLED;
+        return false;
+    }
+    g->n_gen++;
+    char piece[512];
+    size_t np = detok_push(&g->ds, g->tk, tok, piece, sizeof piece);
+    if (strbuf_add(&g->text, piece, np)) {
+        snprintf(err, errlen, "out of memory");
+        *end = GEN_ERROR;
+        return false;
+    }
+    size_t hold;
+    long at = find_stop(&g->text, g->printed, o, &hold);
+    if (at >= 0) {
+        g->emit(g->user, g->text.p + g->printed, (size_t)at - g->printed);
+        g->text.len = (size_t)at;
+        g->text.p[at] = '\0';
+        g->printed = g->text.len;
+        *end = GEN_STOP_STRING;
+        return false;
+    }
+    if (g->text.len - hold > g->printed) {
+        g->emit(g->user, g->text.p + g->printed, g->text.len - hold - g->printed);
+        g->printed = g->text.len - hold;
+    }
+    return true;
+}
+
+void gen_text_end(gen_text *g, enum gen_end end, char **reply)
+{
+    if (end != GEN_STOP_STRING) {
+        char piece[512];
+        size_t np = detok_flush(&g->ds, piece, sizeof piece);
+        if (strbuf_add(&g->text, piece, np) == 0 && g->text.len > g->printed)
+            g->emit(g->user, g->text.p + g->printed, g->text.len - g->printed);
+    }
+    if (reply)
+        *reply = g->text.p ? g->text.p : calloc(1, 1);
+    else
+        free(g->text.p);
+    g->text = (strbuf){0};
+}
+
 enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_opts *o,
                        gen_emit_fn emit, void *user, char **reply, gen_stats *st, char *err,
                        size_t errlen)
 {
-    strbuf text = {0};
-    size_t printed = 0;
-    detok_stream ds;
-    detok_init(&ds);
-    ds.first = false; /* a reply continues the text before it: keep its leading space */
+    gen_text g;
+    gen_text_init(&g, tk, o, emit, user);
     enum gen_end end = GEN_LIMIT;
     double t0 = now_s();
-    char piece[512];
 
     /* out[used..n_out): chosen tokens still to print; the last one is not evaluated yet */
     int32_t out[SPEC_MAX_DRAFT + 1];
     int n_out = 0, used = 0;
     bool stepped = false; /* out came from a step (else from the logits after the prompt) */
-    for (int n_gen = 0; o->n_predict < 0 || n_gen < o->n_predict;) {
+    while (gen_text_open(&g)) {
         if (n_out == 0) { /* the first token, from the logits after the prompt */
             out[n_out++] = sampler_sample(smp, s->logits);
             sampler_accept(smp, out[0]);
@@ -90,7 +151,7 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
                 }
                 st->n_shift++;
             }
-            int want = o->n_predict < 0 ? SPEC_MAX_DRAFT + 1 : o->n_predict - n_gen;
+            int want = o->n_predict < 0 ? SPEC_MAX_DRAFT + 1 : o->n_predict - g.n_gen;
             n_out = spec_step(o->spec, s, smp, out[n_out - 1], want, out, &st->spec, err, errlen);
             used = 0;
             stepped = true;
@@ -101,51 +162,16 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
             }
         }
         int32_t tok = out[used++];
-        if (tokenizer_is_eog(tk, tok)) {
-            end = GEN_EOG;
-            break;
-        }
         const float *logits = stepped ? spec_logits(o->spec, s, used - 1) : s->logits;
-        if (o->on_token && o->on_token(o->on_token_user, tok, logits)) {
-            end = GEN_CANCELLED;
+        if (!gen_text_token(&g, tok, logits, &end, err, errlen))
             break;
-        }
-        n_gen++;
         st->n_gen++;
-        size_t np = detok_push(&ds, tk, tok, piece, sizeof piece);
-        if (strbuf_add(&text, piece, np)) {
-            snprintf(err, errlen, "out of memory");
-            end = GEN_ERROR;
-            break;
-        }
-        size_t hold;
-        long at = find_stop(&text, printed, o, &hold);
-        if (at >= 0) {
-            emit(user, text.p + printed, (size_t)at - printed);
-            text.len = (size_t)at;
-            text.p[at] = '\0';
-            printed = text.len;
-            end = GEN_STOP_STRING;
-            break;
-        }
-        if (text.len - hold > printed) {
-            emit(user, text.p + printed, text.len - hold - printed);
-            printed = text.len - hold;
-        }
     }
     /* Tokens a step evaluated after the one generation stopped at are forgotten: the session
      * ends as without speculation, the last chosen token not evaluated. */
     if (used < n_out)
         session_truncate(s, s->n_past - (n_out - used));
-    if (end != GEN_STOP_STRING) {
-        size_t np = detok_flush(&ds, piece, sizeof piece);
-        if (strbuf_add(&text, piece, np) == 0 && text.len > printed)
-            emit(user, text.p + printed, text.len - printed);
-    }
+    gen_text_end(&g, end, reply);
     st->gen_s += now_s() - t0;
-    if (reply)
-        *reply = text.p ? text.p : calloc(1, 1);
-    else
-        free(text.p);
     return end;
 }

@@ -13,6 +13,7 @@
 #include "model/session.h"
 #include "model/spec.h"
 #include "text/tokenizer.h"
+#include "util/strbuf.h"
 
 typedef struct gen_opts {
     int n_predict;              /* tokens per reply; -1: no limit */
@@ -45,6 +46,34 @@ typedef void (*gen_emit_fn)(void *user, const char *text, size_t len);
  * they do not fit, a context shift makes room if allowed (and possible). */
 int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens, int n,
              gen_stats *st, char *err, size_t errlen);
+
+/* The text side of a reply, token by token: what gen_reply does with each chosen token (the
+ * end-of-generation check, the on_token hook, detokenizing, stop strings across token
+ * boundaries, printing), for a caller that chooses and evaluates the tokens itself (the
+ * server's slots, several replies at once). */
+typedef struct gen_text {
+    const tokenizer *tk;
+    const gen_opts *o;
+    gen_emit_fn emit;
+    void *user;
+    strbuf text;                /* the reply so far; [0, printed) is emitted */
+    size_t printed;
+    detok_stream ds;
+    int n_gen;
+} gen_text;
+
+void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit_fn emit,
+                   void *user);
+/* Whether the reply may take another token (not yet n_predict). */
+bool gen_text_open(const gen_text *g);
+/* A chosen token and the logits it was drawn from: false with *end when the reply ends with it
+ * (GEN_EOG, GEN_STOP_STRING, GEN_CANCELLED, GEN_ERROR with err; the token is then not
+ * counted), else true (it is counted and what can be printed is). */
+bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end *end, char *err,
+                    size_t errlen);
+/* The reply ended with end: print what is held back (unless a stop string ended it), give the
+ * text in *reply (malloc'd; NULL: freed). */
+void gen_text_end(gen_text *g, enum gen_end end, char **reply);
 
 /* Generate from the current logits. reply (if not NULL) receives the printed text, malloc'd.
  * GEN_ERROR comes with a message in err. */

@@ -67,7 +67,8 @@ int runner_session(runner *r, char *err, size_t errlen)
             return -1;
         }
     } else {
-        r->s = session_create(r->m, r->kc, r->n_ctx, r->o.n_batch, err, errlen);
+        r->s = session_create_split(r->m, r->kc, r->n_ctx, r->o.n_batch,
+                                    r->n_seq > 1 ? r->n_seq : 1, NULL, NULL, err, errlen);
         if (r->s && gpu_offload_session(&r->o, r->m, r->s, &r->gpu, err, errlen))
             return -1;
     }

@@ -27,6 +27,7 @@ typedef struct runner {
     gen_opts go;
     gen_stats st;
     int n_ctx;
+    int n_seq;          /* sequences the session's engine holds (0: one; prima serve -np) */
     double load_s;
     double plan_s;      /* of load_s: the scheduler's profiling and planning (the last session) */
 } runner;

@@ -8,8 +8,6 @@
 #include "cli/serve_engine.h"
 #include "sched/halda.h"
 
-static double now_s(void);
-
 /* The memory a device's windows hold, as its counters say: of the window pages it computed
  * since the last look, the share that was resident when compute started, times the windows'
  * bytes (kept while nothing ran; after a new session the counters start again). */
@@ -25,7 +23,7 @@ static void resident(struct serve_device *sd, const ring_counters *c, uint64_t w
 }
 
 /* The ring's plan and counters, for health, metrics and the cluster view (engine thread). */
-static void snapshot(serve_engine *se)
+void se_snapshot(serve_engine *se)
 {
     pthread_mutex_lock(&se->mu);
     ring *rg = se->r->rh.r;
@@ -51,7 +49,7 @@ static void snapshot(serve_engine *se)
         se->n_left_out = se->r->sp.n_left_out;
         memcpy(se->left_out, se->r->sp.left_out, sizeof se->left_out);
     }
-    se->snap_at = now_s();
+    se->snap_at = se_now();
     pthread_mutex_unlock(&se->mu);
 }
 
@@ -63,7 +61,7 @@ static void set_state(serve_engine *se, const char *state, const char *detail)
     pthread_mutex_unlock(&se->mu);
 }
 
-void serve_engine_init(serve_engine *se, runner *r)
+int serve_engine_init(serve_engine *se, runner *r, int n_slots, char *err, size_t errlen)
 {
     memset(se, 0, sizeof *se);
     se->r = r;
@@ -74,245 +72,77 @@ void serve_engine_init(serve_engine *se, runner *r)
     pthread_mutex_init(&se->mu, NULL);
     se->ring = ring_args_active(&r->ra);
     se->state = r->s ? "ready" : "loading";
-    snapshot(se);
-}
-
-/* Open the session if there is none yet (the ring connects while /health says "loading"). */
-static void se_start(void *ctx)
-{
-    serve_engine *se = ctx;
-    if (se->r->s)
-        return;
-    char err[512];
-    if (runner_session(se->r, err, sizeof err)) {
-        fprintf(stderr, "prima: %s (each request tries again)\n", err);
-        set_state(se, "lost", err);
-        return;
+    se_snapshot(se);
+    if (serve_slots_open(se, n_slots, err, errlen)) {
+        serve_engine_free(se);
+        return -1;
     }
-    set_state(se, "ready", "");
-    snapshot(se);
-    halda_thread_done(); /* the engine thread planned the ring; it may end before the process */
+    return 0;
 }
 
 void serve_engine_free(serve_engine *se)
 {
+    serve_slots_close(se);
     pthread_mutex_destroy(&se->mu);
 }
 
-static void fail(srv_result *res, int status, const char *param, const char *fmt, const char *arg)
-{
-    res->finish = SRV_FINISH_ERROR;
-    res->status = status;
-    res->error_param = param;
-    snprintf(res->error, sizeof res->error, fmt, arg);
-}
-
-static double now_s(void)
+double se_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* What the token hook needs. */
-typedef struct token_ctx {
-    serve_engine *se;
-    srv_job *job;
-    const tokenizer *tk;
-    int n_vocab, n_top;
-    double last;               /* when the previous token was sampled (0: none yet) */
-} token_ctx;
-
-/* Live figures for the cluster view: tokens and decode time, and the ring's counters four
- * times a second. */
-static void count_token(token_ctx *t)
+void se_ring_failed(serve_engine *se, const char *err)
 {
-    serve_engine *se = t->se;
-    double now = now_s();
-    pthread_mutex_lock(&se->mu);
-    se->tokens++;
-    if (t->last > 0)
-        se->decode_s += now - t->last;
-    bool stale = now - se->snap_at > 0.25;
-    pthread_mutex_unlock(&se->mu);
-    t->last = now;
-    if (stale)
-        snapshot(se);
+    if (!se->ring)
+        return;
+    se_snapshot(se);
+    serve_slots_session_close(se);
+    set_state(se, "lost", err);
 }
 
-static void token_prob(const tokenizer *tk, int32_t id, float lp, char *buf, size_t cap,
-                       srv_token_prob *out)
-{
-    size_t n = tokenizer_piece(tk, id, false, buf, cap);
-    *out = (srv_token_prob){buf, n < cap ? n : cap, lp};
-}
-
-/* Cancellation, and the log-probabilities of the token and its best alternatives (of the
- * model's distribution, before penalties and truncation). */
-static int on_token(void *user, int32_t tok, const float *logits)
-{
-    token_ctx *t = user;
-    if (srv_job_cancelled(t->job))
-        return 1;
-    count_token(t);
-    if (!srv_job_request(t->job)->logprobs)
-        return 0;
-    float mx = logits[0];
-    for (int i = 1; i < t->n_vocab; i++)
-        mx = logits[i] > mx ? logits[i] : mx;
-    double sum = 0;
-    for (int i = 0; i < t->n_vocab; i++)
-        sum += exp((double)(logits[i] - mx));
-    float lse = mx + (float)log(sum);
-    int best[SRV_MAX_TOP_LOGPROBS];
-    int nb = 0;
-    for (int i = 0; i < t->n_vocab; i++) {
-        int at = nb;
-        while (at > 0 && logits[best[at - 1]] < logits[i])
-            at--;
-        if (at >= t->n_top)
-            continue;
-        if (nb < t->n_top)
-            nb++;
-        memmove(best + at + 1, best + at, sizeof *best * (size_t)(nb - 1 - at));
-        best[at] = i;
-    }
-    char pieces[SRV_MAX_TOP_LOGPROBS + 1][64];
-    srv_token_prob me, top[SRV_MAX_TOP_LOGPROBS];
-    token_prob(t->tk, tok, logits[tok] - lse, pieces[0], sizeof pieces[0], &me);
-    for (int i = 0; i < nb; i++)
-        token_prob(t->tk, best[i], logits[best[i]] - lse, pieces[i + 1], sizeof pieces[0],
-                   &top[i]);
-    srv_job_logprob(t->job, &me, top, nb);
-    return 0;
-}
-
-static void emit(void *user, const char *text, size_t len)
-{
-    srv_job_text(((token_ctx *)user)->job, text, len);
-}
-
-/* The request's seed, else the command line's, else a fresh one. */
-static uint64_t request_seed(const runner *r, const srv_request *q)
-{
-    if (q->seed_given)
-        return q->sp.seed;
-    if (r->o.seed_given)
-        return r->o.sp.seed;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
-}
-
-/* The ring failed: answer 500, close it, and connect again at the next request. */
-static void ring_failed(serve_engine *se, srv_result *res, const char *err)
-{
-    fail(res, 500, NULL, "the ring failed: %.400s", err);
-    if (se->ring) {
-        snapshot(se);
-        runner_session_close(se->r);
-        set_state(se, "lost", err);
-    }
-}
-
-/* Chat: the template's control tokens, the messages as plain text (chat_tokenize); a
- * completion's prompt is the client's own text, control tokens and all, as prima run -p takes
- * it. The count, or a TOK_ERR_* code. */
-static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks)
-{
-    if (q->kind == SRV_CHAT)
-        return chat_tokenize(se->r->tk, se->tpl, q->msgs, q->n_msgs, true, toks);
-    return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
-}
-
-static void generate(serve_engine *se, srv_job *job, session *s, const int32_t *toks, int n,
-                     srv_result *res)
+bool se_ring_ready(serve_engine *se, srv *sv, srv_job *job)
 {
     runner *r = se->r;
-    const srv_request *q = srv_job_request(job);
-    int common = 0;
-    while (common < n && common < s->n_past && toks[common] == s->tokens[common])
-        common++;
-    if (common == n) /* at least one token is evaluated, for fresh logits */
-        common--;
-    session_truncate(s, common);
-    sampler_params sp = q->sp;
-    sp.seed = request_seed(r, q);
-    sampler *smp = sampler_create(&sp, r->m->hp.n_vocab);
-    if (!smp) {
-        fail(res, 500, NULL, "%s", "out of memory");
-        return;
-    }
-    for (int i = 0; i < common; i++)
-        sampler_accept(smp, toks[i]);
-    token_ctx tc = {se, job, r->tk, r->m->hp.n_vocab, q->top_logprobs, 0};
-    gen_opts go = {.n_predict = q->max_tokens, .stop = q->stop, .n_stop = q->n_stop,
-                   .on_token = on_token, .on_token_user = &tc, .spec = r->spec};
-    gen_stats st = {0};
     char err[512];
-    res->prompt_tokens = n;
-    res->cached_tokens = common;
-    if (gen_feed(s, smp, &go, toks + common, n - common, &st, err, sizeof err)) {
-        sampler_free(smp);
-        ring_failed(se, res, err);
-        return;
-    }
-    res->prefill_s = st.prompt_s;
-    srv_job_begin(job);
-    enum gen_end end = gen_reply(s, r->tk, smp, &go, emit, &tc, NULL, &st, err, sizeof err);
-    sampler_free(smp);
-    res->completion_tokens = st.n_gen;
-    res->decode_s = st.gen_s;
-    switch (end) {
-    case GEN_EOG:
-    case GEN_STOP_STRING: res->finish = SRV_FINISH_STOP; break;
-    case GEN_LIMIT:
-    case GEN_CONTEXT_FULL: res->finish = SRV_FINISH_LENGTH; break;
-    case GEN_CANCELLED: res->finish = SRV_FINISH_CANCELLED; break;
-    case GEN_ERROR: ring_failed(se, res, err); break;
-    }
-}
-
-static void se_run(void *ctx, srv_job *job, srv_result *res)
-{
-    serve_engine *se = ctx;
-    runner *r = se->r;
-    const srv_request *q = srv_job_request(job);
-    const char *param = q->kind == SRV_CHAT ? "messages" : "prompt";
+    srv_result res = {.finish = SRV_FINISH_ERROR, .status = 500};
     if (!r->s) {
         set_state(se, "connecting", "connecting the ring again");
-        char err[512];
-        if (runner_session(r, err, sizeof err)) {
-            set_state(se, "lost", err);
-            fail(res, 500, NULL, "the ring is unavailable: %.400s", err);
-            return;
+        if (!serve_slots_session(se, err, sizeof err)) {
+            set_state(se, "ready", "");
+            se_snapshot(se);
+            return false;
         }
-        set_state(se, "ready", "");
-    } else if (se->ring) {
-        /* Workers lost (and planned around) earlier that answer again join for this request. */
-        char err[512];
-        if (runner_rejoin(r, err, sizeof err)) {
-            ring_failed(se, res, err);
-            return;
-        }
-    }
-    int32_t *toks = NULL;
-    int n = prompt_tokens(se, q, &toks);
-    if (n < 0) /* the text's fault (400), unless memory ran out */
-        fail(res, n == TOK_ERR_NOMEM ? 500 : 400, n == TOK_ERR_NOMEM ? NULL : param,
-             "cannot tokenize the prompt: %s", tokenizer_strerror(n));
-    else if (n == 0)
-        fail(res, 400, param, "%s", "the prompt is empty and the vocabulary adds no BOS token");
-    else if (n > r->s->n_ctx) {
-        char why[64];
-        snprintf(why, sizeof why, "%d tokens; the context holds %d", n, r->s->n_ctx);
-        fail(res, 400, param, "the prompt has %s", why);
+        set_state(se, "lost", err);
+        snprintf(res.error, sizeof res.error, "the ring is unavailable: %.400s", err);
+    } else if (!se->ring || !runner_rejoin(r, err, sizeof err)) {
+        /* workers lost (and planned around) earlier that answer again joined */
+        return false;
     } else {
-        generate(se, job, r->s, toks, n, res);
+        snprintf(res.error, sizeof res.error, "the ring failed: %.400s", err);
+        se_ring_failed(se, err);
     }
-    free(toks);
-    snapshot(se);
-    halda_thread_done(); /* a failover or a rejoin may have planned again */
+    srv_job_finish(sv, job, &res);
+    return true;
+}
+
+/* The engine thread: connect the ring (while /health says "loading"), then the slots. */
+static void se_serve(void *ctx, srv *sv)
+{
+    serve_engine *se = ctx;
+    if (!se->r->s) {
+        char err[512];
+        if (serve_slots_session(se, err, sizeof err)) {
+            fprintf(stderr, "prima: %s (each request tries again)\n", err);
+            set_state(se, "lost", err);
+        } else {
+            set_state(se, "ready", "");
+            se_snapshot(se);
+        }
+    }
+    serve_slots_loop(se, sv);
+    halda_thread_done(); /* the thread that planned the ring ends here */
 }
 
 static bool se_health(void *ctx, void *obj)
@@ -342,6 +172,18 @@ static bool se_health(void *ctx, void *obj)
 static void se_metrics(void *ctx, FILE *f)
 {
     serve_engine *se = ctx;
+    pthread_mutex_lock(&se->mu);
+    fprintf(f, "# HELP prima_steps_total steps of the slots (one evaluation of their rows)\n"
+               "# TYPE prima_steps_total counter\nprima_steps_total %llu\n"
+               "# HELP prima_step_rows_total rows evaluated in the steps: one per generating "
+               "slot (decode), prompt chunks (prefill)\n# TYPE prima_step_rows_total counter\n"
+               "prima_step_rows_total{kind=\"decode\"} %llu\n"
+               "prima_step_rows_total{kind=\"prefill\"} %llu\n"
+               "# HELP prima_steps_mixed_total steps with both a prompt chunk and decode rows\n"
+               "# TYPE prima_steps_mixed_total counter\nprima_steps_mixed_total %llu\n",
+            (unsigned long long)se->steps, (unsigned long long)se->step_decode_rows,
+            (unsigned long long)se->step_prefill_rows, (unsigned long long)se->steps_mixed);
+    pthread_mutex_unlock(&se->mu);
     if (!se->ring)
         return;
     static const struct {
@@ -453,6 +295,6 @@ static void *se_cluster(void *ctx)
 
 srv_engine serve_engine_iface(serve_engine *se)
 {
-    return (srv_engine){.ctx = se, .run = se_run, .start = se_start, .health = se_health,
-                        .metrics = se_metrics, .cluster = se_cluster};
+    return (srv_engine){.ctx = se, .serve = se_serve, .slots = se->n_slots,
+                        .health = se_health, .metrics = se_metrics, .cluster = se_cluster};
 }

@@ -1,11 +1,10 @@
 /* serve_engine.h — `prima serve`'s generator: the server's requests (server/server.h) run
- * through the same session and generation loop as `prima run`, on this device or round the
+ * through the same session layer and token loop as `prima run`, on this device or round the
  * ring, so an answer equals `prima run`'s with the same settings and seed.
  *
- * Requests are generated one at a time in the one session; a request whose prompt starts with
- * the tokens already in the cache (a chat's next turn) evaluates only the rest. When the ring
- * fails, the request gets a 500 naming the device, the session is closed, and the next request
- * connects the ring again. */
+ * Up to n_slots requests are generated at once (serve_sched.c: continuous batching, a prompt
+ * cache per slot). When the ring fails, the requests running get a 500 naming the device, the
+ * session is closed, and the next request connects the ring again. */
 #ifndef PRIMA_SERVE_ENGINE_H
 #define PRIMA_SERVE_ENGINE_H
 
@@ -13,6 +12,11 @@
 
 #include "cli/runner.h"
 #include "server/server.h"
+
+#define SERVE_MAX_SLOTS 64
+
+typedef struct serve_slot serve_slot;
+typedef struct serve_mb serve_mb;
 
 typedef struct serve_engine {
     runner *r;                 /* opened; its session may be closed and reopened */
@@ -36,10 +40,43 @@ typedef struct serve_engine {
     } devs[PRIMA_MAX_DEVICES];
     struct sched_left_out left_out[PRIMA_MAX_DEVICES];  /* the scheduler's, and why */
     int n_left_out;
+    uint64_t steps, step_decode_rows, step_prefill_rows, steps_mixed;  /* the slots' steps */
+    /* the engine thread's alone: */
+    serve_slot *slots;
+    int n_slots;
+    serve_mb *mbs;             /* PRIMA_MAX_DEVICES, n_mbs of them in use */
+    int n_mbs;
+    uint64_t clock;            /* orders the slots' admissions and uses */
 } serve_engine;
 
-void serve_engine_init(serve_engine *se, runner *r);
+/* Whether n_slots sequences at once go with the options (the runner's n_seq is to be
+ * n_slots before its session opens): 1..SERVE_MAX_SLOTS, one with GPU layers or
+ * speculative decoding (its drafts follow one sequence), one on a ring (its devices keep one
+ * KV cache each). 0, or -1 with err naming the option. */
+int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen);
+/* n_slots sequences at once (serve_slots_check). 0, or -1 with err. */
+int serve_engine_init(serve_engine *se, runner *r, int n_slots, char *err, size_t errlen);
 void serve_engine_free(serve_engine *se);
 srv_engine serve_engine_iface(serve_engine *se);
+
+/* Between serve_engine.c (the views: health, metrics, the cluster; the ring's state) and
+ * serve_sched.c (the slots): */
+double se_now(void);
+/* Read the ring's plan and counters for the views (engine thread). */
+void se_snapshot(serve_engine *se);
+/* Before a request when nothing runs: (re)connect the ring, or let lost workers rejoin. false,
+ * or true after finishing job with the 500 that says why. */
+bool se_ring_ready(serve_engine *se, srv *sv, srv_job *job);
+/* The ring failed (err): close its session, /health says lost. Nothing on one device. */
+void se_ring_failed(serve_engine *se, const char *err);
+/* The slots over the runner's session (its sequences; the session opened already, or later by
+ * serve_slots_session). 0, or -1 with err. */
+int serve_slots_open(serve_engine *se, int n, char *err, size_t errlen);
+/* (Re)open the runner's session and the slots' sequences on it; close them (peers first). */
+int serve_slots_session(serve_engine *se, char *err, size_t errlen);
+void serve_slots_session_close(serve_engine *se);
+void serve_slots_close(serve_engine *se);
+/* The engine thread's body (srv_engine.serve), until the server stops. */
+void serve_slots_loop(serve_engine *se, srv *sv);
 
 #endif

@@ -30,9 +30,10 @@ struct srv {
     bool engine_started;
     pthread_mutex_t mu;          /* the queue, running, stopping */
     pthread_cond_t cv;
-    srv_job *head, *tail;
+    srv_job *head, *tail;        /* queued */
     int queued;
-    srv_job *running;
+    srv_job *running;            /* taken by the generator, linked by next */
+    int n_running;
     bool stopping;
     atomic_uint_least64_t next_id;
     srv_metrics metrics;
@@ -104,8 +105,8 @@ void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob
     pthread_mutex_unlock(&j->mu);
 }
 
-/* The engine thread's end of a job: the last chunk or the whole answer, then done. */
-static void job_finish(srv *s, srv_job *j, const srv_result *res)
+/* The end of a job: the last chunk or the whole answer, then done. */
+static void job_end(srv *s, srv_job *j, const srv_result *res)
 {
     pthread_mutex_lock(&j->mu);
     j->res = *res;
@@ -128,6 +129,7 @@ static void job_finish(srv *s, srv_job *j, const srv_result *res)
                     res->prefill_s, res->completion_tokens, res->decode_s, ends[res->finish]);
         fflush(s->c.log);
     }
+    job_unref(j);
 }
 
 /* ---- the queue and the engine thread ---------------------------------------------------- */
@@ -139,8 +141,8 @@ static int submit(srv *s, srv_job *j)
     int rc = 0;
     if (s->stopping)
         rc = 503;
-    else if (s->queued + (s->running ? 1 : 0) > s->c.queue_max)
-        rc = 429; /* the one being generated, and queue_max waiting */
+    else if (s->queued + s->n_running >= s->c.queue_max + s->e.slots)
+        rc = 429; /* every slot busy, and queue_max waiting */
     if (!rc) {
         job_ref(j);
         j->next = NULL;
@@ -156,35 +158,52 @@ static int submit(srv *s, srv_job *j)
     return rc;
 }
 
-static void *engine_main(void *arg)
+srv_job *srv_take(srv *s, bool wait)
 {
-    srv *s = arg;
-    if (s->e.start)
-        s->e.start(s->e.ctx);
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->stopping)
+        while (wait && !s->head && !s->stopping)
             pthread_cond_wait(&s->cv, &s->mu);
         srv_job *j = s->head;
         if (!j)
-            break; /* stopping, and nothing queued */
+            break; /* none queued (without wait), or stopping with none left */
         s->head = j->next;
         if (!s->head)
             s->tail = NULL;
         s->queued--;
+        if (srv_job_cancelled(j)) {
+            pthread_mutex_unlock(&s->mu);
+            job_end(s, j, &(srv_result){.finish = SRV_FINISH_CANCELLED});
+            pthread_mutex_lock(&s->mu);
+            continue;
+        }
+        j->next = s->running;
         s->running = j;
+        s->n_running++;
         pthread_mutex_unlock(&s->mu);
-        srv_result res = {.finish = SRV_FINISH_CANCELLED};
-        if (!srv_job_cancelled(j))
-            s->e.run(s->e.ctx, j, &res);
-        job_finish(s, j, &res);
-        pthread_mutex_lock(&s->mu);
-        s->running = NULL;
-        pthread_mutex_unlock(&s->mu);
-        job_unref(j);
-        pthread_mutex_lock(&s->mu);
+        return j;
     }
     pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+void srv_job_finish(srv *s, srv_job *j, const srv_result *res)
+{
+    pthread_mutex_lock(&s->mu);
+    for (srv_job **p = &s->running; *p; p = &(*p)->next)
+        if (*p == j) {
+            *p = j->next;
+            s->n_running--;
+            break;
+        }
+    pthread_mutex_unlock(&s->mu);
+    job_end(s, j, res);
+}
+
+static void *engine_main(void *arg)
+{
+    srv *s = arg;
+    s->e.serve(s->e.ctx, s); /* until srv_take says stop, with nothing left */
     return NULL;
 }
 
@@ -382,8 +401,8 @@ static void slots_json(srv *s, cJSON *obj)
 {
     pthread_mutex_lock(&s->mu);
     cJSON *slots = cJSON_AddObjectToObject(obj, "slots");
-    cJSON_AddNumberToObject(slots, "total", 1);
-    cJSON_AddNumberToObject(slots, "busy", s->running ? 1 : 0);
+    cJSON_AddNumberToObject(slots, "total", s->e.slots);
+    cJSON_AddNumberToObject(slots, "busy", s->n_running);
     cJSON_AddNumberToObject(slots, "queued", s->queued);
     cJSON_AddNumberToObject(slots, "queue_max", s->c.queue_max);
     pthread_mutex_unlock(&s->mu);
@@ -427,7 +446,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
     if (!f)
         return respond_error(s, c, 500, NULL, "out of memory");
     pthread_mutex_lock(&s->mu);
-    int busy = s->running ? 1 : 0, queued = s->queued;
+    int busy = s->n_running, queued = s->queued;
     pthread_mutex_unlock(&s->mu);
     srv_metrics_write(&s->metrics, f, busy, queued);
     s->e.metrics(s->e.ctx, f);
@@ -634,8 +653,8 @@ void srv_stop(srv *s)
     s->stopping = true;
     for (srv_job *j = s->head; j; j = j->next)
         atomic_store(&j->cancelled, true);
-    if (s->running)
-        atomic_store(&s->running->cancelled, true);
+    for (srv_job *j = s->running; j; j = j->next)
+        atomic_store(&j->cancelled, true);
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started)

@@ -5,9 +5,10 @@
  *   GET  /  (a web page: chat and a cluster view), GET /cluster (the JSON the page polls)
  *
  * libmicrohttpd serves every connection on its own thread, up to a bound; a request is read
- * (at most max_body bytes), checked (request.h) and queued; one engine thread takes the
- * queued requests in order and hands each to the generator (srv_engine.run), which reports
- * what it produces through the srv_job calls below. A full queue answers 429. A client that
+ * (at most max_body bytes), checked (request.h) and queued; one engine thread runs the
+ * generator (srv_engine.serve), which takes the queued requests in order, runs several at once
+ * (its slots) and reports what each produces through the srv_job calls below. A full queue
+ * answers 429. A client that
  * goes away has its job cancelled: srv_job_cancelled turns true within a poll interval, and a
  * generator that checks it once per token stops within one token.
  *
@@ -42,14 +43,14 @@ typedef struct srv_result {
     double prefill_s, decode_s;  /* time in the prompt, and in the generated tokens */
 } srv_result;
 
-/* The generator. run is called on the engine thread, one job at a time, and fills res; health
- * and metrics are called from connection threads at any time. */
+/* The generator. serve is the engine thread's body: it takes the queued jobs (srv_take), runs
+ * up to `slots` of them at once and finishes each (srv_job_finish), until srv_take says the
+ * server is stopping. health, metrics and cluster are called from connection threads at any
+ * time. */
 typedef struct srv_engine {
     void *ctx;
-    void (*run)(void *ctx, srv_job *job, srv_result *res);
-    /* Called on the engine thread before the first job (e.g. to connect a ring while /health
-     * says it is loading); NULL: nothing. */
-    void (*start)(void *ctx);
+    void (*serve)(void *ctx, srv *s);
+    int slots;                   /* jobs it runs at once (>= 1) */
     /* Whether it can generate now (/health answers 503 otherwise), with a one-word state
      * ("ready", "connecting", "lost") and a line of detail in the JSON object given. */
     bool (*health)(void *ctx, void *cjson_obj);
@@ -64,7 +65,7 @@ typedef struct srv_config {
     int port;                    /* 0: any free port (srv_port says which) */
     const char *api_key;         /* NULL: no authentication */
     const char *model_id;        /* the name /v1/models lists */
-    int queue_max;               /* requests waiting beyond the one being generated */
+    int queue_max;               /* requests waiting beyond those being generated */
     int max_connections;         /* served at once; a few more are answered 503, then refused */
     size_t max_body;             /* bytes; larger bodies get 413 */
     unsigned timeout_s;          /* a connection idle this long is closed */
@@ -79,7 +80,15 @@ int srv_port(const srv *s);
 /* Stop accepting, cancel what is queued or running, wait for the engine thread. */
 void srv_stop(srv *s);
 
-/* For the generator, during run: */
+/* For the generator's serve loop. The next queued job (in arrival order); with wait, block
+ * until one comes. NULL: none is queued (without wait), or the server is stopping and none is
+ * left (with wait: then serve finishes what it runs and returns). Jobs whose client left while
+ * queued are finished (cancelled) here, never returned. */
+srv_job *srv_take(srv *s, bool wait);
+/* The job is over: its answer (or last chunk) goes out; the job is not to be used after. */
+void srv_job_finish(srv *s, srv_job *j, const srv_result *res);
+
+/* For the generator, while it runs a job: */
 const srv_request *srv_job_request(const srv_job *j);
 bool srv_job_cancelled(const srv_job *j);
 /* The prompt is accepted (tokenized, fits): a stream starts now. */
