@@ -77,6 +77,23 @@ post /v1/chat/completions "$next"
     fail "next turn after another conversation: $(field .usage) (first turn $first tokens)"
 stop_server "$tmp/np4.log"
 
+# ---- more generating slots than a batch has rows (-b 2): every slot gets its turn, prompts go
+# in two tokens at a time, and the answers are the same
+start_server "$tmp/b2.log" -m "$model" -np 4 -b 2 || exit 1
+cpids=()
+mkdir -p "$tmp/b2"
+for n in $(seq 3 10); do
+    curl -sS --max-time 60 -H 'Content-Type: application/json' --data-binary "$(req $n)" \
+        "http://127.0.0.1:$sport/v1/completions" >"$tmp/b2/$n" 2>&1 &
+    cpids+=($!)
+done
+wait "${cpids[@]}"
+for n in $(seq 3 10); do
+    [ "$(jq -r .choices[0].text "$tmp/b2/$n" 2>/dev/null)" = "$(jq -r .choices[0].text "$tmp/many/$n")" ] ||
+        { fail "-b 2, request $n: $(head -c 300 "$tmp/b2/$n") vs $(head -c 300 "$tmp/many/$n")"; break; }
+done
+stop_server "$tmp/b2.log"
+
 # ---- a long prompt (chunks of -b 16) beside a slot that is generating; a client that leaves
 slow=$fixtures/models/synth-spm512-l4-e256-f32.gguf
 start_server "$tmp/np2.log" -m "$slow" -np 2 -b 16 -c 4096 --stats "$tmp/stats" || exit 1

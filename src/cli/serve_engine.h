@@ -47,6 +47,7 @@ typedef struct serve_engine {
     serve_mb *mbs;             /* PRIMA_MAX_DEVICES, n_mbs of them in use */
     int n_mbs;
     uint64_t clock;            /* orders the slots' admissions and uses */
+    int next_slot;             /* where the next micro-batch starts looking for slots */
 } serve_engine;
 
 /* Whether n_slots sequences at once go with the options (the runner's n_seq is to be

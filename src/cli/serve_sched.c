@@ -1,13 +1,15 @@
 /* serve_sched.c — prima serve's slots: several requests generated at once, continuous batching.
  *
- * Each slot is one sequence: its own session (history, KV region, logits), sampler, reply text
- * and request. The engine thread loops over steps. Between steps, requests join free slots
- * (the slot whose cached tokens are the longest prefix of the new prompt, else the one unused
- * longest) and finished or cancelled ones leave. A step evaluates one row per generating slot
- * (the token it sampled last) and at most one chunk (at most -b tokens) of one prompt, so a new
- * prompt holds the others up by at most one chunk per token; after the step each generating
- * slot samples from its own logits with its own sampler. Since a row's result does not depend
- * on the other rows, each answer is the one it gets alone. */
+ * Each slot is one sequence of the runner's session (slot 0 the session itself, the others its
+ * peers): its own history, KV region, logits, sampler, reply text and request. Between steps,
+ * requests join free slots (the one whose cache serves the prompt best: its longest cached
+ * prefix, less what it would drop) and finished or cancelled ones leave. A step is one
+ * micro-batch: a row per generating slot in it (the token it sampled last) and at most one
+ * chunk of one prompt (at most -b rows in all), so a new prompt holds the others up by at most
+ * one chunk per step. As many micro-batches are kept in flight as the layers allow (a ring's
+ * devices), the generating slots spread over them; each is sent again as soon as it is back and
+ * its slots have sampled from their own logits. Since a row's result does not depend on the
+ * other rows, each answer is the one it gets alone. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
@@ -39,7 +41,7 @@ struct serve_mb {
 struct serve_slot {
     int id;
     srv_job *job;              /* NULL: free */
-    session *s;                /* sequence id of the runner's session (slot 0: NULL, the
+    session *s;                /* a peer of the runner's session (slot 0: NULL, it uses the
                                 * runner's own, reopened after a ring failure) */
     sampler *smp;
     gen_opts go;
@@ -411,7 +413,8 @@ static bool chunk_in_flight(const serve_engine *se)
     return false;
 }
 
-/* Fill micro-batch b with slots that are not in flight and send it: the generating slots spread
+/* Fill micro-batch b with slots that are not in flight and send it (with one micro-batch, it is
+ * evaluated at once): the generating slots spread
  * over the micro-batches still free, and, while no other prompt chunk is in flight, one chunk
  * (at most -b rows in all) of the oldest prompt not in yet. 0 sent, 1 nothing to send, -1
  * failed (err). */
@@ -433,18 +436,21 @@ static int send(serve_engine *se, srv *sv, serve_mb *b, char *err, size_t errlen
     for (int i = 0; i < se->n_mbs; i++)
         free_mbs += !se->mbs[i].busy;
     int take = (ready + free_mbs - 1) / free_mbs, n_batch = se->r->s->n_batch;
-    if (take > n_batch)
-        take = n_batch;
+    bool chunk = prefill && !chunk_in_flight(se);
+    if (take > n_batch - chunk) /* more slots than a batch holds: the prompt still gets a row */
+        take = n_batch - chunk;
     b->count = b->decode = b->chunk = 0;
-    for (int i = 0; i < se->n_slots && b->decode < take; i++) {
-        serve_slot *sl = &se->slots[i];
+    /* from where the last micro-batch stopped, so that every slot gets its turn */
+    for (int k = 0, start = se->next_slot; k < se->n_slots && b->decode < take; k++) {
+        serve_slot *sl = &se->slots[(start + k) % se->n_slots];
         if (sl->job && !sl->in_flight && sl->decoding) {
             b->who[b->count] = sl;
             b->nrow[b->count++] = 1;
             b->decode++;
+            se->next_slot = (sl->id + 1) % se->n_slots;
         }
     }
-    if (prefill && !chunk_in_flight(se) && b->decode < n_batch) {
+    if (chunk) {
         b->chunk = prefill->n - prefill->fed;
         if (b->chunk > n_batch - b->decode)
             b->chunk = n_batch - b->decode;
@@ -463,6 +469,12 @@ static int send(serve_engine *se, srv *sv, serve_mb *b, char *err, size_t errlen
         sl->in_flight = true;
     }
     b->busy = true;
+    /* One micro-batch at a time: evaluated at once. One slot's rows go as prima run's do
+     * (session_eval: on a ring through ring_eval, where failover recovers a lost worker). */
+    if (se->n_mbs == 1 && b->count == 1)
+        return session_eval(ss[0], tk[0], b->nrow[0], NULL, err, errlen) ? -1 : 0;
+    if (se->n_mbs == 1)
+        return session_eval_batch(ss, tk, b->nrow, b->count, err, errlen) ? -1 : 0;
     return session_mb_submit(b->mb, ss, tk, b->nrow, b->count, err, errlen) ? -1 : 0;
 }
 
@@ -507,8 +519,8 @@ static void step(serve_engine *se, srv *sv)
         in_flight += se->mbs[i].busy;
     if (!in_flight)
         return; /* every slot left (cancelled) */
-    session_mb *got = session_mb_collect(se->r->s, err, sizeof err);
-    serve_mb *b = NULL;
+    serve_mb *b = se->n_mbs == 1 ? &se->mbs[0] : NULL; /* one: evaluated as it was sent */
+    session_mb *got = b ? NULL : session_mb_collect(se->r->s, err, sizeof err);
     for (int i = 0; got && i < se->n_mbs; i++)
         b = se->mbs[i].mb == got ? &se->mbs[i] : b;
     if (!b) {
