@@ -4,7 +4,8 @@
 # level; a slot freed when its client disconnects while others go on; a long prompt's prefill
 # in chunks of at most -b interleaved with another slot's decoding (seen in the --stats step
 # events and /metrics); the prompt cache per slot (a chat's next turn finds its slot although
-# another conversation ran meanwhile); -np refused where it cannot work.
+# another conversation ran meanwhile); -np refused where it cannot work; a 3-device loopback ring
+# with four slots pipelined (a micro-batch in flight per device), and a worker lost and back.
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-slots
 source "$(dirname "$0")/support/serve.sh"
@@ -24,10 +25,22 @@ busy() { curl -s "http://127.0.0.1:$sport/health" | jq .slots.busy; }
 # ---- usage: -np out of range, or with what keeps one sequence
 "$prima" serve -m "$model" -np 0 >/dev/null 2>&1
 [ $? = 2 ] || fail "-np 0: exit status"
-"$prima" serve -m "$model" -np 2 --workers 127.0.0.1:1 2>"$tmp/err" >/dev/null
-[ $? = 2 ] && grep -q -- "-np 2: a ring" "$tmp/err" || fail "-np 2 with a ring: $(cat "$tmp/err")"
+"$prima" serve -m "$model" -np 2 -ngl 1 2>"$tmp/err" >/dev/null
+[ $? = 2 ] && grep -q -- "-np 2: GPU layers" "$tmp/err" || fail "-np 2 with -ngl: $(cat "$tmp/err")"
 "$prima" serve -m "$model" -np 2 --spec ngram 2>"$tmp/err" >/dev/null
 [ $? = 2 ] && grep -q -- "-np 2: speculative" "$tmp/err" || fail "-np 2 with --spec: $(cat "$tmp/err")"
+
+together() { # directory n...: the requests `req n` all at once, each answer in directory/n
+    local dir=$1 cpids=()
+    shift
+    mkdir -p "$dir"
+    for n in "$@"; do
+        curl -sS --max-time 120 -H 'Content-Type: application/json' --data-binary "$(req $n)" \
+            "http://127.0.0.1:$sport/v1/completions" >"$dir/$n" 2>&1 &
+        cpids+=($!)
+    done
+    wait "${cpids[@]}"
+}
 
 # ---- 64 clients, two requests each, against four slots
 start_server "$tmp/np4.log" -m "$model" -np 4 || exit 1
@@ -80,14 +93,7 @@ stop_server "$tmp/np4.log"
 # ---- more generating slots than a batch has rows (-b 2): every slot gets its turn, prompts go
 # in two tokens at a time, and the answers are the same
 start_server "$tmp/b2.log" -m "$model" -np 4 -b 2 || exit 1
-cpids=()
-mkdir -p "$tmp/b2"
-for n in $(seq 3 10); do
-    curl -sS --max-time 60 -H 'Content-Type: application/json' --data-binary "$(req $n)" \
-        "http://127.0.0.1:$sport/v1/completions" >"$tmp/b2/$n" 2>&1 &
-    cpids+=($!)
-done
-wait "${cpids[@]}"
+together "$tmp/b2" $(seq 3 10)
 for n in $(seq 3 10); do
     [ "$(jq -r .choices[0].text "$tmp/b2/$n" 2>/dev/null)" = "$(jq -r .choices[0].text "$tmp/many/$n")" ] ||
         { fail "-b 2, request $n: $(head -c 300 "$tmp/b2/$n") vs $(head -c 300 "$tmp/many/$n")"; break; }
@@ -125,6 +131,39 @@ grep -q "request 1: .* cancelled" "$tmp/np2.log" || fail "no cancelled request: 
 post /v1/completions '{"prompt":"Once","max_tokens":2}' --max-time 10
 [ "$code" = 200 ] || fail "after a disconnect: $code"
 stop_server "$tmp/np2.log"
+
+# ---- a 3-device loopback ring with four slots: the slots spread over a micro-batch per device,
+# kept in flight together (pipelining); answers as alone and as prima run's; a lost worker
+# fails the requests running (no failover with several slots) and serving resumes once it is
+# back (the slots' sequences opened again on the new ring)
+start_worker "$model" "$tmp/w1.log" && p1=$port && start_worker "$model" "$tmp/w2.log" && p2=$port &&
+    w2=${pids[-1]} || exit 1
+start_server "$tmp/ring.log" -m "$model" --workers "127.0.0.1:$p1,127.0.0.1:$p2" -lw 2,2,1 -np 4 \
+    --stats "$tmp/ring_stats" || exit 1
+together "$tmp/ring" $(seq 3 18)
+for n in $(seq 3 18); do
+    post /v1/completions "$(req $n)"
+    [ "$(jq -r .choices[0].text "$tmp/ring/$n" 2>/dev/null)" = "$(field .choices[0].text)" ] ||
+        { fail "ring, concurrent request $n: $(head -c 300 "$tmp/ring/$n") vs alone $(cat "$tmp/body")"; break; }
+done
+for n in 7 8; do
+    seed=$([ $((n % 2)) = 1 ] && echo "--temp 0" || echo "--temp 0.9 --seed $n")
+    want=$("$prima" run -m "$model" -t 1 --no-display-prompt -p "Once upon a time $n" -n 24 $seed 2>/dev/null)
+    [ "$(jq -r .choices[0].text "$tmp/ring/$n")" = "$want" ] ||
+        fail "ring request $n vs prima run: '$(jq -r .choices[0].text "$tmp/ring/$n")' vs '$want'"
+done
+[ "$(jq -s '[.[] | select(.event == "step") | .in_flight] | max' "$tmp/ring_stats")" = 3 ] ||
+    fail "micro-batches in flight together: $(jq -c 'select(.event == "step") | .in_flight' "$tmp/ring_stats" | sort | uniq -c | tr '\n' ' ')"
+{ kill -9 "$w2"; wait "$w2"; } 2>/dev/null
+post /v1/completions "$(req 3)"
+[ "$code" = 500 ] && field .error.message | grep -q "device 2" || fail "lost worker, -np 4: $code $(cat "$tmp/body")"
+"$prima" worker -m "$model" --host 127.0.0.1 --port "$p2" -t 1 >"$tmp/w2b.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q listening "$tmp/w2b.log" && break; sleep 0.05; done
+post /v1/completions "$(req 3)"
+[ "$code" = 200 ] && [ "$(field .choices[0].text)" = "$(jq -r .choices[0].text "$tmp/ring/3")" ] ||
+    fail "after the worker is back, -np 4: $code $(cat "$tmp/body")"
+stop_server "$tmp/ring.log"
 
 [ "$fails" = 0 ] && echo "serve_slots: all passed"
 exit $((fails > 0))

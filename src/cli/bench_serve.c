@@ -43,13 +43,14 @@ static void usage(FILE *out, const run_opts *o)
           "  --requests N            requests per client and run (default 2)\n"
           "  --tokens N              tokens per request (default 32)\n"
           "  -np N                   the server's slots (prima serve -np; default 1)\n"
+          "  --in-flight N           its micro-batches in flight (prima serve --in-flight)\n"
           "  --json                  one JSON object per measurement and line\n"
           "  -h, --help              show this help\n",
           out);
 }
 
 typedef struct bench_opts {
-    int n_dev, clients[16], n_clients, requests, tokens, slots;
+    int n_dev, clients[16], n_clients, requests, tokens, slots, in_flight;
     bool json;
 } bench_opts;
 
@@ -62,7 +63,7 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return 1;
     }
     if (strcmp(f, "--devices") && strcmp(f, "--clients") && strcmp(f, "--requests") &&
-        strcmp(f, "--tokens") && strcmp(f, "-np"))
+        strcmp(f, "--tokens") && strcmp(f, "-np") && strcmp(f, "--in-flight"))
         return 0;
     if (*i + 1 >= argc) {
         cli_fail("%s needs a value", f);
@@ -77,6 +78,8 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return parse_int_arg(f, v, 2, 100000, &b->tokens) ? -1 : 1;
     if (!strcmp(f, "-np"))
         return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &b->slots) ? -1 : 1;
+    if (!strcmp(f, "--in-flight"))
+        return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &b->in_flight) ? -1 : 1;
     b->n_clients = 0;
     for (const char *p = v; *p;) {
         char *end;
@@ -287,7 +290,7 @@ static int run(int argc, char **argv)
     srv *s = NULL;
     serve_engine se;
     char err[512];
-    if (rc == 0 && serve_engine_init(&se, &r, b.slots, err, sizeof err))
+    if (rc == 0 && serve_engine_init(&se, &r, b.slots, b.in_flight, err, sizeof err))
         rc = cli_fail("%s", err);
     if (rc == 0) {
         srv_engine e = serve_engine_iface(&se);

@@ -25,14 +25,16 @@ static void usage(FILE *out, const run_opts *o)
           "top_logprobs; the sampling options below are the defaults for fields a request\n"
           "does not give. An answer equals prima run's with the same settings and seed.\n"
           "Up to -np requests are generated at once, each in a slot of its own (its own KV\n"
-          "cache of -c tokens): every step evaluates one token of each generating slot and at\n"
+          "cache of -c tokens): a step evaluates the next token of generating slots and at\n"
           "most one -b chunk of a new prompt, so a long prompt holds the others up by one\n"
-          "chunk at a time; a request that continues a slot's conversation reuses its cached\n"
-          "tokens. A client that disconnects stops its generation and frees its slot. When\n"
-          "the ring fails, the requests get an error (500) and the next one connects the ring\n"
-          "again (the ring first connects once the server listens; /health says \"loading\"\n"
-          "until then). One line per request goes to stderr; --stats FILE also gets a \"step\"\n"
-          "event per step (its decode and prompt rows).\n\n",
+          "chunk at a time; on a ring the slots are spread over micro-batches kept in flight\n"
+          "together, so that its devices compute at once. A request that continues a slot's\n"
+          "conversation reuses its cached tokens. A client that disconnects stops its\n"
+          "generation and frees its slot. When the ring fails, the requests get an error\n"
+          "(500) and the next one connects the ring again (the ring first connects once the\n"
+          "server listens; /health says \"loading\" until then); with -np above 1 a lost\n"
+          "worker is not planned around (no failover). One line per request goes to stderr;\n"
+          "--stats FILE also gets a \"step\" event per step (its decode and prompt rows).\n\n",
           out);
     run_opts_usage(o, out);
     ring_args_usage(out);
@@ -44,8 +46,10 @@ static void usage(FILE *out, const run_opts *o)
           "  --api-key KEY           require \"Authorization: Bearer KEY\" (all but /health)\n"
           "  --api-key-file FILE     the same, the key being FILE's first line\n"
           "  -np N                   slots: requests generated at once (default 1, at most\n"
-          "                          64; one with a ring, GPU layers or speculative\n"
-          "                          decoding)\n"
+          "                          64; one with GPU layers or speculative decoding)\n"
+          "  --in-flight N           on a ring, the slots' micro-batches kept in flight at\n"
+          "                          once (default: one per device, so that the devices\n"
+          "                          compute together; 1: every step one batch)\n"
           "  --queue N               requests that may wait beyond those being generated\n"
           "                          (default 64; more are answered 429)\n"
           "  --timeout S             close a connection idle for S seconds (default 60)\n"
@@ -57,7 +61,7 @@ static void usage(FILE *out, const run_opts *o)
 
 typedef struct serve_args {
     const char *host, *api_key, *api_key_file;
-    int port, queue, timeout, slots;
+    int port, queue, timeout, slots, in_flight;
     char *key_owned;
 } serve_args;
 
@@ -65,7 +69,7 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
 {
     serve_args *a = ctx;
     static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
-                                        "--queue", "--timeout", "-np", NULL};
+                                        "--queue", "--timeout", "-np", "--in-flight", NULL};
     const char *f = argv[*i];
     int k = 0;
     while (flags[k] && strcmp(f, flags[k]))
@@ -84,7 +88,8 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
     case 3: a->api_key_file = v; return 1;
     case 4: return parse_int_arg(f, v, 0, 1 << 16, &a->queue) ? -1 : 1;
     case 5: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
-    default: return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &a->slots) ? -1 : 1;
+    case 6: return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &a->slots) ? -1 : 1;
+    default: return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &a->in_flight) ? -1 : 1;
     }
 }
 
@@ -151,7 +156,7 @@ static int serve(runner *r, const serve_args *a)
         return rc;
     serve_engine se;
     char err[512];
-    if (serve_engine_init(&se, r, a->slots, err, sizeof err))
+    if (serve_engine_init(&se, r, a->slots, a->in_flight, err, sizeof err))
         return cli_fail("%s", err);
     srv_engine e = serve_engine_iface(&se);
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,

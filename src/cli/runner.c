@@ -57,12 +57,15 @@ int runner_session(runner *r, char *err, size_t errlen)
         r->sp.stats = r->ra.stats;
         r->sp.gpu = go;
         ro.planner = &r->sp.rp;
+        ro.n_seq = r->n_seq > 1 ? r->n_seq : 1;
         r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,
                                  errlen);
         r->plan_s = r->sp.seconds;
         if (r->s)
             gpu_offload_report_ring(&r->rh);
-        if (r->s && ring_args_failover(&r->ra, &r->rh, r->s, &r->sp, err, errlen)) {
+        /* failover rebuilds one sequence's cache: with several, a lost worker ends the session */
+        if (r->s && ro.n_seq == 1 &&
+            ring_args_failover(&r->ra, &r->rh, r->s, &r->sp, err, errlen)) {
             runner_session_close(r);
             return -1;
         }

@@ -27,7 +27,8 @@ typedef struct runner {
     gen_opts go;
     gen_stats st;
     int n_ctx;
-    int n_seq;          /* sequences the session's engine holds (0: one; prima serve -np) */
+    int n_seq;          /* sequences the session's engine holds, on every device of a ring (0:
+                         * one; prima serve -np); with several, no failover */
     double load_s;
     double plan_s;      /* of load_s: the scheduler's profiling and planning (the last session) */
 } runner;

@@ -61,10 +61,12 @@ static void set_state(serve_engine *se, const char *state, const char *detail)
     pthread_mutex_unlock(&se->mu);
 }
 
-int serve_engine_init(serve_engine *se, runner *r, int n_slots, char *err, size_t errlen)
+int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, char *err,
+                      size_t errlen)
 {
     memset(se, 0, sizeof *se);
     se->r = r;
+    se->max_mbs = in_flight;
     bool warned;
     se->tpl = chat_template_detect(r->m->file, &warned);
     if (warned)

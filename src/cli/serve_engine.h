@@ -45,7 +45,7 @@ typedef struct serve_engine {
     serve_slot *slots;
     int n_slots;
     serve_mb *mbs;             /* PRIMA_MAX_DEVICES, n_mbs of them in use */
-    int n_mbs;
+    int n_mbs, max_mbs;        /* max_mbs: the in_flight asked for (0: no bound) */
     uint64_t clock;            /* orders the slots' admissions and uses */
     int next_slot;             /* where the next micro-batch starts looking for slots */
 } serve_engine;
@@ -55,8 +55,11 @@ typedef struct serve_engine {
  * speculative decoding (its drafts follow one sequence), one on a ring (its devices keep one
  * KV cache each). 0, or -1 with err naming the option. */
 int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen);
-/* n_slots sequences at once (serve_slots_check). 0, or -1 with err. */
-int serve_engine_init(serve_engine *se, runner *r, int n_slots, char *err, size_t errlen);
+/* n_slots sequences at once (serve_slots_check), in at most in_flight micro-batches at a time
+ * (0: as many as the layers allow, a ring's devices; 1: every step one batch). 0, or -1 with
+ * err. */
+int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, char *err,
+                      size_t errlen);
 void serve_engine_free(serve_engine *se);
 srv_engine serve_engine_iface(serve_engine *se);
 

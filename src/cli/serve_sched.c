@@ -166,6 +166,8 @@ static int slots_attach(serve_engine *se, char *err, size_t errlen)
             return -1;
     /* as many micro-batches as can be in flight (the ring's devices), no more than slots */
     int n = session_max_in_flight(se->r->s);
+    if (se->max_mbs > 0 && se->max_mbs < n)
+        n = se->max_mbs;
     se->n_mbs = n < se->n_slots ? n : se->n_slots;
     for (int i = 0; i < se->n_mbs; i++)
         if (!(se->mbs[i].mb = session_mb_create(se->r->s, err, errlen)))
@@ -197,9 +199,9 @@ int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen)
     else if (n_slots > 1 && r->o.n_gpu_layers > 0 && !r->o.no_gpu)
         snprintf(err, errlen, "-np %d: GPU layers (-ngl) hold one sequence's KV cache: give "
                  "-np 1 with them", n_slots);
-    else if (n_slots > 1 && ring_args_active(&r->ra))
-        snprintf(err, errlen, "-np %d: a ring's devices keep one KV cache each (one sequence): "
-                 "give -np 1 with --workers", n_slots);
+    else if (n_slots > 1 && r->ra.n_gl)
+        snprintf(err, errlen, "-np %d: GPU layers (--gpu-layers) hold one sequence's KV cache: "
+                 "give -np 1 with them", n_slots);
     else
         return 0;
     return -1;
