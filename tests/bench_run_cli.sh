@@ -140,6 +140,10 @@ primacpp_run() {
 }
 primacpp_run primacpp-fio1 0
 primacpp_run primacpp 139
+# a run whose emulator failed before anything ran: only its case file
+mkdir -p "$runs/paper-4dev-llama3-8b-like-primacpp-single"
+printf 'kind=primacpp\nstatus=1\nmodel_bytes=1000000\ncluster=%s\nlw=\nn_layer=16\nnote=a rank failed\n' "$tmp/cluster.json" \
+    >"$runs/paper-4dev-llama3-8b-like-primacpp-single/case"
 
 "$run" --analyze-only --only paper-4dev/llama3-8b-like --warmup 1 --tokens 4 --results "$res" >"$tmp/out" 2>&1 ||
     fail "--analyze-only: $(tail -3 "$tmp/out")"
@@ -162,6 +166,8 @@ r=$(row primacpp results.csv)
 [ "$(field "$r" 5)" = 139 ] && [ "$(field "$r" 9)" = nan ] || fail "primacpp crash: $r"
 grep -q 'Invalid solution' <<<"$r" || fail "primacpp crash: no note: $r"
 grep -q '| exit 139: GGML_ASSERT' "$res/results.md" || fail "results.md: the crash is not in the status column"
+r=$(row primacpp-single results.csv)
+[ "$(field "$r" 5),$(field "$r" 9)" = 1,nan ] || fail "a run with nothing but its case file: $r"
 s=$(grep '^paper-4dev,llama3-8b-like,' "$res/search-summary.csv")
 [ "$(field "$s" 4),$(field "$s" 5)" = 120.0,2 ] || fail "search summary: Halda's median of its 2 runs is not 120.0: $s"
 [ "$(field "$s" 8),$(field "$s" 10),$(field "$s" 11)" = 100.0,20.0,no ] || fail "search summary: best/gap: $s"
