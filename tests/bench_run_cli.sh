@@ -98,7 +98,7 @@ prima_run() {
     mkdir -p "$dir"
     emu_files "$dir"
     {
-        echo '{"event":"plan","found":true,"n_layer":16,"k":1,"tpot":0.092,"terms":{"compute":0.08,"network":0.012},"devices":[{"name":"0:a","window":8,"in_ring":true},{"name":"1:b","window":8,"in_ring":true},{"name":"2:c","window":0,"in_ring":false,"left_out":"x"}],"time":'$t0'}'
+        echo '{"event":"plan","found":true,"n_layer":16,"k":1,"tpot":0.092,"terms":{"compute":0.08,"network":0.012},"devices":[{"name":"0:a","window":8,"in_ring":true,"time":{"compute":0.04,"wait":0.05}},{"name":"1:b","window":8,"in_ring":true},{"name":"2:c","window":0,"in_ring":false,"left_out":"x"}],"time":'$t0'}'
         for ms in 0 "$@"; do
             t=$(awk -v t="$t" -v ms="$ms" 'BEGIN { printf "%.3f", t + ms / 1000 }')
             for dev in 0 1; do
@@ -155,6 +155,8 @@ r=$(row halda results.csv)
 [ "$(field "$r" 7)" = 92 ] || fail "halda: predicted $(field "$r" 7), not 92"
 [ "$(field "$r" 16)" = -20.0 ] || fail "halda: prediction error $(field "$r" 16) %, not -20.0"
 grep -q '"compute=80.0 network=12.0","compute=80.0 other=35.0"' <<<"$r" || fail "halda: terms: $r"
+grep -q '^"paper-4dev","llama3-8b-like","halda","a",.*,"compute=40.0 wait=50.0"$' "$res/devices.csv" ||
+    fail "devices.csv: Halda's prediction for device a: $(grep '"halda","a"' "$res/devices.csv")"
 r=$(row primacpp-fio1 results.csv)
 [ "$(field "$r" 9),$(field "$r" 10),$(field "$r" 11),$(field "$r" 12)" = 115.0,130.0,115.0,4 ] ||
     fail "primacpp-fio1: TPOT median, p90, mean, steps not 115.0,130.0,115.0,4: $r"
