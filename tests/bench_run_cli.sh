@@ -37,6 +37,9 @@ refused --primacpp-lw =1,2
 refused --primacpp-timeout 0
 refused --primacpp-timeout abc
 refused --primacpp
+refused --primacpp-env
+refused --primacpp-env novalue
+refused --primacpp-env "1X=2"
 refused --primacpp "$tmp/nowhere"
 refused --strategies primacpp
 refused --strategies "halda primacpp-lw-prefetch"
