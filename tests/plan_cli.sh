@@ -94,7 +94,7 @@ expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/sma
 grep -q '"k":	2' "$work/out" || fail "-k 2 ignored: $(cat "$work/out")"
 
 # Nothing fits and nothing may read from disk: reported as infeasible.
-profile none 30000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"
+profile none 1000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"
 expect 1 "$prima" plan -m "$model" --device "$work/none.json"
 grep -q "no plan" "$work/err" || fail "infeasible: $(cat "$work/err")"
 echo "plan_cli: ok"

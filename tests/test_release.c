@@ -1,6 +1,6 @@
-/* Which windows a device streams (drops after computing and reads again next token) under each
- * release policy, against budgets worked out by hand: `auto` keeps the first windows in ring
- * order that fit beside two windows in flight, and streams the rest. */
+/* Which layers a device streams (drops after computing and reads again next token) under each
+ * release policy, against budgets worked out by hand: `auto` keeps the first layers in ring
+ * order that fit beside room for two of its largest layers in flight, and streams the rest. */
 #include <string.h>
 
 #include "cluster/device.h"
@@ -31,75 +31,99 @@ static ring_plan plan2(int n_layer, int w0, int w1, int k)
     return p;
 }
 
-/* "0111": which rounds are streamed. */
+/* One character per layer of the model: '.' another device's, 'r' resident, 's' streamed. */
 static const char *pattern(const ring_model *m, const ring_plan *p, int rank,
                            enum release_policy policy, uint64_t budget, int *n)
 {
     static char out[MAX_LAYERS + 1];
-    bool stream[MAX_LAYERS];
-    *n = device_streamed_windows(m, p, rank, policy, budget, stream);
-    for (int r = 0; r < p->k; r++)
-        out[r] = stream[r] ? '1' : '0';
-    out[p->k] = 0;
+    int cut;
+    *n = device_streamed_layers(m, p, rank, policy, budget, &cut);
+    bool owns[MAX_LAYERS];
+    plan_owned_layers(p, rank, owns);
+    for (int il = 0; il < p->n_layer; il++)
+        out[il] = !owns[il] ? '.' : il >= cut ? 's' : 'r';
+    out[p->n_layer] = 0;
     return out;
 }
 
 static void expect(const ring_model *m, const ring_plan *p, int rank, enum release_policy policy,
                    uint64_t budget, const char *want)
 {
-    int n, ones = 0;
+    int n, streamed = 0;
     const char *got = pattern(m, p, rank, policy, budget, &n);
     for (const char *c = want; *c; c++)
-        ones += *c == '1';
-    CHECK(strcmp(got, want) == 0 && n == ones,
-          "device %d, policy %d, budget %llu: streams %s (%d), want %s", rank, policy,
+        streamed += *c == 's';
+    CHECK(strcmp(got, want) == 0 && n == streamed,
+          "device %d, policy %d, budget %llu: %s (%d streamed), want %s", rank, policy,
           (unsigned long long)budget, got, n, want);
 }
 
 int main(void)
 {
-    /* 12 layers of 100 bytes, windows 1 + 2, k = 4: device 1 owns four windows of 200 bytes. */
+    /* 12 layers of 100 bytes, windows 1 + 2, k = 4: device 1 owns eight layers, 800 bytes. */
     ring_model m = model(12, 100, 0);
     ring_plan p = plan2(12, 1, 2, 4);
-    expect(&m, &p, 1, RELEASE_NEVER, 1, "0000");
-    expect(&m, &p, 1, RELEASE_ALWAYS, 1u << 30, "1111");
-    expect(&m, &p, 1, RELEASE_AUTO, 800, "0000");   /* everything fits */
-    /* 799: room for 799 - 2 * 200 = 399 bytes of resident windows, so one. */
-    expect(&m, &p, 1, RELEASE_AUTO, 799, "0111");
-    expect(&m, &p, 1, RELEASE_AUTO, 600, "0111");
-    expect(&m, &p, 1, RELEASE_AUTO, 599, "1111");
-    expect(&m, &p, 1, RELEASE_AUTO, 0, "1111");
-
-    /* k = 8, device 1 owns 1,600 bytes in windows of 200; 1,000 bytes leave room for three. */
-    m = model(24, 100, 0);
-    p = plan2(24, 1, 2, 8);
-    expect(&m, &p, 1, RELEASE_AUTO, 1000, "00011111");
-    expect(&m, &p, 1, RELEASE_AUTO, 1599, "00000111");
+    expect(&m, &p, 1, RELEASE_NEVER, 1, ".rr.rr.rr.rr");
+    expect(&m, &p, 1, RELEASE_ALWAYS, 1u << 30, ".ss.ss.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 800, ".rr.rr.rr.rr");   /* everything fits */
+    /* 799: room for 799 - 2 * 100 = 599 bytes of resident layers, so five. */
+    expect(&m, &p, 1, RELEASE_AUTO, 799, ".rr.rr.rs.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 699, ".rr.rr.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 300, ".rs.ss.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 299, ".ss.ss.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 0, ".ss.ss.ss.ss");
 
     /* The head's own weights (300 bytes) are always in use: they come off its room first.
-     * Without them its 800 bytes of windows fit in 1,000; with them, room 1,000 - 300 - 2 * 100
-     * = 500: five windows. */
-    expect(&m, &p, 0, RELEASE_AUTO, 1000, "00000000");
+     * Without them its 800 bytes of layers fit in 1,000; with them, room 1,000 - 300 - 2 * 100
+     * = 500: five layers. */
+    m = model(24, 100, 0);
+    p = plan2(24, 1, 2, 8);
+    expect(&m, &p, 0, RELEASE_AUTO, 1000, "r..r..r..r..r..r..r..r..");
     m = model(24, 100, 300);
-    expect(&m, &p, 0, RELEASE_AUTO, 1000, "00000111");
-    expect(&m, &p, 0, RELEASE_AUTO, 1100, "00000000");
+    expect(&m, &p, 0, RELEASE_AUTO, 1000, "r..r..r..r..r..s..s..s..");
+    expect(&m, &p, 0, RELEASE_AUTO, 1100, "r..r..r..r..r..r..r..r..");
 
-    /* A partial last round leaves device 1 without a window in round 3: nothing to stream there. */
+    /* One window (k = 1) streams too: the layers beyond the budget cycle through the room,
+     * the others stay. Only `always` keeps a single window, which it would drop only to read
+     * it again. */
+    m = model(10, 100, 0);
+    p = plan2(10, 2, 8, 1);
+    expect(&m, &p, 1, RELEASE_AUTO, 500, "..rrrsssss");
+    expect(&m, &p, 1, RELEASE_AUTO, 800, "..rrrrrrrr");
+    expect(&m, &p, 1, RELEASE_ALWAYS, 0, "..rrrrrrrr");
+    /* the room is sized by the largest layer: layer 9 of 300 bytes leaves 900 - 600 = 300 */
+    end[9] += 200;
+    expect(&m, &p, 1, RELEASE_AUTO, 900, "..rrrsssss");
+
+    /* The budget a scheduler sends for R resident layers gives back exactly R, on the head (its
+     * own weights) and on a worker, with uneven layers (layer 9 is 300 bytes here) */
+    m = model(12, 100, 250);
+    end[9] += 200;
+    p = plan2(12, 1, 2, 4);
+    for (int rank = 0; rank < 2; rank++) {
+        /* the layers device `rank` owns, in ring order, and the room (twice the largest) */
+        int mine[12], owned = 0;
+        for (int il = 0; il < 12; il++)
+            if (il % 3 == 0 ? rank == 0 : rank == 1)
+                mine[owned++] = il;
+        uint64_t room = DEVICE_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
+        for (int want = 0; want <= owned; want++) {
+            int cut, n = device_streamed_layers(&m, &p, rank, RELEASE_AUTO,
+                                                device_weight_budget(&m, &p, rank, want), &cut);
+            /* what is left over fits in the room: then every layer stays */
+            uint64_t left = 0;
+            for (int i = want; i < owned; i++)
+                left += end[mine[i]] - begin[mine[i]];
+            int expect_n = left <= room ? 0 : owned - want;
+            CHECK(n == expect_n, "device %d, %d resident wanted: %d streamed from layer %d", rank,
+                  want, n, cut);
+        }
+    }
+
+    /* A partial last round leaves device 1 without a window in round 3: nothing there. */
     m = model(10, 100, 0);
     p = plan2(10, 1, 2, 4);
-    expect(&m, &p, 1, RELEASE_ALWAYS, 0, "1110");
-    expect(&m, &p, 1, RELEASE_AUTO, 599, "1110");
-    /* Here device 1's last window is one layer: windows of 200, 200, 200, 200, 100 bytes; the
-     * in-flight room is sized by the largest, so 800 bytes keep two resident. */
-    m = model(14, 100, 0);
-    p = plan2(14, 1, 2, 5);
-    expect(&m, &p, 1, RELEASE_AUTO, 800, "00111");
-
-    /* One window: what it drops is what it needs next, so nothing is streamed whatever the
-     * budget. */
-    m = model(3, 100, 0);
-    p = plan2(3, 1, 2, 1);
-    expect(&m, &p, 1, RELEASE_ALWAYS, 0, "0");
-    expect(&m, &p, 1, RELEASE_AUTO, 0, "0");
+    expect(&m, &p, 1, RELEASE_ALWAYS, 0, ".ss.ss.ss.");
+    expect(&m, &p, 1, RELEASE_AUTO, 599, ".rr.rs.ss.");
     return test_done();
 }

@@ -66,6 +66,7 @@ static sched_model model_70b(int n_layer)
     sm.out_type = DT_Q6_K;
     sm.out_params = 8192.0 * 128256;
     sm.out_bytes = sm.out_params * 210 / 256;
+    sm.head_page = sm.out_bytes + sm.out_params * 144 / 256;   /* + the Q4_K embedding */
     sm.embd_row_bytes = 8192.0 * 144 / 256;
     sm.hop_bytes = 8192.0 * 4 + 64;
     sm.proc_bytes = 200 * MIB;

@@ -14,16 +14,21 @@ bool device_visits(const ring_plan *p, int rank, int round)
     return first < p->n_layer;
 }
 
-/* The window's layers read from the file (not those a GPU holds) as file ranges; returns how
+/* Layers [first, last) read from the file (not those a GPU holds) as file ranges; returns how
  * many. */
-static int window_ranges(const device *d, int round, byte_range *out)
+static int layer_ranges(const device *d, int first, int last, byte_range *out)
 {
-    int first, last, n = 0;
-    plan_range(&d->plan, d->rank, round, &first, &last);
+    int n = 0;
     for (int il = first; il < last; il++)
         if (!d->layers.in_vram || !d->layers.in_vram(d->layers.ctx, il))
             out[n++] = (byte_range){d->m->layer_begin[il], d->m->layer_end[il]};
     return n;
+}
+
+/* Where the streamed layers of [first, last) begin: last when all are resident. */
+static int stream_start(const device *d, int first, int last)
+{
+    return d->cut < first ? first : d->cut < last ? d->cut : last;
 }
 
 static bool window_empty(const device *d, int round)
@@ -46,59 +51,88 @@ static int next_window(const device *d, int round)
     return -1;
 }
 
-static uint64_t window_bytes(const ring_model *m, const ring_plan *p, int rank, int round)
+/* What to read ahead of computing window `round`: its resident layers (already in memory after
+ * the first token, so the pager skips them) and the first streamed ones that fit the room. */
+static int fetch_ranges(const device *d, int round, byte_range *out)
 {
     int first, last;
-    plan_range(p, rank, round, &first, &last);
-    uint64_t b = 0;
-    for (int il = first; il < last; il++)
-        b += m->layer_end[il] - m->layer_begin[il];
-    return b;
+    plan_range(&d->plan, d->rank, round, &first, &last);
+    int split = stream_start(d, first, last);
+    int end = split + DEVICE_STREAM_ROOM_LAYERS < last ? split + DEVICE_STREAM_ROOM_LAYERS : last;
+    return layer_ranges(d, first, end, out);
 }
 
-int device_streamed_windows(const ring_model *m, const ring_plan *p, int rank,
-                            enum release_policy policy, uint64_t mem_budget, bool *stream)
+int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
+                           enum release_policy policy, uint64_t mem_budget, int *cut)
 {
     uint64_t owned = rank == 0 ? m->head_bytes : 0, largest = 0;
-    int windows = 0;
+    int windows = 0, n_owned = 0, first_owned = p->n_layer;
     for (int r = 0; r < p->k; r++) {
-        stream[r] = false;
-        uint64_t b = window_bytes(m, p, rank, r);
         int first, last;
         plan_range(p, rank, r, &first, &last);
         windows += first < last;
-        owned += b;
-        largest = b > largest ? b : largest;
+        for (int il = first; il < last; il++) {
+            uint64_t b = m->layer_end[il] - m->layer_begin[il];
+            owned += b;
+            largest = b > largest ? b : largest;
+            n_owned++;
+            first_owned = il < first_owned ? il : first_owned;
+        }
     }
-    /* With a single window what a device drops is what it needs next. */
-    if (windows <= 1 || policy == RELEASE_NEVER ||
+    *cut = p->n_layer;
+    if (n_owned == 0 || policy == RELEASE_NEVER ||
         (policy == RELEASE_AUTO && owned <= mem_budget)) {
         return 0;
     }
-    /* auto on a device that cannot hold everything: the first windows in ring order that fit stay
-     * resident for good; the rest are streamed. Room is kept for two streamed windows, the one
-     * being computed and the next one being prefetched, so streaming never evicts a resident
-     * window. */
-    uint64_t room = 0;
-    if (policy == RELEASE_AUTO) {
-        uint64_t fixed = (rank == 0 ? m->head_bytes : 0) + 2 * largest;
-        room = mem_budget > fixed ? mem_budget - fixed : 0;
+    if (policy == RELEASE_ALWAYS) {
+        /* with a single window what a device drops is what it needs next */
+        if (windows <= 1)
+            return 0;
+        *cut = first_owned;
+        return n_owned;
     }
+    /* auto on a device that cannot hold everything: its first layers in ring order (the
+     * lowest) stay resident for good while they fit beside the head's weights and the room for
+     * the streamed layers in flight; from the first that does not fit on, every layer is
+     * streamed, so streaming never evicts a resident layer. */
+    uint64_t fixed = (rank == 0 ? m->head_bytes : 0) + DEVICE_STREAM_ROOM_LAYERS * largest;
+    uint64_t room = mem_budget > fixed ? mem_budget - fixed : 0;
     int n = 0;
-    bool full = false;
     for (int r = 0; r < p->k; r++) {
-        uint64_t b = window_bytes(m, p, rank, r);
-        if (b == 0)
-            continue;
-        if (!full && b <= room) {
-            room -= b;
-            continue;
+        int first, last;
+        plan_range(p, rank, r, &first, &last);
+        for (int il = first; il < last; il++) {
+            uint64_t b = m->layer_end[il] - m->layer_begin[il];
+            if (*cut == p->n_layer && b <= room) {
+                room -= b;
+                continue;
+            }
+            if (*cut == p->n_layer)
+                *cut = il;
+            n++;
         }
-        full = true;   /* resident windows are a prefix in ring order: the choice is stable */
-        stream[r] = true;
-        n++;
     }
     return n;
+}
+
+uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, int resident)
+{
+    uint64_t kept = rank == 0 ? m->head_bytes : 0, all = kept, largest = 0;
+    int n = 0;
+    for (int r = 0; r < p->k; r++) {
+        int first, last;
+        plan_range(p, rank, r, &first, &last);
+        for (int il = first; il < last; il++, n++) {
+            uint64_t b = m->layer_end[il] - m->layer_begin[il];
+            kept += n < resident ? b : 0;
+            all += b;
+            largest = b > largest ? b : largest;
+        }
+    }
+    if (resident >= n)
+        return all;
+    uint64_t budget = kept + DEVICE_STREAM_ROOM_LAYERS * largest;
+    return budget < all ? budget : all;
 }
 
 int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
@@ -117,13 +151,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
         return -1;
     }
     d->prefetch = o->prefetch;
-    d->stream = calloc((size_t)p->k, sizeof *d->stream);
-    if (!d->stream) {
-        device_free(d);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    d->n_streamed = device_streamed_windows(m, p, rank, o->release, o->mem_budget, d->stream);
+    d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut);
     int windows = 0;
     for (int r = 0; r < p->k; r++)
         windows += !window_empty(d, r);
@@ -134,7 +162,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
             return -1;
         }
         if (d->prefetch) {
-            int n = window_ranges(d, next_window(d, -1), d->scratch);
+            int n = fetch_ranges(d, next_window(d, -1), d->scratch);
             pager_request(d->pg, NULL, 0, d->scratch, n);
         }
     }
@@ -148,7 +176,6 @@ void device_free(device *d)
     pager_free(d->pg);
     free(d->scratch);
     free(d->scratch2);
-    free(d->stream);
     memset(d, 0, sizeof *d);
 }
 
@@ -172,14 +199,27 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     plan_range(&d->plan, d->rank, round, &first, &last);
     if (first == last)
         return 0;
-    int nr = window_ranges(d, round, d->scratch);
+    int nr = layer_ranges(d, first, last, d->scratch);
     uint64_t res, tot;
     pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
     d->cur.pages += tot;
     d->cur.pages_resident += res;
     uint64_t pf0 = d->pg ? pager_thread_faults(d->pg) : 0, f0 = process_major_faults();
     int64_t t0 = net_now_ns();
-    int rc = d->layers.eval(d->layers.ctx, hidden, n, pos, seq, first, last);
+    int split = stream_start(d, first, last);
+    int rc = split > first ? d->layers.eval(d->layers.ctx, hidden, n, pos, seq, first, split) : 0;
+    /* Streamed layers one at a time: each is dropped once computed, and the pager reads the
+     * next ones into the room it leaves. The last one is dropped at the hand-off. */
+    for (int il = split; il < last && rc == 0; il++) {
+        rc = d->layers.eval(d->layers.ctx, hidden, n, pos, seq, il, il + 1);
+        if (il + 1 < last) {
+            int ahead = il + 1 + DEVICE_STREAM_ROOM_LAYERS < last ? il + 1 + DEVICE_STREAM_ROOM_LAYERS : last;
+            int nd = layer_ranges(d, il, il + 1, d->scratch);
+            int nf = d->prefetch ? layer_ranges(d, il + 1, ahead, d->scratch2) : 0;
+            if (nd || nf)
+                pager_request(d->pg, d->scratch, nd, d->scratch2, nf);
+        }
+    }
     d->cur.compute_ns += (uint64_t)(net_now_ns() - t0);
     uint64_t faults = process_major_faults() - f0;
     uint64_t pf = d->pg ? pager_thread_faults(d->pg) - pf0 : 0;
@@ -195,15 +235,16 @@ void device_handed_on(device *d, int round)
     int next = next_window(d, round);
     if (next < 0)
         return;
+    int first, last;
+    plan_range(&d->plan, d->rank, round, &first, &last);
+    int split = stream_start(d, first, last);
     /* With one window (k = 1, or a single non-empty round) the next window is the one just
-     * computed: it is in memory, and neither dropping nor fetching it makes sense. */
-    if (next == round)
+     * computed: unless part of it streams, it is in memory, and neither dropping nor fetching it
+     * makes sense. */
+    if (next == round && split == last)
         return;
-    int n_drop = 0, n_fetch = 0;
-    if (d->stream[round])
-        n_drop = window_ranges(d, round, d->scratch);
-    if (d->prefetch)
-        n_fetch = window_ranges(d, next, d->scratch2);
+    int n_drop = split < last ? layer_ranges(d, last - 1, last, d->scratch) : 0;
+    int n_fetch = d->prefetch ? fetch_ranges(d, next, d->scratch2) : 0;
     if (n_drop || n_fetch)
         pager_request(d->pg, d->scratch, n_drop, d->scratch2, n_fetch);
 }

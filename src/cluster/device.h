@@ -56,8 +56,8 @@ typedef struct device {
     ring_layers layers;
     pager *pg;                     /* NULL when neither prefetching nor releasing */
     bool prefetch;
-    bool *stream;                  /* per round: drop that window once computed */
-    int n_streamed;                /* how many stream[] are set */
+    int cut;                       /* owned layers from this one on are streamed (n_layer: none) */
+    int n_streamed;                /* how many layers are streamed */
     ring_counters cur;             /* this batch so far */
     int64_t idle_since;
     uint64_t disk_mark;
@@ -69,14 +69,24 @@ typedef struct device {
  * layer, which sends it to the head.) */
 bool device_visits(const ring_plan *p, int rank, int round);
 
-/* The windows of device `rank` that the release policy streams (drops after computing, so they
- * are read again next token): stream[r] for each of the plan's k rounds; returns how many.
+/* Streamed layers of a device that cannot hold all of them are in memory at most this many at
+ * a time: the one being computed and the next one being read. The scheduler's cost model
+ * (sched/cost.h) keeps the same room. */
+#define DEVICE_STREAM_ROOM_LAYERS 2
+
+/* The layers of device `rank` that the release policy streams (drops after computing, so they
+ * are read again next token): those from *cut on (n_layer: none); returns how many.
  * never: none. always: all, when the device has more than one window. auto: none when its
- * windows (and, on the head, the head's own weights) fit in mem_budget; otherwise the first
- * windows in ring order that fit, leaving room for two of its largest windows in flight, stay
- * resident and the others are streamed. */
-int device_streamed_windows(const ring_model *m, const ring_plan *p, int rank,
-                            enum release_policy policy, uint64_t mem_budget, bool *stream);
+ * layers (and, on the head, the head's own weights) fit in mem_budget; otherwise its first
+ * layers in ring order stay resident while they fit beside the head's weights and room for
+ * DEVICE_STREAM_ROOM_LAYERS of its largest layers, and the others are streamed one layer at a
+ * time: each is dropped once computed while the pager reads the next ones ahead. */
+int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
+                           enum release_policy policy, uint64_t mem_budget, int *cut);
+/* The mem_budget with which `auto` keeps exactly the first `resident` layers of device `rank`
+ * resident and streams the others (every layer resident when `resident` covers them, or when
+ * the others fit in the room anyway): what a scheduler sends in ring_plan.weight_budget. */
+uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, int resident);
 int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
                 const ring_layers *layers, const device_opts *o, char *err, size_t errlen);
 void device_free(device *d);

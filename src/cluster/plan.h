@@ -20,6 +20,10 @@ typedef struct ring_plan {
     int k;                              /* rounds */
     int window[PRIMA_MAX_DEVICES];      /* w_m: layers per round */
     int gpu_layers[PRIMA_MAX_DEVICES];  /* n_m: of those, on the GPU (last n of each window) */
+    uint64_t weight_budget[PRIMA_MAX_DEVICES];  /* bytes of RAM the plan gives each device's
+                                                 * weights (resident layers, streaming room, the
+                                                 * head's own), which the release policy fills;
+                                                 * 0: the device's own measure of free memory */
 } ring_plan;
 
 /* The one check of a plan against its model, used wherever a plan is made or received: every

@@ -530,11 +530,13 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
     w_str(&w, m->succ_host);
     w_u32(&w, m->succ_port);
     w_u32(&w, m->n_seq);
-    bool gpu = false;
+    bool gpu = m->weight_budget != 0;   /* a weight budget comes after the GPU layers */
     for (uint32_t d = 0; d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
         gpu |= m->gpu_layers[d] != 0;
     for (uint32_t d = 0; gpu && d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
         w_u32(&w, m->gpu_layers[d]);
+    if (m->weight_budget)
+        w_u64(&w, m->weight_budget);
     return conn_send(c, RM_PLAN, w.b, w.n, err, errlen);
 }
 
@@ -568,6 +570,8 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
     if (r.off < r.n)   /* absent: no GPU layers; present: one per device */
         for (uint32_t d = 0; d < m->n_dev; d++)
             m->gpu_layers[d] = r_u32(&r);
+    if (r.off < r.n)   /* absent: the device's own measure of its memory */
+        m->weight_budget = r_u64(&r);
     if (r_done(&r, f, err, errlen))
         return -1;
     if (m->n_seq < 1 || m->n_seq > PROTO_MAX_SEQ) {

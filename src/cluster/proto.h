@@ -157,8 +157,11 @@ typedef struct msg_plan {
     char succ_host[NET_HOST_MAX];      /* empty when the successor is the head */
     uint32_t succ_port;
     uint32_t n_seq;                    /* KV regions (sequences) to keep, 1..PROTO_MAX_SEQ */
-    /* n_m per device. On the wire after n_seq, and only when one is not 0. */
+    /* n_m per device. On the wire after n_seq, and only when one is not 0 (or a weight budget
+     * follows). */
     uint32_t gpu_layers[PRIMA_MAX_DEVICES];
+    /* The receiver's ring_plan.weight_budget: after the GPU layers, only when not 0. */
+    uint64_t weight_budget;
 } msg_plan;
 
 typedef struct msg_batch {

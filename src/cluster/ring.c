@@ -187,12 +187,15 @@ static void drop_workers(ring *r, const bool *drop)
             snprintf(to->c.name, sizeof to->c.name, "device %d (%.100s)", kept + 1, to->addr);
             r->plan.window[kept + 1] = r->plan.window[i + 1];
             r->plan.gpu_layers[kept + 1] = r->plan.gpu_layers[i + 1];
+            r->plan.weight_budget[kept + 1] = r->plan.weight_budget[i + 1];
         }
         r->hb_conns[kept] = &r->w[kept].c;
         kept++;
     }
-    for (int d = kept + 1; d < r->plan.n_dev; d++)
+    for (int d = kept + 1; d < r->plan.n_dev; d++) {
         r->plan.window[d] = r->plan.gpu_layers[d] = 0;
+        r->plan.weight_budget[d] = 0;
+    }
     r->n_workers = kept;
     r->plan.n_dev = kept + 1;
     heartbeat_set(&r->hb, r->hb_conns, kept);
@@ -258,6 +261,11 @@ static int make_plan(ring *r)
         plan_validate(&r->plan, err, sizeof err))
         return fail(r, "%s", err);
     return 0;
+}
+
+const ring_model *ring_get_model(const ring *r)
+{
+    return r->m;
 }
 
 ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t errlen)
@@ -522,8 +530,9 @@ int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds)
 static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen)
 {
     const ring_opts *o = &r->o;
+    uint64_t budget = r->plan.weight_budget[0];
     device_opts dopt = {.prefetch = o->prefetch, .release = o->release, .method = o->method,
-                        .mem_budget = sysmem_budget()};
+                        .mem_budget = budget ? budget : sysmem_budget()};
     if (device_init(&r->dev, r->m, &r->plan, 0, head, &dopt, err, errlen))
         return -1;
     r->dev_init = true;
@@ -550,7 +559,8 @@ static int send_plans(ring *r)
                        .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
                        .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
                        .prefetch = o->prefetch, .release = (uint8_t)o->release,
-                       .n_seq = (uint32_t)o->n_seq};
+                       .n_seq = (uint32_t)o->n_seq,
+                       .weight_budget = r->plan.weight_budget[i + 1]};
         memcpy(mp.session, session, sizeof session);
         for (int d = 0; d < r->plan.n_dev; d++) {
             mp.window[d] = (uint32_t)r->plan.window[d];

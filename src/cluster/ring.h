@@ -70,6 +70,8 @@ typedef struct ring_opts {
 } ring_opts;
 
 ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t errlen);
+/* The model the ring was connected with. */
+const ring_model *ring_get_model(const ring *r);
 const ring_plan *ring_get_plan(const ring *r);
 /* For planners, between connecting and the plan. Device d >= 1's profile, measured by the
  * worker for `threads` threads (0: its default), as JSON text (NUL-terminated, under cap bytes);

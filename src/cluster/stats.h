@@ -7,9 +7,15 @@
  *   batch       (head) one device's counters for one batch: serial, device (ring position),
  *               compute_ns, wait_ns, major_faults, disk_bytes, pages, pages_resident,
  *               bytes_sent, bytes_recv, hops (cluster/proto.h, ring_counters)
- *   plan        (head, when the scheduler plans) Halda's plan as `prima plan --json` gives it
+ *   plan        (head, when the scheduler plans) Halda's plan as `prima plan --json` gives it:
+ *               predicted tpot and its terms (compute, memory, gpu, disk, network, head), and
+ *               per device its window, layers, resident_layers, disk_bytes_per_token and time
+ *               (compute, memory, gpu, disk, network, wait: the predicted counterparts of a
+ *               batch event's compute_ns, wait_ns and disk_bytes), one_device when the ring's
+ *               plan put every layer on one worker (its tpot and the head alone's)
  *   worker_plan (worker) the share a head gave it: device, devices, rounds, layers, streaming
- *               (windows it releases after computing), prefetch
+ *               (layers it releases after computing), weight_budget (bytes its release policy
+ *               filled), prefetch
  *   prompt, generation (prima run) tokens and seconds */
 #ifndef PRIMA_STATS_H
 #define PRIMA_STATS_H

@@ -412,7 +412,8 @@ static void apply_plan(wsession *s, const frame *f)
     }
     s->layers_open = true;
     device_opts dopt = {.prefetch = s->mp.prefetch, .release = s->mp.release,
-                        .method = w->o.method, .mem_budget = sysmem_budget()};
+                        .method = w->o.method,
+                        .mem_budget = s->mp.weight_budget ? s->mp.weight_budget : sysmem_budget()};
     if (device_init(&s->dev, m, p, s->rank, &s->layers, &dopt, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
@@ -438,8 +439,8 @@ static void apply_plan(wsession *s, const frame *f)
     plan_format_layers(p, s->rank, layers, sizeof layers);
     const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
     wlog(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
-         "window(s), prefetch %s", s->rank, p->n_dev, p->k, layers, n_gpu, s->dev.n_streamed,
-         prefetch);
+         "layer(s) (from layer %d), prefetch %s", s->rank, p->n_dev, p->k, layers, n_gpu,
+         s->dev.n_streamed, s->dev.cut, prefetch);
     if (note[0])
         wlog(w, "%s", note);
     if (w->o.stats) {
@@ -451,6 +452,7 @@ static void apply_plan(wsession *s, const frame *f)
             cJSON_AddStringToObject(o, "layers", layers);
             cJSON_AddNumberToObject(o, "gpu_layers", n_gpu);
             cJSON_AddNumberToObject(o, "streaming", s->dev.n_streamed);
+            cJSON_AddNumberToObject(o, "weight_budget", (double)dopt.mem_budget);
             cJSON_AddStringToObject(o, "prefetch", prefetch);
         }
         stats_emit(w->o.stats, "worker_plan", o);

@@ -1,4 +1,5 @@
 /* cost.c — per-device cost coefficients from profiles, and direct evaluation of a plan. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 sched_opts sched_opts_default(void)
 {
     return (sched_opts){
-        .reserve = 0.10,
+        .reserve = 0.03,
         .net_rtt = 0.005,
         .net_bw = 100e6 / 8,
         .time_limit = 30,
@@ -91,7 +92,7 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
         out_params[sm->out_type] = sm->out_params;
         if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
             return -1;
-        dc->fixed_page = sm->out_bytes;
+        dc->fixed_page = sm->head_page;
         dc->head_time = t + p->dispatch +
                         (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
     }
@@ -151,33 +152,36 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             return;
         }
         int off = c->has_gpu && !c->unified ? g : 0;            /* layers whose bytes leave RAM */
-        int woff = c->has_gpu && !c->unified ? p->gpu_layers[m] : 0;
         d->budget = c->ram;
         d->anon = (d->in_ring ? c->fixed_anon : 0) + kv * (y - off);
         d->page = b * (y - off) + c->fixed_page;
         d->vram = g * (b + kv);
-        double wbuf = b * (p->window[m] - woff);
+        d->resident_layers = y - off;
         if (d->vram > c->vram) {
             infeasible(r, "device %s: %d GPU layers need %.0f MiB of VRAM, budget %.0f MiB",
                        c->name, g, d->vram / MIB, c->vram / MIB);
             return;
         }
-        if (d->anon + wbuf > c->ram) {
-            infeasible(r, "device %s: buffers and KV cache (%.0f MiB) and one window (%.0f MiB) "
-                       "exceed its budget of %.0f MiB", c->name, d->anon / MIB, wbuf / MIB,
-                       c->ram / MIB);
-            return;
-        }
         d->overloaded = d->anon + d->page > c->ram;
         if (d->overloaded) {
+            double room = DEVICE_STREAM_ROOM_LAYERS * b;
             if (c->disk_bps <= 0) {
                 infeasible(r, "device %s: needs %.0f MiB, budget %.0f MiB, and has no measured "
                            "disk to read the rest from", c->name, (d->anon + d->page) / MIB,
                            c->ram / MIB);
                 return;
             }
-            d->disk_bytes = d->anon + d->page + wbuf - c->ram;
-            d->t_disk = d->disk_bytes / c->disk_bps;
+            if (d->anon + c->fixed_page + room > c->ram) {
+                infeasible(r, "device %s: buffers and KV cache (%.0f MiB) and room for %d streamed "
+                           "layers (%.0f MiB) exceed its budget of %.0f MiB", c->name,
+                           (d->anon + c->fixed_page) / MIB, DEVICE_STREAM_ROOM_LAYERS, room / MIB,
+                           c->ram / MIB);
+                return;
+            }
+            double keep = c->ram - d->anon - c->fixed_page - room;
+            d->resident_layers = b > 0 ? (int)floor(keep / b) : 0;
+            d->disk_bytes = d->anon + d->page + room - c->ram;
+            d->t_disk = (d->anon + d->page - c->ram) / c->disk_bps;
         }
         d->t_compute = (y - g) * c->cpu_compute;
         d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);
@@ -191,4 +195,10 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
     }
     r->t_head = dc[0].head_time;
     r->tpot = r->t_compute + r->t_memory + r->t_gpu + r->t_disk + r->t_net + r->t_head;
+    /* A token goes round the ring one device after another: each waits for all the others. */
+    for (int m = 0; m < p->n_dev; m++) {
+        const dev_result *d = &r->dev[m];
+        double own = d->t_compute + d->t_memory + d->t_gpu + d->t_disk + (m == 0 ? r->t_head : 0);
+        r->dev[m].t_wait = d->in_ring ? r->tpot - own : 0;
+    }
 }

@@ -17,25 +17,34 @@
  *
  * plus the head's fixed work: embedding row, output norm and output matrix, sampling.
  *
- * Memory of device m (bytes):
- *   anon_m = process + compute buffers (+ head: logits, sampling) + KV cache of its CPU layers
- *   page_m = weights of its layers that live in RAM (+ head: the output matrix, read every token)
- *   budget = available RAM * (1 - reserve)             (the memory-pressure cap)
+ * Memory of device m (bytes), against its budget = available RAM * (1 - reserve), where
+ * "available" was measured by the running prima process itself, so the process's own code, heap
+ * and mapped metadata are already outside it (the emulator's counters: 4-7 MiB of anonymous
+ * memory per device during a whole run):
+ *   anon_m = what the process allocates for inference: compute buffers for the plan's batch and
+ *            the ring's frames (+ head: logits, sampling) + the KV cache of its CPU layers
+ *   page_m = weights of its layers that live in RAM (+ head: embedding, output norm and output
+ *            matrix, which the pager keeps resident on the head as well)
  * GPU layers live in VRAM with their KV cache on a discrete GPU; on a unified-memory GPU they
  * stay in RAM (the set M2 of the paper) and only count against VRAM as well.
  *
- * Disk reloads: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the
- * paper; otherwise M4). It keeps what fits resident and streams the rest, prefetching its next
- * window while the token is elsewhere; the prefetched window needs room of its own, so it
- * re-reads  anon + page - budget + window  bytes per token. The window (its RAM part) must fit
- * next to anon or the prefetch evicts what it is about to use (the prefetch-release conflict):
- * that is a hard limit for every device. macOS faults pages in one by one (random reads), Linux
- * and Android read ahead (sequential). A device with no measured disk may not be overloaded. */
+ * Disk: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the paper;
+ * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, and
+ * the rest stream through a room of DEVICE_STREAM_ROOM_LAYERS layers (the layer being computed and the
+ * next one being read). It reads  anon + page + room - budget  bytes per token; the room's worth
+ * is read while the token is on the other devices (after a streamed layer is computed and
+ * dropped, the next ones are read ahead), so what stalls the ring is the overflow alone,
+ *   disk_m = (anon + page - budget) / disk throughput,
+ * the bytes that do not fit, read while they are needed. The room must fit beside anon (and the
+ * head's weights): that is the hard limit of a streaming device. macOS faults pages in one by one
+ * (random reads), Linux and Android read ahead (sequential). A device with no measured disk may
+ * not be overloaded. */
 #ifndef PRIMA_COST_H
 #define PRIMA_COST_H
 
 #include <stdbool.h>
 
+#include "cluster/device.h"   /* DEVICE_STREAM_ROOM_LAYERS: the pager's streaming room */
 #include "cluster/plan.h"
 #include "sched/profile.h"
 
@@ -52,8 +61,10 @@ typedef struct sched_model {
     double out_bytes;              /* output matrix + output norm: read by the head every token */
     double embd_row_bytes;         /* one row of the token embedding */
     double hop_bytes;              /* bytes sent per hop for one decoded token */
-    double proc_bytes;             /* every process: code, buffers, compute scratch */
+    double proc_bytes;             /* every process: compute buffers and ring frames */
     double head_bytes;             /* the head's own extra: logits and sampling buffers */
+    double head_page;              /* weights the head keeps resident besides its layers:
+                                    * embedding, output norm, output matrix */
 } sched_model;
 
 typedef struct sched_opts {
@@ -66,7 +77,7 @@ typedef struct sched_opts {
     double time_limit;  /* seconds for one Halda search (halda.h: what a cut search returns) */
 } sched_opts;
 
-/* Defaults: reserve 10%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s,
+/* Defaults: reserve 3%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s,
  * 30 s of solving. */
 sched_opts sched_opts_default(void);
 
@@ -83,8 +94,8 @@ typedef struct dev_cost {
     double vram;        /* budget for GPU layers and their KV cache */
     bool has_gpu, unified;
     enum os_class os;
-    double fixed_anon;  /* process and buffers (head: + its extras) */
-    double fixed_page;  /* head: output matrix */
+    double fixed_anon;  /* buffers (head: + its extras) */
+    double fixed_page;  /* head: embedding and output weights */
     double head_time;   /* head only: embedding, output layer, sampling */
 } dev_cost;
 
@@ -98,8 +109,10 @@ typedef struct dev_result {
     int layers, gpu_layers;
     bool overloaded;       /* reads weights from disk every token */
     double anon, page, vram, budget;  /* bytes: expected use and the RAM budget */
-    double disk_bytes;     /* re-read per token */
+    int resident_layers;   /* CPU layers kept in RAM for good (all of them unless overloaded) */
+    double disk_bytes;     /* read per token (the streamed layers) */
     double t_compute, t_memory, t_gpu, t_disk, t_net;
+    double t_wait;         /* time per token this device waits for the others */
 } dev_result;
 
 typedef struct cost_result {

@@ -81,20 +81,18 @@ static void set_col(glp_prob *lp, int c, int kind, int type, double lo, double h
 
 /* Memory terms of device m in MiB, as (column, coefficient) lists, for k rounds:
  *   anon = fixed*U + kv*(y - off*G),  page = b*(y - off*G) (+ fixed page, a constant),
- *   wbuf = b*(W - off*N),  y = (k-1)*W + V. */
-static void mem_terms(const problem *pb, int m, int k, row *r, double s_anon, double s_page, double s_wbuf)
+ *   y = (k-1)*W + V. */
+static void mem_terms(const problem *pb, int m, int k, row *r, double s_anon, double s_page)
 {
     const dev_cost *c = &pb->dc[m];
     double b = pb->sm->layer_bytes / MIB, kv = pb->sm->kv_bytes / MIB;
     double off = c->has_gpu && !c->unified ? 1 : 0;
     double per_y = s_anon * kv + s_page * b;
     term(r, col(m, C_U), s_anon * c->fixed_anon / MIB);
-    term(r, col(m, C_W), per_y * (k - 1) + s_wbuf * b);
+    term(r, col(m, C_W), per_y * (k - 1));
     term(r, col(m, C_V), per_y);
-    if (off) {
+    if (off)
         term(r, col(m, C_G), -per_y);
-        term(r, col(m, C_N), -s_wbuf * b);
-    }
 }
 
 /* The integer program for exactly k rounds; objective in milliseconds without the head's
@@ -117,7 +115,7 @@ static glp_prob *build(const problem *pb, int k)
         bool gpu = c->has_gpu;
         bool may_overload = !pb->fit_only && c->disk_bps > 0;
         bool u_fixed = m == 0 || pb->o->fixed_ring;
-        double ram = c->ram / MIB, fp = c->fixed_page / MIB;
+        double ram = c->ram / MIB, fp = c->fixed_page / MIB, room = DEVICE_STREAM_ROOM_LAYERS * b;
         /* most memory a device can need: bounds the overload flag's row */
         double big = fmax(1, c->fixed_anon / MIB + fp + (kv + b) * ymax - ram);
 
@@ -185,23 +183,18 @@ static glp_prob *build(const problem *pb, int k)
             term(&r, col(m, C_G), b + kv);
             add_row(lp, &r, GLP_UP, 0, c->vram / MIB);
         }
-        /* memory: the window fits next to anon; O = 0 => everything fits; disk bytes
-         * E = max(0, anon + page - budget) + O * wbuf, written as two rows: the first holds for
-         * every plan, the second adds the window only when overloaded (wb bounds wbuf) */
-        mem_terms(pb, m, k, &r, 1, 0, 1);
-        add_row(lp, &r, GLP_UP, 0, ram);
-        mem_terms(pb, m, k, &r, 1, 1, 0);
+        /* memory: O = 0 => everything fits; O = 1 => the streaming room fits beside anon and
+         * the head's weights; disk bytes that stall the ring E = max(0, anon + page - budget) */
+        mem_terms(pb, m, k, &r, 1, 1);
         term(&r, col(m, C_O), -big);
         add_row(lp, &r, GLP_UP, 0, ram - fp);
         if (may_overload) {
-            double wb = b * wmax;
+            mem_terms(pb, m, k, &r, 1, 0);
+            term(&r, col(m, C_O), room);
+            add_row(lp, &r, GLP_UP, 0, ram - fp);
             term(&r, col(m, C_E), 1);
-            mem_terms(pb, m, k, &r, -1, -1, 0);
+            mem_terms(pb, m, k, &r, -1, -1);
             add_row(lp, &r, GLP_LO, fp - ram, 0);
-            term(&r, col(m, C_E), 1);
-            mem_terms(pb, m, k, &r, -1, -1, -1);
-            term(&r, col(m, C_O), -wb);
-            add_row(lp, &r, GLP_LO, fp - ram - wb, 0);
         }
     }
     /* the head's hop: paid when the ring has another device */
@@ -363,8 +356,9 @@ static void explain_infeasible(const problem *pb, char *why, size_t len)
         const dev_cost *c = &pb->dc[m];
         double room = c->ram - c->fixed_anon;
         double y;
-        if (c->disk_bps > 0)   /* streaming: KV cache and one layer's window must fit */
-            y = room >= b ? (kv > 0 ? (room - b) / kv : sm->n_layer) : 0;
+        if (c->disk_bps > 0)   /* streaming: KV cache and the streaming room must fit */
+            y = room - c->fixed_page >= DEVICE_STREAM_ROOM_LAYERS * b
+                    ? (kv > 0 ? (room - c->fixed_page - DEVICE_STREAM_ROOM_LAYERS * b) / kv : sm->n_layer) : 0;
         else
             y = (room - c->fixed_page) / (b + kv);
         if (c->has_gpu && b + kv > 0)
@@ -379,10 +373,63 @@ static void explain_infeasible(const problem *pb, char *why, size_t len)
                  : " layers each, yet no split of the %d layers meets every memory limit", sm->n_layer);
 }
 
+/* The device holding every layer of the plan, when that is one device and not the head; -1. */
+static int sole_device(const ring_plan *p)
+{
+    int sole = -1;
+    for (int m = 0; m < p->n_dev; m++)
+        if (p->window[m] > 0) {
+            if (sole >= 0)
+                return -1;
+            sole = m;
+        }
+    return sole > 0 ? sole : -1;
+}
+
+/* halda.h's rule for a plan on one device that is not the head: the head alone, searched over
+ * its own k and GPU layers with disk allowed, replaces it when it predicts a faster token.
+ * Returns 0, or -1 on solver failure. */
+static int head_alone_rule(const problem *ring, halda_result *r)
+{
+    r->one_device = sole_device(&r->plan);
+    r->one_device_tpot = r->head_alone_tpot = 0;
+    r->head_alone = false;
+    if (r->one_device < 0)
+        return 0;
+    r->one_device_tpot = r->cost.tpot;
+    problem pb = *ring;
+    pb.n = 1;
+    pb.fit_only = false;
+    pb.force_in = -1;
+    ring_plan p;
+    cost_result c;
+    int n_ilp = 0;
+    int rc = solve_all(&pb, &p, &c, &n_ilp);
+    r->n_ilp += n_ilp;
+    if (rc <= 0)
+        return rc;
+    /* the head alone in the ring of n devices: the others get no layers (bypassed, or
+     * forwarding in a fixed ring, whose hops cost_eval then charges) */
+    p.n_dev = ring->n;
+    for (int m = 1; m < p.n_dev; m++)
+        p.window[m] = p.gpu_layers[m] = 0;
+    cost_eval(ring->dc, ring->sm, ring->o, &p, &c);
+    if (!c.feasible)
+        return 0;
+    r->head_alone_tpot = c.tpot;
+    if (c.tpot < r->cost.tpot) {
+        r->plan = p;
+        r->cost = c;
+        r->head_alone = true;
+    }
+    return 0;
+}
+
 int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
                 halda_result *r)
 {
     memset(r, 0, sizeof *r);
+    r->one_device = -1;
     if (n_dev < 1 || n_dev > PRIMA_MAX_DEVICES || sm->n_layer < 1 || o->k < 0 ||
         o->k > sm->n_layer || !(o->time_limit > 0)) {
         snprintf(r->why, sizeof r->why, "halda: %d devices, %d layers, k = %d, time limit %g s: "
@@ -409,6 +456,11 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         explain_infeasible(&pb, r->why, sizeof r->why);
     if (!r->found)
         return 0;
+    if (head_alone_rule(&pb, r) < 0) {
+        snprintf(r->why, sizeof r->why, "halda: the GLPK integer solver failed");
+        return -1;
+    }
+    r->seconds = seconds_now() - t0;
     r->fits = true;
     for (int m = 0; m < n_dev; m++)
         r->fits &= !r->cost.dev[m].overloaded;

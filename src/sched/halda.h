@@ -10,14 +10,18 @@
  *   than M4), U (in the ring), H (the last round holds all N GPU layers), plus E (disk bytes).
  * Owned layers y = (k-1) W + V; the F chain encodes that the last round fills the devices in
  * ring order; H makes G = (k-1) N + min(N, V) exact; O and E make the disk term
- * max(0, anon + page + window - budget) exact with the window-fit and set rules of cost.h.
+ * max(0, anon + page - budget) exact with the streaming-room and set rules of cost.h.
  * The paper breaks the cycle "sets depend on the plan, the plan on the sets" by iterating; here
  * the set of each device is a variable of the program, so the solution's sets are consistent by
  * construction and one solve is the fixed point. Device selection is exact too (U): a device is
  * left out exactly when every plan using it is slower. LP bounds prune the k that cannot win.
  *
  * Unless allow_disk is set, plans in which no device reads from disk are searched first; only if
- * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k. */
+ * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k.
+ *
+ * One device is never beaten by the ring: when the plan puts every layer on one device that is
+ * not the head, each token pays two hops for it; the best plan of the head alone (reading from
+ * disk if it must) is predicted too, and taken when it is faster. Both predictions are kept. */
 #ifndef PRIMA_HALDA_H
 #define PRIMA_HALDA_H
 
@@ -36,6 +40,11 @@ typedef struct halda_result {
     double seconds;         /* solve time, explanations excluded */
     bool cut;               /* the time limit stopped the search: plan (if found) is the best
                              * one found, not proven the fastest */
+    int one_device;         /* the ring's best plan put every layer on this device, not the
+                             * head (-1: it did not) ... */
+    double one_device_tpot; /* ... predicted so */
+    double head_alone_tpot; /* ... and the head alone (0: it cannot hold the model) */
+    bool head_alone;        /* the head-alone plan was the faster and is the plan */
 } halda_result;
 
 /* dc[0] is the head; n_dev devices in ring order. Returns 0 (r->found says whether a plan

@@ -19,13 +19,14 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
     if (r->cut)
         fprintf(out, "  not proven the fastest: the search stopped at the solver's time limit, "
                      "and this is the best plan it found\n");
-    fprintf(out, "  %-2s %-16s %-7s %-3s %6s %4s %6s %10s %10s %10s %11s\n", "#", "device", "os",
-            "set", "window", "gpu", "layers", "anon GiB", "page GiB", "budget GiB", "disk MiB/tok");
+    fprintf(out, "  %-2s %-16s %-7s %-3s %6s %4s %6s %8s %10s %10s %10s %11s\n", "#", "device", "os",
+            "set", "window", "gpu", "layers", "resident", "anon GiB", "page GiB", "budget GiB",
+            "disk MiB/tok");
     for (int m = 0; m < n_dev; m++) {
         const dev_result *d = &c->dev[m];
-        fprintf(out, "  %-2d %-16.16s %-7s %-3s %6d %4d %6d %10.2f %10.2f %10.2f %11.1f%s\n", m,
+        fprintf(out, "  %-2d %-16.16s %-7s %-3s %6d %4d %6d %8d %10.2f %10.2f %10.2f %11.1f%s\n", m,
                 dc[m].name, os_class_name(dc[m].os), cost_device_set(&dc[m], d), r->plan.window[m],
-                r->plan.gpu_layers[m], d->layers, d->anon / GIB,
+                r->plan.gpu_layers[m], d->layers, d->resident_layers, d->anon / GIB,
                 (d->page < d->budget - d->anon ? d->page : d->budget - d->anon) / GIB,
                 d->budget / GIB, d->disk_bytes / MIB, m == 0 ? "  (head)" : "");
     }
@@ -42,6 +43,15 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
     for (int m = 1; m < n_dev; m++)
         if (r->left_out[m][0])
             fprintf(out, "  %s %s\n", dc[m].name, r->left_out[m]);
+    if (r->one_device > 0) {
+        fprintf(out, "  every layer fits on %s: %.1f ms per token there (two hops included); the "
+                "head alone: ", dc[r->one_device].name, r->one_device_tpot * MS);
+        if (r->head_alone_tpot > 0)
+            fprintf(out, "%.1f ms%s\n", r->head_alone_tpot * MS,
+                    r->head_alone ? ", faster: the plan is the head alone" : "");
+        else
+            fprintf(out, "no plan\n");
+    }
     if (!r->fits) {
         fprintf(out, "  no plan fits every memory budget; reading from disk every token:");
         for (int m = 0; m < n_dev; m++)
@@ -90,6 +100,7 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
         cJSON_AddNumberToObject(o, "page_bytes", d->page);
         cJSON_AddNumberToObject(o, "vram_bytes", d->vram);
         cJSON_AddNumberToObject(o, "budget_bytes", d->budget);
+        cJSON_AddNumberToObject(o, "resident_layers", d->resident_layers);
         cJSON_AddNumberToObject(o, "disk_bytes_per_token", d->disk_bytes);
         cJSON *tt = cJSON_AddObjectToObject(o, "time");
         cJSON_AddNumberToObject(tt, "compute", d->t_compute);
@@ -97,9 +108,20 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
         cJSON_AddNumberToObject(tt, "gpu", d->t_gpu);
         cJSON_AddNumberToObject(tt, "disk", d->t_disk);
         cJSON_AddNumberToObject(tt, "network", d->t_net);
+        cJSON_AddNumberToObject(tt, "wait", d->t_wait);
         if (r->left_out[m][0])
             cJSON_AddStringToObject(o, "left_out", r->left_out[m]);
         cJSON_AddItemToArray(devs, o);
+    }
+    if (r->one_device > 0) {
+        cJSON *one = cJSON_AddObjectToObject(j, "one_device");
+        cJSON_AddStringToObject(one, "name", dc[r->one_device].name);
+        cJSON_AddNumberToObject(one, "tpot", r->one_device_tpot);
+        if (r->head_alone_tpot > 0)
+            cJSON_AddNumberToObject(one, "head_alone_tpot", r->head_alone_tpot);
+        else
+            cJSON_AddNullToObject(one, "head_alone_tpot");
+        cJSON_AddBoolToObject(one, "head_alone_chosen", r->head_alone);
     }
     cJSON_AddNumberToObject(j, "solve_seconds", r->seconds);
     cJSON_AddNumberToObject(j, "integer_programs", r->n_ilp);

@@ -5,14 +5,10 @@
 
 #include "sched/shape.h"
 
-/* Every process: binary, libraries, thread stacks, the GGUF metadata and the ring's frame
- * buffers. */
-#define PROCESS_BASE_BYTES (32.0 * 1024 * 1024)
+/* Frames a device holds at once: the batch it receives, the one it sends, and the sealed copy. */
+#define RING_FRAMES 3
 /* Per token of a frame on the wire besides the activations (header, positions). */
 #define HOP_OVERHEAD_BYTES 64.0
-/* The tokenizer keeps every vocabulary entry's text and hash slots: about this much per token
- * id on top of the text itself. */
-#define TOKENIZER_BYTES_PER_ID 48.0
 
 static double tensor_params(const gguf_tensor *t)
 {
@@ -28,6 +24,8 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
         return -1;
     }
     memset(sm, 0, sizeof *sm);
+    if (max_batch > n_ctx)   /* as the session clamps it: a batch never exceeds the context */
+        max_batch = n_ctx;
     sm->n_layer = hp->n_layer;
     sm->n_embd = hp->n_embd;
     sm->n_vocab = hp->n_vocab;
@@ -61,10 +59,12 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
     double row = 4.0 * (hp->n_embd + 2 * q_dim + 2 * kv_row + 2.0 * hp->n_ff);
     double quant = 1.1 * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
     double hidden = 4.0 * hp->n_embd;
-    sm->proc_bytes = PROCESS_BASE_BYTES + (double)max_batch * (row + quant + hidden);
+    /* The process itself (code, libraries, metadata, tokenizer) is not counted: the memory
+     * budget is measured by the running process, so it is already outside it. */
+    sm->proc_bytes = (double)max_batch * (row + quant + hidden + RING_FRAMES * sm->hop_bytes);
     /* the head: last-row logits and the sampler's candidates (id, logit, probability), the
-     * token history, and the tokenizer */
-    sm->head_bytes = 4.0 * hp->n_vocab + 12.0 * hp->n_vocab + 4.0 * n_ctx +
-                     TOKENIZER_BYTES_PER_ID * hp->n_vocab;
+     * token history */
+    sm->head_bytes = 4.0 * hp->n_vocab + 12.0 * hp->n_vocab + 4.0 * n_ctx;
+    sm->head_page = (double)model_head_bytes(m);
     return 0;
 }
