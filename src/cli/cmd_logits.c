@@ -296,6 +296,7 @@ static int run_logits(logits_job *j)
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
         sp.stats = j->ra.stats;
         sp.gpu = go;
+        sp.profile_cache = j->ra.profile_cache;
         ro.planner = &sp.rp;
         s = ring_head_session(&rh, &ro, &go, m, kc, n_ctx, n_batch, err, sizeof err);
         if (s)

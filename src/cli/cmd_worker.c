@@ -62,6 +62,10 @@ static void usage(FILE *out)
             "                          object per line (\"event\": worker_plan; device, rounds,\n"
             "                          layers, gpu_layers, streamed layers, weight budget,\n"
             "                          prefetch; \"time\": epoch s)\n"
+            "  --profile-cache FILE    keep this device's profile (what the head's scheduler\n"
+            "                          asks for) in FILE and reuse it in later runs, memory\n"
+            "                          read afresh, while it matches the device and threads\n"
+            "                          (measured again, and FILE replaced, when not)\n"
             "  -q, --quiet             log nothing\n"
             "  -h, --help              show this help\n"
             "\n"
@@ -123,6 +127,7 @@ int serve_worker(const serve_opts *o)
     sched_profiler prof;
     sched_profiler_init(&prof, o->model_path);
     prof.gpu = o->gpu;
+    prof.profile_cache = o->profile_cache;
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
                       .key = &key, .log = o->quiet ? NULL : stderr,
@@ -212,7 +217,7 @@ static int cmd_worker(int argc, char **argv)
                      !strcmp(a, "--prefetch-method") || !strcmp(a, "--key") ||
                      !strcmp(a, "--secret-file") || !strcmp(a, "--stats") ||
                      !strcmp(a, "--discovery-port") || !strcmp(a, "--gpu") ||
-                     !strcmp(a, "--gpu-mem");
+                     !strcmp(a, "--gpu-mem") || !strcmp(a, "--profile-cache");
         if (!known) {
             cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
             return 2;
@@ -230,6 +235,8 @@ static int cmd_worker(int argc, char **argv)
             o.key_file = v;
         else if (!strcmp(a, "--stats"))
             o.stats_file = v;
+        else if (!strcmp(a, "--profile-cache"))
+            o.profile_cache = v;
         else if (!strcmp(a, "--port")) {
             if (parse_int_arg(a, v, 0, 65535, &o.port))
                 return 2;

@@ -88,7 +88,7 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
                                              "--rounds", "--release", "--wire", "--key",
                                              "--secret-file", "--worker-threads",
                                              "--prefetch-method", "--stats", "--discovery-port",
-                                             NULL};
+                                             "--profile-cache", NULL};
     int known = 0;
     for (int j = 0; with_value[j]; j++)
         known |= !strcmp(f, with_value[j]);
@@ -141,6 +141,8 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->method = (enum prefetch_method)m;
     } else if (!strcmp(f, "--stats")) {
         a->stats_file = v;
+    } else if (!strcmp(f, "--profile-cache")) {
+        a->profile_cache = v;
     } else {
         a->key_file = v;   /* --key, or --secret-file, its name before keys were made by keygen */
     }
@@ -365,6 +367,11 @@ void ring_args_usage(FILE *out)
           "  --stats FILE            the same counters, the scheduler's plan and the prompt and\n"
           "                          generation times for programs: one JSON object per line\n"
           "                          (\"event\": batch, plan, prompt, generation; \"time\": epoch s)\n"
+          "  --profile-cache FILE    keep this device's profile for the scheduler in FILE and\n"
+          "                          reuse it in later runs, memory read afresh, while it\n"
+          "                          matches the device and threads (measured again, and FILE\n"
+          "                          replaced, when not); give workers theirs (prima worker\n"
+          "                          --profile-cache) for plans that repeat\n"
           "  Without --workers, -lw and -k still split this device's own work into windows and\n"
           "  rounds (with prefetching and release between them).\n",
           out);

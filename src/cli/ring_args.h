@@ -35,6 +35,7 @@ typedef struct ring_args {
     bool insecure;                 /* --insecure: plaintext links without a key */
     ring_key key;
     const char *stats_file;
+    const char *profile_cache;     /* --profile-cache: the head's saved profile; NULL: none */
     FILE *stats;               /* opened by ring_args_finish; NULL without --stats */
 } ring_args;
 

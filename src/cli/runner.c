@@ -56,6 +56,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
         r->sp.stats = r->ra.stats;
         r->sp.gpu = go;
+        r->sp.profile_cache = r->ra.profile_cache;
         ro.planner = &r->sp.rp;
         ro.n_seq = r->n_seq > 1 ? r->n_seq : 1;
         r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,

@@ -19,6 +19,7 @@ typedef struct serve_opts {
     bool insecure;             /* no key: serve plaintext links (refused otherwise) */
     bool verbose;              /* counters of every batch */
     const char *stats_file;    /* each head's plan for this device, for programs; NULL: none */
+    const char *profile_cache; /* --profile-cache: this device's saved profile; NULL: none */
     bool quiet;                /* no log at all */
     bool advertise;            /* answer discovery probes (cluster/discover.h) */
     int discovery_port;        /* UDP; 0: DISC_PORT */

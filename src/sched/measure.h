@@ -1,7 +1,8 @@
 /* measure.h — profiling this device: the numbers of profile.h, measured in a few seconds.
  *
- * Trustworthiness: every figure is the median of repeated runs, each long enough for timer and
- * thread wake-up costs to vanish; the largest relative spread is kept in the profile (noise),
+ * Trustworthiness: every figure is the fastest of repeated runs (other processes on shared
+ * cores or disks only slow runs down), each long enough for timer and thread wake-up costs to
+ * vanish; the largest relative spread is kept in the profile (noise),
  * and kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
  * two flops per weight by more than the integer dot-product paths allow). Devices that share
  * hardware must be profiled one after another: the head asks its workers in turn.
@@ -35,6 +36,12 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
  * returns -1 with err only when a measurement on an open device fails. */
 int profile_measure_gpu(const profile_opts *o, const bool *types, dev_profile *p, char *err,
                         size_t errlen);
+
+/* Whether a saved profile p (a profile cache) is what profile_measure(o) would measure here,
+ * apart from noise: the same host name, usable cores, threads and SIMD path, a rate for every
+ * weight type of o's model, a disk figure when o has a model, a GPU when o asks for one. Its
+ * memory figures are read afresh by the caller (profile_memory). */
+bool profile_matches(const dev_profile *p, const profile_opts *o);
 
 /* This process's memory as the planner sees it: /proc/meminfo and the memory cgroup. */
 int profile_memory(dev_profile *p, char *err, size_t errlen);

@@ -1,5 +1,7 @@
 /* startup.c — the head's planner and the worker's profile service (startup.h). */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -48,6 +50,66 @@ static int probe_link(ring *r, int d, double hop_bytes, double *rtt, double *bw)
     return 0;
 }
 
+/* profile_measure, through the profile cache when there is one (startup.h). *cached says
+ * whether the file gave the profile. */
+static int profile_get(const char *cache, const profile_opts *po, dev_profile *p, bool *cached,
+                       char *err, size_t errlen)
+{
+    *cached = false;
+    if (cache) {
+        FILE *f = fopen(cache, "rb");
+        if (f) {
+            char *text = malloc(PROTO_SMALL_MAX + 1);
+            size_t n = text ? fread(text, 1, PROTO_SMALL_MAX, f) : 0;
+            fclose(f);
+            if (!text) {
+                snprintf(err, errlen, "out of memory");
+                return -1;
+            }
+            text[n] = '\0';
+            cJSON *j = cJSON_Parse(text);
+            free(text);
+            char what[320], why[400];
+            snprintf(what, sizeof what, "--profile-cache %s", cache);
+            int bad = j ? profile_from_json(j, p, what, why, sizeof why) : -1;
+            cJSON_Delete(j);
+            if (bad) {
+                if (!j)
+                    snprintf(why, sizeof why, "%s: not JSON", what);
+                snprintf(err, errlen, "%s: not a device profile (delete it, or give another "
+                         "file)", why);
+                return -1;
+            }
+            if (profile_matches(p, po)) {
+                *cached = true;
+                return profile_memory(p, err, errlen);
+            }
+        } else if (errno != ENOENT) {
+            snprintf(err, errlen, "--profile-cache %s: %s", cache, strerror(errno));
+            return -1;
+        }
+    }
+    if (profile_measure(po, p, err, errlen))
+        return -1;
+    if (!cache)
+        return 0;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", cache);
+    cJSON *j = profile_to_json(p);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    ok = f && fclose(f) == 0 && ok;
+    free(text);
+    if (!ok || rename(tmp, cache)) {
+        snprintf(err, errlen, "--profile-cache %s: cannot write it: %s", cache, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -93,11 +155,16 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         goto done;
     }
     if (!sp->head_measured) {
-        say(sp, "scheduler: profiling this device (the head)");
         profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads,
                            .gpu = sp->gpu.use, .gpu_index = sp->gpu.index};
-        if (profile_measure(&po, &sp->head, err, errlen))
+        bool cached;
+        if (!sp->profile_cache)
+            say(sp, "scheduler: profiling this device (the head)");
+        if (profile_get(sp->profile_cache, &po, &sp->head, &cached, err, errlen))
             goto done;
+        if (sp->profile_cache)
+            say(sp, "scheduler: this device's profile (the head) %s %s",
+                cached ? "from" : "measured and saved in", sp->profile_cache);
         cap_vram(&sp->head, &sp->gpu);
         sp->head_measured = true;
     }
@@ -225,7 +292,8 @@ int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *e
     if (!sp->measured || sp->threads != threads) {
         profile_opts po = {.model_path = sp->model_path, .threads = threads,
                            .gpu = sp->gpu.use, .gpu_index = sp->gpu.index};
-        if (profile_measure(&po, &sp->p, err, errlen))
+        bool cached;
+        if (profile_get(sp->profile_cache, &po, &sp->p, &cached, err, errlen))
             return -1;
         cap_vram(&sp->p, &sp->gpu);
         sp->measured = true;

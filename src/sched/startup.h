@@ -9,7 +9,13 @@
  *
  * The worker's profile service (worker_opts.profile): measures the device once per worker
  * process and model and keeps the result; later heads get it at once, with the memory figures
- * read afresh (they change while the rest does not). */
+ * read afresh (they change while the rest does not).
+ *
+ * Profile cache (profile_cache, both sides; `--profile-cache FILE`): a profile measured once is
+ * saved there and reused by later processes, memory read afresh, as long as it matches the
+ * device and settings (measure.h, profile_matches); otherwise the device is measured again and
+ * the file replaced. On shared cores a fresh profile swings, and with it the plan: a cache
+ * makes repeated runs plan on the same figures. A file that is not a profile is an error. */
 #ifndef PRIMA_STARTUP_H
 #define PRIMA_STARTUP_H
 
@@ -46,6 +52,7 @@ typedef struct sched_planner {
         char why[192];
     } left_out[PRIMA_MAX_DEVICES];
     int n_left_out;
+    const char *profile_cache;  /* the head's profile cache file; NULL: none */
 } sched_planner;
 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,
@@ -57,6 +64,7 @@ typedef struct sched_profiler {
     int threads;                /* of the kept profile */
     dev_profile p;
     offload_opts gpu;           /* this device's GPU, profiled when used (init: not used) */
+    const char *profile_cache;  /* the worker's profile cache file; NULL: none */
 } sched_profiler;
 
 void sched_profiler_init(sched_profiler *sp, const char *model_path);
