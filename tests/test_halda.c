@@ -200,19 +200,25 @@ static void hand_computed(void)
     cost_eval(dc, &sm, &o, &q, &r);
     REQUIRE(r.feasible, "%s", r.why);
     /* device 2 owns 4 layers: 40 + 400 MiB > 250: overloaded; 250 - 40 - 200 keeps none of them
-     * resident, so it reads all 4 (440 + 200 - 250 MiB) and stalls the ring for the 190 MiB
-     * beyond its budget (the room's 200 MiB are read while the others compute) */
-    CHECK(r.dev[2].overloaded && close_to(r.dev[2].disk_bytes, 390 * MIB) &&
+     * resident, so it reads all 4 (400 MiB) and stalls the ring for the 2 beyond the room (the
+     * room's 200 MiB are read while the others compute) */
+    CHECK(r.dev[2].overloaded && close_to(r.dev[2].disk_bytes, 400 * MIB) &&
           r.dev[2].resident_layers == 0,
           "disk %.1f MiB, %d resident", r.dev[2].disk_bytes / MIB, r.dev[2].resident_layers);
-    CHECK(close_to(r.dev[2].t_disk, 190 * MIB / 1e9), "disk time %.3f ms", r.dev[2].t_disk * 1e3);
+    CHECK(close_to(r.dev[2].t_disk, 200 * MIB / 1e9), "disk time %.3f ms", r.dev[2].t_disk * 1e3);
     CHECK(close_to(r.dev[0].t_wait, r.tpot - r.dev[0].t_compute - r.dev[0].t_memory - 2e-3),
           "head waits %.3f ms", r.dev[0].t_wait * 1e3);
-    /* 10 MiB more keeps one of them: it reads three */
+    /* 100 MiB more keeps one of them: it reads three, one beyond the room */
     dc[2].ram = 350 * MIB;
     cost_eval(dc, &sm, &o, &q, &r);
-    CHECK(r.feasible && r.dev[2].resident_layers == 1 && close_to(r.dev[2].disk_bytes, 290 * MIB),
+    CHECK(r.feasible && r.dev[2].resident_layers == 1 && close_to(r.dev[2].disk_bytes, 300 * MIB) &&
+          close_to(r.dev[2].t_disk, 100 * MIB / 1e9),
           "350 MiB: %d resident, %.1f MiB read", r.dev[2].resident_layers, r.dev[2].disk_bytes / MIB);
+    /* 339 MiB: a MiB short of that layer */
+    dc[2].ram = 339 * MIB;
+    cost_eval(dc, &sm, &o, &q, &r);
+    CHECK(r.feasible && r.dev[2].resident_layers == 0, "339 MiB: %d resident",
+          r.dev[2].resident_layers);
     /* the streaming room does not fit next to its buffers */
     dc[2].ram = 230 * MIB;
     cost_eval(dc, &sm, &o, &q, &r);

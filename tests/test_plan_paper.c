@@ -102,20 +102,25 @@ static void paper_case(const char *rec)
            p->window[0], p->window[1], p->window[2], p->window[3], h.cost.tpot * 1e3,
            h.cost.t_disk * 1e3);
 
-    /* about one round, every device computing, windows near the measured good plan */
-    static const int good[N_DEV] = {8, 25, 40, 7};
+    /* about one round, every device computing; d3 has by far the most memory and holds the
+     * most layers; the device that streams the most has the fastest disk, or nearly */
     CHECK(p->k <= 2, "%s: %d rounds", rec, p->k);
+    double fastest = 0;
+    int most = 0;
     for (int m = 0; m < N_DEV; m++) {
-        int y = h.cost.dev[m].layers;
-        CHECK(y > 0 && abs(y - good[m]) <= 10, "%s: %s computes %d layers (the good plan: %d)",
-              rec, names[m], y, good[m]);
+        const dev_result *d = &h.cost.dev[m], *dm = &h.cost.dev[most];
+        CHECK(d->layers > 0, "%s: %s computes nothing", rec, names[m]);
+        fastest = fmax(fastest, dc[m].disk_bps);
+        if (d->layers - d->resident_layers > dm->layers - dm->resident_layers)
+            most = m;
     }
-    /* d3 has by far the most memory: it must hold the most layers */
     CHECK(h.cost.dev[2].layers >= 36, "%s: d3 holds only %d layers", rec, h.cost.dev[2].layers);
+    CHECK(dc[most].disk_bps >= 0.75 * fastest, "%s: %s streams most, its disk %.0f MB/s of the "
+          "fastest %.0f", rec, names[most], dc[most].disk_bps / 1e6, fastest / 1e6);
 
     /* every budget is filled: what a device leaves unused is less than a layer beside its
-     * streaming room; and only the overflow is read: an overloaded device reads what does not
-     * fit plus the room, and stalls the ring for what does not fit */
+     * streaming room; and only the overflow is read: an overloaded device reads its streamed
+     * layers, and stalls the ring for those beyond the room */
     double b = sm.layer_bytes, room = DEVICE_STREAM_ROOM_LAYERS * b;
     for (int m = 0; m < N_DEV; m++) {
         const dev_result *d = &h.cost.dev[m];
@@ -123,18 +128,20 @@ static void paper_case(const char *rec)
         double unused = d->budget - used - (d->overloaded ? room : 0);
         CHECK(unused < b && unused > -1, "%s: %s leaves %.0f MiB of its %.0f MiB unused", rec,
               names[m], unused / MIB, d->budget / MIB);
-        if (d->overloaded) {
-            double over = d->anon + d->page - d->budget;
-            CHECK(fabs(d->disk_bytes - (over + room)) < 1 &&
-                      fabs(d->t_disk - over / dc[m].disk_bps) < 1e-9,
-                  "%s: %s reads %.0f MiB per token for %.0f MiB over its budget", rec, names[m],
-                  d->disk_bytes / MIB, over / MIB);
-        }
+        int streamed = d->layers - d->resident_layers;
+        CHECK(d->overloaded ? streamed > DEVICE_STREAM_ROOM_LAYERS : streamed == 0,
+              "%s: %s streams %d layers", rec, names[m], streamed);
+        if (d->overloaded)
+            CHECK(fabs(d->disk_bytes - streamed * b) < 1 &&
+                      fabs(d->t_disk - (streamed - DEVICE_STREAM_ROOM_LAYERS) * b /
+                                           dc[m].disk_bps) < 1e-9,
+                  "%s: %s reads %.0f MiB per token for %d streamed layers", rec, names[m],
+                  d->disk_bytes / MIB, streamed);
     }
 
     /* The cost model's view of the two measured plans: the good one is now possible and close
      * to Halda's (which it measured slower than), the old choice far slower. */
-    static const int old[N_DEV] = {1, 2, 8, 1};
+    static const int good[N_DEV] = {8, 25, 40, 7}, old[N_DEV] = {1, 2, 8, 1};
     cost_result hand, old7;
     eval_windows(dc, &sm, &o, 1, good, &hand);
     eval_windows(dc, &sm, &o, 7, old, &old7);
@@ -146,42 +153,43 @@ static void paper_case(const char *rec)
 }
 
 /* A model that fits one worker, a little faster than the head: every layer there costs two
- * hops per token. The head, 2 MiB short of memory, reads them per token from a fast disk and is
- * faster alone; the fit-first search would never have compared the two. */
+ * hops per token. The head, 2 MiB short of memory, streams three of its six layers from a fast
+ * disk (one beyond the room) and is faster alone; the fit-first search would never have
+ * compared the two. */
 static void head_alone(void)
 {
-    sched_model sm = {.n_layer = 6, .n_embd = 4096, .n_vocab = 32000, .layer_bytes = 100 * MIB,
-                      .out_params = 131e6, .out_type = DT_Q6_K, .out_bytes = 60 * MIB,
-                      .head_page = 70 * MIB, .hop_bytes = 4096 * 4};
-    sm.layer_params[DT_Q4_K] = 200e6;
+    sched_model sm = {.n_layer = 6, .n_embd = 4096, .n_vocab = 32000, .layer_bytes = 10 * MIB,
+                      .out_params = 131e6, .out_type = DT_Q6_K, .out_bytes = 6 * MIB,
+                      .head_page = 7 * MIB, .hop_bytes = 4096 * 4};
+    sm.layer_params[DT_Q4_K] = 20e6;
     dev_cost dc[2] = {0};
     for (int m = 0; m < 2; m++) {
         snprintf(dc[m].name, sizeof dc[m].name, "%s", m ? "worker" : "head");
         dc[m].cpu_layer = dc[m].cpu_compute = 10e-3;
         dc[m].hop = 3e-3;
-        dc[m].disk_bps = 3e9;
-        dc[m].fixed_anon = 20 * MIB;
+        dc[m].disk_bps = 10e9;
+        dc[m].fixed_anon = 2 * MIB;
         dc[m].ram = 4000 * MIB;
     }
     dc[1].cpu_layer = dc[1].cpu_compute = 9.5e-3;
     dc[0].fixed_page = sm.head_page;
     dc[0].head_time = 2e-3;
-    dc[0].ram = 20 * MIB + 70 * MIB + 598 * MIB;   /* 2 MiB short of the six layers */
+    dc[0].ram = 2 * MIB + 7 * MIB + 58 * MIB;   /* 2 MiB short of the six layers */
     sched_opts o = sched_opts_default();
     halda_result h;
     REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0 && h.found, "%s", h.why);
     /* the worker alone: 6 x 9.5 + 2 hops + head = 65 ms (five layers on the head and one there:
-     * 67.5); the head alone: 60 + 2 MiB at 3 GB/s + head = 62.7 ms */
+     * 67.5); the head alone: 60 + one 10 MiB layer at 10 GB/s + head = 63.0 ms */
     CHECK(h.one_device == 1 && fabs(h.one_device_tpot - 65e-3) < 1e-6,
           "worker alone: device %d, %.3f ms", h.one_device, h.one_device_tpot * 1e3);
-    double want = 62e-3 + 2 * MIB / 3e9;
+    double want = 62e-3 + 10 * MIB / 10e9;
     CHECK(fabs(h.head_alone_tpot - want) < 1e-6 && h.head_alone,
           "head alone %.3f ms (want %.3f), chosen %d", h.head_alone_tpot * 1e3, want * 1e3,
           h.head_alone);
     CHECK(h.plan.window[0] == 6 && h.plan.window[1] == 0 && fabs(h.cost.tpot - want) < 1e-6,
           "plan %d/%d, %.3f ms", h.plan.window[0], h.plan.window[1], h.cost.tpot * 1e3);
-    /* with a slower disk the worker stays: 2 MiB at 0.3 GB/s is 7 ms */
-    dc[0].disk_bps = 0.3e9;
+    /* with a slower disk the worker stays: the layer at 1 GB/s is 10.5 ms */
+    dc[0].disk_bps = 1e9;
     REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0 && h.found, "%s", h.why);
     CHECK(!h.head_alone && h.plan.window[1] == 6 && h.head_alone_tpot > h.one_device_tpot,
           "slow disk: plan %d/%d, head alone %.3f ms", h.plan.window[0], h.plan.window[1],

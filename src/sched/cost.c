@@ -178,10 +178,13 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
                            c->ram / MIB);
                 return;
             }
-            double keep = c->ram - d->anon - c->fixed_page - room;
-            d->resident_layers = b > 0 ? (int)floor(keep / b) : 0;
-            d->disk_bytes = d->anon + d->page + room - c->ram;
-            d->t_disk = (d->anon + d->page - c->ram) / c->disk_bps;
+            /* whole layers, as the pager keeps them (cluster/device.h) */
+            double keep = floor((c->ram - d->anon - c->fixed_page - room) / b + 1e-9);
+            d->resident_layers = b > 0 && keep < y - off ? (int)keep : y - off;
+            int streamed = y - off - d->resident_layers;
+            d->disk_bytes = streamed * b;
+            if (streamed > DEVICE_STREAM_ROOM_LAYERS)
+                d->t_disk = (streamed - DEVICE_STREAM_ROOM_LAYERS) * b / c->disk_bps;
         }
         d->t_compute = (y - g) * c->cpu_compute;
         d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);

@@ -29,16 +29,17 @@
  * stay in RAM (the set M2 of the paper) and only count against VRAM as well.
  *
  * Disk: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the paper;
- * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, and
- * the rest stream through a room of DEVICE_STREAM_ROOM_LAYERS layers (the layer being computed and the
- * next one being read). It reads  anon + page + room - budget  bytes per token; the room's worth
- * is read while the token is on the other devices (after a streamed layer is computed and
- * dropped, the next ones are read ahead), so what stalls the ring is the overflow alone,
- *   disk_m = (anon + page - budget) / disk throughput,
- * the bytes that do not fit, read while they are needed. The room must fit beside anon (and the
- * head's weights): that is the hard limit of a streaming device. macOS faults pages in one by one
- * (random reads), Linux and Android read ahead (sequential). A device with no measured disk may
- * not be overloaded. */
+ * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, as
+ * many whole layers as fit beside anon, the head's weights and a room of
+ * DEVICE_STREAM_ROOM_LAYERS layers (the one being computed, the next one being read), and the
+ * others stream through the room, read again every token: disk bytes = streamed layers. The
+ * room's worth is read while the token is on the other devices (the pager reads the first
+ * streamed layers of a window at the hand-off before it); each streamed layer beyond the room
+ * is read while it is needed, so the ring stalls for
+ *   disk_m = (streamed - room layers) * layer bytes / disk throughput.
+ * The room must fit beside anon (and the head's weights): that is the hard limit of a streaming
+ * device. macOS faults pages in one by one (random reads), Linux and Android read ahead
+ * (sequential). A device with no measured disk may not be overloaded. */
 #ifndef PRIMA_COST_H
 #define PRIMA_COST_H
 

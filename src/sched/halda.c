@@ -15,7 +15,7 @@
 #define MS 1e3
 
 /* Columns per device, in this order. */
-enum { C_W, C_V, C_N, C_G, C_F, C_O, C_U, C_H, C_E, N_COLS };
+enum { C_W, C_V, C_N, C_G, C_F, C_O, C_U, C_H, C_E, C_R, N_COLS };
 
 /* What one family of programs (one call of solve_all) is allowed to do. */
 typedef struct problem {
@@ -128,6 +128,7 @@ static glp_prob *build(const problem *pb, int k)
         set_col(lp, col(m, C_U), GLP_BV, 0, u_fixed || pb->force_in == m ? 1 : 0, 1);
         set_col(lp, col(m, C_H), GLP_BV, 0, 0, gpu ? 1 : 0);
         set_col(lp, col(m, C_E), GLP_CV, may_overload ? GLP_LO : GLP_FX, 0, 0);
+        set_col(lp, col(m, C_R), GLP_IV, may_overload ? GLP_DB : GLP_FX, 0, may_overload ? ymax : 0);
 
         /* objective: compute on CPU and GPU, disk, network */
         glp_set_obj_coef(lp, col(m, C_W), c->cpu_layer * MS * (k - 1));
@@ -183,18 +184,26 @@ static glp_prob *build(const problem *pb, int k)
             term(&r, col(m, C_G), b + kv);
             add_row(lp, &r, GLP_UP, 0, c->vram / MIB);
         }
-        /* memory: O = 0 => everything fits; O = 1 => the streaming room fits beside anon and
-         * the head's weights; disk bytes that stall the ring E = max(0, anon + page - budget) */
+        /* memory: O = 0 => everything fits; O = 1 => R resident layers and the streaming room
+         * fit beside anon and the head's weights, and the ring stalls for the streamed layers
+         * beyond the room, E = b (y_cpu - R) - room (y_cpu = (k-1) W + V - off G) */
         mem_terms(pb, m, k, &r, 1, 1);
         term(&r, col(m, C_O), -big);
         add_row(lp, &r, GLP_UP, 0, ram - fp);
         if (may_overload) {
+            double off = c->has_gpu && !c->unified ? 1 : 0;
+            term(&r, col(m, C_R), 1), term(&r, col(m, C_W), -(k - 1)), term(&r, col(m, C_V), -1);
+            if (off)
+                term(&r, col(m, C_G), 1);
+            add_row(lp, &r, GLP_UP, 0, 0);
             mem_terms(pb, m, k, &r, 1, 0);
-            term(&r, col(m, C_O), room);
+            term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
             add_row(lp, &r, GLP_UP, 0, ram - fp);
-            term(&r, col(m, C_E), 1);
-            mem_terms(pb, m, k, &r, -1, -1);
-            add_row(lp, &r, GLP_LO, fp - ram, 0);
+            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
+            term(&r, col(m, C_W), -b * (k - 1)), term(&r, col(m, C_V), -b);
+            if (off)
+                term(&r, col(m, C_G), b);
+            add_row(lp, &r, GLP_LO, 0, 0);
         }
     }
     /* the head's hop: paid when the ring has another device */
