@@ -488,6 +488,16 @@ static int measure_disk(const char *path, dev_profile *p, char *err, size_t errl
     if (disk_sequential(&d, &seq, &p->noise, err, errlen) ||
         disk_random(&d, &rnd, &p->noise, err, errlen))
         goto done;
+    /* Sequential 1 MiB reads are never slower than random 16 KiB ones on a disk of its own: a
+     * sequential figure below the random one met another program's I/O for the whole test
+     * (seen on the shared VM: 107 MB/s against 1049 and 1263 a minute before and after), so it
+     * is measured again, twice at most, keeping the fastest. */
+    for (int retry = 0; retry < 2 && seq < rnd; retry++) {
+        double again;
+        if (disk_sequential(&d, &again, &p->noise, err, errlen))
+            goto done;
+        seq = fmax(seq, again);
+    }
     /* Evicting fails for pages someone maps or the file system keeps in memory (tmpfs): reads
      * that fast came from RAM, so this device has no disk to plan reloads with. */
     if (!d.direct && seq > p->mem_bw / 2) {
