@@ -235,11 +235,14 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     if (sp->stats)
         stats_emit(sp->stats, "plan", plan_report_json(hr, dc, n, &sm));
     *out = hr->plan;
-    /* A streaming device is told the budget with which its release policy keeps exactly the
-     * layers the cost model counted resident; one that fits keeps everything. */
-    for (int d = 0; d < n; d++)
-        out->weight_budget[d] = hr->cost.dev[d].overloaded
-            ? device_weight_budget(ring_get_model(r), out, d, hr->cost.dev[d].resident_layers) : 0;
+    /* Every device is told the budget with which its release policy keeps exactly the layers
+     * the cost model counted resident: a streaming device its share, one that fits all of its
+     * layers (its own measure of free memory, taken later and after profiling, may be lower). */
+    for (int d = 0; d < n; d++) {
+        const dev_result *dr = &hr->cost.dev[d];
+        out->weight_budget[d] = device_weight_budget(ring_get_model(r), out, d,
+                                                     dr->overloaded ? dr->resident_layers : dr->layers);
+    }
     for (int d = 1; d < n; d++) {
         drop[d] = !hr->cost.dev[d].in_ring;
         if (hr->left_out[d][0]) {
