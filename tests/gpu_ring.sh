@@ -4,8 +4,7 @@
 # head and on a worker, in one round and in two, gives the single CPU device's greedy text, and
 # the head says for every device what became of its GPU layers, whose file pages are neither
 # prefetched nor counted; a worker with --no-gpu or without a Vulkan driver runs them on the
-# CPU, saying so; the scheduler's profiles of the head
-# and the workers include their GPUs, and its plan leaves a software driver without layers.
+# CPU, saying so; the scheduler's profiles of the head and the workers include their GPUs.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" gpu-ring
 
@@ -89,16 +88,15 @@ pages() { # stats device
     fail "pages counted with / without GPU layers: head $(pages "$tmp/gpu.stats" 0) / $(pages "$tmp/cpu.stats" 0), worker 1 $(pages "$tmp/gpu.stats" 1) / $(pages "$tmp/cpu.stats" 1), worker 2 $(pages "$tmp/gpu.stats" 2) / $(pages "$tmp/cpu.stats" 2)"
 
 # the scheduler: the head's and worker 1's profiles have their (software) GPU, the --no-gpu
-# worker's none; lavapipe is far slower than the CPU, so no device gets GPU layers
+# worker's none, and the plan says so for each device; whatever it gives lavapipe (nothing,
+# unless a slow CPU build makes it help: gpu_cli checks that rule), the text is the CPU's
 run --workers 127.0.0.1:$w1,127.0.0.1:$w2 >"$tmp/auto.txt" 2>"$tmp/err" ||
     fail "scheduled ring: $(cat "$tmp/err")"
 cmp -s "$tmp/cpu.txt" "$tmp/auto.txt" || fail "scheduled ring: the text differs"
-grep -q "^  0:.*: 0 GPU layers, expected VRAM 0.00 GiB of" "$tmp/err" &&
-    grep -q "^  1:.*: 0 GPU layers, expected VRAM 0.00 GiB of" "$tmp/err" ||
+grep -Eq "^  0:.*: [0-9]+ GPU layers?, expected VRAM [0-9.]+ GiB of" "$tmp/err" &&
+    grep -Eq "^  1:.*: [0-9]+ GPU layers?, expected VRAM [0-9.]+ GiB of" "$tmp/err" ||
     fail "the plan lacks the GPUs of the head or worker 1: $(cat "$tmp/err")"
 grep -q "^  2:.*GPU layer" "$tmp/err" && fail "the --no-gpu worker's profile has a GPU: $(cat "$tmp/err")"
-awk '/^  [0-9] / && $6 != 0 { bad = 1 } END { exit !bad }' "$tmp/err" &&
-    fail "the scheduler gave a software driver GPU layers: $(cat "$tmp/err")"
 
 # prima cluster passes --gpu-layers to its head and the GPU options to its workers
 "$prima" cluster -m "$model" --devices 3 -lw 1,2,2 --gpu-layers 0,1,1 -p "Once upon a time" -n 16 \
