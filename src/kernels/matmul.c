@@ -4,7 +4,8 @@
  * parallel, block ranges per thread). The output is then cut into row blocks handed out from a
  * shared counter, so a thread slowed by a neighbour on a busy machine just takes fewer blocks.
  * Inside a row block the tokens are walked in blocks too:
- *   - decode (one token): row blocks are small and each weight row is streamed exactly once;
+ *   - decode (one token, or up to MM_STREAM_TOKENS): row blocks are small and each weight row is
+ *     streamed exactly once, every token of the batch taking it from L1;
  *   - prefill: a row block's weights (sized for L2) are reused by every token block (sized for
  *     L2 as well), and the tile kernel reuses each loaded weight across several tokens in
  *     registers, so prefill is bound by arithmetic rather than by memory.
@@ -98,7 +99,9 @@ static int claim_block(struct mm_job *J, int ith, int nth)
 static void matmul_worker(void *arg, int ith, int nth)
 {
     struct mm_job *J = arg;
-    int tile_rows = !J->kernel ? 1 : J->n_tokens > 1 ? J->kernel->rows : J->kernel->decode_rows;
+    int tile_rows = !J->kernel ? 1
+                    : J->n_tokens > MM_STREAM_TOKENS ? J->kernel->rows
+                                                     : J->kernel->decode_rows;
     int tile_tokens = J->kernel ? J->kernel->tokens : 1;
     for (;;) {
         int u = claim_block(J, ith, nth);
@@ -170,9 +173,9 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
     int tile_rows = kernel ? kernel->rows : 1, tile_tokens = kernel ? kernel->tokens : 1;
 
     int rows_per_block, tokens_per_block;
-    if (n_tokens == 1) {
+    if (n_tokens <= MM_STREAM_TOKENS) {
         rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
-        tokens_per_block = 1;
+        tokens_per_block = n_tokens;
     } else {
         rows_per_block = round_block((long)(WEIGHT_BLOCK_BYTES / w_stride), tile_rows);
         tokens_per_block = min_int(n_tokens, round_block((long)(ACT_BLOCK_BYTES / a_stride), tile_tokens));

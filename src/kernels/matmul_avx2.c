@@ -280,7 +280,7 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int
         }
         for (int r = 0; r < R; r++) {
             const uint8_t *block = (const uint8_t *)w + r * ws + (size_t)i * block_bytes;
-            if (T == 1 && i % 2 == 0)
+            if (T <= MM_STREAM_TOKENS && i % 2 == 0)
                 prefetch_ahead(block, 2 * block_bytes);
             __m256i wv = weights(block);
             /* maddubs needs an unsigned operand: |w|, with w's sign moved onto a. */

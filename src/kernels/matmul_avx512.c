@@ -218,7 +218,7 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights_u, int offset, size_t block_byt
         }
         for (int r = 0; r < R; r++) {
             const uint8_t *block = (const uint8_t *)w + r * ws + (size_t)i * block_bytes;
-            if (T == 1 && i % 2 == 0)
+            if (T <= MM_STREAM_TOKENS && i % 2 == 0)
                 prefetch_ahead(block, 2 * block_bytes);
             __m256i wu = weights_u(block);
             float dw = block_d(block);

@@ -44,8 +44,8 @@
 /* Decode streams each weight once, and the hardware prefetchers alone leave the core waiting on
  * DRAM: a software prefetch this far ahead of the bytes being used made single-thread Q4_K
  * matvec about 30% faster on a Zen 3 (2 to 8 KB all did; beyond 16 KB it fades), and Q5_K,
- * Q6_K and Q8_0 by 30-50%; F16 showed no gain and does without. Prefill reuses its weights from
- * L2 and does not prefetch. */
+ * Q6_K and Q8_0 by 30-50%; F16 showed no gain and does without. Tiles of up to MM_STREAM_TOKENS
+ * tokens stream (types.h); wider prefill tiles reuse their weights from L2 and do not prefetch. */
 #define PREFETCH_AHEAD 4096
 
 ALWAYS_INLINE void prefetch_ahead(const void *p, size_t bytes)
@@ -112,12 +112,12 @@ ALWAYS_INLINE void q8k_blocks(const void *a, size_t as, int T, int k, const bloc
         ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
 }
 
-/* The bytes at offset `at` of weight row r; a decode tile (one token) streams its weights and
+/* The bytes at offset `at` of weight row r; a streaming tile (up to MM_STREAM_TOKENS tokens)
  * asks for the `bytes` this far ahead. */
 ALWAYS_INLINE const uint8_t *weight_at(const void *w, size_t ws, int r, size_t at, size_t bytes, int T)
 {
     const uint8_t *b = (const uint8_t *)w + r * ws + at;
-    if (T == 1)
+    if (T <= MM_STREAM_TOKENS)
         prefetch_ahead(b, bytes);
     return b;
 }

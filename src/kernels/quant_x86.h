@@ -23,12 +23,15 @@ static inline float hsum_ps256(__m256 v)
 #define WEIGHT_PREFETCH_DISTANCE 2048
 #endif
 
-/* Prefetch the cache lines of the `bytes` at p, `distance` bytes further on. */
+/* Prefetch the cache lines of the `bytes` at p, `distance` bytes further on. The builtin, not
+ * _mm_prefetch: GCC 12 silently dropped _mm_prefetch (an inline function whose hint is a
+ * parameter) when this loop was inlined through an always_inline caller, and the tile kernels
+ * were left without any prefetch. */
 static inline void prefetch_lines(const void *p, size_t bytes, size_t distance)
 {
     const char *q = (const char *)p + distance;
     for (size_t off = 0; off < bytes; off += 64)
-        _mm_prefetch(q + off, _MM_HINT_T0);
+        __builtin_prefetch(q + off, 0, 3);
 }
 
 static inline void prefetch_weights(const void *p, int bytes)
