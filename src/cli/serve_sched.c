@@ -471,10 +471,8 @@ static int send(serve_engine *se, srv *sv, serve_mb *b, char *err, size_t errlen
         sl->in_flight = true;
     }
     b->busy = true;
-    /* One micro-batch at a time: evaluated at once. One slot's rows go as prima run's do
-     * (session_eval: on a ring through ring_eval, where failover recovers a lost worker). */
-    if (se->n_mbs == 1 && b->count == 1)
-        return session_eval(ss[0], tk[0], b->nrow[0], NULL, err, errlen) ? -1 : 0;
+    /* One micro-batch at a time: evaluated at once (on a ring with room for one batch in
+     * flight through ring_eval, where failover recovers a lost worker: session.h). */
     if (se->n_mbs == 1)
         return session_eval_batch(ss, tk, b->nrow, b->count, err, errlen) ? -1 : 0;
     return session_mb_submit(b->mb, ss, tk, b->nrow, b->count, err, errlen) ? -1 : 0;

@@ -244,6 +244,7 @@ struct session_mb {
     session **members;
     int n_members;
     bool in_flight;
+    bool evaluated;            /* sent through eval: the result is in hidden already */
     session_mb *next;          /* the next one in flight */
 };
 
@@ -361,8 +362,11 @@ static int mb_send(session_mb *mb, char *err, size_t errlen)
 {
     session *o = mb->owner;
     const session_layers *l = &o->layers;
-    int rc = l->submit ? l->submit(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen)
-                       : l->eval(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen);
+    /* With room for one batch in flight nothing overlaps: eval, where a ring recovers from a
+     * lost worker (failover, which only ring_eval does), has the result at once. */
+    mb->evaluated = !l->submit || l->max_in_flight(l->ctx) == 1;
+    int rc = mb->evaluated ? l->eval(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen)
+                           : l->submit(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen);
     if (rc) {
         for (int i = 0; i < mb->n_members; i++)
             mb->members[i]->in_flight = false;
@@ -426,7 +430,7 @@ session_mb *session_mb_collect(session *owner, char *err, size_t errlen)
         mb->members[i]->in_flight = false;
     const session_layers *l = &owner->layers;
     float *back = mb->hidden;
-    if (l->submit && l->collect(l->ctx, &back, err, errlen))
+    if (!mb->evaluated && l->collect(l->ctx, &back, err, errlen))
         return NULL;
     if (back != mb->hidden) {
         snprintf(err, errlen, "the layers returned another batch than the oldest in flight");

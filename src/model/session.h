@@ -98,7 +98,9 @@ void session_truncate(session *s, int n_past);
  * any length: long parts go in several batches), and then ss[i]->logits holds the logits after
  * its last token. The rows are cut into micro-batches of at most n_batch rows, pipelined round
  * the ring (up to session_max_in_flight at once; a step of fewer than 4 rows per device goes
- * as one batch, since cutting it would only add stages). Returns 0, or -1 with a message: checked as
+ * as one batch, since cutting it would only add stages; with room for one batch in flight,
+ * every batch goes through the layers' eval, as session_eval's do, so that a ring with failover
+ * recovers from a lost worker here too). Returns 0, or -1 with a message: checked as
  * session_eval before anything is evaluated (token ids, room in each context, sessions); after
  * a failure of the layers the histories hold the tokens of the batches sent (truncate them). */
 int session_eval_batch(session *const *ss, const int32_t *const *tokens, const int *n,
