@@ -59,6 +59,15 @@ summary=$work/out/summary.json
 (( $(jq '.devices[] | select(.name == "w1") | .net_rx' "$summary") > 0 )) ||
     fail "no traffic reached the worker: the ring did not go through the emulated network"
 
+# The head may run prima bench serve instead (its server and clients in the head's device).
+"$emu" run "$work/cluster.json" --prima "$prima" --model "$work/model.gguf" --port 9611 \
+    --out "$work/out-serve" -q --head-command "bench serve" -- -t 1 -lw 3,2 --clients 1 --requests 1 \
+    --tokens 8 --json > "$work/serve.json" &
+emu_pid=$!
+wait "$emu_pid" || fail "prima-emu run --head-command 'bench serve' failed: $(tail -n 5 "$work/out-serve/head.err" 2>/dev/null)"
+[[ $(jq -s 'map(select(.op == "serve aggregate 1" and .value > 0)) | length' "$work/serve.json") == 1 ]] ||
+    fail "bench serve through the emulator: $(cat "$work/serve.json")"
+
 left=$( { ip netns list | grep -E "^prima-emu-$emu_pid-"; ip -o link show | grep -E ": pe${emu_pid}(br|h[0-9]+)[:@]";
           find /sys/fs/cgroup -maxdepth 2 -name "prima-emu-$emu_pid"; } 2>/dev/null)
 [[ -z $left ]] || fail "the emulator left behind: $left"

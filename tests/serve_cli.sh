@@ -300,6 +300,13 @@ stop_server "$tmp/halda.log"
 [ "$(jq -s 'map(.op) | join(",")' "$tmp/bench")" = '"serve aggregate 1,serve tpot 1,serve ratio aggregate 1,serve ratio tpot 1,serve aggregate 2,serve tpot 2,serve ratio aggregate 2,serve ratio tpot 2"' ] &&
     [ "$(jq -s 'map(.value > 0) | all' "$tmp/bench")" = true ] &&
     [ "$(jq -s '.[2].value' "$tmp/bench")" = 1 ] || fail "bench serve rows: $(cat "$tmp/bench")"
+# ... on workers of its own choosing (an emulated cluster's): the ring's workers, the same rows
+"$prima" bench serve -m "$model" "${ring[@]}" --clients 1 --requests 1 --tokens 8 -t 1 --json \
+    >"$tmp/bench" 2>"$tmp/bench.err" || fail "bench serve --workers: $(cat "$tmp/bench.err")"
+[ "$(jq -s 'map(.op) | join(",")' "$tmp/bench")" = '"serve aggregate 1,serve tpot 1,serve ratio aggregate 1,serve ratio tpot 1"' ] ||
+    fail "bench serve --workers rows: $(cat "$tmp/bench")"
+"$prima" bench serve -m "$model" "${ring[@]}" --devices 3 >/dev/null 2>"$tmp/bench.err"
+[ $? = 2 ] && grep -q -- "--devices and --workers" "$tmp/bench.err" || fail "bench serve --devices --workers: $(cat "$tmp/bench.err")"
 
 [ "$fails" = 0 ] && echo "serve_cli: all passed"
 exit $((fails > 0))

@@ -23,9 +23,10 @@ static void usage(FILE *out, const run_opts *o)
     fputs("usage: prima bench serve -m FILE [--devices N] [--clients C,C,...] [options]\n"
           "\n"
           "Start a ring of N devices on this machine (N-1 workers on loopback, this process the\n"
-          "head running prima serve's server on a loopback port), then for each client count C\n"
-          "let C clients stream --requests completions each (--tokens tokens, greedy, distinct\n"
-          "prompts) at once, and report:\n"
+          "head running prima serve's server on a loopback port), or use the --workers given\n"
+          "(an emulated cluster: tools/prima-emu run --head-command \"bench serve\"); then for\n"
+          "each client count C let C clients stream --requests completions each (--tokens\n"
+          "tokens, greedy, distinct prompts) at once, and report:\n"
           "  serve aggregate C    generated tokens per second of all clients together (from the\n"
           "                       first request sent to the last answer)\n"
           "  serve tpot C         median over the requests of the time between a request's\n"
@@ -35,10 +36,11 @@ static void usage(FILE *out, const run_opts *o)
           "each figure is the median of its runs, with the spread.\n\n",
           out);
     run_opts_usage(o, out);
-    fputs("ring: the options of prima run (-lw, -k, --wire, ...; see prima run --help), except\n"
-          "  --workers: the benchmark starts its own\n"
+    fputs("ring: the options of prima run (--workers, -lw, -k, --wire, ...; see prima run\n"
+          "  --help); without --workers the benchmark starts its own\n"
           "bench serve:\n"
-          "  --devices N             devices in the ring, the head included (default 3)\n"
+          "  --devices N             devices in the ring, the head included (default 3; not\n"
+          "                          with --workers)\n"
           "  --clients C,C,...       client counts (default 1,2,4,8; at most 64)\n"
           "  --requests N            requests per client and run (default 2)\n"
           "  --tokens N              tokens per request (default 32)\n"
@@ -51,7 +53,7 @@ static void usage(FILE *out, const run_opts *o)
 
 typedef struct bench_opts {
     int n_dev, clients[16], n_clients, requests, tokens, slots, in_flight;
-    bool json;
+    bool json, devices_given;
 } bench_opts;
 
 static int parse_extra(void *ctx, int argc, char **argv, int *i)
@@ -70,8 +72,10 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return -1;
     }
     const char *v = argv[++*i];
-    if (!strcmp(f, "--devices"))
+    if (!strcmp(f, "--devices")) {
+        b->devices_given = true;
         return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &b->n_dev) ? -1 : 1;
+    }
     if (!strcmp(f, "--requests"))
         return parse_int_arg(f, v, 1, 1000, &b->requests) ? -1 : 1;
     if (!strcmp(f, "--tokens"))
@@ -268,23 +272,25 @@ static int run(int argc, char **argv)
                          &b);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (r.ra.workers) {
+    if (r.ra.workers && b.devices_given) {
         run_opts_free(&r.o);
-        return cli_fail("bench serve: it starts its own workers (no --workers)"), 2;
+        return cli_fail("bench serve: --devices and --workers: give one (the workers make the ring)"), 2;
     }
     /* Workers first: they are forked, and this process has no threads yet. */
     local_workers w = {.n = 0};
-    serve_opts so = {.model_path = r.o.model, .host = "127.0.0.1", .listen_fd = -1,
-                     .threads = r.o.n_threads, .method = r.ra.method,
-                     .key_file = r.ra.key_file,
-                     .insecure = !r.ra.key.set, .quiet = true};
-    if (local_workers_start(&w, b.n_dev - 1, &so, NULL)) {
-        run_opts_free(&r.o);
-        return 1;
-    }
     char list[PRIMA_MAX_DEVICES * 24];
-    local_workers_list(&w, list, sizeof list);
-    r.ra.workers = b.n_dev > 1 ? list : NULL;
+    if (!r.ra.workers) {
+        serve_opts so = {.model_path = r.o.model, .host = "127.0.0.1", .listen_fd = -1,
+                         .threads = r.o.n_threads, .method = r.ra.method,
+                         .key_file = r.ra.key_file,
+                         .insecure = !r.ra.key.set, .quiet = true};
+        if (local_workers_start(&w, b.n_dev - 1, &so, NULL)) {
+            run_opts_free(&r.o);
+            return 1;
+        }
+        local_workers_list(&w, list, sizeof list);
+        r.ra.workers = b.n_dev > 1 ? list : NULL;
+    }
     r.n_seq = b.slots;
     rc = runner_open(&r);
     srv *s = NULL;
