@@ -19,8 +19,31 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
     return len;
 }
 
+/* A JSON string holding NUL bytes, which cJSON's strings (C strings) cannot: the literal is
+ * assembled from cJSON's escaping of the pieces between them, joined by \u0000, and goes out
+ * verbatim as a raw item. NULL when out of memory. */
+static cJSON *string_with_nuls(const char *s, size_t n)
+{
+    strbuf lit = {0};
+    int bad = strbuf_add(&lit, "\"", 1);
+    for (size_t i = 0; !bad && i <= n;) {
+        size_t k = strnlen(s + i, n - i);
+        cJSON *piece = cJSON_CreateString(s + i);   /* stops at the NUL (or the end) */
+        char *esc = piece ? cJSON_PrintUnformatted(piece) : NULL;
+        cJSON_Delete(piece);
+        bad = !esc || strbuf_add(&lit, esc + 1, strlen(esc) - 2);   /* without its quotes */
+        free(esc);
+        i += k + 1;
+        if (!bad && i <= n)
+            bad = strbuf_add(&lit, "\\u0000", 6);
+    }
+    cJSON *raw = bad || strbuf_add(&lit, "\"", 1) ? NULL : cJSON_CreateRaw(lit.p);
+    free(lit.p);
+    return raw;
+}
+
 /* A JSON string of the bytes, each invalid UTF-8 byte replaced by U+FFFD (a token can be part
- * of a character). */
+ * of a character); a NUL byte (a byte token) is kept, as \u0000. */
 static cJSON *utf8_string(const char *p, size_t n)
 {
     char *out = malloc(3 * n + 1);
@@ -40,7 +63,7 @@ static cJSON *utf8_string(const char *p, size_t n)
         }
     }
     out[o] = '\0';
-    cJSON *s = cJSON_CreateString(out);
+    cJSON *s = memchr(out, 0, o) ? string_with_nuls(out, o) : cJSON_CreateString(out);
     free(out);
     return s;
 }

@@ -1,0 +1,40 @@
+/* The answer JSON keeps every byte of the generated text: a NUL byte (a byte token the model may
+ * emit) goes out as \u0000 instead of cutting the string there (cJSON's strings are C strings),
+ * invalid UTF-8 as U+FFFD, and the result is valid JSON that reads back to the same bytes. */
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/internal.h"
+#include "test.h"
+
+static void check_text(enum srv_endpoint kind, const char *text, size_t len, const char *want)
+{
+    srv_job j;
+    memset(&j, 0, sizeof j);
+    j.req.kind = kind;
+    j.model_id = "m";
+    CHECK(strbuf_add(&j.text, text, len) == 0, "strbuf_add");
+    cJSON *a = srv_answer_json(&j);
+    char *json = a ? cJSON_PrintUnformatted(a) : NULL;
+    CHECK(json != NULL, "no answer JSON");
+    if (json) {
+        CHECK(strstr(json, want) != NULL, "answer %s lacks %s", json, want);
+        cJSON *back = cJSON_Parse(json);
+        CHECK(back != NULL, "not valid JSON: %s", json);
+        cJSON_Delete(back);
+    }
+    free(json);
+    cJSON_Delete(a);
+    free(j.text.p);
+}
+
+int main(void)
+{
+    check_text(SRV_COMPLETION, "a\0b\"c", 5, "\"text\":\"a\\u0000b\\\"c\"");
+    check_text(SRV_COMPLETION, "\0x\0", 3, "\"text\":\"\\u0000x\\u0000\"");
+    check_text(SRV_COMPLETION, "caf\xc3\xa9\xff", 6, "\"text\":\"caf\xc3\xa9\xef\xbf\xbd\"");
+    check_text(SRV_CHAT, "hi\0", 3, "\"content\":\"hi\\u0000\"");
+    check_text(SRV_CHAT, "plain", 5, "\"content\":\"plain\"");
+    return test_done();
+}
