@@ -29,8 +29,36 @@ static void check_text(enum srv_endpoint kind, const char *text, size_t len, con
     free(j.text.p);
 }
 
+/* Completions' logprobs: the token keeps its NUL (\u0000); an alternative's name is an object
+ * key, a C string, so it ends at the NUL — and never holds the string's JSON literal. */
+static void check_logprobs(void)
+{
+    srv_job j;
+    memset(&j, 0, sizeof j);
+    j.req.kind = SRV_COMPLETION;
+    j.model_id = "m";
+    CHECK(strbuf_add(&j.text, "a\0b", 3) == 0, "strbuf_add");
+    srv_token_prob tok = {"a\0b", 3, -0.5f}, top[2] = {{"a\0b", 3, -0.5f}, {"c", 1, -1.5f}};
+    srv_logprob_add(&j, &tok, top, 2);
+    cJSON *a = srv_answer_json(&j);
+    char *json = a ? cJSON_PrintUnformatted(a) : NULL;
+    CHECK(json != NULL, "no answer JSON");
+    if (json) {
+        CHECK(strstr(json, "\"tokens\":[\"a\\u0000b\"]") != NULL, "tokens: %s", json);
+        CHECK(strstr(json, "\"top_logprobs\":[{\"a\":-0.5,\"c\":-1.5}]") != NULL,
+              "top_logprobs: %s", json);
+        cJSON *back = cJSON_Parse(json);
+        CHECK(back != NULL, "not valid JSON: %s", json);
+        cJSON_Delete(back);
+    }
+    free(json);
+    cJSON_Delete(a);
+    free(j.text.p);
+}
+
 int main(void)
 {
+    check_logprobs();
     check_text(SRV_COMPLETION, "a\0b\"c", 5, "\"text\":\"a\\u0000b\\\"c\"");
     check_text(SRV_COMPLETION, "\0x\0", 3, "\"text\":\"\\u0000x\\u0000\"");
     check_text(SRV_COMPLETION, "caf\xc3\xa9\xff", 6, "\"text\":\"caf\xc3\xa9\xef\xbf\xbd\"");

@@ -42,9 +42,9 @@ static cJSON *string_with_nuls(const char *s, size_t n)
     return raw;
 }
 
-/* A JSON string of the bytes, each invalid UTF-8 byte replaced by U+FFFD (a token can be part
- * of a character); a NUL byte (a byte token) is kept, as \u0000. */
-static cJSON *utf8_string(const char *p, size_t n)
+/* The bytes as UTF-8, each invalid byte replaced by U+FFFD (a token can be part of a
+ * character), NUL-terminated after *len bytes (which may hold NULs); NULL when out of memory. */
+static char *utf8_clean(const char *p, size_t n, size_t *len)
 {
     char *out = malloc(3 * n + 1);
     if (!out)
@@ -63,6 +63,17 @@ static cJSON *utf8_string(const char *p, size_t n)
         }
     }
     out[o] = '\0';
+    *len = o;
+    return out;
+}
+
+/* A JSON string of the bytes (utf8_clean); a NUL byte (a byte token) is kept, as \u0000. */
+static cJSON *utf8_string(const char *p, size_t n)
+{
+    size_t o;
+    char *out = utf8_clean(p, n, &o);
+    if (!out)
+        return NULL;
     cJSON *s = memchr(out, 0, o) ? string_with_nuls(out, o) : cJSON_CreateString(out);
     free(out);
     return s;
@@ -111,10 +122,12 @@ void srv_logprob_add(srv_job *j, const srv_token_prob *tok, const srv_token_prob
                          cJSON_CreateNumber(tok->logprob));
     cJSON *alts = cJSON_CreateObject();
     for (int i = 0; i < n_top; i++) {
-        cJSON *name = utf8_string(top[i].piece, top[i].len);
-        if (name && !cJSON_GetObjectItemCaseSensitive(alts, name->valuestring))
-            cJSON_AddNumberToObject(alts, name->valuestring, top[i].logprob);
-        cJSON_Delete(name);
+        /* an object key is a C string: it ends at a NUL byte */
+        size_t len;
+        char *name = utf8_clean(top[i].piece, top[i].len, &len);
+        if (name && !cJSON_GetObjectItemCaseSensitive(alts, name))
+            cJSON_AddNumberToObject(alts, name, top[i].logprob);
+        free(name);
     }
     cJSON_AddItemToArray(cJSON_GetObjectItem(j->lp, "top_logprobs"), alts);
     cJSON_AddItemToArray(cJSON_GetObjectItem(j->lp, "text_offset"),
