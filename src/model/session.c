@@ -364,7 +364,7 @@ static int mb_send(session_mb *mb, char *err, size_t errlen)
     const session_layers *l = &o->layers;
     /* With room for one batch in flight nothing overlaps: eval, where a ring recovers from a
      * lost worker (failover, which only ring_eval does), has the result at once. */
-    mb->evaluated = !l->submit || l->max_in_flight(l->ctx) == 1;
+    mb->evaluated = session_max_in_flight(o) == 1;
     int rc = mb->evaluated ? l->eval(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen)
                            : l->submit(l->ctx, mb->hidden, mb->n, mb->pos, mb->seq, err, errlen);
     if (rc) {
