@@ -79,19 +79,12 @@ struct opts {
 /* "1,2,4": up to 8 counts of 1 to 64 sequences. 0, or -1 after a one-line error. */
 static int parse_seqs(const char *v, struct opts *o)
 {
+    o->n_seqs = parse_int_list(v, 1, 64, o->seqs, 8);
+    if (o->n_seqs > 0)
+        return 0;
     o->n_seqs = 0;
-    for (const char *p = v;;) {
-        char *end;
-        long s = strtol(p, &end, 10);
-        if (end == p || s < 1 || s > 64 || o->n_seqs == 8 || (*end && *end != ',')) {
-            cli_fail("--seqs %s: give up to 8 counts of 1 to 64 sequences, e.g. 1,2,4", v);
-            return -1;
-        }
-        o->seqs[o->n_seqs++] = (int)s;
-        if (!*end)
-            return 0;
-        p = end + 1;
-    }
+    cli_fail("--seqs %s: give up to 8 counts of 1 to 64 sequences, e.g. 1,2,4", v);
+    return -1;
 }
 
 static int parse(struct opts *o, int argc, char **argv)
@@ -387,25 +380,6 @@ out:
     return rc;
 }
 
-/* The decode steps of --seqs, batched: every step all S sequences in one batch through
- * micro-batch mb[0]. 0, or -1 with err. */
-static int steps_batched(session **ss, int S, session_mb **mb, const int32_t *toks, int stride,
-                         int n_decode, char *err, size_t errlen)
-{
-    const int32_t *at[64];
-    int n[64];
-    for (int step = 0; step < n_decode; step++) {
-        for (int i = 0; i < S; i++) {
-            at[i] = toks + i * stride + PROMPT_TOKENS + step;
-            n[i] = 1;
-        }
-        if (session_mb_submit(mb[0], ss, at, n, S, err, errlen) ||
-            session_mb_collect(ss[0], err, errlen) != mb[0])
-            return -1;
-    }
-    return 0;
-}
-
 /* Step `step` of group g (sequences g, g + G, ...) into mb. 0, or -1 with err. */
 static int submit_group(session **ss, int S, int G, int g, session_mb *mb, const int32_t *toks,
                         int stride, int step, char *err, size_t errlen)
@@ -419,6 +393,18 @@ static int submit_group(session **ss, int S, int G, int g, session_mb *mb, const
         n[c++] = 1;
     }
     return session_mb_submit(mb, gs, at, n, c, err, errlen);
+}
+
+/* The decode steps of --seqs, batched: every step all S sequences in one batch (one group)
+ * through micro-batch mb[0]. 0, or -1 with err. */
+static int steps_batched(session **ss, int S, session_mb **mb, const int32_t *toks, int stride,
+                         int n_decode, char *err, size_t errlen)
+{
+    for (int step = 0; step < n_decode; step++)
+        if (submit_group(ss, S, 1, 0, mb[0], toks, stride, step, err, errlen) ||
+            session_mb_collect(ss[0], err, errlen) != mb[0])
+            return -1;
+    return 0;
 }
 
 /* Pipelined: the sequences in G groups, one micro-batch each, all in flight; as soon as a

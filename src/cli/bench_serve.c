@@ -84,17 +84,11 @@ static int parse_extra(void *ctx, int argc, char **argv, int *i)
         return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &b->slots) ? -1 : 1;
     if (!strcmp(f, "--in-flight"))
         return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &b->in_flight) ? -1 : 1;
-    b->n_clients = 0;
-    for (const char *p = v; *p;) {
-        char *end;
-        long c = strtol(p, &end, 10);
-        if (end == p || c < 1 || c > MAX_CLIENTS || (*end && *end != ',') || b->n_clients == 16) {
-            cli_fail("--clients: expected up to 16 comma-separated counts in [1, %d], got '%s'",
-                     MAX_CLIENTS, v);
-            return -1;
-        }
-        b->clients[b->n_clients++] = (int)c;
-        p = *end ? end + 1 : end;
+    b->n_clients = parse_int_list(v, 1, MAX_CLIENTS, b->clients, 16);
+    if (b->n_clients < 0) {
+        cli_fail("--clients: expected up to 16 comma-separated counts in [1, %d], got '%s'",
+                 MAX_CLIENTS, v);
+        return -1;
     }
     return 1;
 }

@@ -43,21 +43,14 @@ static int check_workers(const char *s)
 /* "N,N,..." (-lw, --gpu-layers): up to PRIMA_MAX_DEVICES counts, head first. */
 static int parse_counts(const char *flag, const char *s, int *out, int *n)
 {
-    *n = 0;
-    const char *p = s;
-    for (;;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > 1 << 20 || (*end && *end != ',') || *n == PRIMA_MAX_DEVICES) {
-            cli_fail("%s: expected up to %d comma-separated layer counts (head first), got '%s'",
-                     flag, PRIMA_MAX_DEVICES, s);
-            return -1;
-        }
-        out[(*n)++] = (int)v;
-        if (!*end)
-            return 0;
-        p = end + 1;
+    *n = parse_int_list(s, 0, 1 << 20, out, PRIMA_MAX_DEVICES);
+    if (*n < 0) {
+        *n = 0;
+        cli_fail("%s: expected up to %d comma-separated layer counts (head first), got '%s'",
+                 flag, PRIMA_MAX_DEVICES, s);
+        return -1;
     }
+    return 0;
 }
 
 int ring_args_parse(ring_args *a, int argc, char **argv, int *i)

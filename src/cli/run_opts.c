@@ -25,6 +25,22 @@ int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out)
     return 0;
 }
 
+int parse_int_list(const char *s, long lo, long hi, int *out, int max)
+{
+    int n = 0;
+    for (const char *p = s;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < lo || v > hi || (*end && *end != ',') || n == max)
+            return -1;
+        out[n++] = (int)v;
+        if (!*end)
+            return n;
+        p = end + 1;
+    }
+}
+
 int parse_threads_arg(const char *flag, const char *s, int *out)
 {
     return parse_int_arg(flag, s, 1, KERN_MAX_THREADS, out);
@@ -222,6 +238,13 @@ static char *read_file(const char *path)
     return buf;
 }
 
+uint64_t run_opts_fresh_seed(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}
+
 int run_opts_finish(run_opts *o)
 {
     if ((o->groups & RUN_OPT_MODEL) && !o->model) {
@@ -245,12 +268,8 @@ int run_opts_finish(run_opts *o)
             cli_fail("--repeat-penalty must be positive, got %g", (double)o->sp.repeat_penalty);
             return 2;
         }
-        if (!o->seed_given) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            o->sp.seed = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
-                         ((uint64_t)getpid() << 32);
-        }
+        if (!o->seed_given)
+            o->sp.seed = run_opts_fresh_seed();
     }
     if (o->groups & RUN_OPT_GEN) {
         if (o->prompt && o->prompt_file) {

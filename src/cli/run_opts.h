@@ -64,11 +64,16 @@ int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
  * file that cannot be read (the rule for every file a command names, the model's included). */
 int run_opts_finish(run_opts *o);
 void run_opts_free(run_opts *o);
+/* A seed drawn from the clock and the process id: what a run without --seed samples with. */
+uint64_t run_opts_fresh_seed(void);
 /* The help lines of o's groups. */
 void run_opts_usage(const run_opts *o, FILE *out);
 
 /* Strict number parsing for command-line values: the whole string, in range. */
 int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out);
+/* "N,N,...": 1 to max integers in [lo, hi], none empty. The count, or -1 with nothing printed
+ * (each list's caller says what it wanted). */
+int parse_int_list(const char *s, long lo, long hi, int *out, int max);
 /* A thread count for FLAG: 1..KERN_MAX_THREADS, the one limit of every command (a count the
  * kernels cannot start is refused at start-up, not when a head connects). */
 int parse_threads_arg(const char *flag, const char *s, int *out);

@@ -14,8 +14,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "cli/serve_engine.h"
 #include "cluster/stats.h"
@@ -135,9 +133,7 @@ static uint64_t request_seed(const runner *r, const srv_request *q)
         return q->sp.seed;
     if (r->o.seed_given)
         return r->o.sp.seed;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+    return run_opts_fresh_seed();
 }
 
 /* Chat: the template's control tokens, the messages as plain text (chat_tokenize); a
