@@ -35,6 +35,26 @@ cmp -s "$tmp/one.txt" "$tmp/ring.txt" || fail "ring text differs: $(cat "$tmp/ri
 grep -q "ring: total device 2 (.* batches): compute .* ms, wait .* major faults" "$tmp/err" ||
     fail "--verbose counters missing"
 
+# a worker holding every layer decodes on its own: the head sends it nothing per token, and
+# the text is one device's, greedy and sampled with penalties, ended by -n and by --stop
+for args in "--temp 0 -n 40" "--temp 0.9 --repeat-penalty 1.3 --seed 5 -n 60" \
+            "--temp 0 -n 60 --stop park"; do
+    # shellcheck disable=SC2086
+    "$prima" run -m "$model" -p "Once upon a time" $args -t 1 >"$tmp/dec-one.txt" 2>/dev/null
+    # shellcheck disable=SC2086
+    "$prima" run -m "$model" -p "Once upon a time" $args -t 1 --verbose \
+        --workers 127.0.0.1:$w1 -lw 0,5 >"$tmp/dec-ring.txt" 2>"$tmp/err" ||
+        fail "ring run $args: $(cat "$tmp/err")"
+    cmp -s "$tmp/dec-one.txt" "$tmp/dec-ring.txt" || fail "$args: the worker's text differs: $(cat "$tmp/dec-ring.txt")"
+    grep -q "^ring: batch 5 device 0: .*, sent 0 B, received" "$tmp/err" ||
+        fail "$args: the head sent the worker something for a decode step: $(grep 'batch 5 device 0' "$tmp/err")"
+done
+grep -q "park" "$tmp/dec-one.txt" && fail "--stop park: the stop string was printed"
+"$prima" run -m "$model" -p "Once upon a time" -n 8 --temp 0 -t 1 --verbose \
+    --workers 127.0.0.1:$w1 -lw 1,4 >/dev/null 2>"$tmp/err"
+grep -q "^ring: batch 5 device 0: .*, sent 0 B, received" "$tmp/err" &&
+    fail "-lw 1,4: the head holds a layer, yet sent nothing for a decode step"
+
 # one-line errors, non-zero status
 "$prima" run -m "$model" -p x --workers 127.0.0.1:$w1 -lw 1,1,1 2>"$tmp/err" >/dev/null
 [ $? = 1 ] && grep -q "^prima: -lw gives 3 window(s) for 2 device(s)" "$tmp/err" ||

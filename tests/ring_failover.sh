@@ -49,7 +49,11 @@ kill_times=() stop_times=() phases=()
 trial() { # n_dev signal mode(greedy|sampled) phase(prefill|decode)
     local n_dev=$1 sig=$2 mode=$3 phase=$4
     local list="${workers[0]}" lw=1,2,1,2
-    [ "$n_dev" = 4 ] && list="$list,${workers[1]},${workers[2]}" || { list="$list,${workers[1]}"; lw=2,2,2; }
+    case $n_dev in
+    4) list="$list,${workers[1]},${workers[2]}" ;;
+    3) list="$list,${workers[1]}"; lw=2,2,2 ;;
+    2) lw=0,6 ;;   # the worker holds every layer and decodes on its own
+    esac
     local victim=$((RANDOM % (n_dev - 1) + 1))
     local mode_args=("${greedy[@]}")
     [ "$mode" = sampled ] && mode_args=("${sampled[@]}")
@@ -107,6 +111,7 @@ for ((t = 0; t < trials; t++)); do
     [ $((t % 2)) = 1 ] && mode=sampled
     phase=prefill
     [ $((t % 4)) -ge 2 ] && phase=decode
+    trial 2 $sig $mode $phase
     trial 3 $sig $mode $phase
     trial 4 $sig $mode $phase
 done

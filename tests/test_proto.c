@@ -6,6 +6,8 @@
  * that changes its set of links, even when a peer has stopped reading. Sequence ids in BATCH,
  * KVOP and PLAN. */
 #include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -216,9 +218,87 @@ static void sequences(void)
     conn_close(&b);
 }
 
+/* DECODE carries the sampler's whole state and TOKEN its random stream after each choice:
+ * both through the wire unchanged; DONE its count. Malformed requests are refused naming what
+ * is wrong: a window longer than the sampler's, or than the bound, a sampler number that is not
+ * finite, no steps, a negative position, a body cut short. */
+static void decode_messages(void)
+{
+    int sv[2];
+    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
+    conn a, b;
+    conn_init(&a, sv[0], "a");
+    conn_init(&b, sv[1], "b");
+    char err[512];
+    frame f;
+    msg_decode *q = calloc(1, sizeof *q), *d = calloc(1, sizeof *d);
+    REQUIRE(q && d, "out of memory");
+    *q = (msg_decode){.serial = 7, .max_steps = 300, .seq = 2, .pos = 41, .token = 99,
+                      .rng = {1, 2, 3, 0xfedcba9876543210ull}, .n_window = 3,
+                      .window = {5, 6, 7}};
+    sampler_params_default(&q->sp);
+    q->sp.repeat_penalty = 1.25f;
+    q->sp.presence_penalty = -0.5f;
+    q->sp.seed = 0;   /* not sent */
+    REQUIRE(send_decode(&a, q, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_decode(&f, d, err, sizeof err) == 0 && d->serial == 7 && d->max_steps == 300 &&
+              d->seq == 2 && d->pos == 41 && d->token == 99 &&
+              !memcmp(&d->sp, &q->sp, sizeof d->sp) && !memcmp(d->rng, q->rng, sizeof d->rng) &&
+              d->n_window == 3 && !memcmp(d->window, q->window, 3 * sizeof *d->window),
+          "DECODE through the wire: %s", err);
+
+    struct { const char *what, *want; } bad[] = {
+        {"window", "window 3 of 2"},
+        {"bound", "window 3 of 600"},
+        {"nan", "not finite"},
+        {"steps", "0 steps"},
+        {"pos", "position -1"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msg_decode x = *q;
+        if (i == 0)
+            x.sp.repeat_last_n = 2;
+        else if (i == 1)
+            x.sp.repeat_last_n = 600;
+        else if (i == 2)
+            x.sp.top_p = NAN;
+        else if (i == 3)
+            x.max_steps = 0;
+        else
+            x.pos = -1;
+        REQUIRE(send_decode(&a, &x, err, sizeof err) == 0, "%s", err);
+        REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+        CHECK(decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, bad[i].want),
+              "DECODE with a bad %s: %s", bad[i].what, err);
+    }
+    REQUIRE(send_decode(&a, q, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    f.len -= 4;   /* the window's last token cut off */
+    CHECK(decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, "malformed DECODE"),
+          "a DECODE cut short: %s", err);
+
+    msg_token t = {.serial = 9, .token = 511, .rng = {~0ull, 0, 42, 7}}, td;
+    REQUIRE(send_token(&a, &t, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_token(&f, &td, err, sizeof err) == 0 && !memcmp(&t, &td, sizeof t),
+          "TOKEN through the wire: %s", err);
+    uint32_t steps = 0;
+    REQUIRE(send_done(&a, 12, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(decode_done(&f, &steps, err, sizeof err) == 0 && steps == 12, "DONE: %s", err);
+    CHECK(decode_token(&f, &td, err, sizeof err) == -1 && strstr(err, "expected TOKEN, got DONE"),
+          "a DONE for a TOKEN: %s", err);
+    free(q);
+    free(d);
+    conn_close(&a);
+    conn_close(&b);
+}
+
 int main(void)
 {
     stats_layout();
+    decode_messages();
     plan_layout();
     sequences();
     heartbeat_on_a_full_link();

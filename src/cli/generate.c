@@ -126,6 +126,29 @@ void gen_text_end(gen_text *g, enum gen_end end, char **reply)
     g->text = (strbuf){0};
 }
 
+/* Tokens chosen on the layers' side (session_decode) go through the text side here. */
+typedef struct decoded {
+    gen_text *g;
+    gen_stats *st;
+    int32_t last;
+    enum gen_end end;
+    bool ended;
+    char *err;
+    size_t errlen;
+} decoded;
+
+static int decoded_token(void *user, int32_t tok)
+{
+    decoded *d = user;
+    d->last = tok;
+    if (!gen_text_token(d->g, tok, NULL, &d->end, d->err, d->errlen)) {
+        d->ended = true;
+        return 1;
+    }
+    d->st->n_gen++;
+    return !gen_text_open(d->g);
+}
+
 enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_opts *o,
                        gen_emit_fn emit, void *user, char **reply, gen_stats *st, char *err,
                        size_t errlen)
@@ -150,6 +173,28 @@ enum gen_end gen_reply(session *s, const tokenizer *tk, sampler *smp, const gen_
                     break;
                 }
                 st->n_shift++;
+            }
+            /* Where one device holds every layer, it decodes on its own (no logits come back:
+             * not with speculation or a hook that reads them). */
+            if (!o->spec && !o->on_token) {
+                decoded d = {.g = &g, .st = st, .err = err, .errlen = errlen};
+                int limit = o->n_predict < 0 ? s->n_ctx : o->n_predict - g.n_gen, n_tok;
+                int rc = session_decode(s, out[n_out - 1], limit, smp, decoded_token, &d, &n_tok,
+                                        err, errlen);
+                if (rc < 0) {
+                    n_out = used = 0;
+                    end = GEN_ERROR;
+                    break;
+                }
+                if (n_tok > 0) {
+                    out[0] = d.last;   /* chosen, not evaluated */
+                    n_out = used = 1;
+                    if (d.ended) {
+                        end = d.end;
+                        break;
+                    }
+                    continue;
+                }
             }
             int want = o->n_predict < 0 ? SPEC_MAX_DRAFT + 1 : o->n_predict - g.n_gen;
             n_out = spec_step(o->spec, s, smp, out[n_out - 1], want, out, &st->spec, err, errlen);

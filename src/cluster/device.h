@@ -29,12 +29,17 @@ typedef struct ring_layers {
     /* Whether layer il's weights live in a GPU's memory, so that its pages in the file are
      * neither prefetched nor released nor counted; NULL: no layer's do. */
     bool (*in_vram)(void *ctx, int il);
+    /* For a device that decodes on its own (DECODE), and so computes the head's part as well:
+     * the embedding of n tokens into hidden (n x n_embd), and the final norm and output
+     * projection of one row into n_vocab logits (0 or -1). NULL: this device cannot. */
+    void (*embed)(void *ctx, const int32_t *tokens, int n, float *hidden);
+    int (*output)(void *ctx, const float *hidden, float *logits);
 } ring_layers;
 
 /* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */
 typedef struct ring_model {
     uint8_t identity[PROTO_ID_BYTES];
-    int n_layer, n_embd;
+    int n_layer, n_embd, n_vocab;
     const char *path;
     const uint8_t *map;            /* the whole file, mapped read-only */
     uint64_t map_size;

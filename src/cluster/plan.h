@@ -24,6 +24,10 @@ typedef struct ring_plan {
                                                  * weights (resident layers, streaming room, the
                                                  * head's own), which the release policy fills;
                                                  * 0: the device's own measure of free memory */
+    bool decode_alone;                  /* the head holds no layer and one worker all of them:
+                                         * that worker decodes on its own, no hop per token
+                                         * (ring.h, ring_decode); false: every token goes
+                                         * through the head */
 } ring_plan;
 
 /* The one check of a plan against its model, used wherever a plan is made or received: every

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,7 +21,8 @@ static const char *const names[RM_TYPE_END] = {
     [RM_HELLO] = "HELLO", [RM_WELCOME] = "WELCOME", [RM_PLAN] = "PLAN", [RM_READY] = "READY",
     [RM_BATCH] = "BATCH", [RM_RESULT] = "RESULT", [RM_KVOP] = "KVOP", [RM_STATS] = "STATS",
     [RM_PING] = "PING", [RM_ERROR] = "ERROR", [RM_BYE] = "BYE", [RM_PROFILE] = "PROFILE",
-    [RM_PROBE] = "PROBE",
+    [RM_PROBE] = "PROBE", [RM_DECODE] = "DECODE", [RM_TOKEN] = "TOKEN", [RM_HALT] = "HALT",
+    [RM_DONE] = "DONE",
 };
 
 const char *msg_name(int type)
@@ -200,6 +202,7 @@ static uint32_t body_bound(const conn *c, int type)
     switch (type) {
     case RM_PING:
     case RM_BYE:
+    case RM_HALT:
         return 0;
     case RM_BATCH:
     case RM_RESULT:
@@ -746,6 +749,128 @@ int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t 
         return -1;
     rd r = reader(f);
     *threads = r_u32(&r);
+    return r_done(&r, f, err, errlen);
+}
+
+static void w_f32(wr *w, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    w_u32(w, u);
+}
+static float r_f32(rd *r)
+{
+    uint32_t u = r_u32(r);
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+int send_decode(conn *c, const msg_decode *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, m->serial);
+    w_u32(&w, m->max_steps);
+    w_u32(&w, (uint32_t)m->seq);
+    w_u32(&w, (uint32_t)m->pos);
+    w_u32(&w, (uint32_t)m->token);
+    const sampler_params *p = &m->sp;
+    w_f32(&w, p->temp);
+    w_u32(&w, (uint32_t)p->top_k);
+    w_f32(&w, p->top_p);
+    w_f32(&w, p->min_p);
+    w_f32(&w, p->repeat_penalty);
+    w_u32(&w, (uint32_t)p->repeat_last_n);
+    w_f32(&w, p->presence_penalty);
+    w_f32(&w, p->frequency_penalty);
+    for (int i = 0; i < 4; i++)
+        w_u64(&w, m->rng[i]);
+    uint32_t n = m->n_window < PROTO_DECODE_WINDOW ? m->n_window : PROTO_DECODE_WINDOW;
+    w_u32(&w, n);
+    w_bytes(&w, m->window, sizeof(int32_t) * n);
+    return conn_send(c, RM_DECODE, w.b, w.n, err, errlen);
+}
+
+int decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_DECODE, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->serial = r_u32(&r);
+    m->max_steps = r_u32(&r);
+    m->seq = (int32_t)r_u32(&r);
+    m->pos = (int32_t)r_u32(&r);
+    m->token = (int32_t)r_u32(&r);
+    sampler_params *p = &m->sp;
+    *p = (sampler_params){.temp = r_f32(&r)};
+    p->top_k = (int)r_u32(&r);
+    p->top_p = r_f32(&r);
+    p->min_p = r_f32(&r);
+    p->repeat_penalty = r_f32(&r);
+    p->repeat_last_n = (int)r_u32(&r);
+    p->presence_penalty = r_f32(&r);
+    p->frequency_penalty = r_f32(&r);
+    for (int i = 0; i < 4; i++)
+        m->rng[i] = r_u64(&r);
+    m->n_window = r_u32(&r);
+    if (m->n_window <= PROTO_DECODE_WINDOW)
+        r_bytes(&r, m->window, sizeof(int32_t) * m->n_window);
+    else
+        r.bad = true;
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    bool finite = isfinite(p->temp) && isfinite(p->top_p) && isfinite(p->min_p) &&
+                  isfinite(p->repeat_penalty) && isfinite(p->presence_penalty) &&
+                  isfinite(p->frequency_penalty);
+    bool window_ok = p->repeat_last_n >= 0 && p->repeat_last_n <= PROTO_DECODE_WINDOW &&
+                     m->n_window <= (uint32_t)p->repeat_last_n;
+    for (uint32_t i = 0; window_ok && i < m->n_window; i++)
+        window_ok = m->window[i] >= 0;
+    if (m->seq < 0 || m->seq >= PROTO_MAX_SEQ || m->pos < 0 || m->token < 0 ||
+        m->max_steps < 1 || !finite || !window_ok) {
+        snprintf(err, errlen, "DECODE of sequence %d from position %d (token %d, %u steps, "
+                 "window %u of %d)%s", m->seq, m->pos, m->token, m->max_steps, m->n_window,
+                 p->repeat_last_n, finite ? "" : " with a sampler number that is not finite");
+        return -1;
+    }
+    return 0;
+}
+
+int send_token(conn *c, const msg_token *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, m->serial);
+    w_u32(&w, (uint32_t)m->token);
+    for (int i = 0; i < 4; i++)
+        w_u64(&w, m->rng[i]);
+    return conn_send(c, RM_TOKEN, w.b, w.n, err, errlen);
+}
+
+int decode_token(const frame *f, msg_token *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_TOKEN, err, errlen))
+        return -1;
+    rd r = reader(f);
+    m->serial = r_u32(&r);
+    m->token = (int32_t)r_u32(&r);
+    for (int i = 0; i < 4; i++)
+        m->rng[i] = r_u64(&r);
+    return r_done(&r, f, err, errlen);
+}
+
+int send_done(conn *c, uint32_t steps, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_u32(&w, steps);
+    return conn_send(c, RM_DONE, w.b, w.n, err, errlen);
+}
+
+int decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen)
+{
+    if (expect(f, RM_DONE, err, errlen))
+        return -1;
+    rd r = reader(f);
+    *steps = r_u32(&r);
     return r_done(&r, f, err, errlen);
 }
 

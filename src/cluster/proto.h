@@ -27,6 +27,11 @@
  *                                    device profile (JSON text) for the head's scheduler
  *   PROBE   head -> worker -> head   a payload the worker echoes: the link's delay and
  *                                    throughput for the scheduler
+ *   DECODE  head -> worker           to the one device holding every layer: decode on your own
+ *                                    (a token, its position, up to N steps, the sampler's state)
+ *   TOKEN   worker -> head           each token it chose, with its sampler's random stream
+ *   HALT    head -> worker           stop decoding (the head's reply ended)
+ *   DONE    worker -> head           the answer to every DECODE: how many steps it made
  */
 #ifndef PRIMA_PROTO_H
 #define PRIMA_PROTO_H
@@ -40,10 +45,11 @@
 #include "cluster/link.h"
 #include "cluster/net.h"
 #include "cluster/plan.h"
+#include "model/sample.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 3           /* 2: the link handshake, sealed frames, no proofs in bodies;
-                                   * 3: sequences (PLAN's n_seq, KVOP's seq) */
+#define PROTO_VERSION 4           /* 2: the link handshake, sealed frames, no proofs in bodies;
+                                   * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -56,10 +62,12 @@
 #define PROTO_PROBE_MAX (1u << 20) /* bound on a PROBE body */
 #define PROTO_NOTE_MAX 512        /* a READY note, its NUL included */
 #define PROTO_MAX_SEQ 256         /* sequences (KV regions) per device */
+#define PROTO_DECODE_WINDOW 512   /* bound on a DECODE's penalty window (repeat_last_n) */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
-    RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_TYPE_END
+    RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_DECODE, RM_TOKEN, RM_HALT,
+    RM_DONE, RM_TYPE_END
 };
 const char *msg_name(int type);
 
@@ -179,6 +187,26 @@ typedef struct msg_kvop {
     int32_t p0, p1, delta;
 } msg_kvop;
 
+/* Decoding handed to the device that holds every layer (k = 1): it evaluates `token` at `pos`
+ * of sequence seq, chooses the next token with the sampler rebuilt from this state, sends it
+ * as a TOKEN (step i is batch serial + i), evaluates it, and so on for up to max_steps tokens,
+ * or until a HALT; then DONE with the steps made. Every step evaluated its input token; the
+ * last token chosen is not evaluated. */
+typedef struct msg_decode {
+    uint32_t serial, max_steps;
+    int32_t seq, pos, token;
+    sampler_params sp;                 /* the seed is not sent: rng is the stream's state */
+    uint64_t rng[4];
+    uint32_t n_window;                 /* the penalty window, oldest first */
+    int32_t window[PROTO_DECODE_WINDOW];
+} msg_decode;
+
+typedef struct msg_token {
+    uint32_t serial;                   /* the step that chose it */
+    int32_t token;
+    uint64_t rng[4];                   /* the sampler's random stream after choosing it */
+} msg_token;
+
 /* A device's counters, summed over the hops of one batch (or of a whole run). */
 typedef struct ring_counters {
     uint64_t compute_ns;       /* inside this device's layers */
@@ -216,6 +244,10 @@ int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errle
 /* PROFILE request: the threads the worker should measure with (0: its own default). The reply
  * is JSON text, sent with conn_send. */
 int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen);
+/* DECODE, TOKEN, DONE (steps made); HALT has no body (conn_send). */
+int send_decode(conn *c, const msg_decode *m, char *err, size_t errlen);
+int send_token(conn *c, const msg_token *m, char *err, size_t errlen);
+int send_done(conn *c, uint32_t steps, char *err, size_t errlen);
 /* Best effort (the link is being dropped anyway); never fails loudly. */
 void send_error(conn *c, uint64_t instance, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -227,6 +259,11 @@ int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t err
 int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen);
 int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen);
 int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen);
+/* The shape is checked here (positions, counts, a window within repeat_last_n <=
+ * PROTO_DECODE_WINDOW, finite sampler numbers); the receiver checks the model's bounds. */
+int decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen);
+int decode_token(const frame *f, msg_token *m, char *err, size_t errlen);
+int decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen);
 int decode_error(const frame *f, msg_error *m, char *err, size_t errlen);
 
 #endif

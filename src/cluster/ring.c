@@ -233,6 +233,7 @@ static int make_plan(ring *r)
                 at += snprintf(lw + at, sizeof lw - (size_t)at, "%s%d", d ? "," : "", o->lw[d]);
             return fail(r, "-lw %s: %s", lw, err);
         }
+        p->decode_alone = p->window[0] == 0;   /* with one worker: always the faster */
         return 0;
     }
     if (o->planner) {
@@ -260,6 +261,7 @@ static int make_plan(ring *r)
     if (plan_by_memory(&r->plan, n_dev, r->m->n_layer, o->k, mem, err, sizeof err) ||
         plan_validate(&r->plan, err, sizeof err))
         return fail(r, "%s", err);
+    r->plan.decode_alone = r->plan.window[0] == 0;
     return 0;
 }
 
@@ -862,6 +864,81 @@ int ring_kv_shift(ring *r, int seq, int p0, int p1, int delta)
 {
     msg_kvop k = {.op = KVOP_SHIFT, .seq = seq, .p0 = p0, .p1 = p1, .delta = delta};
     return kv_edit(r, &k);
+}
+
+bool ring_can_decode(const ring *r, const sampler *smp)
+{
+    return r->started && !r->broken && !r->finished && r->plan.decode_alone &&
+           r->n_workers == 1 && r->plan.window[0] == 0 && r->n_fl == 0 &&
+           sampler_get_params(smp)->repeat_last_n <= PROTO_DECODE_WINDOW;
+}
+
+int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler *smp,
+                int (*on_token)(void *user, int32_t token), void *user, int *n_tokens)
+{
+    *n_tokens = 0;
+    if (!ring_can_decode(r, smp))
+        return refuse(r, "this ring cannot decode on one device");
+    const sampler_params *sp = sampler_get_params(smp);
+    if (seq < 0 || seq >= r->o.n_seq || pos < 0 || max_steps < 1 ||
+        (int64_t)pos + max_steps > r->o.n_ctx)
+        return refuse(r, "decoding %d steps from position %d of sequence %d does not fit the "
+                      "ring", max_steps, pos, seq);
+    char err[512];
+    msg_decode *q = malloc(sizeof *q);
+    if (!q)
+        return refuse(r, "out of memory");
+    *q = (msg_decode){.serial = r->serial, .max_steps = (uint32_t)max_steps, .seq = seq,
+                      .pos = pos, .token = token, .sp = *sp};
+    sampler_get_rng(smp, q->rng);
+    q->n_window = (uint32_t)sampler_window(smp, q->window);
+    remote *w = &r->w[0];
+    int rc = send_decode(&w->c, q, err, sizeof err);
+    free(q);
+    bool halted = false;
+    uint32_t got = 0, steps;
+    if (rc)
+        lose(r, 0, "%s", err);
+    while (!rc) {
+        frame f;
+        int who;
+        if (await(r, RM_TOKEN, RM_DONE, 0, &f, &who))
+            break;
+        if (f.type == RM_DONE) {
+            if (decode_done(&f, &steps, err, sizeof err) || steps != got) {
+                lose(r, 0, "%s: %s", w->c.name, err[0] ? err : "DONE does not count its TOKENs");
+                break;
+            }
+            r->serial += steps;
+            if (steps > (uint32_t)*n_tokens && ring_kv_truncate(r, seq, pos + *n_tokens))
+                break;
+            return 0;
+        }
+        msg_token t;
+        err[0] = 0;
+        if (decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
+            t.token < 0 || t.token >= r->m->n_vocab || got >= (uint32_t)max_steps) {
+            lose(r, 0, "%s sent a TOKEN not asked for%s%s", w->c.name, err[0] ? ": " : "", err);
+            break;
+        }
+        got++;
+        finish_counters(r, t.serial);
+        if (halted)
+            continue;
+        sampler_accept(smp, t.token);
+        sampler_set_rng(smp, t.rng);
+        (*n_tokens)++;
+        r->kv_len = pos + *n_tokens;
+        if (on_token(user, t.token)) {
+            halted = true;
+            if (conn_send(&w->c, RM_HALT, NULL, 0, err, sizeof err)) {
+                lose(r, 0, "%s", err);
+                break;
+            }
+        }
+    }
+    r->serial += got;
+    return recoverable(r) ? 1 : -1;
 }
 
 /* Say bye and wait (briefly) for every worker's last counters and its bye. */

@@ -26,6 +26,7 @@
 
 #include "cluster/key.h"
 #include "cluster/device.h"
+#include "model/sample.h"
 
 typedef struct ring ring;
 
@@ -105,6 +106,21 @@ int ring_max_in_flight(const ring *r);
  * that sequence is on its way; edits of other sequences travel in order with the batches. */
 int ring_kv_truncate(ring *r, int seq, int p0);
 int ring_kv_shift(ring *r, int seq, int p0, int p1, int delta);
+/* Decoding handed to the one device that holds every layer (the head holds none): no round
+ * trip to the head per token, so a model that fits one worker runs there at that worker's own
+ * speed, the head only receiving the tokens. Whether this ring's plan is such a one and says so
+ * (decode_alone), nothing is in flight, and smp's penalty window fits a DECODE. */
+bool ring_can_decode(const ring *r, const sampler *smp);
+/* Evaluate `token` at position pos of sequence seq on that device, which then chooses the next
+ * token with smp's state, evaluates it, and so on, up to max_steps tokens chosen. Each chosen
+ * token is taken into smp (sampler_accept, and its random stream: smp is as if it had chosen
+ * it) and given to on_token; non-zero from on_token halts. *n_tokens: the tokens given to
+ * on_token; the KV caches then hold positions up to pos + *n_tokens - 1 (the input token and
+ * every chosen one but the last: work the device did beyond is undone). 0; 1 when a worker was lost and failover can
+ * recover (ring_eval does, before its batch: go on with it), *n_tokens as above; or -1 with
+ * ring_error set (a refusal, when ring_can_decode is false, leaves the ring usable). */
+int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler *smp,
+                int (*on_token)(void *user, int32_t token), void *user, int *n_tokens);
 const char *ring_error(const ring *r);
 /* Device d's address as given in the workers' list ("" for the head, d = 0), and the memory
  * budget it reported when it greeted the head (the head's: read now). */

@@ -24,6 +24,7 @@ int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
     int n = m->hp.n_layer;
     rm->n_layer = n;
     rm->n_embd = m->hp.n_embd;
+    rm->n_vocab = m->hp.n_vocab;
     rm->path = f->path;
     rm->map = f->map;
     rm->map_size = f->size;
@@ -68,9 +69,25 @@ static bool engine_in_vram(void *ctx, int il)
     return engine_layer_on_gpu(ctx, il);
 }
 
+static void engine_embed_rows(void *ctx, const int32_t *tokens, int n, float *hidden)
+{
+    engine_embed(ctx, tokens, n, hidden);
+}
+
+static int engine_output_row(void *ctx, const float *hidden, float *logits)
+{
+    return engine_output(ctx, hidden, 0, 1, logits);
+}
+
 ring_layers ring_layers_of_engine(engine *e)
 {
-    return (ring_layers){e, engine_eval, engine_truncate, engine_shift, engine_in_vram};
+    return (ring_layers){e,
+                         engine_eval,
+                         engine_truncate,
+                         engine_shift,
+                         engine_in_vram,
+                         engine_embed_rows,
+                         engine_output_row};
 }
 
 static int count_marked(const bool *mark, int n)
@@ -168,10 +185,30 @@ static int via_ring_depth(void *ctx)
     return ring_max_in_flight(ctx);
 }
 
+static bool via_ring_can_decode(void *ctx, const sampler *smp)
+{
+    return ring_can_decode(ctx, smp);
+}
+
+static int via_ring_decode(void *ctx, int seq, int pos, int32_t token, int max_steps,
+                           sampler *smp, int (*on_token)(void *user, int32_t token), void *user,
+                           int *n_tokens, char *err, size_t errlen)
+{
+    int rc = ring_decode(ctx, seq, pos, token, max_steps, smp, on_token, user, n_tokens);
+    return rc < 0 ? ring_failed(ctx, rc, err, errlen) : rc;
+}
+
 session_layers ring_session_layers(ring *r)
 {
-    return (session_layers){r, via_ring_eval, via_ring_truncate, via_ring_shift,
-                            via_ring_submit, via_ring_collect, via_ring_depth};
+    return (session_layers){r,
+                            via_ring_eval,
+                            via_ring_truncate,
+                            via_ring_shift,
+                            via_ring_submit,
+                            via_ring_collect,
+                            via_ring_depth,
+                            via_ring_can_decode,
+                            via_ring_decode};
 }
 
 /* The head's engine takes the plan's GPU layers of the head. */

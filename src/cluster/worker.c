@@ -16,6 +16,7 @@
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
+#include "model/model.h"
 
 /* At most this many newcomers are in their handshake at once; more are turned away at once. */
 #define ADMIT_MAX 16
@@ -550,6 +551,117 @@ static void handle_kvop(wsession *s, const frame *f)
         fail_session(s, "%s", err);
 }
 
+static void handle_ctrl(wsession *s, const frame *f);
+
+/* Frames from the head between two steps of a DECODE: true when it asks to halt (or the
+ * session ended). */
+static bool decode_interrupted(wsession *s)
+{
+    char err[512];
+    frame f;
+    for (;;) {
+        int rc = conn_recv(&s->ctrl, &f, 0, err, sizeof err);
+        if (rc == 1)
+            return false;
+        if (rc < 0) {
+            end_session(s, "%s", err);
+            return true;
+        }
+        if (f.type == RM_HALT)
+            return true;
+        if (f.type == RM_BYE || f.type == RM_ERROR) {
+            handle_ctrl(s, &f);
+            return true;
+        }
+        if (f.type != RM_PING) {
+            fail_session(s, "unexpected %s from the head while decoding", msg_name(f.type));
+            return true;
+        }
+    }
+}
+
+/* The head hands this device, which holds every layer, the decoding of a sequence: choose,
+ * send and evaluate token after token here, with no round trip to the head per token. */
+static void handle_decode(wsession *s, const frame *f)
+{
+    const ring_model *m = s->w->b->model;
+    char err[512];
+    msg_decode *d = malloc(sizeof *d);
+    float *logits = malloc(sizeof *logits * (size_t)m->n_vocab);
+    sampler *smp = NULL;
+    if (!d || !logits) {
+        fail_session(s, "out of memory");
+        goto out;
+    }
+    if (decode_decode(f, d, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        goto out;
+    }
+    if (s->plan.n_dev != 2 || s->plan.window[0] != 0 || !s->layers.embed || !s->layers.output) {
+        fail_session(s, "DECODE for a device that does not hold every layer");
+        goto out;
+    }
+    bool ids_ok = d->token < m->n_vocab;
+    for (uint32_t i = 0; i < d->n_window; i++)
+        ids_ok = ids_ok && d->window[i] < m->n_vocab;
+    if (!ids_ok || d->seq >= (int32_t)s->mp.n_seq ||
+        (int64_t)d->pos + d->max_steps > (int64_t)s->mp.n_ctx) {
+        fail_session(s, "DECODE of %u steps from position %d of sequence %d (or a token id) is "
+                     "outside the plan's %u positions, %u sequences, %d tokens", d->max_steps,
+                     d->pos, d->seq, s->mp.n_ctx, s->mp.n_seq, m->n_vocab);
+        goto out;
+    }
+    smp = sampler_create(&d->sp, m->n_vocab);
+    if (!smp) {
+        fail_session(s, "out of memory");
+        goto out;
+    }
+    sampler_set_rng(smp, d->rng);
+    for (uint32_t i = 0; i < d->n_window; i++)
+        sampler_accept(smp, d->window[i]);
+    int32_t tok = d->token, pos = d->pos;
+    uint32_t steps = 0;
+    while (steps < d->max_steps) {
+        uint32_t serial = d->serial + steps;
+        s->layers.embed(s->layers.ctx, &tok, 1, s->buf.hidden);
+        device_arrived(&s->dev);
+        int failed = 0;
+        for (int round = 0; round < s->plan.k && !failed; round++) {
+            failed = device_compute(&s->dev, round, s->buf.hidden, 1, &pos, &d->seq);
+            if (round + 1 < s->plan.k)
+                device_handed_on(&s->dev, round);   /* the pager's turn between windows */
+        }
+        if (failed || s->layers.output(s->layers.ctx, s->buf.hidden, logits)) {
+            fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
+            goto out;
+        }
+        if (logits_check(logits, 1, m->n_vocab, pos, err, sizeof err)) {
+            fail_session(s, "%s", err);
+            goto out;
+        }
+        msg_token t = {.serial = serial, .token = sampler_sample(smp, logits)};
+        sampler_accept(smp, t.token);
+        sampler_get_rng(smp, t.rng);
+        device_handed_on(&s->dev, s->plan.k - 1);
+        steps++;
+        if (send_token(&s->ctrl, &t, err, sizeof err)) {
+            end_session(s, "%s", err);
+            goto out;
+        }
+        send_counters(s, serial);
+        tok = t.token;
+        pos++;
+        if (s->reason[0] || decode_interrupted(s))
+            break;
+    }
+    if (!s->reason[0] && send_done(&s->ctrl, steps, err, sizeof err))
+        end_session(s, "%s", err);
+out:
+    sampler_free(smp);
+    free(logits);
+    free(d);
+}
+
 /* A frame on the data link in (the head's link for rank 1, the predecessor's otherwise). */
 static void handle_data(wsession *s, const frame *f)
 {
@@ -635,6 +747,16 @@ static void handle_ctrl(wsession *s, const frame *f)
             handle_data(s, f);
             return;
         }
+        break;
+    case RM_DECODE:
+        if (s->planned) {
+            handle_decode(s, f);
+            return;
+        }
+        break;
+    case RM_HALT:   /* crossed this device's DONE: the decoding had ended already */
+        if (s->planned)
+            return;
         break;
     default:
         break;

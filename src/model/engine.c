@@ -398,6 +398,19 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
     return 0;
 }
 
+int logits_check(const float *l, int rows, int n_vocab, int pos0, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < (size_t)rows * (size_t)n_vocab; i++)
+        if (!isfinite(l[i])) {
+            snprintf(err, errlen,
+                     "the model produced %s logits at position %d: the weights are damaged or "
+                     "the type is unsupported",
+                     isnan(l[i]) ? "NaN" : "infinite", pos0 + (int)(i / (size_t)n_vocab));
+            return -1;
+        }
+    return 0;
+}
+
 int engine_kv_truncate(engine *e, int seq, int p0)
 {
     if (seq < 0 || seq >= e->n_seq || p0 < 0 || p0 > e->n_ctx)

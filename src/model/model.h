@@ -75,6 +75,10 @@ int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int
 /* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
  * (n_rows x n_vocab). 0, or -1 as engine_layers. */
 int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
+/* Damaged weights (or a kernel bug) show up in the logits first: nothing downstream can choose
+ * a token from a NaN, so wherever logits are made, say so instead of sampling garbage. l: rows
+ * of n_vocab logits, the first of them at position pos0. 0, or -1 with a message. */
+int logits_check(const float *l, int rows, int n_vocab, int pos0, char *err, size_t errlen);
 /* KV cache edits of sequence seq, applied to every owned layer (the other sequences are left
  * alone): forget positions >= p0 (0: clear the sequence); and move positions [p0, p1) by
  * delta < 0 towards the start (re-rotating K), for context shift. Return 0, or -1 for a

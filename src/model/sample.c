@@ -348,3 +348,27 @@ int sampler_mirror(sampler *dst, const sampler *src)
     dst->win_next = src->win_next;
     return 0;
 }
+
+const sampler_params *sampler_get_params(const sampler *s)
+{
+    return &s->p;
+}
+
+int sampler_window(const sampler *s, int32_t *out)
+{
+    /* win_next is the oldest once the ring buffer is full, else 0 */
+    int cap = s->p.repeat_last_n, first = s->win_len < cap ? 0 : s->win_next;
+    for (int i = 0; i < s->win_len; i++)
+        out[i] = s->window[(first + i) % cap];
+    return s->win_len;
+}
+
+void sampler_get_rng(const sampler *s, uint64_t state[4])
+{
+    memcpy(state, s->rng, sizeof s->rng);
+}
+
+void sampler_set_rng(sampler *s, const uint64_t state[4])
+{
+    memcpy(s->rng, state, sizeof s->rng);
+}

@@ -51,4 +51,14 @@ int32_t sampler_draw(sampler *s, const double *w);
  * stream (the vocabularies must have the same size). 0, or -1 when out of memory. */
 int sampler_mirror(sampler *dst, const sampler *src);
 
+/* For a device that samples on the sampler's behalf (a ring's device decoding on its own,
+ * session_decode): the whole state, to rebuild there as sampler_create(params), set_rng and
+ * sampler_accept of the window in order, and the random stream to take back after each token
+ * it chose (with sampler_accept of that token, the sampler is then as if it had chosen it). */
+const sampler_params *sampler_get_params(const sampler *s);
+/* The penalty window, oldest token first, into out (room for repeat_last_n); the count. */
+int sampler_window(const sampler *s, int32_t *out);
+void sampler_get_rng(const sampler *s, uint64_t state[4]);
+void sampler_set_rng(sampler *s, const uint64_t state[4]);
+
 #endif

@@ -71,7 +71,8 @@ session *session_create_split(const model *m, kern_ctx *kc, int n_ctx, int n_bat
         return NULL;
     }
     s->layers = layers ? *layers : (session_layers){s, engine_eval_all, engine_truncate,
-                                                    engine_shift, NULL, NULL, NULL};
+                                                    engine_shift, NULL, NULL, NULL, NULL,
+                                                    NULL};
     return s;
 }
 
@@ -139,24 +140,6 @@ static int check_tokens(const session *s, const int32_t *tokens, int n, char *er
     return 0;
 }
 
-/* Damaged weights (or a kernel bug) show up here first: nothing downstream can choose a token
- * from a NaN, so say so where it happens instead of sampling garbage. l: rows of logits, the
- * first of them at position pos0. 0, or -1 with a message. */
-static int check_finite(const session *s, const float *l, int rows, int pos0, char *err,
-                        size_t errlen)
-{
-    const size_t n_vocab = (size_t)s->m->hp.n_vocab;
-    for (size_t i = 0; i < (size_t)rows * n_vocab; i++)
-        if (!isfinite(l[i])) {
-            snprintf(err, errlen,
-                     "the model produced %s logits at position %d: the weights are damaged or "
-                     "the type is unsupported",
-                     isnan(l[i]) ? "NaN" : "infinite", pos0 + (int)(i / n_vocab));
-            return -1;
-        }
-    return 0;
-}
-
 int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
                  size_t errlen)
 {
@@ -189,8 +172,8 @@ int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, ch
         memcpy(s->logits, all_logits + (size_t)(n - 1) * (size_t)n_vocab,
                sizeof(float) * (size_t)n_vocab);
     const int row0 = all_logits ? 0 : n - 1;
-    return check_finite(s, all_logits ? all_logits : s->logits, n - row0, s->n_past - n + row0,
-                        err, errlen);
+    return logits_check(all_logits ? all_logits : s->logits, n - row0, n_vocab,
+                        s->n_past - n + row0, err, errlen);
 }
 
 int session_shift(session *s, int n_keep)
@@ -216,6 +199,39 @@ int session_discard(session *s, int n_keep, int n_discard)
             sizeof(int32_t) * (size_t)(s->n_past - n_keep - n_discard));
     s->n_past -= n_discard;
     return n_discard;
+}
+
+/* session_decode's view of each chosen token: the one before it was evaluated. */
+typedef struct decode_relay {
+    session *s;
+    int32_t prev;
+    int (*on_token)(void *user, int32_t token);
+    void *user;
+} decode_relay;
+
+static int relay_token(void *user, int32_t token)
+{
+    decode_relay *d = user;
+    d->s->tokens[d->s->n_past++] = d->prev;
+    d->prev = token;
+    return d->on_token(d->user, token);
+}
+
+int session_decode(session *s, int32_t token, int max_steps, sampler *smp,
+                   int (*on_token)(void *user, int32_t token), void *user, int *n_tokens,
+                   char *err, size_t errlen)
+{
+    *n_tokens = 0;
+    const session_layers *l = &s->layers;
+    if (!l->decode || !l->can_decode(l->ctx, smp) || s->in_flight || s->n_past >= s->n_ctx)
+        return 1;
+    if (check_tokens(s, &token, 1, err, errlen))
+        return -1;
+    if (max_steps > s->n_ctx - s->n_past)
+        max_steps = s->n_ctx - s->n_past;
+    decode_relay d = {s, token, on_token, user};
+    return l->decode(l->ctx, s->seq, s->n_past, token, max_steps, smp, relay_token, &d,
+                     n_tokens, err, errlen);
 }
 
 void session_truncate(session *s, int n_past)
@@ -443,7 +459,7 @@ session_mb *session_mb_collect(session *owner, char *err, size_t errlen)
                      mb->pos[mb->last_row[i]]);
             return NULL;
         }
-        if (check_finite(s, s->logits, 1, mb->pos[mb->last_row[i]], err, errlen))
+        if (logits_check(s->logits, 1, s->m->hp.n_vocab, mb->pos[mb->last_row[i]], err, errlen))
             return NULL;
     }
     return mb;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "model/sample.h"
 
 /* Where a session's batches go through the model's layers: by default this session's engine;
  * the ring runtime (cluster/ring.h) plugs in here, so that one generation loop serves a single
@@ -37,6 +38,13 @@ typedef struct session_layers {
                   char *err, size_t errlen);
     int (*collect)(void *ctx, float **hidden, char *err, size_t errlen);
     int (*max_in_flight)(void *ctx);
+    /* Decoding on the layers' side, optional (NULL, or can_decode false: the caller chooses and
+     * evaluates every token): as ring_decode, with a message. 0; 1 when cut short by a failure
+     * the next eval recovers from; -1. */
+    bool (*can_decode)(void *ctx, const sampler *smp);
+    int (*decode)(void *ctx, int seq, int pos, int32_t token, int max_steps, sampler *smp,
+                  int (*on_token)(void *user, int32_t token), void *user, int *n_tokens,
+                  char *err, size_t errlen);
 } session_layers;
 
 typedef struct session_mb session_mb;
@@ -89,6 +97,19 @@ int session_shift(session *s, int n_keep);
  * session that mirrors another's shift, e.g. a draft model's). When fewer tokens follow, the
  * history is cut to n_keep instead and 0 returned. */
 int session_discard(session *s, int n_keep, int n_discard);
+/* Decoding without a round trip per token where the layers can (a ring whose one worker holds
+ * every layer: ring_decode). Evaluates `token` after the history, then the layers' side
+ * chooses tokens with smp's state and evaluates them, up to max_steps chosen (at most the room
+ * left in the context), each taken into smp and given to on_token (non-zero halts). The
+ * history then holds `token` and every chosen token but the last, as for a caller that
+ * evaluates each token it chose before choosing the next and stops after choosing the last;
+ * s->logits are not updated. Returns 0 with *n_tokens chosen; 1 when the layers cannot decode
+ * so, or were cut short by a failure the next evaluation recovers from, after *n_tokens chosen
+ * (0: nothing was done) — go on choosing and evaluating as usual from the last one (or from
+ * `token`); -1 with a message. */
+int session_decode(session *s, int32_t token, int max_steps, sampler *smp,
+                   int (*on_token)(void *user, int32_t token), void *user, int *n_tokens,
+                   char *err, size_t errlen);
 /* Forget the history from position n_past on. */
 void session_truncate(session *s, int n_past);
 

@@ -50,6 +50,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             msg_kvop k;
             msg_stats s;
             msg_error e;
+            msg_decode dec;
+            msg_token tok;
+            uint32_t steps;
             char note[PROTO_NOTE_MAX];
         } m;
         switch (f.type) {
@@ -80,6 +83,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             break;
         case RM_STATS:
             decode_stats(&f, &m.s, err, sizeof err);
+            break;
+        case RM_DECODE:
+            if (decode_decode(&f, &m.dec, err, sizeof err) == 0 &&
+                (m.dec.n_window > (uint32_t)m.dec.sp.repeat_last_n ||
+                 m.dec.sp.repeat_last_n > PROTO_DECODE_WINDOW || m.dec.max_steps < 1))
+                __builtin_trap();   /* the window and steps are checked */
+            break;
+        case RM_TOKEN:
+            decode_token(&f, &m.tok, err, sizeof err);
+            break;
+        case RM_DONE:
+            decode_done(&f, &m.steps, err, sizeof err);
             break;
         case RM_ERROR:
             if (decode_error(&f, &m.e, err, sizeof err) == 0 && strchr(m.e.text, '\n'))

@@ -159,7 +159,8 @@ int fake_layers_open_seqs(const fake_model *fm, const bool *owns, int n_ctx, int
     f->n_kv = calloc((size_t)n_layer * (size_t)n_seq, sizeof *f->n_kv);
     for (int il = 0; il < n_layer; il++)
         f->owns[il] = owns ? owns[il] : true;
-    *out = (ring_layers){f, fake_eval, fake_kv_truncate, fake_kv_shift, NULL};
+    *out = (ring_layers){.ctx = f, .eval = fake_eval, .kv_truncate = fake_kv_truncate,
+                         .kv_shift = fake_kv_shift};
     return 0;
 }
 
