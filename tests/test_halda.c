@@ -77,18 +77,23 @@ static void enumerate(search *s, int m)
         if (k == 0 || (s->o->k && k != s->o->k))
             return;
         s->p.k = k;
-        cost_result r;
-        cost_eval(s->dc, s->sm, s->o, &s->p, &r);
-        s->evaluated++;
-        if (!r.feasible)
-            return;
-        bool fits = true;
-        for (int d = 0; d < s->n; d++)
-            fits &= !r.dev[d].overloaded;
-        if (r.tpot < s->best_all)
-            s->best_all = r.tpot;
-        if (fits && r.tpot < s->best_fit)
-            s->best_fit = r.tpot;
+        /* relayed through the head, and (head without layers) decoding on one worker */
+        for (int alone = 0; alone <= (s->p.window[0] == 0); alone++) {
+            s->p.decode_alone = alone;
+            cost_result r;
+            cost_eval(s->dc, s->sm, s->o, &s->p, &r);
+            s->evaluated++;
+            if (!r.feasible)
+                continue;
+            bool fits = true;
+            for (int d = 0; d < s->n; d++)
+                fits &= !r.dev[d].overloaded;
+            if (r.tpot < s->best_all)
+                s->best_all = r.tpot;
+            if (fits && r.tpot < s->best_fit)
+                s->best_fit = r.tpot;
+        }
+        s->p.decode_alone = false;
         return;
     }
     for (int w = 0; w <= s->sm->n_layer; w++) {

@@ -87,15 +87,14 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
     dc->ram = (double)profile_available(p) * (1 - o->reserve);
     dc->fixed_anon = sm->proc_bytes + (is_head ? sm->head_bytes : 0);
 
-    if (is_head) {
-        double out_params[DT_COUNT] = {0}, c, t;
-        out_params[sm->out_type] = sm->out_params;
-        if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
-            return -1;
+    double out_params[DT_COUNT] = {0}, c, t;
+    out_params[sm->out_type] = sm->out_params;
+    if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
+        return -1;
+    dc->head_time = t + p->dispatch +
+                    (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
+    if (is_head)
         dc->fixed_page = sm->head_page;
-        dc->head_time = t + p->dispatch +
-                        (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
-    }
     return 0;
 }
 
@@ -133,10 +132,16 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
         r->dev[m].in_ring = m == 0 || o->fixed_ring || p->window[m] > 0;
         n_ring += r->dev[m].in_ring;
     }
+    /* the device that decodes on its own (cost.h), or -1 */
+    int solo = -1;
+    for (int m = 1; m < p->n_dev && p->decode_alone && p->window[0] == 0 && n_ring == 2; m++)
+        if (r->dev[m].in_ring)
+            solo = m;
     double b = sm->layer_bytes, kv = sm->kv_bytes;
     for (int m = 0; m < p->n_dev; m++) {
         const dev_cost *c = &dc[m];
         dev_result *d = &r->dev[m];
+        double fixed_page = c->fixed_page + (m == solo ? sm->head_page : 0);
         int y = 0, g = 0;
         for (int round = 0; round < p->k; round++) {
             int first, last;
@@ -153,8 +158,9 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
         }
         int off = c->has_gpu && !c->unified ? g : 0;            /* layers whose bytes leave RAM */
         d->budget = c->ram;
-        d->anon = (d->in_ring ? c->fixed_anon : 0) + kv * (y - off);
-        d->page = b * (y - off) + c->fixed_page;
+        d->anon = (d->in_ring ? c->fixed_anon : 0) + (m == solo ? sm->head_bytes : 0) +
+                  kv * (y - off);
+        d->page = b * (y - off) + fixed_page;
         d->vram = g * (b + kv);
         d->resident_layers = y - off;
         if (d->vram > c->vram) {
@@ -171,15 +177,15 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
                            c->ram / MIB);
                 return;
             }
-            if (d->anon + c->fixed_page + room > c->ram) {
+            if (d->anon + fixed_page + room > c->ram) {
                 infeasible(r, "device %s: buffers and KV cache (%.0f MiB) and room for %d streamed "
                            "layers (%.0f MiB) exceed its budget of %.0f MiB", c->name,
-                           (d->anon + c->fixed_page) / MIB, DEVICE_STREAM_ROOM_LAYERS, room / MIB,
+                           (d->anon + fixed_page) / MIB, DEVICE_STREAM_ROOM_LAYERS, room / MIB,
                            c->ram / MIB);
                 return;
             }
             /* whole layers, as the pager keeps them (cluster/device.h) */
-            double keep = floor((c->ram - d->anon - c->fixed_page - room) / b + 1e-9);
+            double keep = floor((c->ram - d->anon - fixed_page - room) / b + 1e-9);
             d->resident_layers = b > 0 && keep < y - off ? (int)keep : y - off;
             int streamed = y - off - d->resident_layers;
             d->disk_bytes = streamed * b;
@@ -189,19 +195,21 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
         d->t_compute = (y - g) * c->cpu_compute;
         d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);
         d->t_gpu = g * c->gpu_layer;
-        d->t_net = d->in_ring && n_ring > 1 ? p->k * c->hop : 0;
+        d->t_net = d->in_ring && n_ring > 1 && solo < 0 ? p->k * c->hop : 0;
         r->t_compute += d->t_compute;
         r->t_memory += d->t_memory;
         r->t_gpu += d->t_gpu;
         r->t_disk += d->t_disk;
         r->t_net += d->t_net;
     }
-    r->t_head = dc[0].head_time;
+    int head = solo > 0 ? solo : 0;
+    r->t_head = dc[head].head_time;
     r->tpot = r->t_compute + r->t_memory + r->t_gpu + r->t_disk + r->t_net + r->t_head;
     /* A token goes round the ring one device after another: each waits for all the others. */
     for (int m = 0; m < p->n_dev; m++) {
         const dev_result *d = &r->dev[m];
-        double own = d->t_compute + d->t_memory + d->t_gpu + d->t_disk + (m == 0 ? r->t_head : 0);
+        double own = d->t_compute + d->t_memory + d->t_gpu + d->t_disk +
+                     (m == head ? r->t_head : 0);
         r->dev[m].t_wait = d->in_ring ? r->tpot - own : 0;
     }
 }

@@ -17,6 +17,12 @@
  *
  * plus the head's fixed work: embedding row, output norm and output matrix, sampling.
  *
+ * A plan that says decode_alone (the head holds no layer and one other device in the ring all
+ * of them) has that device decode on its own (cluster/ring.h, ring_decode): it does the head's
+ * work for every token, with its own rates, and no activations cross the network while decoding
+ * (network 0); its memory holds the head's weights and buffers as well (the head keeps its own
+ * for the prompt).
+ *
  * Memory of device m (bytes), against its budget = available RAM * (1 - reserve), where
  * "available" was measured by the running prima process itself, so the process's own code, heap
  * and mapped metadata are already outside it (the emulator's counters: 4-7 MiB of anonymous
@@ -97,7 +103,8 @@ typedef struct dev_cost {
     enum os_class os;
     double fixed_anon;  /* buffers (head: + its extras) */
     double fixed_page;  /* head: embedding and output weights */
-    double head_time;   /* head only: embedding, output layer, sampling */
+    double head_time;   /* the head's work per token done here: embedding, output layer,
+                         * sampling (any device: one holding every layer decodes on its own) */
 } dev_cost;
 
 /* Fails (one line naming the device and what is missing) when the profile lacks a rate for a

@@ -395,36 +395,78 @@ static int sole_device(const ring_plan *p)
     return sole > 0 ? sole : -1;
 }
 
-/* halda.h's rule for a plan on one device that is not the head: the head alone, searched over
- * its own k and GPU layers with disk allowed, replaces it when it predicts a faster token.
- * Returns 0, or -1 on solver failure. */
-static int head_alone_rule(const problem *ring, halda_result *r)
+/* The best plan of device m alone (its own k and GPU layers; disk allowed unless fit_only), as
+ * a plan of the whole ring (the others get no layers: bypassed, or forwarding in a fixed ring,
+ * whose hops cost_eval then charges), evaluated there. A worker alone decodes on its own and so
+ * does the head's work too (cost.h): it is searched as a head. 1 with *p and *c, 0 when there
+ * is none, -1 on solver failure. */
+static int alone(const problem *ring, int m, bool fit_only, ring_plan *p, cost_result *c,
+                 int *n_ilp)
 {
+    dev_cost as_head = ring->dc[m];
+    if (m > 0) {
+        as_head.fixed_page += ring->sm->head_page;
+        as_head.fixed_anon += ring->sm->head_bytes;
+    }
+    problem pb = *ring;
+    pb.dc = &as_head;
+    pb.n = 1;
+    pb.fit_only = fit_only;
+    pb.force_in = -1;
+    ring_plan one;
+    int rc = solve_all(&pb, &one, c, n_ilp);
+    if (rc <= 0)
+        return rc;
+    *p = one;
+    p->n_dev = ring->n;
+    for (int d = 0; d < p->n_dev; d++)
+        p->window[d] = p->gpu_layers[d] = 0;
+    p->window[m] = one.window[0];
+    p->gpu_layers[m] = one.gpu_layers[0];
+    p->decode_alone = m > 0;
+    cost_eval(ring->dc, ring->sm, ring->o, p, c);
+    return c->feasible ? 1 : 0;
+}
+
+/* halda.h's rules for plans on one device. A worker alone, decoding on its own, is tried for
+ * every worker (the integer programs charge a plan on one worker the relay through the head);
+ * when the plan ends up on one worker, the head alone (reading from disk if it must) replaces
+ * it if faster. Returns 0, or -1 on solver failure. */
+static int one_device_rules(const problem *ring, halda_result *r)
+{
+    for (int m = 1; m < ring->n; m++) {
+        ring_plan p;
+        cost_result c;
+        int rc = alone(ring, m, ring->fit_only, &p, &c, &r->n_ilp);
+        if (rc < 0)
+            return -1;
+        bool fits = true;
+        for (int d = 0; d < ring->n; d++)
+            fits &= !c.dev[d].overloaded;
+        if (rc > 0 && (fits || !ring->fit_only) && c.tpot < r->cost.tpot) {
+            r->plan = p;
+            r->cost = c;
+        }
+    }
     r->one_device = sole_device(&r->plan);
-    r->one_device_tpot = r->head_alone_tpot = 0;
+    r->one_device_tpot = r->relay_tpot = r->head_alone_tpot = 0;
     r->head_alone = false;
     if (r->one_device < 0)
         return 0;
     r->one_device_tpot = r->cost.tpot;
-    problem pb = *ring;
-    pb.n = 1;
-    pb.fit_only = false;
-    pb.force_in = -1;
-    ring_plan p;
+    ring_plan relay = r->plan;
+    relay.decode_alone = !relay.decode_alone;
     cost_result c;
-    int n_ilp = 0;
-    int rc = solve_all(&pb, &p, &c, &n_ilp);
-    r->n_ilp += n_ilp;
+    cost_eval(ring->dc, ring->sm, ring->o, &relay, &c);
+    double other = c.feasible ? c.tpot : 0;
+    /* the integer programs' plan on one worker relays; the rule's decodes there */
+    r->relay_tpot = r->plan.decode_alone ? other : r->cost.tpot;
+    if (!r->plan.decode_alone)
+        r->one_device_tpot = other;
+    ring_plan p;
+    int rc = alone(ring, 0, false, &p, &c, &r->n_ilp);
     if (rc <= 0)
         return rc;
-    /* the head alone in the ring of n devices: the others get no layers (bypassed, or
-     * forwarding in a fixed ring, whose hops cost_eval then charges) */
-    p.n_dev = ring->n;
-    for (int m = 1; m < p.n_dev; m++)
-        p.window[m] = p.gpu_layers[m] = 0;
-    cost_eval(ring->dc, ring->sm, ring->o, &p, &c);
-    if (!c.feasible)
-        return 0;
     r->head_alone_tpot = c.tpot;
     if (c.tpot < r->cost.tpot) {
         r->plan = p;
@@ -465,7 +507,7 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         explain_infeasible(&pb, r->why, sizeof r->why);
     if (!r->found)
         return 0;
-    if (head_alone_rule(&pb, r) < 0) {
+    if (one_device_rules(&pb, r) < 0) {
         snprintf(r->why, sizeof r->why, "halda: the GLPK integer solver failed");
         return -1;
     }

@@ -19,9 +19,12 @@
  * Unless allow_disk is set, plans in which no device reads from disk are searched first; only if
  * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k.
  *
- * One device is never beaten by the ring: when the plan puts every layer on one device that is
- * not the head, each token pays two hops for it; the best plan of the head alone (reading from
- * disk if it must) is predicted too, and taken when it is faster. Both predictions are kept. */
+ * Plans on one device. A worker holding every layer decodes on its own (no hop per token, the
+ * head's work done there: cost.h); the integer programs charge such a plan the relay through
+ * the head, so each worker alone is predicted too and taken when faster. When the plan ends up
+ * on one worker, the head alone (reading from disk if it must) is predicted as well, and taken
+ * when faster. The predictions are kept: on that worker, relayed through the head, the head
+ * alone. */
 #ifndef PRIMA_HALDA_H
 #define PRIMA_HALDA_H
 
@@ -42,7 +45,8 @@ typedef struct halda_result {
                              * one found, not proven the fastest */
     int one_device;         /* the ring's best plan put every layer on this device, not the
                              * head (-1: it did not) ... */
-    double one_device_tpot; /* ... predicted so */
+    double one_device_tpot; /* ... predicted so, decoding there on its own */
+    double relay_tpot;      /* ... with every token relayed through the head instead */
     double head_alone_tpot; /* ... and the head alone (0: it cannot hold the model) */
     bool head_alone;        /* the head-alone plan was the faster and is the plan */
 } halda_result;

@@ -44,8 +44,9 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
         if (r->left_out[m][0])
             fprintf(out, "  %s %s\n", dc[m].name, r->left_out[m]);
     if (r->one_device > 0) {
-        fprintf(out, "  every layer fits on %s: %.1f ms per token there (two hops included); the "
-                "head alone: ", dc[r->one_device].name, r->one_device_tpot * MS);
+        fprintf(out, "  every layer on %s: %.1f ms per token, decoding there on its own (%.1f ms "
+                "relayed through the head); the head alone: ", dc[r->one_device].name,
+                r->one_device_tpot * MS, r->relay_tpot * MS);
         if (r->head_alone_tpot > 0)
             fprintf(out, "%.1f ms%s\n", r->head_alone_tpot * MS,
                     r->head_alone ? ", faster: the plan is the head alone" : "");
@@ -117,6 +118,7 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
         cJSON *one = cJSON_AddObjectToObject(j, "one_device");
         cJSON_AddStringToObject(one, "name", dc[r->one_device].name);
         cJSON_AddNumberToObject(one, "tpot", r->one_device_tpot);
+        cJSON_AddNumberToObject(one, "relay_tpot", r->relay_tpot);
         if (r->head_alone_tpot > 0)
             cJSON_AddNumberToObject(one, "head_alone_tpot", r->head_alone_tpot);
         else
