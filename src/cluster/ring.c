@@ -895,7 +895,7 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
     remote *w = &r->w[0];
     int rc = send_decode(&w->c, q, err, sizeof err);
     free(q);
-    bool halted = false;
+    bool halted = false, done = false;
     uint32_t got = 0, steps;
     if (rc)
         lose(r, 0, "%s", err);
@@ -904,18 +904,14 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
         int who;
         if (await(r, RM_TOKEN, RM_DONE, 0, &f, &who))
             break;
+        err[0] = 0;
         if (f.type == RM_DONE) {
-            if (decode_done(&f, &steps, err, sizeof err) || steps != got) {
+            done = decode_done(&f, &steps, err, sizeof err) == 0 && steps == got;
+            if (!done)
                 lose(r, 0, "%s: %s", w->c.name, err[0] ? err : "DONE does not count its TOKENs");
-                break;
-            }
-            r->serial += steps;
-            if (steps > (uint32_t)*n_tokens && ring_kv_truncate(r, seq, pos + *n_tokens))
-                break;
-            return 0;
+            break;
         }
         msg_token t;
-        err[0] = 0;
         if (decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
             t.token < 0 || t.token >= r->m->n_vocab || got >= (uint32_t)max_steps) {
             lose(r, 0, "%s sent a TOKEN not asked for%s%s", w->c.name, err[0] ? ": " : "", err);
@@ -938,6 +934,9 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
         }
     }
     r->serial += got;
+    /* the steps made beyond the last token kept are undone */
+    if (done && (got == (uint32_t)*n_tokens || ring_kv_truncate(r, seq, pos + *n_tokens) == 0))
+        return 0;
     return recoverable(r) ? 1 : -1;
 }
 
