@@ -33,7 +33,9 @@ int main(void)
     double bytes = (per_layer - q6) * 144 / 256 + q6 * 210 / 256 + 2 * 256 * 4;
     CHECK(fabs(sm.layer_bytes - bytes) < 1e-6, "layer bytes %.1f, want %.1f", sm.layer_bytes, bytes);
     CHECK(sm.kv_bytes == 2 * 2 * 4 * 32 * 1000.0, "KV per layer %g", sm.kv_bytes);
-    CHECK(sm.layer_calls == 8, "%d kernel calls per layer (7 matrices, attention)", sm.layer_calls);
+    /* Q4_K and Q6_K products quantize their activations first: two jobs per matrix */
+    CHECK(sm.layer_calls == 15, "%g kernel jobs per layer (7 matrices, attention)", sm.layer_calls);
+    CHECK(sm.out_calls == 2, "%d kernel jobs for the output matrix", sm.out_calls);
     CHECK(sm.out_type == DT_Q6_K && sm.out_params == 512 * 256.0, "output %d %g", sm.out_type,
           sm.out_params);
     CHECK(sm.out_bytes == 512 * 256.0 * 210 / 256 + 256 * 4, "output bytes %g", sm.out_bytes);

@@ -38,6 +38,10 @@ int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens);
  * aside and there is no memory for it. */
 int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
                 const float *x, int n_tokens, float *y);
+/* Parallel jobs (kern_parallel calls) one kern_matmul of weight type wt runs: the product, and
+ * before it the activations' quantization for types whose dot products take quantized
+ * activations. Each pays the pool's wake-up and wait, which the scheduler counts. */
+int kern_matmul_jobs(enum dtype wt);
 
 /* Dequantize row `row` of a matrix (n_in elements per row) into out: embedding lookup. */
 void kern_get_row(const void *w, enum dtype wt, int n_in, int row, float *out);

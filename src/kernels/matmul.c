@@ -140,6 +140,11 @@ int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
                : -1;
 }
 
+int kern_matmul_jobs(enum dtype wt)
+{
+    return kern_type_require(wt)->act_type != DT_F32 ? 2 : 1;
+}
+
 int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
                 const float *x, int n_tokens, float *y)
 {

@@ -91,7 +91,7 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
     out_params[sm->out_type] = sm->out_params;
     if (layer_time(p->cpu, out_params, sm->out_bytes, p->mem_bw, name, "CPU", &c, &t, err, errlen))
         return -1;
-    dc->head_time = t + p->dispatch +
+    dc->head_time = t + sm->out_calls * p->dispatch +
                     (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
     if (is_head)
         dc->fixed_page = sm->head_page;

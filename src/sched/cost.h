@@ -62,9 +62,11 @@ typedef struct sched_model {
     double layer_bytes;            /* bytes of one layer's weights (mean) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
-    int layer_calls;               /* parallel kernel calls per layer (matrices, attention) */
+    double layer_calls;            /* parallel kernel jobs per layer: each matrix product's
+                                    * (kern_matmul_jobs) and the attention's (mean over layers) */
     double out_params;             /* output matrix weights (n_vocab * n_embd) */
     enum dtype out_type;
+    int out_calls;                 /* parallel kernel jobs of the output matrix's product */
     double out_bytes;              /* output matrix + output norm: read by the head every token */
     double embd_row_bytes;         /* one row of the token embedding */
     double hop_bytes;              /* bytes sent per hop for one decoded token */

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels/kern.h"
 #include "sched/shape.h"
 
 /* Frames a device holds at once: the batch it receives, the one it sends, and the sealed copy. */
@@ -34,10 +35,13 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
         const layer_weights *lw = &m->layers[il];
         const gguf_tensor *mats[] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->ffn_gate, lw->ffn_up,
                                      lw->ffn_down};
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
         /* one matrix product per matrix and the attention (engine.c) */
-        sm->layer_calls = (int)(sizeof mats / sizeof mats[0]) + 1;
+        int calls = 1;
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
+            sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
+            calls += kern_matmul_jobs(mats[i]->type);
+        }
+        sm->layer_calls += (double)calls / hp->n_layer;
         bytes += (double)model_layer_bytes(m, il);
     }
     sm->layer_bytes = bytes / hp->n_layer;
@@ -48,6 +52,7 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
     sm->kv_read = sm->kv_bytes / 2;
 
     sm->out_type = m->output->type;
+    sm->out_calls = kern_matmul_jobs(sm->out_type);
     sm->out_params = tensor_params(m->output);
     sm->out_bytes = (double)m->output->nbytes + (double)m->output_norm->nbytes;
     sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
