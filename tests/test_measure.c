@@ -1,7 +1,8 @@
 /* Profiling this machine: memory agrees with the kernel's own count (sysinfo), the measured
  * weight types are exactly those of the model (per the fixtures README), rates and the disk
  * figures are positive and pass the profile's JSON validation; a worker's profile service
- * measures once and then answers from what it kept. No speed is checked. */
+ * measures once and then answers from what it kept; the CPU figures are the median of their
+ * runs. No speed is checked. */
 #include <string.h>
 #include <sys/sysinfo.h>
 
@@ -10,8 +11,23 @@
 #include "sched/startup.h"
 #include "test.h"
 
+/* The CPU figure of repeated runs: their median, or under a quota the fastest scaled to its
+ * share; the spread only ever rises. */
+static void typical_rate(void)
+{
+    double v[] = {4, 10, 1, 3, 2}, spread = 0;
+    double r = profile_typical_rate(v, 5, 1, &spread);
+    CHECK(r == 3, "1 2 3 4 10: %g, not the median", r);
+    CHECK(spread == (4 - 2) / 3.0, "spread %g", spread);
+    double w[] = {4, 10, 1, 3, 2};
+    r = profile_typical_rate(w, 5, 0.5, &spread);
+    CHECK(r == 5, "under a half quota: %g, not half the fastest", r);
+    CHECK(spread == (4 - 2) / 3.0, "spread fell or rose again: %g", spread);
+}
+
 int main(void)
 {
+    typical_rate();
     char err[512];
     dev_profile p;
     memset(&p, 0, sizeof p);

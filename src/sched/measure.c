@@ -25,7 +25,7 @@
 #define RATE_BATCH_BYTES (2u << 20)
 #define RATE_N_IN 4096
 #define RATE_TOKENS 32
-/* Repetitions: each at least BATCH_SECONDS long; the fastest of REPS. */
+/* Repetitions: each at least BATCH_SECONDS long; the median of REPS (the fastest for the disk). */
 #define BATCH_SECONDS 0.02
 #define REPS 7
 /* Time for all kernel rates together, shared by the weight types measured. */
@@ -215,18 +215,19 @@ static double median_spread(double *v, int n, double *spread)
     return med;
 }
 
-/* A rate from repeated short runs: the fastest. Other processes on shared cores (or a shared
- * disk) only ever slow a run down, by as much as they happen to take just then (seen: 2x
- * between two profiles a minute apart, in the median), so the fastest run is the figure that
- * repeats: the device's own capability, which the planner needs to choose the same plan twice.
- * Under a CFS quota smaller than the threads used, runs that hit the throttle are stretched by
- * an amount that depends on where in the quota period they fell, so the unthrottled rate is
- * scaled to the share of time the quota grants: quota_share = quota / threads (1: none). The
- * spread (interquartile range / median) still goes into the profile's noise. */
-static double best_rate(double *v, int n, double quota_share, double *spread)
+/* A rate from repeated short runs: the fastest. Other processes on a shared disk only ever
+ * slow a read down, by as much as they happen to take just then; the fastest run is the disk's
+ * own capability. The spread (interquartile range / median) goes into the profile's noise. */
+static double best_rate(double *v, int n, double *spread)
 {
     median_spread(v, n, spread);
-    return v[n - 1] * (quota_share < 1 ? quota_share : 1);
+    return v[n - 1];
+}
+
+double profile_typical_rate(double *v, int n, double quota_share, double *spread)
+{
+    double med = median_spread(v, n, spread);
+    return quota_share < 1 ? v[n - 1] * quota_share : med;
 }
 
 /* ---- kernel rates ---- */
@@ -240,7 +241,7 @@ typedef struct rate_job {
     float *y;
 } rate_job;
 
-/* Weight-token products per second of kern_matmul with n_tokens tokens: the fastest of up to
+/* Weight-token products per second of kern_matmul with n_tokens tokens: the typical of up to
  * REPS batches (at least 3) of about BATCH_SECONDS each, within about `budget` seconds. */
 static double time_matmul(const rate_job *j, int n_out, int n_tokens, double budget,
                           double quota_share, double *spread)
@@ -259,7 +260,7 @@ static double time_matmul(const rate_job *j, int n_out, int n_tokens, double bud
             kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);
         rates[r] = work / (probe_now() - t0);
     }
-    return best_rate(rates, reps, quota_share, spread);
+    return profile_typical_rate(rates, reps, quota_share, spread);
 }
 
 /* Seconds one parallel kernel call costs beyond its arithmetic: waking the pool and waiting for
@@ -286,7 +287,7 @@ static double measure_dispatch(kern_ctx *c, double quota_share, double *spread)
     }
     free(w);
     free(y);
-    return 1 / best_rate(per_call, REPS, quota_share, spread);
+    return 1 / profile_typical_rate(per_call, REPS, quota_share, spread);
 }
 
 static uint64_t lcg_next(uint64_t *s)
@@ -426,7 +427,7 @@ static int disk_sequential(disk_test *d, double *bps, double *spread, char *err,
         } while (probe_now() - t0 < SAMPLE_SECONDS);
         rates[n++] = bytes / (probe_now() - t0);
     }
-    *bps = best_rate(rates, n, 1, spread);
+    *bps = best_rate(rates, n, spread);
     return 0;
 }
 
@@ -452,7 +453,7 @@ static int disk_random(disk_test *d, double *bps, double *spread, char *err, siz
         } while (probe_now() - t0 < SAMPLE_SECONDS);
         rates[n++] = bytes / (probe_now() - t0);
     }
-    *bps = best_rate(rates, n, 1, spread);
+    *bps = best_rate(rates, n, spread);
     return 0;
 }
 
@@ -579,8 +580,9 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
         bws[i] = probe_read_bandwidth(c, BW_BYTES, share < 1 ? 3 : 5);
         fmas[i] = probe_fma_peak(c, share < 1 ? 2 : 3);
     }
-    p->mem_bw = best_rate(bws, n_bw, share, &p->noise);
-    double fma = best_rate(fmas, n_bw, share, &p->noise);
+    p->mem_bw = profile_typical_rate(bws, n_bw, share, &p->noise);
+    /* a peak, and only a sanity bound for the kernel rates: the fastest */
+    double fma = best_rate(fmas, n_bw, &p->noise) * (share < 1 ? share : 1);
     p->dispatch = measure_dispatch(c, share, &p->noise);
     if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0)) {
         snprintf(err, errlen, "profile: out of memory for the bandwidth test (%.0f MiB buffer)",

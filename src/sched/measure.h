@@ -1,8 +1,9 @@
 /* measure.h — profiling this device: the numbers of profile.h, measured in a few seconds.
  *
- * Trustworthiness: every figure is the fastest of repeated runs (other processes on shared
- * cores or disks only slow runs down), each long enough for timer and thread wake-up costs to
- * vanish; the largest relative spread is kept in the profile (noise),
+ * Trustworthiness: every figure comes from repeated runs, each long enough for timer and thread
+ * wake-up costs to vanish: the CPU's are the median (profile_typical_rate), the disk's the
+ * fastest (other processes on a shared disk only slow reads down); the largest relative spread
+ * is kept in the profile (noise),
  * and kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
  * two flops per weight by more than the integer dot-product paths allow). Devices that share
  * hardware must be profiled one after another: the head asks its workers in turn.
@@ -25,6 +26,19 @@ typedef struct profile_opts {
     char *gpu_why;           /* gpu and none usable: why, gpu_why_len bytes (may be NULL) */
     size_t gpu_why_len;
 } profile_opts;
+
+/* The CPU figure (kernel rate, bandwidth, calls per second) of n repeated runs v (sorted in
+ * place; the spread, interquartile range / median, raises *spread): the median. It is what
+ * decoding takes on a device whose cores are shared; the fastest run is what it takes at its
+ * best moment (measured on the 2-core VM, one thread: decode's matrix products took 1.03-1.19x
+ * the time the fastest rates predict, 0.99-1.12x the medians'; across profiles a minute apart
+ * the median moves no more than the fastest, and the bandwidth's much less, so plans are as
+ * repeatable). Under a CFS
+ * quota smaller than the threads (quota_share = quota / threads < 1), runs that hit the
+ * throttle are stretched by an amount that depends on where in the quota period they fell,
+ * which the median would mix in: the unthrottled rate, the fastest, is scaled to the share
+ * of time the quota grants instead. */
+double profile_typical_rate(double *v, int n, double quota_share, double *spread);
 
 /* Returns 0, or -1 with a one-line error (an unreadable model file, a weight type the kernels
  * cannot compute, a measurement that fails its sanity check). */
