@@ -345,8 +345,41 @@ static void time_limit(void)
             r.found ? "best plan so far" : "no plan yet");
 }
 
+/* A CPU layer's cost from a profile: the kernels' time, the work besides the matrices at the
+ * profile's vector rate (compute), the KV reads and the matrix products' jobs; a profile saved
+ * before the vector rate existed (0) leaves that term out. */
+static void layer_cost(void)
+{
+    sched_model sm = small_model(10);
+    sm.layer_calls = 14;
+    sm.layer_vector = 30000;
+    dev_profile p;
+    memset(&p, 0, sizeof p);
+    p.cpu[DT_Q4_K].matvec = 100e9;
+    p.cpu[DT_Q6_K].matvec = 50e9;
+    p.mem_bw = 100e9;
+    p.dispatch = 2e-6;
+    p.vector = 3e8;
+    p.mem_total = p.mem_available = 8ULL << 30;
+    sched_opts o = sched_opts_default();
+    dev_cost dc, old;
+    char err[256];
+    REQUIRE(cost_device(&sm, &p, &o, false, &dc, err, sizeof err) == 0, "%s", err);
+    double kernels = 200e6 / 100e9, vector = 30000 / 3e8;
+    CHECK(fabs(dc.cpu_compute - (kernels + vector)) < 1e-12, "compute %g, want %g",
+          dc.cpu_compute, kernels + vector);
+    double want = kernels + vector + 2 * MIB / 100e9 + 14 * 2e-6;
+    CHECK(fabs(dc.cpu_layer - want) < 1e-12, "layer %g, want %g", dc.cpu_layer, want);
+    p.vector = 0;
+    REQUIRE(cost_device(&sm, &p, &o, false, &old, err, sizeof err) == 0, "%s", err);
+    CHECK(fabs(dc.cpu_layer - old.cpu_layer - vector) < 1e-12 &&
+              fabs(old.cpu_compute - kernels) < 1e-12, "without a vector rate: layer %g compute %g",
+          old.cpu_layer, old.cpu_compute);
+}
+
 int main(void)
 {
+    layer_cost();
     time_limit();
     hand_computed();
     infeasible();

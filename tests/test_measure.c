@@ -67,8 +67,8 @@ int main(void)
               dtype_get((uint32_t)t) ? dtype_get((uint32_t)t)->name : "?", p.cpu[t].matvec > 0);
     }
     CHECK(p.threads == 1 && p.cores >= 1, "threads %d cores %d", p.threads, p.cores);
-    CHECK(p.mem_bw > 0 && p.dispatch > 0 && p.dispatch < 1, "bandwidth %g, dispatch %g s",
-          p.mem_bw, p.dispatch);
+    CHECK(p.mem_bw > 0 && p.dispatch > 0 && p.dispatch < 1 && p.vector > 0,
+          "bandwidth %g, dispatch %g s, vector %g values/s", p.mem_bw, p.dispatch, p.vector);
     CHECK(!strcmp(p.disk_method, "o_direct") || !strcmp(p.disk_method, "fadvise") ||
               !strcmp(p.disk_method, "cached"), "disk method '%s'", p.disk_method);
     CHECK(!strcmp(p.disk_method, "cached") ? p.disk_seq == 0 : p.disk_seq > 0 && p.disk_rand > 0,

@@ -29,7 +29,8 @@ static sched_model model_70b_like(void)
     sm.layer_bytes = 50700800;
     sm.kv_bytes = 262144;
     sm.kv_read = 131072;
-    sm.layer_calls = 15;
+    sm.layer_calls = 14;
+    sm.layer_vector = 25856;
     sm.out_calls = 2;
     sm.out_params = 81920000;
     sm.out_type = DT_Q6_K;

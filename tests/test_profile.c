@@ -164,6 +164,7 @@ static dev_profile sample_profile(void)
     p.threads = 6;
     p.cpu_quota = 2.5;
     p.dispatch = 12e-6;
+    p.vector = 3.25e8;
     strcpy(p.simd, "neon");
     p.cpu[DT_Q4_K] = (type_rate){1.25e10 / 3, 3.1e10};
     p.cpu[DT_Q6_K] = (type_rate){2.0e9, 0.1};
@@ -217,6 +218,7 @@ static void json_round_trip(void)
         {"\"version\":1", "\"version\":2", "version"},
         {"\"os\":\"android\"", "\"os\":\"beos\"", "beos"},
         {"\"cores\":8", "\"cores\":-8", "cpu.cores"},
+        {"\"vector\":325000000", "\"vector\":-1", "cpu.vector"},
         {"\"bandwidth\":12300000000", "\"bandwidth\":\"fast\"", "memory.bandwidth"},
         {"\"Q6_K\"", "\"Q9_Z\"", "Q9_Z"},
         {"\"present\":true", "\"present\":1", "gpu.present"},
@@ -235,6 +237,13 @@ static void json_round_trip(void)
         CHECK(parse_text(bad, &b, err, sizeof err) == -1 && strstr(err, breaks[i].field) &&
                   strstr(err, "t.json"), "break %zu (%s): error \"%s\"", i, breaks[i].to, err);
     }
+    /* a profile saved before the vector rate was measured (a profile cache) still loads */
+    char *at = strstr(text, "\"vector\":325000000,");
+    REQUIRE(at, "sample text lacks the vector rate");
+    char old[8192];
+    snprintf(old, sizeof old, "%.*s%s", (int)(at - text), text, at + strlen("\"vector\":325000000,"));
+    CHECK(parse_text(old, &b, err, sizeof err) == 0 && b.vector == 0 && b.dispatch == a.dispatch,
+          "profile without cpu.vector: %s", err);
     CHECK(parse_text("[1, 2]", &b, err, sizeof err) == -1, "array accepted");
     CHECK(profile_from_json(NULL, &b, "t.json", err, sizeof err) == -1, "NULL accepted");
     free(text);

@@ -34,7 +34,11 @@ int main(void)
     CHECK(fabs(sm.layer_bytes - bytes) < 1e-6, "layer bytes %.1f, want %.1f", sm.layer_bytes, bytes);
     CHECK(sm.kv_bytes == 2 * 2 * 4 * 32 * 1000.0, "KV per layer %g", sm.kv_bytes);
     /* Q4_K and Q6_K products quantize their activations first: two jobs per matrix */
-    CHECK(sm.layer_calls == 15, "%g kernel jobs per layer (7 matrices, attention)", sm.layer_calls);
+    CHECK(sm.layer_calls == 14, "%g kernel jobs per layer (7 matrices)", sm.layer_calls);
+    /* norms and adds 4 * 256, rope 256 + 128, K and V to the cache 2 * 128, attention 256,
+     * SiLU 768 */
+    CHECK(sm.layer_vector == 1024 + 384 + 256 + 256 + 768, "%g vector values per layer",
+          sm.layer_vector);
     CHECK(sm.out_calls == 2, "%d kernel jobs for the output matrix", sm.out_calls);
     CHECK(sm.out_type == DT_Q6_K && sm.out_params == 512 * 256.0, "output %d %g", sm.out_type,
           sm.out_params);

@@ -16,7 +16,10 @@ static const char usage_text[] =
     "           kernels for every weight type of the model (without -m: every type the\n"
     "           kernels compute), in weights/s: matrix-vector (1 token) streaming a 128 MiB\n"
     "           matrix from memory, as decoding does, and matrix-matrix (32 tokens) on a\n"
-    "           2 MiB slice of it, as prefill does;\n"
+    "           2 MiB slice of it, as prefill does; the thread pool's cost per parallel\n"
+    "           job; and a decoded layer's work besides its matrices (norms, rope, attention\n"
+    "           at a short context, SiLU, residual adds) on a Llama-3-8B-shaped layer, in\n"
+    "           its values/s;\n"
     "  memory   total, available (MemAvailable), reclaimable page cache, swap, the memory\n"
     "           cgroup's limit (v1 or v2, lowest of the cgroup and its ancestors), usage and\n"
     "           page cache when the limit is below the machine's memory; read bandwidth over\n"
@@ -62,6 +65,8 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
         if (p->cpu[t].matvec > 0)
             printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
                    dtype_get((uint32_t)t)->name, p->cpu[t].matvec / 1e9, p->cpu[t].matmul / 1e9);
+    printf("           %.1f us per parallel job, layer work besides matrices %.0f Mvalues/s\n",
+           p->dispatch * 1e6, p->vector / 1e6);
     printf("memory     total %.2f GiB, available %.2f GiB, reclaimable %.2f GiB, swap %.2f of "
            "%.2f GiB free\n", p->mem_total / gib, p->mem_available / gib, p->mem_reclaimable / gib,
            p->swap_free / gib, p->swap_total / gib);

@@ -5,10 +5,14 @@
  * TPOT is the sum over devices of
  *
  *   compute   (y_m - g_m) * cpu_layer_m + g_m * gpu_layer_m, where a CPU layer costs
- *             max(weights / kernel rate, bytes / memory bandwidth) + its KV-cache reads: the
- *             rates are those of the matrix-vector kernels streaming a matrix from RAM, as
- *             decoding does, and the bandwidth is a floor under them (the breakdown shows the
- *             kernels' time as "compute" and what the floor and the KV reads add as "memory");
+ *             max(weights / kernel rate, bytes / memory bandwidth) + its work besides the
+ *             matrices (layer_vector values at the profile's vector rate) + its KV-cache reads
+ *             + one pool wake-up (the profile's dispatch) per parallel job of its matrix
+ *             products: the rates are those of the matrix-vector kernels streaming a matrix
+ *             from RAM, as decoding does, and the bandwidth is a floor under them (the
+ *             breakdown shows the kernels' and the vector work's time as "compute" and what
+ *             the floor, the KV reads and the wake-ups add as "memory"). The profile's CPU
+ *             figures are the median of repeated runs: what decoding usually takes;
  *   disk      bytes re-read from disk per token / disk throughput (see below);
  *   network   k * hop_m for every device in the ring (when it has more than the head): the
  *             token passes each one k times, and a hop costs rtt/2 + activation bytes /
@@ -62,8 +66,10 @@ typedef struct sched_model {
     double layer_bytes;            /* bytes of one layer's weights (mean) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
-    double layer_calls;            /* parallel kernel jobs per layer: each matrix product's
-                                    * (kern_matmul_jobs) and the attention's (mean over layers) */
+    double layer_calls;            /* parallel kernel jobs of a layer's matrix products
+                                    * (kern_matmul_jobs; mean over layers) */
+    double layer_vector;           /* values of a layer's work besides its matrices
+                                    * (layer_vector_values) */
     double out_params;             /* output matrix weights (n_vocab * n_embd) */
     enum dtype out_type;
     int out_calls;                 /* parallel kernel jobs of the output matrix's product */
@@ -85,6 +91,14 @@ typedef struct sched_opts {
     double net_bw;      /* bytes/s, likewise */
     double time_limit;  /* seconds for one Halda search (halda.h: what a cut search returns) */
 } sched_opts;
+
+/* The values a decoded layer's work besides its matrix products goes through (engine.c): two
+ * RMS norms and two residual adds of n_embd, rope over Q and K, K and V into the F16 cache, the
+ * attention's output, SiLU(gate) * up over n_ff. The profile measures those ops on a reference
+ * layer and divides by this count (profile.h: vector); the cost model multiplies it back for the
+ * model's own shape. Per-call costs (rope's angles, the attention's job) scale with it only
+ * roughly; the attention's reads of a long context are counted apart (kv_read). */
+double layer_vector_values(int n_embd, int n_ff, int q_dim, int kv_dim);
 
 /* Defaults: reserve 3%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s,
  * 30 s of solving. */

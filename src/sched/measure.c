@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "kernels/kern.h"
 #include "kernels/probe.h"
+#include "sched/cost.h"
 #include "sched/measure.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -294,6 +295,65 @@ static uint64_t lcg_next(uint64_t *s)
 {
     *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
     return *s >> 16;
+}
+
+/* Values per second of a decoded layer's work besides its matrix products: the ops engine.c
+ * runs, in its order, on a Llama-3-8B-shaped layer at a short context (the attention's reads of
+ * a long one are counted apart), repeated for about BATCH_SECONDS per run. The caller's thread
+ * runs all but the attention, as in decoding. */
+static double measure_vector(kern_ctx *c, double quota_share, double *spread)
+{
+    enum { EMBD = 4096, FF = 14336, HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, POS = 64 };
+    enum { Q_DIM = HEADS * HEAD_DIM, KV_DIM = KV_HEADS * HEAD_DIM };
+    float *buf = malloc(sizeof(float) * (4 * EMBD + 3 * FF + 2 * Q_DIM + 2 * KV_DIM));
+    uint16_t *cache = calloc(2 * (POS + 1) * (size_t)KV_DIM, sizeof *cache);
+    if (!buf || !cache) {
+        free(buf);
+        free(cache);
+        return -1;
+    }
+    float *hidden = buf, *x = hidden + EMBD, *norm = x + EMBD, *res = norm + EMBD;
+    float *gate = res + EMBD, *up = gate + FF, *gate0 = up + FF;
+    float *q = gate0 + FF, *att = q + Q_DIM, *k = att + Q_DIM, *v = k + KV_DIM;
+    uint16_t *kc = cache, *vc = cache + (POS + 1) * (size_t)KV_DIM;
+    uint64_t s = 0x853c49e6748fea9bULL;
+    for (float *f = buf; f < v + KV_DIM; f++)
+        *f = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
+    for (int i = 0; i < EMBD; i++)
+        norm[i] = 1;
+    const rope_params rp = {.n_rot = HEAD_DIM, .freq_base = 500000, .freq_scale = 1};
+    const int32_t pos = POS;
+    double work = layer_vector_values(EMBD, FF, Q_DIM, KV_DIM), rates[REPS];
+    int calls = 1;
+    for (int r = -1; r < REPS; r++) {   /* r = -1: warm-up, which sizes the runs */
+        double t0 = probe_now();
+        for (int i = 0; i < calls; i++) {
+            kern_rmsnorm(x, hidden, norm, EMBD, 1e-5f);
+            kern_rope(q, HEADS, HEAD_DIM, POS, &rp);
+            kern_rope(k, KV_HEADS, HEAD_DIM, POS, &rp);
+            for (int j = 0; j < KV_DIM; j++) {
+                kc[POS * KV_DIM + j] = fp32_to_fp16(k[j]);
+                vc[POS * KV_DIM + j] = fp32_to_fp16(v[j]);
+            }
+            kern_attention(c, att, q, 1, &pos, NULL, POS + 1, kc, vc, HEADS, KV_HEADS, HEAD_DIM,
+                           (float)(1 / sqrt(HEAD_DIM)));
+            kern_add(hidden, res, EMBD);
+            kern_rmsnorm(x, hidden, norm, EMBD, 1e-5f);
+            /* SiLU works in place: start from the same gate every time, as the gate product
+             * rewrites it in decoding (its copy is a few percent of the run) */
+            memcpy(gate, gate0, sizeof(float) * FF);
+            kern_silu_mul(gate, up, FF);
+            kern_add(hidden, res, EMBD);
+        }
+        double t = probe_now() - t0;
+        if (r < 0)
+            calls = t >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / fmax(t, 1e-7));
+        else
+            rates[r] = work * calls / t;
+    }
+    free(buf);
+    free(cache);
+    return profile_typical_rate(rates, REPS, quota_share, spread);
 }
 
 /* Two flops per weight: a rate above INT_DOT_FACTOR times what the FMA peak allows means a
@@ -584,7 +644,8 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     /* a peak, and only a sanity bound for the kernel rates: the fastest */
     double fma = best_rate(fmas, n_bw, &p->noise) * (share < 1 ? share : 1);
     p->dispatch = measure_dispatch(c, share, &p->noise);
-    if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0)) {
+    p->vector = measure_vector(c, share, &p->noise);
+    if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0) || !(p->vector > 0)) {
         snprintf(err, errlen, "profile: out of memory for the bandwidth test (%.0f MiB buffer)",
                  BW_BYTES / MIB);
         goto done;

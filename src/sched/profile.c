@@ -282,6 +282,7 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(cpu, "threads", p->threads);
     cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
     cJSON_AddNumberToObject(cpu, "dispatch", p->dispatch);
+    cJSON_AddNumberToObject(cpu, "vector", p->vector);
     cJSON_AddStringToObject(cpu, "simd", p->simd);
     cJSON_AddItemToObject(cpu, "types", rates_to_json(p->cpu));
 
@@ -440,6 +441,8 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
     p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
     p->cpu_quota = jr_num(&r, cpu, "cpu", "quota", 65536);
     p->dispatch = jr_num(&r, cpu, "cpu", "dispatch", MAX_RTT);
+    if (cpu && cJSON_GetObjectItemCaseSensitive(cpu, "vector"))   /* measured since issue 15 */
+        p->vector = jr_num(&r, cpu, "cpu", "vector", MAX_RATE);
     jr_str(&r, cpu, "cpu", "simd", p->simd, sizeof p->simd);
     jr_rates(&r, cpu, "cpu", p->cpu);
 

@@ -39,6 +39,10 @@ typedef struct dev_profile {
     char simd[16];              /* active kernel path (kern_path_name) */
     type_rate cpu[DT_COUNT];    /* per weight type; 0 = not measured */
     double dispatch;            /* seconds for one parallel kernel call to start and finish */
+    double vector;              /* a decoded layer's work besides its matrices (norms, rope,
+                                 * attention at a short context, SiLU, residual adds), in its
+                                 * values per second (cost.h: layer_vector_values); 0 = not
+                                 * measured (profiles saved before it) */
 
     /* memory */
     uint64_t mem_total, mem_available, mem_reclaimable;  /* reclaimable: page cache + slab */

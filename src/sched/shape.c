@@ -35,8 +35,8 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
         const layer_weights *lw = &m->layers[il];
         const gguf_tensor *mats[] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->ffn_gate, lw->ffn_up,
                                      lw->ffn_down};
-        /* one matrix product per matrix and the attention (engine.c) */
-        int calls = 1;
+        /* one matrix product per matrix (engine.c); the attention's job is in layer_vector */
+        int calls = 0;
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
             sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
             calls += kern_matmul_jobs(mats[i]->type);
@@ -45,6 +45,8 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
         bytes += (double)model_layer_bytes(m, il);
     }
     sm->layer_bytes = bytes / hp->n_layer;
+    sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
+                                           hp->n_head_kv * hp->head_dim);
 
     /* F16 K and V for every position; a decoded token reads, on average, half a full cache */
     double kv_row = (double)hp->n_head_kv * hp->head_dim;
