@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -243,7 +244,11 @@ typedef struct rate_job {
 } rate_job;
 
 /* Weight-token products per second of kern_matmul with n_tokens tokens: the typical of up to
- * REPS batches (at least 3) of about BATCH_SECONDS each, within about `budget` seconds. */
+ * REPS batches (at least 3) of about BATCH_SECONDS each, spread evenly over `budget` seconds.
+ * Back to back, the batches of one type took 0.15 s, so a neighbour busy for a fraction of a
+ * second set that type's whole figure; spread out, the median outlasts it (2-thread profiles
+ * of the 8B-like on the shared 2-core VM, six in a row, twice: variation of the Q4_K and Q6_K
+ * rates from one profile to the next 0.06-0.13 against 0.17-0.23 back to back). */
 static double time_matmul(const rate_job *j, int n_out, int n_tokens, double budget,
                           double quota_share, double *spread)
 {
@@ -255,7 +260,10 @@ static double time_matmul(const rate_job *j, int n_out, int n_tokens, double bud
     reps = reps < 3 ? 3 : reps > REPS ? REPS : reps;
     double rates[REPS];
     double work = (double)j->n_in * n_out * n_tokens * calls;
+    double start = probe_now();
     for (int r = 0; r < reps; r++) {
+        for (double wait; (wait = start + budget * r / reps - probe_now()) > 0;)
+            nanosleep(&(struct timespec){0, (long)(fmin(wait, 0.1) * 1e9)}, NULL);
         t0 = probe_now();
         for (int i = 0; i < calls; i++)
             kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);
