@@ -2,7 +2,8 @@
  *
  * Trustworthiness: every figure comes from repeated runs, each long enough for timer and thread
  * wake-up costs to vanish: the CPU's are the median (profile_typical_rate), the disk's the
- * fastest (other processes on a shared disk only slow reads down); the largest relative spread
+ * bytes of all runs over their time (sustained: a throttled disk lets a short run through
+ * faster than it streams); the largest relative spread
  * is kept in the profile (noise),
  * and kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
  * two flops per weight by more than the integer dot-product paths allow). Devices that share
