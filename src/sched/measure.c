@@ -477,32 +477,24 @@ static int read_at(disk_test *d, uint64_t off, size_t len, char *err, size_t err
     return 0;
 }
 
-/* Sequential: 1 MiB requests front to back through up to three regions spread over the file
- * (a small file: all of it), each sample reading for at least SAMPLE_SECONDS. */
-static int disk_sequential(disk_test *d, double *bps, double *spread, char *err, size_t errlen)
+/* One step of a disk test's reading: the bytes read, or -1 (err set). */
+typedef double (*read_step)(disk_test *d, void *state, char *err, size_t errlen);
+
+/* Samples of step() for at least SAMPLE_SECONDS each, at least 3 and then until DISK_SECONDS
+ * (at most REPS): the sustained rate of them all (sustained_rate). */
+static int time_reads(disk_test *d, read_step step, void *state, double *bps, double *spread,
+                      char *err, size_t errlen)
 {
-    uint64_t region = d->size / 3 / DIRECT_ALIGN * DIRECT_ALIGN;
-    if (region > SEQ_REGION)
-        region = SEQ_REGION;
-    int n_regions = 3;
-    if (region < SEQ_CHUNK) {
-        region = d->size;
-        n_regions = 1;
-    }
     double rates[REPS], all_bytes = 0, all_seconds = 0;
-    int n = 0, pass = 0;
+    int n = 0;
     double t_end = probe_now() + DISK_SECONDS;
     while (n < REPS && (n < 3 || probe_now() < t_end)) {
         double t0 = probe_now(), bytes = 0;
         do {
-            uint64_t base = (uint64_t)(pass++ % n_regions) * (d->size / (uint64_t)n_regions) /
-                            DIRECT_ALIGN * DIRECT_ALIGN;
-            for (uint64_t off = 0; off < region; off += SEQ_CHUNK) {
-                size_t len = region - off < SEQ_CHUNK ? (size_t)(region - off) : SEQ_CHUNK;
-                if (read_at(d, base + off, len, err, errlen))
-                    return -1;
-            }
-            bytes += (double)region;
+            double got = step(d, state, err, errlen);
+            if (got < 0)
+                return -1;
+            bytes += got;
         } while (probe_now() - t0 < SAMPLE_SECONDS);
         double dt = probe_now() - t0;
         rates[n++] = bytes / dt;
@@ -513,33 +505,59 @@ static int disk_sequential(disk_test *d, double *bps, double *spread, char *err,
     return 0;
 }
 
-/* Random: 16 KiB reads at aligned pseudo-random offsets over the whole file, each sample
- * reading for at least SAMPLE_SECONDS. */
+/* Sequential: 1 MiB requests front to back through up to three regions spread over the file
+ * (a small file: all of it), one region a step. */
+typedef struct seq_reads {
+    uint64_t region;
+    int n_regions, pass;
+} seq_reads;
+
+static double seq_step(disk_test *d, void *state, char *err, size_t errlen)
+{
+    seq_reads *q = state;
+    uint64_t base = (uint64_t)(q->pass++ % q->n_regions) * (d->size / (uint64_t)q->n_regions) /
+                    DIRECT_ALIGN * DIRECT_ALIGN;
+    for (uint64_t off = 0; off < q->region; off += SEQ_CHUNK) {
+        size_t len = q->region - off < SEQ_CHUNK ? (size_t)(q->region - off) : SEQ_CHUNK;
+        if (read_at(d, base + off, len, err, errlen))
+            return -1;
+    }
+    return (double)q->region;
+}
+
+static int disk_sequential(disk_test *d, double *bps, double *spread, char *err, size_t errlen)
+{
+    seq_reads q = {.region = d->size / 3 / DIRECT_ALIGN * DIRECT_ALIGN, .n_regions = 3};
+    if (q.region > SEQ_REGION)
+        q.region = SEQ_REGION;
+    if (q.region < SEQ_CHUNK) {
+        q.region = d->size;
+        q.n_regions = 1;
+    }
+    return time_reads(d, seq_step, &q, bps, spread, err, errlen);
+}
+
+/* Random: 16 KiB reads at aligned pseudo-random offsets over the whole file, one a step. */
+typedef struct rand_reads {
+    uint64_t blocks, s;
+} rand_reads;
+
+static double rand_step(disk_test *d, void *state, char *err, size_t errlen)
+{
+    rand_reads *q = state;
+    if (read_at(d, lcg_next(&q->s) % q->blocks * RAND_BLOCK, RAND_BLOCK, err, errlen))
+        return -1;
+    return RAND_BLOCK;
+}
+
 static int disk_random(disk_test *d, double *bps, double *spread, char *err, size_t errlen)
 {
-    uint64_t blocks = d->size / RAND_BLOCK;
-    if (blocks < 2) {
+    rand_reads q = {.blocks = d->size / RAND_BLOCK, .s = 0x2545f4914f6cdd1dULL};
+    if (q.blocks < 2) {
         *bps = 0;
         return 0;
     }
-    uint64_t s = 0x2545f4914f6cdd1dULL;
-    double rates[REPS], all_bytes = 0, all_seconds = 0;
-    int n = 0;
-    double t_end = probe_now() + DISK_SECONDS;
-    while (n < REPS && (n < 3 || probe_now() < t_end)) {
-        double t0 = probe_now(), bytes = 0;
-        do {
-            if (read_at(d, lcg_next(&s) % blocks * RAND_BLOCK, RAND_BLOCK, err, errlen))
-                return -1;
-            bytes += RAND_BLOCK;
-        } while (probe_now() - t0 < SAMPLE_SECONDS);
-        double dt = probe_now() - t0;
-        rates[n++] = bytes / dt;
-        all_bytes += bytes;
-        all_seconds += dt;
-    }
-    *bps = sustained_rate(rates, n, all_bytes, all_seconds, spread);
-    return 0;
+    return time_reads(d, rand_step, &q, bps, spread, err, errlen);
 }
 
 static int measure_disk(const char *path, dev_profile *p, char *err, size_t errlen)
