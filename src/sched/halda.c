@@ -395,6 +395,15 @@ static int sole_device(const ring_plan *p)
     return sole > 0 ? sole : -1;
 }
 
+/* No device of the plan reads from disk. */
+static bool fits_in_memory(const cost_result *c, int n_dev)
+{
+    bool fits = true;
+    for (int m = 0; m < n_dev; m++)
+        fits &= !c->dev[m].overloaded;
+    return fits;
+}
+
 /* The best plan of device m alone (its own k and GPU layers; disk allowed unless fit_only), as
  * a plan of the whole ring (the others get no layers: bypassed, or forwarding in a fixed ring,
  * whose hops cost_eval then charges), evaluated there. A worker alone decodes on its own and so
@@ -440,10 +449,8 @@ static int one_device_rules(const problem *ring, halda_result *r)
         int rc = alone(ring, m, ring->fit_only, &p, &c, &r->n_ilp);
         if (rc < 0)
             return -1;
-        bool fits = true;
-        for (int d = 0; d < ring->n; d++)
-            fits &= !c.dev[d].overloaded;
-        if (rc > 0 && (fits || !ring->fit_only) && c.tpot < r->cost.tpot) {
+        if (rc > 0 && (!ring->fit_only || fits_in_memory(&c, ring->n)) &&
+            c.tpot < r->cost.tpot) {
             r->plan = p;
             r->cost = c;
         }
@@ -512,9 +519,7 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         return -1;
     }
     r->seconds = seconds_now() - t0;
-    r->fits = true;
-    for (int m = 0; m < n_dev; m++)
-        r->fits &= !r->cost.dev[m].overloaded;
+    r->fits = fits_in_memory(&r->cost, n_dev);
     return 0;
 }
 
