@@ -8,24 +8,38 @@
 #include "server/internal.h"
 #include "test.h"
 
-static void check_text(enum srv_endpoint kind, const char *text, size_t len, const char *want)
+/* The job's answer as JSON text, checked to read back as JSON (NULL, counted as a failure,
+ * when there is none). */
+static char *answer_text(srv_job *j)
 {
-    srv_job j;
-    memset(&j, 0, sizeof j);
-    j.req.kind = kind;
-    j.model_id = "m";
-    CHECK(strbuf_add(&j.text, text, len) == 0, "strbuf_add");
-    cJSON *a = srv_answer_json(&j);
+    cJSON *a = srv_answer_json(j);
     char *json = a ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
     CHECK(json != NULL, "no answer JSON");
     if (json) {
-        CHECK(strstr(json, want) != NULL, "answer %s lacks %s", json, want);
         cJSON *back = cJSON_Parse(json);
         CHECK(back != NULL, "not valid JSON: %s", json);
         cJSON_Delete(back);
     }
+    return json;
+}
+
+static void job_init(srv_job *j, enum srv_endpoint kind, const char *text, size_t len)
+{
+    memset(j, 0, sizeof *j);
+    j->req.kind = kind;
+    j->model_id = "m";
+    CHECK(strbuf_add(&j->text, text, len) == 0, "strbuf_add");
+}
+
+static void check_text(enum srv_endpoint kind, const char *text, size_t len, const char *want)
+{
+    srv_job j;
+    job_init(&j, kind, text, len);
+    char *json = answer_text(&j);
+    if (json)
+        CHECK(strstr(json, want) != NULL, "answer %s lacks %s", json, want);
     free(json);
-    cJSON_Delete(a);
     free(j.text.p);
 }
 
@@ -34,25 +48,16 @@ static void check_text(enum srv_endpoint kind, const char *text, size_t len, con
 static void check_logprobs(void)
 {
     srv_job j;
-    memset(&j, 0, sizeof j);
-    j.req.kind = SRV_COMPLETION;
-    j.model_id = "m";
-    CHECK(strbuf_add(&j.text, "a\0b", 3) == 0, "strbuf_add");
+    job_init(&j, SRV_COMPLETION, "a\0b", 3);
     srv_token_prob tok = {"a\0b", 3, -0.5f}, top[2] = {{"a\0b", 3, -0.5f}, {"c", 1, -1.5f}};
     srv_logprob_add(&j, &tok, top, 2);
-    cJSON *a = srv_answer_json(&j);
-    char *json = a ? cJSON_PrintUnformatted(a) : NULL;
-    CHECK(json != NULL, "no answer JSON");
+    char *json = answer_text(&j);
     if (json) {
         CHECK(strstr(json, "\"tokens\":[\"a\\u0000b\"]") != NULL, "tokens: %s", json);
         CHECK(strstr(json, "\"top_logprobs\":[{\"a\":-0.5,\"c\":-1.5}]") != NULL,
               "top_logprobs: %s", json);
-        cJSON *back = cJSON_Parse(json);
-        CHECK(back != NULL, "not valid JSON: %s", json);
-        cJSON_Delete(back);
     }
     free(json);
-    cJSON_Delete(a);
     free(j.text.p);
 }
 
