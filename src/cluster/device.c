@@ -208,16 +208,17 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     int64_t t0 = net_now_ns();
     int split = stream_start(d, first, last);
     int rc = split > first ? d->layers.eval(d->layers.ctx, hidden, n, pos, seq, first, split) : 0;
-    /* Streamed layers one at a time: each is dropped once computed, and the pager reads the
-     * next ones into the room it leaves. The last one is dropped at the hand-off. */
+    /* Streamed layers one at a time, each dropped once computed (the last one at the
+     * hand-off). The pager reads none of them ahead here: the kernel's readahead on compute's
+     * own faults keeps the disk busy while the layer before is computed, and a pager thread
+     * reading the same stream ahead only competed with it (the 70B-like on paper-4dev: 608-644
+     * ms per token with it, 517-520 without, docs/ring.md). */
     for (int il = split; il < last && rc == 0; il++) {
         rc = d->layers.eval(d->layers.ctx, hidden, n, pos, seq, il, il + 1);
         if (il + 1 < last) {
-            int ahead = il + 1 + DEVICE_STREAM_ROOM_LAYERS < last ? il + 1 + DEVICE_STREAM_ROOM_LAYERS : last;
             int nd = layer_ranges(d, il, il + 1, d->scratch);
-            int nf = d->prefetch ? layer_ranges(d, il + 1, ahead, d->scratch2) : 0;
-            if (nd || nf)
-                pager_request(d->pg, d->scratch, nd, d->scratch2, nf);
+            if (nd)
+                pager_request(d->pg, d->scratch, nd, NULL, 0);
         }
     }
     d->cur.compute_ns += (uint64_t)(net_now_ns() - t0);

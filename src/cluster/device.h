@@ -85,7 +85,8 @@ bool device_visits(const ring_plan *p, int rank, int round);
  * layers (and, on the head, the head's own weights) fit in mem_budget; otherwise its first
  * layers in ring order stay resident while they fit beside the head's weights and room for
  * DEVICE_STREAM_ROOM_LAYERS of its largest layers, and the others are streamed one layer at a
- * time: each is dropped once computed while the pager reads the next ones ahead. */
+ * time: the pager reads the first ones while the token is on the other devices, compute's own
+ * faults (with the kernel's readahead) the rest, and each is dropped once computed. */
 int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
                            enum release_policy policy, uint64_t mem_budget, int *cut);
 /* The mem_budget with which `auto` keeps exactly the first `resident` layers of device `rank`
