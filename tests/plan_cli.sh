@@ -49,6 +49,25 @@ cp "$work/out" "$work/measured.json"
 expect 0 "$prima" plan -m "$model" --device "$work/measured.json" --device "$work/measured.json"
 grep -q "^plan: 4 layers on 2 devices" "$work/out" || fail "plan output: $(cat "$work/out")"
 
+# The disk is measured as a streaming device reads it: evicted, then faulted in through a
+# mapping ("mmap"); a file the kernel keeps in memory (tmpfs) gives no disk at all ("cached", 0),
+# though tmpfs takes O_DIRECT on recent kernels (it read at 17 GB/s that way).
+disk_method() {   # FILE -> the measured profile's disk method and sequential rate
+    expect 0 "$prima" profile -m "$1" -t 1 --json
+    jq -r '.disk.method + " " + (.disk.sequential | tostring)' "$work/out"
+}
+cp "$model" "$work/copy.gguf"
+want=mmap
+[[ $(stat -f -c %T "$work") == tmpfs ]] && want=cached
+got=$(disk_method "$work/copy.gguf")
+[[ $got == "$want "* ]] || fail "disk of a file just copied to $work: $got, want $want"
+if [[ -d /dev/shm && -w /dev/shm ]] && shm=$(mktemp /dev/shm/plan_cli.XXXXXX); then
+    cp "$model" "$shm"
+    got=$(disk_method "$shm")
+    rm -f "$shm"
+    [[ $got == "cached 0" ]] || fail "disk of a file on tmpfs: $got, want cached 0"
+fi
+
 # Hand-written devices: "big" holds everything and is fast; "small" holds nothing but its
 # buffers and is slow. The plan: every layer on big in one round, small left out.
 profile() {   # NAME AVAILABLE_BYTES RATE

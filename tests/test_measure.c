@@ -69,8 +69,9 @@ int main(void)
     CHECK(p.threads == 1 && p.cores >= 1, "threads %d cores %d", p.threads, p.cores);
     CHECK(p.mem_bw > 0 && p.dispatch > 0 && p.dispatch < 1 && p.vector > 0,
           "bandwidth %g, dispatch %g s, vector %g values/s", p.mem_bw, p.dispatch, p.vector);
-    CHECK(!strcmp(p.disk_method, "o_direct") || !strcmp(p.disk_method, "fadvise") ||
-              !strcmp(p.disk_method, "cached"), "disk method '%s'", p.disk_method);
+    CHECK(!strcmp(p.disk_method, "mmap") || !strcmp(p.disk_method, "o_direct") ||
+              !strcmp(p.disk_method, "fadvise") || !strcmp(p.disk_method, "cached"),
+          "disk method '%s'", p.disk_method);
     CHECK(!strcmp(p.disk_method, "cached") ? p.disk_seq == 0 : p.disk_seq > 0 && p.disk_rand > 0,
           "disk %g %g via %s", p.disk_seq, p.disk_rand, p.disk_method);
     CHECK(!p.gpu_present && p.net_rtt == 0, "gpu or network filled in");

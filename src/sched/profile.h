@@ -52,9 +52,11 @@ typedef struct dev_profile {
     uint64_t cgroup_reclaimable;/* ... of which page cache the kernel can drop */
     double mem_bw;              /* read bandwidth, bytes/s */
 
-    /* disk holding the model, read with the page cache bypassed */
+    /* disk holding the model, read from storage (not the page cache): sequential as streamed
+     * layers are read ("mmap": faults with readahead after eviction; "o_direct" or "fadvise":
+     * 1 MiB requests where the file cannot be evicted; "cached": it stays in memory, 0) */
     double disk_seq, disk_rand; /* bytes/s */
-    char disk_method[16];       /* "o_direct", "fadvise" or "" when not measured */
+    char disk_method[16];       /* "mmap", "o_direct", "fadvise", "cached"; "": not measured */
 
     /* GPU (measured with profile_opts.gpu; present = false and all zero otherwise) */
     bool gpu_present, gpu_unified;  /* unified: the GPU uses RAM (integrated, Apple silicon) */
