@@ -155,10 +155,11 @@ static void random_scenarios(void)
             sched_opts o = sched_opts_default();
             o.fixed_ring = rep % 3 == 2;
             o.allow_disk = rep == 3;
-            char label[96];
-            snprintf(label, sizeof label, "scenario %d (%d devices, %d layers, %s ring%s%s)",
+            o.prefetch = !(rep == 5 || (rep == 3 && s % 2));
+            char label[112];
+            snprintf(label, sizeof label, "scenario %d (%d devices, %d layers, %s ring%s%s%s)",
                      count++, n, L, o.fixed_ring ? "fixed" : "bypassable", tight ? ", tight" : "",
-                     o.allow_disk ? ", disk allowed" : "");
+                     o.allow_disk ? ", disk allowed" : "", o.prefetch ? "" : ", no prefetch");
             check_scenario(dc, n, &sm, &o, label);
             if (rep == 0) {   /* forced rounds */
                 o.k = 2;
@@ -213,6 +214,12 @@ static void hand_computed(void)
     CHECK(close_to(r.dev[2].t_disk, 200 * MIB / 1e9), "disk time %.3f ms", r.dev[2].t_disk * 1e3);
     CHECK(close_to(r.dev[0].t_wait, r.tpot - r.dev[0].t_compute - r.dev[0].t_memory - 2e-3),
           "head waits %.3f ms", r.dev[0].t_wait * 1e3);
+    /* without prefetching nothing is read while the others compute: it stalls for all 4 */
+    o.prefetch = false;
+    cost_eval(dc, &sm, &o, &q, &r);
+    CHECK(r.feasible && close_to(r.dev[2].t_disk, 400 * MIB / 1e9), "no prefetch: disk time %.3f ms",
+          r.dev[2].t_disk * 1e3);
+    o.prefetch = true;
     /* 100 MiB more keeps one of them: it reads three, one beyond the room */
     dc[2].ram = 350 * MIB;
     cost_eval(dc, &sm, &o, &q, &r);

@@ -239,7 +239,8 @@ static int make_plan(ring *r)
     if (o->planner) {
         ring_plan_request q = {.n_dev = n_dev, .n_layer = r->m->n_layer, .k = o->k,
                                .n_ctx = o->n_ctx, .n_seq = o->n_seq, .max_batch = o->max_batch,
-                               .worker_threads = o->worker_threads, .wire = o->wire};
+                               .worker_threads = o->worker_threads, .wire = o->wire,
+                               .prefetch = o->prefetch};
         bool drop[PRIMA_MAX_DEVICES] = {false};
         if (o->planner->plan(o->planner->ctx, r, &q, &r->plan, drop, err, sizeof err))
             return r->broken ? -1 : fail(r, "%s", err);

@@ -36,6 +36,7 @@ typedef struct ring ring;
 typedef struct ring_plan_request {
     int n_dev, n_layer, k, n_ctx, n_seq, max_batch, worker_threads;
     enum wire_type wire;
+    bool prefetch;
 } ring_plan_request;
 
 /* Chooses the plan when no windows are given (the scheduler). It may ask the workers for their

@@ -25,6 +25,7 @@ sched_opts sched_opts_default(void)
         .net_rtt = 0.005,
         .net_bw = 100e6 / 8,
         .time_limit = 30,
+        .prefetch = true,
     };
 }
 
@@ -200,8 +201,9 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             d->resident_layers = b > 0 && keep < y - off ? (int)keep : y - off;
             int streamed = y - off - d->resident_layers;
             d->disk_bytes = streamed * b;
-            if (streamed > DEVICE_STREAM_ROOM_LAYERS)
-                d->t_disk = (streamed - DEVICE_STREAM_ROOM_LAYERS) * b / c->disk_bps;
+            int ahead = o->prefetch ? DEVICE_STREAM_ROOM_LAYERS : 0;
+            if (streamed > ahead)
+                d->t_disk = (streamed - ahead) * b / c->disk_bps;
         }
         d->t_compute = (y - g) * c->cpu_compute;
         d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);

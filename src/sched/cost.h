@@ -46,7 +46,10 @@
  * room's worth is read while the token is on the other devices (the pager reads the first
  * streamed layers of a window at the hand-off before it); each streamed layer beyond the room
  * is read while it is needed, so the ring stalls for
- *   disk_m = (streamed - room layers) * layer bytes / disk throughput.
+ *   disk_m = (streamed - room layers) * layer bytes / disk throughput
+ * (all streamed layers when the ring does not prefetch). The throughput is the profile's
+ * streaming figure: faults through a mapping with the kernel's readahead, as compute reads the
+ * streamed layers beyond the room (sched/measure.c).
  * The room must fit beside anon (and the head's weights): that is the hard limit of a streaming
  * device. macOS faults pages in one by one (random reads), Linux and Android read ahead
  * (sequential). A device with no measured disk may not be overloaded. */
@@ -90,6 +93,8 @@ typedef struct sched_opts {
     double net_rtt;     /* seconds, for hops whose profile has no measurement */
     double net_bw;      /* bytes/s, likewise */
     double time_limit;  /* seconds for one Halda search (halda.h: what a cut search returns) */
+    bool prefetch;      /* the ring prefetches: a streaming device reads its room's worth while
+                         * the token is on the others (without, the ring waits for all of it) */
 } sched_opts;
 
 /* The values a decoded layer's work besides its matrix products goes through (engine.c): two
@@ -101,7 +106,7 @@ typedef struct sched_opts {
 double layer_vector_values(int n_embd, int n_ff, int q_dim, int kv_dim);
 
 /* Defaults: reserve 3%, bypassable ring, fit in memory first, k chosen, 5 ms / 100 Mbit/s,
- * 30 s of solving. */
+ * 30 s of solving, prefetching. */
 sched_opts sched_opts_default(void);
 
 /* One device's per-layer costs and memory, derived from its profile. Times in seconds, sizes

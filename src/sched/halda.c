@@ -116,6 +116,7 @@ static glp_prob *build(const problem *pb, int k)
         bool may_overload = !pb->fit_only && c->disk_bps > 0;
         bool u_fixed = m == 0 || pb->o->fixed_ring;
         double ram = c->ram / MIB, fp = c->fixed_page / MIB, room = DEVICE_STREAM_ROOM_LAYERS * b;
+        double ahead = pb->o->prefetch ? room : 0;   /* read while the others compute */
         /* most memory a device can need: bounds the overload flag's row */
         double big = fmax(1, c->fixed_anon / MIB + fp + (kv + b) * ymax - ram);
 
@@ -186,7 +187,7 @@ static glp_prob *build(const problem *pb, int k)
         }
         /* memory: O = 0 => everything fits; O = 1 => R resident layers and the streaming room
          * fit beside anon and the head's weights, and the ring stalls for the streamed layers
-         * beyond the room, E = b (y_cpu - R) - room (y_cpu = (k-1) W + V - off G) */
+         * beyond those read ahead, E = b (y_cpu - R) - ahead (y_cpu = (k-1) W + V - off G) */
         mem_terms(pb, m, k, &r, 1, 1);
         term(&r, col(m, C_O), -big);
         add_row(lp, &r, GLP_UP, 0, ram - fp);
@@ -199,7 +200,7 @@ static glp_prob *build(const problem *pb, int k)
             mem_terms(pb, m, k, &r, 1, 0);
             term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
             add_row(lp, &r, GLP_UP, 0, ram - fp);
-            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
+            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b), term(&r, col(m, C_O), ahead);
             term(&r, col(m, C_W), -b * (k - 1)), term(&r, col(m, C_V), -b);
             if (off)
                 term(&r, col(m, C_G), b);

@@ -222,6 +222,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     }
     sched_opts o = sp->opts;
     o.k = q->k;
+    o.prefetch = q->prefetch;
     if (halda_solve(dc, n, &sm, &o, hr) || halda_explain(dc, n, &sm, &o, hr)) {
         snprintf(err, errlen, "scheduler: %s", hr->why);
         goto done;
