@@ -9,9 +9,10 @@
  * Prefetch methods (see docs/ring.md for the measurements):
  *   MADVISE: madvise(MADV_WILLNEED) on the window: the kernel queues the reads and returns.
  *   FADVISE: posix_fadvise(POSIX_FADV_WILLNEED): the same, through the file descriptor.
- *   TOUCH:   MADV_WILLNEED on the window, then the thread reads one byte per page: it waits for
- *            the data and maps the pages, so compute takes neither major nor minor faults on
- *            them.
+ *   TOUCH:   the thread faults the window in (MADV_POPULATE_READ, or one byte per page): it
+ *            waits for the data and maps the pages, so compute takes neither major nor minor
+ *            faults on them, and the kernel's readahead caches them in large folios (2 MB
+ *            pages), where the hints leave 4 KB pages.
  * Release is madvise(MADV_DONTNEED) (unmap from this process) then posix_fadvise(DONTNEED)
  * (drop from the page cache); pages shared with a neighbouring tensor range are kept. */
 #ifndef PRIMA_PAGER_H

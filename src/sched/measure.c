@@ -665,7 +665,7 @@ static int measure_disk(const char *path, dev_profile *p, char *err, size_t errl
     if ((sequential == disk_sequential && disk_sequential(&d, &seq, &p->noise, err, errlen)) ||
         disk_random(&d, &rnd, &p->noise, err, errlen))
         goto done;
-    /* Sequential 1 MiB reads are never slower than random 16 KiB ones on a disk of its own: a
+    /* Sequential reads are never slower than random 16 KiB ones on a disk of its own: a
      * sequential figure below the random one met another program's I/O for the whole test
      * (seen on the shared VM: 107 MB/s against 1049 and 1263 a minute before and after), so it
      * is measured again, twice at most, keeping the fastest. */
