@@ -1,6 +1,6 @@
 /* Halda on the case of issue 15: bench/scenarios/paper-4dev (four devices whose memory budgets
  * add up to less than the model) and the 70B-like model of bench/models.tsv, planned on device
- * profiles recorded in the emulator (tests/data/paper-4dev, three recordings). On that cluster
+ * profiles recorded in the emulator (tests/data/paper-4dev, four recordings). On that cluster
  * hand windows 8/25/40/7 in one round ran at 712-891 ms per token while Halda's plan of the
  * time, seven rounds of 1/2/8/1, took 1944: its cost model charged every streaming device a
  * whole window of extra reads and made every window fit beside ~100 MiB of guessed buffers, so
@@ -220,6 +220,7 @@ int main(void)
     paper_case("a");
     paper_case("b");
     paper_case("c");
+    paper_case("d");
     one_device();
     return test_done();
 }
