@@ -23,7 +23,7 @@ expect() {
 }
 
 expect 0 "$prima" plan --help
-for opt in --device -k --ctx-size --batch-size --reserve --net --fixed-ring --allow-disk --json; do
+for opt in --device -k --ctx-size --batch-size --reserve --net --fixed-ring --allow-disk --no-prefetch --json; do
     grep -q -- "$opt" "$work/out" || fail "plan --help does not mention $opt"
 done
 expect 0 "$prima" profile --help
@@ -111,6 +111,21 @@ expect 2 "$prima" plan -m "$model" --device "$work/big.json" --time-limit 0
 # forcing two rounds is obeyed
 expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" -k 2 --json
 grep -q '"k":	2' "$work/out" || fail "-k 2 ignored: $(cat "$work/out")"
+
+# A device with room for its buffers and two streamed layers, none resident: it reads all four
+# layers per token from its 1 GB/s disk; the cost model counts two of them read ahead when the
+# ring prefetches (its room), so without prefetching the disk term counts all four: twice.
+profile tight 18000000 1e10 >"$work/tight.json"
+disk_term() {
+    expect 0 "$prima" plan -m "$model" --device "$work/tight.json" --json "$@"
+    jq -r '[.devices[0].resident_layers, .devices[0].layers, .terms.disk * 1e6 | round] | @tsv' "$work/out"
+}
+with=$(disk_term) without=$(disk_term --no-prefetch)
+read -r res layers us_with <<<"$with"
+read -r _ _ us_without <<<"$without"
+[[ $res == 0 && $layers == 4 && $us_with -gt 0 ]] || fail "tight device: $with"
+(( us_without > 19 * us_with / 10 && us_without < 21 * us_with / 10 )) ||
+    fail "disk term with prefetch $us_with us, without $us_without us: want twice"
 
 # Nothing fits and nothing may read from disk: reported as infeasible.
 profile none 1000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"

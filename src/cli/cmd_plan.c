@@ -40,6 +40,8 @@ static const char usage_text[] =
     "  --fixed-ring     devices cannot be bypassed: one left out still forwards activations\n"
     "  --allow-disk     choose the fastest predicted plan even if it reads from disk while\n"
     "                   one that fits in memory exists\n"
+    "  --no-prefetch    plan for a ring run with --no-prefetch: a device that streams layers\n"
+    "                   reads none of them while the others compute\n"
     "  --time-limit S   seconds the search may take (default 30); a search cut short prints\n"
     "                   the best plan it found, marked as not proven the fastest (or, with\n"
     "                   none found, an error that names the limit)\n"
@@ -122,6 +124,8 @@ static int run(int argc, char **argv)
             o.fixed_ring = true;
         } else if (!strcmp(a, "--allow-disk")) {
             o.allow_disk = true;
+        } else if (!strcmp(a, "--no-prefetch")) {
+            o.prefetch = false;
         } else if (!strcmp(a, "-m") && has_value) {
             model_path = argv[++i];
         } else if (!strcmp(a, "--device") && has_value) {
