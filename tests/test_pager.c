@@ -3,6 +3,7 @@
  * keeps its neighbours, and reading a cold range shows up in the process's disk-read counter.
  * Skipped where the file system keeps no evictable page cache (tmpfs and the like). */
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -12,7 +13,7 @@
 #include "cluster/pager.h"
 #include "test.h"
 
-#define FILE_BYTES (8u << 20)
+#define FILE_BYTES (64u << 20)
 #define MIB (1u << 20)
 
 static const uint8_t *map;
@@ -67,10 +68,10 @@ int main(void)
         pager *p = pager_create(path, map, FILE_BYTES, methods[i], err, sizeof err);
         REQUIRE(p, "%s", err);
         evict();
-        CHECK(resident_fraction(2 * MIB, 6 * MIB) < 0.1, "%s: not cold after eviction",
+        CHECK(resident_fraction(28 * MIB, 32 * MIB) < 0.1, "%s: not cold after eviction",
               prefetch_method_name(methods[i]));
         uint64_t disk0 = process_disk_read_bytes();
-        byte_range want = {2 * MIB + 100, 6 * MIB - 100};
+        byte_range want = {28 * MIB + 100, 32 * MIB - 100};
         pager_request(p, NULL, 0, &want, 1);
         pager_wait_idle(p);
         double f = methods[i] == PREFETCH_TOUCH ? resident_fraction(want.begin, want.end)
@@ -80,9 +81,13 @@ int main(void)
         uint64_t disk = process_disk_read_bytes() - disk0;
         CHECK(disk >= 3 * MIB, "%s: %llu bytes read from disk for a 4 MiB window",
               prefetch_method_name(methods[i]), (unsigned long long)disk);
-        /* Every method asks for exactly the window: no kernel readahead past its end. */
-        CHECK(resident_fraction(7 * MIB, 8 * MIB) < 0.5, "%s: brought in far more than asked",
-              prefetch_method_name(methods[i]));
+        /* The hints ask for exactly the window: no kernel readahead past its end. Touch faults
+         * it in, and the faults' readahead may read up to a readahead window (8 MiB on this
+         * VM's disk) around it, not the whole file. */
+        bool hint = methods[i] != PREFETCH_TOUCH;
+        CHECK(resident_fraction(hint ? 33 * MIB : 48 * MIB, FILE_BYTES) < 0.5 &&
+                  resident_fraction(0, hint ? 27 * MIB : 16 * MIB) < 0.5,
+              "%s: brought in far more than asked", prefetch_method_name(methods[i]));
         pager_free(p);
     }
 
@@ -94,7 +99,11 @@ int main(void)
     byte_range all = {0, FILE_BYTES};
     pager_request(p, NULL, 0, &all, 1);
     pager_wait_idle(p);
-    CHECK(resident_fraction(0, FILE_BYTES) == 1.0, "touch: file not resident");
+    /* A kernel may page out memory nobody touched for a while on its own (this VM runs DAMON's
+     * pageout scheme): of 64 MiB, a few pages can go between two checks (seen: 64 of 16384,
+     * 2 runs in 65). The checks over the whole file allow 1 %; those of single pages are exact. */
+    CHECK(resident_fraction(0, FILE_BYTES) >= 0.99, "touch: file not resident: %.2f%%",
+          100 * resident_fraction(0, FILE_BYTES));
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     byte_range drop = {MIB + 100, 5 * MIB - 100};
     pager_request(p, &drop, 1, NULL, 0);
@@ -105,7 +114,7 @@ int main(void)
           "the page shared with the range before was dropped");
     CHECK(resident_fraction(5 * MIB - page, 5 * MIB) == 1.0,
           "the page shared with the range after was dropped");
-    CHECK(resident_fraction(0, MIB) == 1.0 && resident_fraction(5 * MIB, FILE_BYTES) == 1.0,
+    CHECK(resident_fraction(0, MIB) == 1.0 && resident_fraction(5 * MIB, FILE_BYTES) >= 0.99,
           "pages outside the released range were dropped");
 
     /* A newer request replaces a pending one: the thread ends up with the newest work only. */
@@ -114,7 +123,7 @@ int main(void)
     pager_request(p, NULL, 0, &a, 1);
     pager_request(p, NULL, 0, &b, 1);
     pager_wait_idle(p);
-    CHECK(resident_fraction(4 * MIB, FILE_BYTES) == 1.0, "the newest request was not done");
+    CHECK(resident_fraction(4 * MIB, FILE_BYTES) >= 0.99, "the newest request was not done");
     pager_free(p);
 
     munmap((void *)map, FILE_BYTES);
