@@ -736,20 +736,31 @@ int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
     return r_done(&r, f, err, errlen);
 }
 
-int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen)
+/* Messages whose body is one u32 (PROFILE: threads; DONE: steps). */
+static int send_u32_msg(conn *c, int type, uint32_t v, char *err, size_t errlen)
 {
     wr w = {.n = 0};
-    w_u32(&w, threads);
-    return conn_send(c, RM_PROFILE, w.b, w.n, err, errlen);
+    w_u32(&w, v);
+    return conn_send(c, type, w.b, w.n, err, errlen);
+}
+
+static int decode_u32_msg(const frame *f, int type, uint32_t *v, char *err, size_t errlen)
+{
+    if (expect(f, type, err, errlen))
+        return -1;
+    rd r = reader(f);
+    *v = r_u32(&r);
+    return r_done(&r, f, err, errlen);
+}
+
+int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen)
+{
+    return send_u32_msg(c, RM_PROFILE, threads, err, errlen);
 }
 
 int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen)
 {
-    if (expect(f, RM_PROFILE, err, errlen))
-        return -1;
-    rd r = reader(f);
-    *threads = r_u32(&r);
-    return r_done(&r, f, err, errlen);
+    return decode_u32_msg(f, RM_PROFILE, threads, err, errlen);
 }
 
 static void w_f32(wr *w, float v)
@@ -860,18 +871,12 @@ int decode_token(const frame *f, msg_token *m, char *err, size_t errlen)
 
 int send_done(conn *c, uint32_t steps, char *err, size_t errlen)
 {
-    wr w = {.n = 0};
-    w_u32(&w, steps);
-    return conn_send(c, RM_DONE, w.b, w.n, err, errlen);
+    return send_u32_msg(c, RM_DONE, steps, err, errlen);
 }
 
 int decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen)
 {
-    if (expect(f, RM_DONE, err, errlen))
-        return -1;
-    rd r = reader(f);
-    *steps = r_u32(&r);
-    return r_done(&r, f, err, errlen);
+    return decode_u32_msg(f, RM_DONE, steps, err, errlen);
 }
 
 void send_error(conn *c, uint64_t instance, const char *fmt, ...)
