@@ -155,11 +155,8 @@ static void heartbeat_on_a_full_link(void)
  * message naming the sequence. */
 static void sequences(void)
 {
-    int sv[2];
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
     conn a, b;
-    conn_init(&a, sv[0], "a");
-    conn_init(&b, sv[1], "b");
+    link_pair(&a, &b);
     a.max_data = b.max_data = proto_data_bound(4, 8, WIRE_F32);
     char err[512];
     hop_buffers hb;
@@ -224,11 +221,8 @@ static void sequences(void)
  * finite, no steps, a negative position, a body cut short. */
 static void decode_messages(void)
 {
-    int sv[2];
-    REQUIRE(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0, "socketpair");
     conn a, b;
-    conn_init(&a, sv[0], "a");
-    conn_init(&b, sv[1], "b");
+    link_pair(&a, &b);
     char err[512];
     frame f;
     msg_decode *q = calloc(1, sizeof *q), *d = calloc(1, sizeof *d);
