@@ -121,11 +121,16 @@ static void cgroup_parsing(void)
           !strcmp(dir, "/sys/fs/cgroup/cpu"), "v1 cpu dir %s", dir);
     CHECK(cgroup_dir(cgroup_v2, mountinfo_v2, "cpu", dir, sizeof dir) == 2 &&
           !strcmp(dir, "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"), "v2 cpu dir %s", dir);
-    CHECK(parse_cpu_quota("50000 100000\n", NULL) == 0.5, "v2 cpu.max half a CPU");
-    CHECK(parse_cpu_quota("max 100000\n", NULL) == 0, "v2 cpu.max unlimited");
-    CHECK(parse_cpu_quota("250000\n", "100000\n") == 2.5, "v1 two and a half CPUs");
-    CHECK(parse_cpu_quota("-1\n", "100000\n") == 0, "v1 unlimited");
-    CHECK(parse_cpu_quota("", NULL) == 0, "empty cpu.max");
+    CHECK(parse_cpu_quota("50000 100000\n", NULL, NULL) == 0.5, "v2 cpu.max half a CPU");
+    CHECK(parse_cpu_quota("max 100000\n", NULL, NULL) == 0, "v2 cpu.max unlimited");
+    CHECK(parse_cpu_quota("250000\n", "100000\n", NULL) == 2.5, "v1 two and a half CPUs");
+    CHECK(parse_cpu_quota("-1\n", "100000\n", NULL) == 0, "v1 unlimited");
+    CHECK(parse_cpu_quota("", NULL, NULL) == 0, "empty cpu.max");
+    double period = 0;
+    CHECK(parse_cpu_quota("20000 50000\n", NULL, &period) == 0.4 && period == 0.05,
+          "v2 cpu.max period %g s", period);
+    CHECK(parse_cpu_quota("100000\n", "200000\n", &period) == 0.5 && period == 0.2,
+          "v1 period %g s", period);
 
     CHECK(parse_cgroup_limit("max\n") == 0, "v2 max");
     CHECK(parse_cgroup_limit("9223372036854771712\n") == 0, "v1 unlimited");
@@ -163,6 +168,7 @@ static dev_profile sample_profile(void)
     p.cores = 8;
     p.threads = 6;
     p.cpu_quota = 2.5;
+    p.cpu_quota_period = 0.25;
     p.dispatch = 12e-6;
     p.vector = 3.25e8;
     strcpy(p.simd, "neon");
@@ -219,6 +225,7 @@ static void json_round_trip(void)
         {"\"os\":\"android\"", "\"os\":\"beos\"", "beos"},
         {"\"cores\":8", "\"cores\":-8", "cpu.cores"},
         {"\"vector\":325000000", "\"vector\":-1", "cpu.vector"},
+        {"\"quota_period\":0.25", "\"quota_period\":2", "cpu.quota_period"},
         {"\"bandwidth\":12300000000", "\"bandwidth\":\"fast\"", "memory.bandwidth"},
         {"\"Q6_K\"", "\"Q9_Z\"", "Q9_Z"},
         {"\"present\":true", "\"present\":1", "gpu.present"},
@@ -244,6 +251,12 @@ static void json_round_trip(void)
     snprintf(old, sizeof old, "%.*s%s", (int)(at - text), text, at + strlen("\"vector\":325000000,"));
     CHECK(parse_text(old, &b, err, sizeof err) == 0 && b.vector == 0 && b.dispatch == a.dispatch,
           "profile without cpu.vector: %s", err);
+    /* ... and one saved before the quota's period was: the kernel's default */
+    at = strstr(text, ",\"quota_period\":0.25");
+    REQUIRE(at, "sample text lacks the quota period");
+    snprintf(old, sizeof old, "%.*s%s", (int)(at - text), text, at + strlen(",\"quota_period\":0.25"));
+    CHECK(parse_text(old, &b, err, sizeof err) == 0 && b.cpu_quota == 2.5 &&
+          b.cpu_quota_period == CFS_DEFAULT_PERIOD, "profile without cpu.quota_period: %s", err);
     CHECK(parse_text("[1, 2]", &b, err, sizeof err) == -1, "array accepted");
     CHECK(profile_from_json(NULL, &b, "t.json", err, sizeof err) == -1, "NULL accepted");
     free(text);

@@ -121,8 +121,9 @@ static uint64_t cgroup_limit(char *dir, int version)
     return lim;
 }
 
-/* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota). */
-static double cpu_quota(void)
+/* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota), and
+ * the period of the tightest one (seconds). */
+static double cpu_quota(double *period)
 {
     char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
     char dir[1024];
@@ -135,14 +136,17 @@ static double cpu_quota(void)
         snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "cpu.max" : "cpu.cfs_quota_us");
         snprintf(path2, sizeof path2, "%s/cpu.cfs_period_us", dir);
         char *a = read_text(path), *b = version == 1 ? read_text(path2) : NULL;
-        double here = a && (version == 2 || b) ? parse_cpu_quota(a, b) : 0;
+        double per = 0;
+        double here = a && (version == 2 || b) ? parse_cpu_quota(a, b, &per) : 0;
         bool found = a != NULL;
         free(a);
         free(b);
         if (!found)
             break;   /* above the cgroup mount */
-        if (here > 0 && (q == 0 || here < q))
+        if (here > 0 && (q == 0 || here < q)) {
             q = here;
+            *period = per;
+        }
         char *slash = strrchr(dir, '/');
         if (!slash || slash == dir)
             break;
@@ -777,7 +781,7 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
         snprintf(err, errlen, "profile: out of memory for the kernels' scratch");
         goto done;
     }
-    p->cpu_quota = cpu_quota();
+    p->cpu_quota = cpu_quota(&p->cpu_quota_period);
     double share = p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
     double bws[3], fmas[3];
     int n_bw = 3;

@@ -212,7 +212,7 @@ uint64_t parse_cgroup_limit(const char *text)
     return (uint64_t)v;
 }
 
-double parse_cpu_quota(const char *quota, const char *period)
+double parse_cpu_quota(const char *quota, const char *period, double *period_s)
 {
     char *end;
     double q = strtod(quota, &end);
@@ -223,6 +223,8 @@ double parse_cpu_quota(const char *quota, const char *period)
     double per = strtod(ps, &end);
     if (end == ps || per <= 0)
         return 0;
+    if (period_s)
+        *period_s = per / 1e6;
     return q / per;
 }
 
@@ -281,6 +283,8 @@ cJSON *profile_to_json(const dev_profile *p)
     cJSON_AddNumberToObject(cpu, "cores", p->cores);
     cJSON_AddNumberToObject(cpu, "threads", p->threads);
     cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
+    if (p->cpu_quota > 0)
+        cJSON_AddNumberToObject(cpu, "quota_period", p->cpu_quota_period);
     cJSON_AddNumberToObject(cpu, "dispatch", p->dispatch);
     cJSON_AddNumberToObject(cpu, "vector", p->vector);
     cJSON_AddStringToObject(cpu, "simd", p->simd);
@@ -440,6 +444,10 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
     p->cores = (int)jr_num(&r, cpu, "cpu", "cores", 65536);
     p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
     p->cpu_quota = jr_num(&r, cpu, "cpu", "quota", 65536);
+    /* saved since issue 15; before, the kernel's default */
+    bool has_period = cpu && cJSON_GetObjectItemCaseSensitive(cpu, "quota_period");
+    p->cpu_quota_period = has_period ? jr_num(&r, cpu, "cpu", "quota_period", 1) :
+                          p->cpu_quota > 0 ? CFS_DEFAULT_PERIOD : 0;
     p->dispatch = jr_num(&r, cpu, "cpu", "dispatch", MAX_RTT);
     if (cpu && cJSON_GetObjectItemCaseSensitive(cpu, "vector"))   /* measured since issue 15 */
         p->vector = jr_num(&r, cpu, "cpu", "vector", MAX_RATE);

@@ -36,6 +36,8 @@ typedef struct dev_profile {
     int cores;                  /* online CPUs */
     int threads;                /* threads the rates were measured with */
     double cpu_quota;           /* CPUs the cgroup's CFS quota allows; 0 = no quota */
+    double cpu_quota_period;    /* seconds of the quota's period (CFS: 0.1 unless set), in which
+                                 * the device may use quota * period of CPU time */
     char simd[16];              /* active kernel path (kern_path_name) */
     type_rate cpu[DT_COUNT];    /* per weight type; 0 = not measured */
     double dispatch;            /* seconds for one parallel kernel call to start and finish */
@@ -101,8 +103,10 @@ int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *contr
                size_t dirlen);
 
 /* CPUs a CFS quota allows: v2 cpu.max ("QUOTA PERIOD", period NULL) or v1 cpu.cfs_quota_us and
- * cpu.cfs_period_us. 0 = no quota ("max", -1). */
-double parse_cpu_quota(const char *quota, const char *period);
+ * cpu.cfs_period_us. 0 = no quota ("max", -1). With a quota, *period_s (when not NULL) is
+ * the period in seconds. */
+double parse_cpu_quota(const char *quota, const char *period, double *period_s);
+#define CFS_DEFAULT_PERIOD 0.1   /* seconds: the kernel's default cpu.cfs_period_us */
 
 /* A limit file: "max" (v2) or a number; values at or above 2^62 (v1's "unlimited") mean none.
  * Returns the limit, or 0 for none or unreadable text. */
