@@ -1,6 +1,7 @@
 /* Halda against exhaustive search: on hand-made devices (2-5 of them, 3-8 layers) every
  * window, GPU split and round count is evaluated with cost_eval, and Halda's plan must reach the
- * same optimum. Also: infeasible set-ups, forced k, a hand-computed cost_eval, determinism. */
+ * same optimum. Also: infeasible set-ups, forced k, a hand-computed cost_eval, devices under a
+ * CPU quota, determinism. */
 #include <string.h>
 
 #include "sched/halda.h"
@@ -58,6 +59,17 @@ static dev_cost random_device(int m, int n_layer, bool tight)
         c.vram = urand() * n_layer * 0.6 * 108 * MIB;
     }
     return c;
+}
+
+/* Some devices of a scenario under a CPU quota: a share of 0.25-0.9 and a period of 20-150 ms,
+ * so that either condition of a burst (cost.h) decides in some plans. */
+static void add_quotas(dev_cost *dc, int n)
+{
+    for (int m = 0; m < n; m++)
+        if (urand() < 0.4) {
+            dc[m].burst = 0.25 + 0.65 * urand();
+            dc[m].burst_period = (20 + 130 * urand()) * 1e-3;
+        }
 }
 
 typedef struct search {
@@ -165,6 +177,13 @@ static void random_scenarios(void)
                 o.k = 2;
                 strcat(label, ", k=2");
                 check_scenario(dc, n, &sm, &o, label);
+                o.k = 0;
+            }
+            if (rep < 3) {    /* the same devices, some under a CPU quota */
+                add_quotas(dc, n);
+                snprintf(label, sizeof label, "scenario %d (%d devices, %d layers, CPU quotas)",
+                         count++, n, L);
+                check_scenario(dc, n, &sm, &o, label);
             }
         }
     }
@@ -242,6 +261,66 @@ static void hand_computed(void)
     REQUIRE(halda_solve(dc, 3, &sm, &o, &h) == 0 && h.found, "%s", h.why);
     CHECK(h.fits, "a fitting plan exists but Halda's reads from disk");
     CHECK(h.plan.window[1] * h.plan.k >= 3, "fast device got %d x %d layers", h.plan.window[1], h.plan.k);
+}
+
+/* A device under a CPU quota of half its threads, period 100 ms (cost.h: CPU quotas), beside
+ * one without: 10 ms per layer each at their sustained rates, the quota device 5 ms at full
+ * speed. */
+static void quota_bursts(void)
+{
+    sched_model sm = small_model(8);
+    sm.kv_bytes = 0;
+    dev_cost dc[2] = {0};
+    for (int m = 0; m < 2; m++) {
+        snprintf(dc[m].name, sizeof dc[m].name, "q%d", m);
+        dc[m].cpu_layer = dc[m].cpu_compute = 10e-3;
+        dc[m].hop = 1e-3;
+        dc[m].ram = 2000 * MIB;
+    }
+    dc[0].head_time = 2e-3;
+    dc[1].burst = 0.5;
+    dc[1].burst_period = 0.1;
+    sched_opts o = sched_opts_default();
+    cost_result r;
+    /* 4 + 4: the quota device's 40 ms take 20 at full speed, within 50 ms per period and half
+     * of the 40 + 20 + 2 hops + 2 ms = 64 ms token */
+    ring_plan p = {.n_dev = 2, .n_layer = 8, .k = 1, .window = {4, 4}};
+    cost_eval(dc, &sm, &o, &p, &r);
+    CHECK(r.feasible && r.dev[1].burst && !r.dev[0].burst && close_to(r.tpot, 64e-3) &&
+              close_to(r.dev[1].t_compute, 20e-3),
+          "4/4: burst %d, %.3f ms (want 64), its compute %.3f", r.dev[1].burst, r.tpot * 1e3,
+          r.dev[1].t_compute * 1e3);
+    /* 2 + 6: 60 ms of sustained work take 30 at full speed, within the period, but the head's 20
+     * and the rest make a token of 54 ms, of which half (27) is less than 30: throttled */
+    ring_plan s = {.n_dev = 2, .n_layer = 8, .k = 1, .window = {2, 6}};
+    cost_eval(dc, &sm, &o, &s, &r);
+    CHECK(r.feasible && !r.dev[1].burst && close_to(r.tpot, 84e-3), "2/6: burst %d, %.3f ms "
+          "(want 84)", r.dev[1].burst, r.tpot * 1e3);
+    /* a shorter period: 20 ms of full-speed work do not fit in 0.5 * 30 ms */
+    dc[1].burst_period = 0.03;
+    cost_eval(dc, &sm, &o, &p, &r);
+    CHECK(r.feasible && !r.dev[1].burst && close_to(r.tpot, 84e-3), "4/4, 30 ms period: burst %d, "
+          "%.3f ms (want 84)", r.dev[1].burst, r.tpot * 1e3);
+    dc[1].burst_period = 0.1;
+    /* Halda: at sustained rates the two are equal (4/4, 84 ms); bursting, the quota device takes
+     * as many layers as keep it within half the token: 5 (25 ms of 3 x 10 + 25 + 4 = 59 ms;
+     * 6 would be 30 of 54) */
+    halda_result h;
+    REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0 && h.found, "%s", h.why);
+    CHECK(h.plan.k == 1 && h.plan.window[0] == 3 && h.plan.window[1] == 5 &&
+              h.cost.dev[1].burst && close_to(h.cost.tpot, 59e-3),
+          "Halda: k = %d, %d/%d, %.3f ms (want 3/5, 59)", h.plan.k, h.plan.window[0],
+          h.plan.window[1], h.cost.tpot * 1e3);
+    /* a profile's quota becomes the device's share and period */
+    dev_profile pr = {.threads = 2, .cpu_quota = 0.5, .cpu_quota_period = 0.05, .mem_bw = 1e10};
+    pr.cpu[DT_Q4_K] = pr.cpu[DT_Q6_K] = (type_rate){1e10, 1e10};
+    dev_cost c;
+    char err[256];
+    REQUIRE(cost_device(&sm, &pr, &o, false, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.burst == 0.25 && c.burst_period == 0.05, "share %g period %g", c.burst, c.burst_period);
+    pr.cpu_quota = 2;
+    REQUIRE(cost_device(&sm, &pr, &o, false, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.burst == 1, "a quota of every thread: share %g", c.burst);
 }
 
 /* More layers than memory and disk paths allow. */
@@ -389,6 +468,7 @@ int main(void)
     layer_cost();
     time_limit();
     hand_computed();
+    quota_bursts();
     infeasible();
     random_scenarios();
     deterministic();

@@ -27,6 +27,8 @@ static const char usage_text[] =
     "puts every layer on one device other than the head has that device decode on its own\n"
     "(no hop per token; the head's work done there); each device alone is tried, and the\n"
     "predictions are printed: decoding there, relayed through the head, the head alone.\n"
+    "A device under a CPU quota whose work per token fits both one quota period and its\n"
+    "share of the token computes at full speed, and the plan says so.\n"
     "\n"
     "  -m FILE          the GGUF model\n"
     "  --device FILE    a device profile (JSON); give one per device, head first (at most 32)\n"

@@ -107,7 +107,21 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
                     (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
     if (is_head)
         dc->fixed_page = sm->head_page;
+    dc->burst = 1;
+    if (p->cpu_quota > 0 && p->cpu_quota < p->threads) {   /* the profile's rates: sustained */
+        dc->burst = p->cpu_quota / p->threads;
+        dc->burst_period = p->cpu_quota_period > 0 ? p->cpu_quota_period : CFS_DEFAULT_PERIOD;
+    }
     return 0;
+}
+
+int cost_quota_devices(const dev_cost *dc, int n, int *idx)
+{
+    int nq = 0;
+    for (int m = 0; m < n && nq < COST_MAX_BURSTING; m++)
+        if (dc[m].burst > 0 && dc[m].burst < 1 && dc[m].burst_period > 0)
+            idx[nq++] = m;
+    return nq;
 }
 
 const char *cost_device_set(const dev_cost *dc, const dev_result *d)
@@ -126,6 +140,53 @@ static void __attribute__((format(printf, 2, 3))) infeasible(cost_result *r, con
     vsnprintf(r->why, sizeof r->why, fmt, ap);
     va_end(ap);
     r->feasible = false;
+}
+
+/* cost.h, CPU quotas: of the sets of quota devices that burst, the one giving the smallest
+ * TPOT in which every member meets both conditions; its members' terms become full-speed ones.
+ * r holds the sustained terms and TPOT. */
+static void choose_bursts(const dev_cost *dc, int n, int head, cost_result *r)
+{
+    int q[COST_MAX_BURSTING];
+    int nq = cost_quota_devices(dc, n, q);
+    double work[COST_MAX_BURSTING];   /* CPU time per token at the sustained rate */
+    for (int i = 0; i < nq; i++) {
+        const dev_result *d = &r->dev[q[i]];
+        work[i] = d->in_ring ? d->t_compute + d->t_memory + (q[i] == head ? r->t_head : 0) : 0;
+    }
+    unsigned best = 0;
+    double best_tpot = r->tpot;
+    for (unsigned set = 1; set < 1u << nq; set++) {
+        double tpot = r->tpot;
+        for (int i = 0; i < nq; i++)
+            if (set >> i & 1)
+                tpot -= (1 - dc[q[i]].burst) * work[i];
+        bool ok = tpot < best_tpot;
+        for (int i = 0; i < nq && ok; i++) {
+            const dev_cost *c = &dc[q[i]];
+            double full = c->burst * work[i];
+            ok = !(set >> i & 1) ||
+                 (work[i] > 0 && full <= c->burst * c->burst_period && full <= c->burst * tpot);
+        }
+        if (ok) {
+            best = set;
+            best_tpot = tpot;
+        }
+    }
+    for (int i = 0; i < nq; i++) {
+        if (!(best >> i & 1))
+            continue;
+        dev_result *d = &r->dev[q[i]];
+        double s = dc[q[i]].burst;
+        r->t_compute -= (1 - s) * d->t_compute;
+        r->t_memory -= (1 - s) * d->t_memory;
+        d->t_compute *= s;
+        d->t_memory *= s;
+        if (q[i] == head)
+            r->t_head *= s;
+        d->burst = true;
+    }
+    r->tpot = r->t_compute + r->t_memory + r->t_gpu + r->t_disk + r->t_net + r->t_head;
 }
 
 void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, const ring_plan *p,
@@ -218,6 +279,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
     int head = solo > 0 ? solo : 0;
     r->t_head = dc[head].head_time;
     r->tpot = r->t_compute + r->t_memory + r->t_gpu + r->t_disk + r->t_net + r->t_head;
+    choose_bursts(dc, p->n_dev, head, r);
     /* A token goes round the ring one device after another: each waits for all the others. */
     for (int m = 0; m < p->n_dev; m++) {
         const dev_result *d = &r->dev[m];

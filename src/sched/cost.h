@@ -21,6 +21,17 @@
  *
  * plus the head's fixed work: embedding row, output norm and output matrix, sampling.
  *
+ * CPU quotas. A device under a CFS quota smaller than its threads (share s = quota / threads)
+ * is profiled at s times its unthrottled rates: what it sustains. But the quota limits CPU time
+ * per period P (s * P of wall time with every thread busy), not speed: a device whose work per
+ * token at full speed, c = s * (its compute + memory terms, + the head's work where it does
+ * it), fits both in one period (c <= s * P) and in its share of the token (c <= s * TPOT, its
+ * average use within the quota) is never throttled and computes at full speed (the phone of
+ * paper-4dev, half a CPU: 7 layers of the 70B-like in 25-27 ms, 43.5 at the sustained rate).
+ * Such a device "bursts": its terms are c. The prediction is the fastest assignment of bursting
+ * devices (among the first COST_MAX_BURSTING quota devices) that is consistent: every bursting
+ * device meets both conditions at the TPOT it gives.
+ *
  * A plan that says decode_alone (the head holds no layer and one other device in the ring all
  * of them) has that device decode on its own (cluster/ring.h, ring_decode): it does the head's
  * work for every token, with its own rates, and no activations cross the network while decoding
@@ -126,7 +137,17 @@ typedef struct dev_cost {
     double fixed_page;  /* head: embedding and output weights */
     double head_time;   /* the head's work per token done here: embedding, output layer,
                          * sampling (any device: one holding every layer decodes on its own) */
+    double burst;       /* under a CPU quota, the share s < 1: CPU times at full speed are s
+                         * times the ones above; 1 without one */
+    double burst_period;/* the quota's period P (seconds) */
 } dev_cost;
+
+/* Quota devices that may burst (cost.h: CPU quotas): the first ones in ring order. */
+#define COST_MAX_BURSTING 4
+
+/* The devices of dc[0..n) under a CPU quota (burst < 1), at most COST_MAX_BURSTING, in ring
+ * order: their indices into idx. Returns how many. */
+int cost_quota_devices(const dev_cost *dc, int n, int *idx);
 
 /* Fails (one line naming the device and what is missing) when the profile lacks a rate for a
  * weight type of the model, or bandwidth, or is otherwise unusable. */
@@ -142,6 +163,7 @@ typedef struct dev_result {
     double disk_bytes;     /* read per token (the streamed layers) */
     double t_compute, t_memory, t_gpu, t_disk, t_net;
     double t_wait;         /* time per token this device waits for the others */
+    bool burst;            /* computes at full speed within its CPU quota (cost.h) */
 } dev_result;
 
 typedef struct cost_result {

@@ -2,6 +2,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,8 @@ typedef struct problem {
     int force_in;         /* device that must compute at least one layer, or -1 */
     double deadline;      /* seconds_now() when the search stops */
     bool *cut;            /* set when the deadline stopped an integer program or skipped one */
+    uint32_t burst;       /* devices (bit m) taken to burst within their CPU quota (cost.h):
+                           * full-speed CPU terms, bound by the quota's two conditions */
 } problem;
 
 static double seconds_now(void)
@@ -39,6 +42,18 @@ static double seconds_now(void)
 static int col(int m, int c)
 {
     return 1 + m * N_COLS + c;
+}
+
+/* Device m's CPU time factor in this family: its quota share when it bursts, else 1. */
+static double speed(const problem *pb, int m)
+{
+    return pb->burst >> m & 1 ? pb->dc[m].burst : 1;
+}
+
+/* The head's work per token in this family (ms). */
+static double head_ms(const problem *pb)
+{
+    return pb->dc[0].head_time * speed(pb, 0) * MS;
 }
 
 /* The "ring has a second device" binary: the head's hop is paid only then. */
@@ -95,6 +110,39 @@ static void mem_terms(const problem *pb, int m, int k, row *r, double s_anon, do
         term(r, col(m, C_G), -per_y);
 }
 
+/* A bursting device's work at full speed, c = s * (CPU layers * cpu_layer + the head's work),
+ * within s * P (one quota period) and s * TPOT (its share of the token), TPOT being the
+ * objective plus the head's work (cost.h: CPU quotas). Added once the objective is set. */
+static void quota_rows(const problem *pb, int k, glp_prob *lp)
+{
+    int nc = glp_get_num_cols(lp);
+    double *coef = malloc(sizeof *coef * (size_t)(nc + 1));
+    if (!coef)
+        return;   /* the family is then solved without the rows: cost_eval still judges it */
+    row r = {0};
+    for (int m = 0; m < pb->n; m++) {
+        if (!(pb->burst >> m & 1))
+            continue;
+        const dev_cost *c = &pb->dc[m];
+        double s = c->burst, cpu = c->cpu_layer * s * MS, own_head = m == 0 ? head_ms(pb) : 0;
+        term(&r, col(m, C_W), cpu * (k - 1)), term(&r, col(m, C_V), cpu);
+        if (c->has_gpu)
+            term(&r, col(m, C_G), -cpu);
+        add_row(lp, &r, GLP_UP, 0, s * c->burst_period * MS - own_head);
+        for (int i = 1; i <= nc; i++)
+            coef[i] = -s * glp_get_obj_coef(lp, i);
+        coef[col(m, C_W)] += cpu * (k - 1);
+        coef[col(m, C_V)] += cpu;
+        if (c->has_gpu)
+            coef[col(m, C_G)] -= cpu;
+        for (int i = 1; i <= nc; i++)
+            if (coef[i] != 0)
+                term(&r, i, coef[i]);
+        add_row(lp, &r, GLP_UP, 0, s * head_ms(pb) - own_head);
+    }
+    free(coef);
+}
+
 /* The integer program for exactly k rounds; objective in milliseconds without the head's
  * constant work. */
 static glp_prob *build(const problem *pb, int k)
@@ -132,9 +180,10 @@ static glp_prob *build(const problem *pb, int k)
         set_col(lp, col(m, C_R), GLP_IV, may_overload ? GLP_DB : GLP_FX, 0, may_overload ? ymax : 0);
 
         /* objective: compute on CPU and GPU, disk, network */
-        glp_set_obj_coef(lp, col(m, C_W), c->cpu_layer * MS * (k - 1));
-        glp_set_obj_coef(lp, col(m, C_V), c->cpu_layer * MS);
-        glp_set_obj_coef(lp, col(m, C_G), (c->gpu_layer - c->cpu_layer) * MS);
+        double cpu = c->cpu_layer * speed(pb, m);
+        glp_set_obj_coef(lp, col(m, C_W), cpu * MS * (k - 1));
+        glp_set_obj_coef(lp, col(m, C_V), cpu * MS);
+        glp_set_obj_coef(lp, col(m, C_G), (c->gpu_layer - cpu) * MS);
         if (may_overload)
             glp_set_obj_coef(lp, col(m, C_E), MIB / c->disk_bps * MS);
         if (m > 0)
@@ -221,6 +270,7 @@ static glp_prob *build(const problem *pb, int k)
             term(&r, col(m, C_V), 1);
         add_row(lp, &r, GLP_LO, 1, 0);
     }
+    quota_rows(pb, k, lp);
     return lp;
 }
 
@@ -320,7 +370,7 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
         cs[i].lb = lp_bound(cs[i].lp);
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
-    double head_ms = pb->dc[0].head_time * MS;
+    double head = head_ms(pb);
     double best_ms = HUGE_VAL;
     int found = 0;
     for (int i = 0; i < nc && found >= 0; i++) {
@@ -328,7 +378,7 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
         double cutoff = HUGE_VAL;
         if (isfinite(best_ms)) {   /* beat the incumbent, or tie it with a smaller k */
             double tol = 1e-9 * fmax(1, best_ms);
-            cutoff = best_ms - head_ms + (k < best->k ? tol : -tol);
+            cutoff = best_ms - head + (k < best->k ? tol : -tol);
         }
         if (!(cs[i].lb < cutoff))
             continue;
@@ -352,6 +402,34 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
     for (int i = 0; i < nc; i++)
         glp_delete_prob(cs[i].lp);
     free(cs);
+    return found;
+}
+
+/* solve_all for every family of quota devices taken to burst (cost.h: CPU quotas): the plan
+ * cost_eval predicts fastest. Every plan's prediction is its value in one family (the set of
+ * devices that burst in it), so the best of the families' optima is the optimum. */
+static int solve_families(const problem *pb, ring_plan *best, cost_result *best_cost, int *n_ilp)
+{
+    int q[COST_MAX_BURSTING];
+    int nq = cost_quota_devices(pb->dc, pb->n, q);
+    int found = 0;
+    for (unsigned set = 0; set < 1u << nq; set++) {
+        problem fam = *pb;
+        fam.burst = 0;
+        for (int i = 0; i < nq; i++)
+            if (set >> i & 1)
+                fam.burst |= 1u << q[i];
+        ring_plan p;
+        cost_result c;
+        int rc = solve_all(&fam, &p, &c, n_ilp);
+        if (rc < 0)
+            return -1;
+        if (rc > 0 && (!found || c.tpot < best_cost->tpot)) {
+            *best = p;
+            *best_cost = c;
+            found = 1;
+        }
+    }
     return found;
 }
 
@@ -424,7 +502,7 @@ static int alone(const problem *ring, int m, bool fit_only, ring_plan *p, cost_r
     pb.fit_only = fit_only;
     pb.force_in = -1;
     ring_plan one;
-    int rc = solve_all(&pb, &one, c, n_ilp);
+    int rc = solve_families(&pb, &one, c, n_ilp);
     if (rc <= 0)
         return rc;
     *p = one;
@@ -496,11 +574,11 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         return -1;
     }
     double t0 = seconds_now();
-    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1, t0 + o->time_limit, &r->cut};
-    int rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
+    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1, t0 + o->time_limit, &r->cut, 0};
+    int rc = solve_families(&pb, &r->plan, &r->cost, &r->n_ilp);
     if (rc == 0 && pb.fit_only && !r->cut) {   /* nothing fits in memory: read from disk */
         pb.fit_only = false;
-        rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
+        rc = solve_families(&pb, &r->plan, &r->cost, &r->n_ilp);
     }
     r->seconds = seconds_now() - t0;
     if (rc < 0) {
@@ -560,11 +638,11 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
             continue;
         /* the same search, with this device made to compute */
         bool cut = false;
-        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m, deadline, &cut};
+        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m, deadline, &cut, 0};
         ring_plan p;
         cost_result c;
         int n_ilp = 0;
-        int rc = solve_all(&pb, &p, &c, &n_ilp);
+        int rc = solve_families(&pb, &p, &c, &n_ilp);
         if (rc < 0)
             return -1;
         const char *role = o->fixed_ring ? "forwards only" : "left out";

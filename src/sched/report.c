@@ -40,6 +40,10 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
     fprintf(out, "  TPOT terms: compute %.1f ms, memory %.1f ms, gpu %.1f ms, disk %.1f ms, "
             "network %.1f ms, head %.1f ms\n", c->t_compute * MS, c->t_memory * MS, c->t_gpu * MS,
             c->t_disk * MS, c->t_net * MS, c->t_head * MS);
+    for (int m = 0; m < n_dev; m++)
+        if (c->dev[m].burst)
+            fprintf(out, "  %s: at full speed, its work within its CPU quota (%.2f of its threads "
+                    "per %.0f ms)\n", dc[m].name, dc[m].burst, dc[m].burst_period * MS);
     for (int m = 1; m < n_dev; m++)
         if (r->left_out[m][0])
             fprintf(out, "  %s %s\n", dc[m].name, r->left_out[m]);
@@ -97,6 +101,7 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
         cJSON_AddNumberToObject(o, "layers", d->layers);
         cJSON_AddBoolToObject(o, "in_ring", d->in_ring);
         cJSON_AddBoolToObject(o, "overloaded", d->overloaded);
+        cJSON_AddBoolToObject(o, "quota_burst", d->burst);
         cJSON_AddNumberToObject(o, "anon_bytes", d->anon);
         cJSON_AddNumberToObject(o, "page_bytes", d->page);
         cJSON_AddNumberToObject(o, "vram_bytes", d->vram);
