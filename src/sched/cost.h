@@ -28,6 +28,8 @@
  * it), fits both in one period (c <= s * P) and in its share of the token (c <= s * TPOT, its
  * average use within the quota) is never throttled and computes at full speed (the phone of
  * paper-4dev, half a CPU: 7 layers of the 70B-like in 25-27 ms, 43.5 at the sustained rate).
+ * The token's time there is counted without the disk stalls (c <= s * (TPOT - disk)): a
+ * little stricter than the quota, it keeps Halda's programs exact (halda.c: quota_rows).
  * Such a device "bursts": its terms are c. The prediction is the fastest assignment of bursting
  * devices (among the first COST_MAX_BURSTING quota devices) that is consistent: every bursting
  * device meets both conditions at the TPOT it gives.
@@ -143,7 +145,7 @@ typedef struct dev_cost {
 } dev_cost;
 
 /* Quota devices that may burst (cost.h: CPU quotas): the first ones in ring order. */
-#define COST_MAX_BURSTING 4
+#define COST_MAX_BURSTING 8
 
 /* The devices of dc[0..n) under a CPU quota (burst < 1), at most COST_MAX_BURSTING, in ring
  * order: their indices into idx. Returns how many. */

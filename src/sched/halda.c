@@ -16,7 +16,7 @@
 #define MS 1e3
 
 /* Columns per device, in this order. */
-enum { C_W, C_V, C_N, C_G, C_F, C_O, C_U, C_H, C_E, C_R, N_COLS };
+enum { C_W, C_V, C_N, C_G, C_F, C_O, C_U, C_H, C_E, C_R, C_T, C_Z, N_COLS };
 
 /* What one family of programs (one call of solve_all) is allowed to do. */
 typedef struct problem {
@@ -28,8 +28,6 @@ typedef struct problem {
     int force_in;         /* device that must compute at least one layer, or -1 */
     double deadline;      /* seconds_now() when the search stops */
     bool *cut;            /* set when the deadline stopped an integer program or skipped one */
-    uint32_t burst;       /* devices (bit m) taken to burst within their CPU quota (cost.h):
-                           * full-speed CPU terms, bound by the quota's two conditions */
 } problem;
 
 static double seconds_now(void)
@@ -44,16 +42,15 @@ static int col(int m, int c)
     return 1 + m * N_COLS + c;
 }
 
-/* Device m's CPU time factor in this family: its quota share when it bursts, else 1. */
-static double speed(const problem *pb, int m)
+/* The devices that may burst within their CPU quota (cost.h), as bits. */
+static uint32_t quota_mask(const problem *pb)
 {
-    return pb->burst >> m & 1 ? pb->dc[m].burst : 1;
-}
-
-/* The head's work per token in this family (ms). */
-static double head_ms(const problem *pb)
-{
-    return pb->dc[0].head_time * speed(pb, 0) * MS;
+    int q[COST_MAX_BURSTING];
+    int nq = cost_quota_devices(pb->dc, pb->n, q);
+    uint32_t mask = 0;
+    for (int i = 0; i < nq; i++)
+        mask |= 1u << q[i];
+    return mask;
 }
 
 /* The "ring has a second device" binary: the head's hop is paid only then. */
@@ -110,35 +107,67 @@ static void mem_terms(const problem *pb, int m, int k, row *r, double s_anon, do
         term(r, col(m, C_G), -per_y);
 }
 
-/* A bursting device's work at full speed, c = s * (CPU layers * cpu_layer + the head's work),
- * within s * P (one quota period) and s * TPOT (its share of the token), TPOT being the
- * objective plus the head's work (cost.h: CPU quotas). Added once the objective is set. */
-static void quota_rows(const problem *pb, int k, glp_prob *lp)
+/* v * y_cpu, the CPU layers of device m, y_cpu = (k-1) W + V - G. */
+static void cpu_layers(row *r, const problem *pb, int m, int k, double v)
 {
+    term(r, col(m, C_W), v * (k - 1)), term(r, col(m, C_V), v);
+    if (pb->dc[m].has_gpu)
+        term(r, col(m, C_G), -v);
+}
+
+/* Big-M of device m's burst rows: more than its CPU work can be. */
+static double burst_m(const problem *pb, int m, int ymax)
+{
+    return pb->dc[m].cpu_layer * MS * ymax + pb->dc[0].head_time * MS + 1;
+}
+
+/* A device under a CPU quota (cost.h) has T, its CPU time in ms, and Z, whether it bursts:
+ * T = a y_cpu when Z = 0, T = s a y_cpu when Z = 1 (a = cpu_layer in ms, s its share), and a
+ * burst needs its full-speed work c = s (a y_cpu + the head's work where it is the head) within
+ * s P and within s (TPOT - disk stalls) = s (objective - E terms + the head's work). That row
+ * needs the whole objective: added once it is set. Every term it counts is fixed by the plan
+ * (T by these rows, the head's hop by its own), so no term can be padded to let a device
+ * burst; the disk stalls, whose E may exceed them in the program, are left out (cost.h). */
+static void quota_rows(const problem *pb, int k, int ymax, glp_prob *lp)
+{
+    uint32_t quota = quota_mask(pb);
+    if (!quota)
+        return;
     int nc = glp_get_num_cols(lp);
     double *coef = malloc(sizeof *coef * (size_t)(nc + 1));
     if (!coef)
-        return;   /* the family is then solved without the rows: cost_eval still judges it */
+        return;   /* no burst is then consistent-checked here: cost_eval still judges the plan */
     row r = {0};
+    double head = pb->dc[0].head_time * MS;
     for (int m = 0; m < pb->n; m++) {
-        if (!(pb->burst >> m & 1))
+        if (!(quota >> m & 1))
             continue;
         const dev_cost *c = &pb->dc[m];
-        double s = c->burst, cpu = c->cpu_layer * s * MS, own_head = m == 0 ? head_ms(pb) : 0;
-        term(&r, col(m, C_W), cpu * (k - 1)), term(&r, col(m, C_V), cpu);
-        if (c->has_gpu)
-            term(&r, col(m, C_G), -cpu);
-        add_row(lp, &r, GLP_UP, 0, s * c->burst_period * MS - own_head);
+        double s = c->burst, a = c->cpu_layer * MS, big = burst_m(pb, m, ymax);
+        double own_head = m == 0 ? head : 0;
+        term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -a), term(&r, col(m, C_Z), big);
+        add_row(lp, &r, GLP_LO, 0, 0);
+        term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -a), term(&r, col(m, C_Z), -big);
+        add_row(lp, &r, GLP_UP, 0, 0);
+        term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -s * a);
+        add_row(lp, &r, GLP_LO, 0, 0);
+        term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -s * a), term(&r, col(m, C_Z), big);
+        add_row(lp, &r, GLP_UP, 0, big);
+        cpu_layers(&r, pb, m, k, s * a), term(&r, col(m, C_Z), big);
+        add_row(lp, &r, GLP_UP, 0, s * c->burst_period * MS - s * own_head + big);
         for (int i = 1; i <= nc; i++)
             coef[i] = -s * glp_get_obj_coef(lp, i);
-        coef[col(m, C_W)] += cpu * (k - 1);
-        coef[col(m, C_V)] += cpu;
+        for (int d = 0; d < pb->n; d++)
+            coef[col(d, C_E)] = 0;
+        coef[col(m, C_W)] += s * a * (k - 1);
+        coef[col(m, C_V)] += s * a;
         if (c->has_gpu)
-            coef[col(m, C_G)] -= cpu;
+            coef[col(m, C_G)] -= s * a;
+        coef[col(m, C_Z)] += big;
         for (int i = 1; i <= nc; i++)
             if (coef[i] != 0)
                 term(&r, i, coef[i]);
-        add_row(lp, &r, GLP_UP, 0, s * head_ms(pb) - own_head);
+        add_row(lp, &r, GLP_UP, 0, big + s * head - s * own_head);
     }
     free(coef);
 }
@@ -157,6 +186,7 @@ static glp_prob *build(const problem *pb, int k)
     /* (k-1) * sum(W) <= L - 1 bounds every window, and y = (k-1) W + V <= k W */
     int wmax = k == 1 ? L : (L - 1) / (k - 1) < L ? (L - 1) / (k - 1) : L;
     int ymax = (double)k * wmax < L ? k * wmax : L;
+    uint32_t quota = quota_mask(pb);
 
     for (int m = 0; m < n; m++) {
         const dev_cost *c = &pb->dc[m];
@@ -179,11 +209,21 @@ static glp_prob *build(const problem *pb, int k)
         set_col(lp, col(m, C_E), GLP_CV, may_overload ? GLP_LO : GLP_FX, 0, 0);
         set_col(lp, col(m, C_R), GLP_IV, may_overload ? GLP_DB : GLP_FX, 0, may_overload ? ymax : 0);
 
-        /* objective: compute on CPU and GPU, disk, network */
-        double cpu = c->cpu_layer * speed(pb, m);
-        glp_set_obj_coef(lp, col(m, C_W), cpu * MS * (k - 1));
-        glp_set_obj_coef(lp, col(m, C_V), cpu * MS);
-        glp_set_obj_coef(lp, col(m, C_G), (c->gpu_layer - cpu) * MS);
+        bool burst = quota >> m & 1;
+        set_col(lp, col(m, C_T), GLP_CV, burst ? GLP_LO : GLP_FX, 0, 0);
+        set_col(lp, col(m, C_Z), GLP_BV, 0, 0, burst ? 1 : 0);
+
+        /* objective: compute on CPU (T under a quota: quota_rows) and GPU, disk, network */
+        if (burst) {
+            glp_set_obj_coef(lp, col(m, C_T), 1);
+            glp_set_obj_coef(lp, col(m, C_G), c->gpu_layer * MS);
+            if (m == 0)   /* the head's own work at full speed too */
+                glp_set_obj_coef(lp, col(m, C_Z), -(1 - c->burst) * c->head_time * MS);
+        } else {
+            glp_set_obj_coef(lp, col(m, C_W), c->cpu_layer * MS * (k - 1));
+            glp_set_obj_coef(lp, col(m, C_V), c->cpu_layer * MS);
+            glp_set_obj_coef(lp, col(m, C_G), (c->gpu_layer - c->cpu_layer) * MS);
+        }
         if (may_overload)
             glp_set_obj_coef(lp, col(m, C_E), MIB / c->disk_bps * MS);
         if (m > 0)
@@ -206,11 +246,13 @@ static glp_prob *build(const problem *pb, int k)
             term(&r, col(m, C_W), k - 1), term(&r, col(m, C_V), 1);
             add_row(lp, &r, GLP_LO, 1, 0);
         }
-        /* in the ring <=> computes (a bypassable device with no layers leaves the ring) */
+        /* in the ring <=> computes (a bypassable device with no layers leaves the ring, and
+         * one in it owns a layer: a window the partial last round never reaches would only add
+         * a hop, which a CPU quota's condition could otherwise take for a longer token) */
         if (!u_fixed) {
             term(&r, col(m, C_W), 1), term(&r, col(m, C_U), -wmax);
             add_row(lp, &r, GLP_UP, 0, 0);
-            term(&r, col(m, C_W), 1), term(&r, col(m, C_U), -1);
+            term(&r, col(m, C_W), k - 1), term(&r, col(m, C_V), 1), term(&r, col(m, C_U), -1);
             add_row(lp, &r, GLP_LO, 0, 0);
         }
         if (m > 0) {   /* the head's hop is paid when any other device is in the ring */
@@ -260,6 +302,11 @@ static glp_prob *build(const problem *pb, int k)
     bool alone_possible = n == 1 || !pb->o->fixed_ring;
     set_col(lp, col_a(pb), GLP_BV, 0, n > 1 && !alone_possible ? 1 : 0, n > 1 ? 1 : 0);
     glp_set_obj_coef(lp, col_a(pb), k * pb->dc[0].hop * MS);
+    /* ... and only then (a bound the CPU quotas' rows rely on: cost.h) */
+    term(&r, col_a(pb), 1);
+    for (int m = 1; m < n; m++)
+        term(&r, col(m, C_U), -1);
+    add_row(lp, &r, GLP_UP, 0, 0);
 
     /* every layer exactly once; exactly k rounds (the last one not empty) */
     for (int m = 0; m < n; m++)
@@ -270,7 +317,7 @@ static glp_prob *build(const problem *pb, int k)
             term(&r, col(m, C_V), 1);
         add_row(lp, &r, GLP_LO, 1, 0);
     }
-    quota_rows(pb, k, lp);
+    quota_rows(pb, k, ymax, lp);
     return lp;
 }
 
@@ -370,7 +417,7 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
         cs[i].lb = lp_bound(cs[i].lp);
     }
     qsort(cs, (size_t)nc, sizeof *cs, cand_cmp);
-    double head = head_ms(pb);
+    double head_ms = pb->dc[0].head_time * MS;
     double best_ms = HUGE_VAL;
     int found = 0;
     for (int i = 0; i < nc && found >= 0; i++) {
@@ -378,7 +425,7 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
         double cutoff = HUGE_VAL;
         if (isfinite(best_ms)) {   /* beat the incumbent, or tie it with a smaller k */
             double tol = 1e-9 * fmax(1, best_ms);
-            cutoff = best_ms - head + (k < best->k ? tol : -tol);
+            cutoff = best_ms - head_ms + (k < best->k ? tol : -tol);
         }
         if (!(cs[i].lb < cutoff))
             continue;
@@ -402,34 +449,6 @@ static int solve_all(const problem *pb, ring_plan *best, cost_result *best_cost,
     for (int i = 0; i < nc; i++)
         glp_delete_prob(cs[i].lp);
     free(cs);
-    return found;
-}
-
-/* solve_all for every family of quota devices taken to burst (cost.h: CPU quotas): the plan
- * cost_eval predicts fastest. Every plan's prediction is its value in one family (the set of
- * devices that burst in it), so the best of the families' optima is the optimum. */
-static int solve_families(const problem *pb, ring_plan *best, cost_result *best_cost, int *n_ilp)
-{
-    int q[COST_MAX_BURSTING];
-    int nq = cost_quota_devices(pb->dc, pb->n, q);
-    int found = 0;
-    for (unsigned set = 0; set < 1u << nq; set++) {
-        problem fam = *pb;
-        fam.burst = 0;
-        for (int i = 0; i < nq; i++)
-            if (set >> i & 1)
-                fam.burst |= 1u << q[i];
-        ring_plan p;
-        cost_result c;
-        int rc = solve_all(&fam, &p, &c, n_ilp);
-        if (rc < 0)
-            return -1;
-        if (rc > 0 && (!found || c.tpot < best_cost->tpot)) {
-            *best = p;
-            *best_cost = c;
-            found = 1;
-        }
-    }
     return found;
 }
 
@@ -502,7 +521,7 @@ static int alone(const problem *ring, int m, bool fit_only, ring_plan *p, cost_r
     pb.fit_only = fit_only;
     pb.force_in = -1;
     ring_plan one;
-    int rc = solve_families(&pb, &one, c, n_ilp);
+    int rc = solve_all(&pb, &one, c, n_ilp);
     if (rc <= 0)
         return rc;
     *p = one;
@@ -574,11 +593,11 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         return -1;
     }
     double t0 = seconds_now();
-    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1, t0 + o->time_limit, &r->cut, 0};
-    int rc = solve_families(&pb, &r->plan, &r->cost, &r->n_ilp);
+    problem pb = {dc, n_dev, sm, o, !o->allow_disk, -1, t0 + o->time_limit, &r->cut};
+    int rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
     if (rc == 0 && pb.fit_only && !r->cut) {   /* nothing fits in memory: read from disk */
         pb.fit_only = false;
-        rc = solve_families(&pb, &r->plan, &r->cost, &r->n_ilp);
+        rc = solve_all(&pb, &r->plan, &r->cost, &r->n_ilp);
     }
     r->seconds = seconds_now() - t0;
     if (rc < 0) {
@@ -638,11 +657,11 @@ int halda_explain(const dev_cost *dc, int n_dev, const sched_model *sm, const sc
             continue;
         /* the same search, with this device made to compute */
         bool cut = false;
-        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m, deadline, &cut, 0};
+        problem pb = {dc, n_dev, sm, o, !o->allow_disk && r->fits, m, deadline, &cut};
         ring_plan p;
         cost_result c;
         int n_ilp = 0;
-        int rc = solve_families(&pb, &p, &c, &n_ilp);
+        int rc = solve_all(&pb, &p, &c, &n_ilp);
         if (rc < 0)
             return -1;
         const char *role = o->fixed_ring ? "forwards only" : "left out";

@@ -16,11 +16,11 @@
  * construction and one solve is the fixed point. Device selection is exact too (U): a device is
  * left out exactly when every plan using it is slower. LP bounds prune the k that cannot win.
  *
- * Devices under a CPU quota (cost.h) may burst: for every set of them (at most
- * COST_MAX_BURSTING devices, so 2^q families) the programs take that set's CPU terms at full
- * speed and add its two conditions as rows (one quota period; its share of the objective plus
- * the head's work), and the best plan over the families is the optimum of cost_eval, which
- * predicts every plan with its fastest consistent set.
+ * Devices under a CPU quota (cost.h) may burst: each of them (the first COST_MAX_BURSTING)
+ * has its CPU time T and a binary Z (bursts), with the two conditions of a burst as big-M rows
+ * (one quota period; its share of the objective plus the head's work), so the program picks
+ * the fastest consistent set of bursting devices together with the plan, as cost_eval
+ * predicts every plan.
  *
  * Unless allow_disk is set, plans in which no device reads from disk are searched first; only if
  * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k.
