@@ -203,7 +203,7 @@ int main(void)
     static float out[MAX_OUT];
     int n_out;
     char err[512] = "";
-    CHECK(run_ring(&bad, out, &n_out, err, sizeof err) != 0 && strstr(err, "-k 2"),
+    CHECK(run_ring(&bad, out, &n_out, err, sizeof err) != 0 && strstr(err, "k = 2 does not match"),
           "k 2 with windows 1,1,1 for 10 layers: '%s'", err);
     char list[256];
     fake_worker_list(workers, 2, list, sizeof list);

@@ -19,6 +19,35 @@ int plan_rounds_needed(const int *window, int n_dev, int n_layer)
     return w > 0 ? (n_layer + w - 1) / w : 0;
 }
 
+int plan_from_windows(ring_plan *p, int n_dev, int n_layer, const int *window, const int *gpu,
+                      int k, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->n_dev = n_dev;
+    p->n_layer = n_layer;
+    char lw[PRIMA_MAX_DEVICES * 12] = "";
+    int total = 0;
+    for (int d = 0, at = 0; d < n_dev && d < PRIMA_MAX_DEVICES; d++) {
+        p->window[d] = window[d];
+        p->gpu_layers[d] = gpu ? gpu[d] : 0;
+        at += snprintf(lw + at, sizeof lw - (size_t)at, "%s%d", d ? "," : "", window[d]);
+        total += window[d] > 0 && window[d] <= n_layer ? window[d] : 0;
+    }
+    p->k = plan_rounds_needed(p->window, n_dev > 0 && n_dev <= PRIMA_MAX_DEVICES ? n_dev : 0, n_layer);
+    char why[256];
+    if (plan_validate(p, why, sizeof why)) {
+        snprintf(err, errlen, "%s: %s", lw, why);
+        return -1;
+    }
+    if (k > 0 && k != p->k) {
+        snprintf(err, errlen, "%s: k = %d does not match: windows of %d layers in total cover "
+                 "the model's %d layers in %d round(s)", lw, k, total, n_layer, p->k);
+        return -1;
+    }
+    p->decode_alone = p->window[0] == 0;
+    return 0;
+}
+
 int plan_validate(const ring_plan *p, char *err, size_t errlen)
 {
     if (p->n_dev < 1 || p->n_dev > PRIMA_MAX_DEVICES) {

@@ -47,6 +47,12 @@ int plan_gpu_mask(const ring_plan *p, int dev, bool *on_gpu);
 void plan_format_layers(const ring_plan *p, int dev, char *out, size_t cap);
 /* Smallest k that covers n_layer with the given windows. */
 int plan_rounds_needed(const int *window, int n_dev, int n_layer);
+/* The plan of windows given by hand (head first), with GPU layers gpu (NULL: none): k is the
+ * rounds they need, which a k > 0 must match; a plan without layers on the head has its one
+ * worker decode on its own (the faster; ring.h). Returns 0, or -1 with a one-line reason
+ * that starts with the windows ("9,9,9: device 0 ..."). */
+int plan_from_windows(ring_plan *p, int n_dev, int n_layer, const int *window, const int *gpu,
+                      int k, char *err, size_t errlen);
 /* The default plan when the user gives no windows: k rounds (1 if k < 1) of ceil(n_layer / k)
  * layers, split between the devices in proportion to their free memory mem[d] (equal shares
  * when no memory is known), largest remainders first. This is the one place the scheduler

@@ -209,31 +209,12 @@ static int make_plan(ring *r)
     if (o->n_lw) {
         if (o->n_lw != n_dev)
             return fail(r, "-lw gives %d window(s) for %d device(s) (head first)", o->n_lw, n_dev);
-        ring_plan *p = &r->plan;
-        memset(p, 0, sizeof *p);
-        p->n_dev = n_dev;
-        p->n_layer = r->m->n_layer;
         if (o->n_gpu_layers && o->n_gpu_layers != n_dev)
             return fail(r, "GPU layers given for %d device(s), the ring has %d (head first)",
                         o->n_gpu_layers, n_dev);
-        for (int d = 0; d < n_dev; d++) {
-            p->window[d] = o->lw[d];
-            p->gpu_layers[d] = o->n_gpu_layers ? o->gpu_layers[d] : 0;
-        }
-        p->k = plan_rounds_needed(p->window, n_dev, p->n_layer);
-        int total = 0;
-        for (int d = 0; d < n_dev; d++)
-            total += p->window[d];
-        if (o->k && o->k != p->k)
-            return fail(r, "-k %d does not match -lw: windows of %d layers in total cover the "
-                        "model's %d layers in %d round(s)", o->k, total, p->n_layer, p->k);
-        if (plan_validate(p, err, sizeof err)) {
-            char lw[PRIMA_MAX_DEVICES * 12] = "";
-            for (int d = 0, at = 0; d < n_dev; d++)
-                at += snprintf(lw + at, sizeof lw - (size_t)at, "%s%d", d ? "," : "", o->lw[d]);
-            return fail(r, "-lw %s: %s", lw, err);
-        }
-        p->decode_alone = p->window[0] == 0;   /* with one worker: always the faster */
+        if (plan_from_windows(&r->plan, n_dev, r->m->n_layer, o->lw,
+                              o->n_gpu_layers ? o->gpu_layers : NULL, o->k, err, sizeof err))
+            return fail(r, "-lw %s", err);
         return 0;
     }
     if (o->planner) {
