@@ -23,7 +23,7 @@ expect() {
 }
 
 expect 0 "$prima" plan --help
-for opt in --device -k --ctx-size --batch-size --reserve --net --fixed-ring --allow-disk --no-prefetch --json; do
+for opt in --device -k --layer-window --gpu-layers --ctx-size --batch-size --reserve --net --fixed-ring --allow-disk --no-prefetch --json; do
     grep -q -- "$opt" "$work/out" || fail "plan --help does not mention $opt"
 done
 expect 0 "$prima" profile --help
@@ -112,6 +112,26 @@ expect 2 "$prima" plan -m "$model" --device "$work/big.json" --time-limit 0
 expect 0 "$prima" plan -m "$model" --device "$work/big.json" --device "$work/small.json" -k 2 --json
 grep -q '"k":	2' "$work/out" || fail "-k 2 ignored: $(cat "$work/out")"
 
+# Windows given with -lw are predicted, not searched: Halda's own plan predicts as Halda said;
+# the plan that gives small a layer as its explanation above said; windows that do not fit
+# the devices' count, the model or -k are one-line errors.
+two=(-m "$model" --device "$work/big.json" --device "$work/small.json")
+expect 0 "$prima" plan "${two[@]}" --json
+halda=$(jq -c '[.tpot, [.devices[].window]]' "$work/out")
+expect 0 "$prima" plan "${two[@]}" --json -lw "$(jq -r '[.devices[].window | tostring] | join(",")' "$work/out")"
+[[ $(jq -c '[.tpot, [.devices[].window]]' "$work/out") == "$halda" && $(jq .integer_programs "$work/out") == 0 ]] ||
+    fail "-lw of Halda's plan: $(jq -c '[.tpot, [.devices[].window], .integer_programs]' "$work/out"), Halda $halda"
+expect 0 "$prima" plan "${two[@]}" -lw 3,1
+grep -q "^plan: 4 layers on 2 devices, k = 1 round, predicted 11.3 ms per token" "$work/out" &&
+    grep -qxF "  the plan as given: not searched" "$work/out" || fail "-lw 3,1: $(cat "$work/out")"
+expect 2 "$prima" plan "${two[@]}" -lw 4
+expect 2 "$prima" plan "${two[@]}" -lw 4,x
+expect 2 "$prima" plan "${two[@]}" --gpu-layers 0,0
+expect 1 "$prima" plan "${two[@]}" -lw 5,0
+grep -q "^prima: plan: -lw 5,0: device 0 (the head) has a window of 5 layers" "$work/err" || fail "-lw 5,0: $(cat "$work/err")"
+expect 1 "$prima" plan "${two[@]}" -lw 1,1 -k 3
+grep -q "k = 3 does not match" "$work/err" || fail "-lw 1,1 -k 3: $(cat "$work/err")"
+
 # A device with room for its buffers and two streamed layers, none resident: it reads all four
 # layers per token from its 1 GB/s disk; the cost model counts two of them read ahead when the
 # ring prefetches (its room), so without prefetching the disk term counts all four: twice.
@@ -131,4 +151,6 @@ read -r _ _ us_without <<<"$without"
 profile none 1000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"
 expect 1 "$prima" plan -m "$model" --device "$work/none.json"
 grep -q "no plan" "$work/err" || fail "infeasible: $(cat "$work/err")"
+expect 1 "$prima" plan -m "$model" --device "$work/none.json" -lw 4
+grep -q "^prima: plan: -lw: device none: " "$work/err" || fail "infeasible -lw: $(cat "$work/err")"
 echo "plan_cli: ok"

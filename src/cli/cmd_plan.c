@@ -33,6 +33,10 @@ static const char usage_text[] =
     "  -m FILE          the GGUF model\n"
     "  --device FILE    a device profile (JSON); give one per device, head first (at most 32)\n"
     "  -k K             force K rounds (default: the best k from 1 to the layer count)\n"
+    "  -lw, --layer-window W,W,...\n"
+    "                   do not search: predict the plan of these windows (one per device,\n"
+    "                   head first, as prima run -lw takes them; -k must then match)\n"
+    "  --gpu-layers N,N,...  with -lw: of each device's window, the layers on its GPU\n"
     "  -c, --ctx-size N context positions the KV cache holds (default: min(4096, the model's\n"
     "                   training context))\n"
     "  -b, --batch-size N  largest batch of prompt tokens, sizes the buffers (default 512)\n"
@@ -98,6 +102,29 @@ static int parse_net(const char *s, sched_opts *o)
     return 0;
 }
 
+/* The prediction of the plan of windows lw (-lw), as a halda_result the reports print: not
+ * searched (no integer program). 0, or -1 with the error printed. */
+static int given_plan(const dev_cost *dc, int n_dev, const sched_model *sm, const sched_opts *o,
+                      const int *lw, const int *gl, halda_result *r)
+{
+    memset(r, 0, sizeof *r);
+    r->one_device = -1;
+    char err[320];
+    if (plan_from_windows(&r->plan, n_dev, sm->n_layer, lw, gl, o->k, err, sizeof err)) {
+        cli_fail("plan: -lw %s", err);
+        return -1;
+    }
+    cost_eval(dc, sm, o, &r->plan, &r->cost);
+    if (!r->cost.feasible) {
+        cli_fail("plan: -lw: %s", r->cost.why);
+        return -1;
+    }
+    r->found = r->fits = true;
+    for (int m = 0; m < n_dev; m++)
+        r->fits &= !r->cost.dev[m].overloaded;
+    return 0;
+}
+
 static int usage_error(const char *fmt, const char *arg)
 {
     char msg[512];
@@ -112,6 +139,7 @@ static int run(int argc, char **argv)
     const char *devices[PRIMA_MAX_DEVICES];
     int n_dev = 0, n_ctx = 0, n_batch = 512;
     bool json = false;
+    int lw[PRIMA_MAX_DEVICES], gl[PRIMA_MAX_DEVICES], n_lw = 0, n_gl = 0;
     sched_opts o = sched_opts_default();
     float limit;
     for (int i = 1; i < argc; i++) {
@@ -134,6 +162,12 @@ static int run(int argc, char **argv)
             if (n_dev == PRIMA_MAX_DEVICES)
                 return usage_error("more than %s devices", "32");
             devices[n_dev++] = argv[++i];
+        } else if ((!strcmp(a, "-lw") || !strcmp(a, "--layer-window")) && has_value) {
+            if (parse_counts_arg("-lw", argv[++i], lw, &n_lw))
+                return 2;
+        } else if (!strcmp(a, "--gpu-layers") && has_value) {
+            if (parse_counts_arg(a, argv[++i], gl, &n_gl))
+                return 2;
         } else if (!strcmp(a, "-k") && has_value) {
             if (parse_int_arg("-k", argv[++i], 1, 1 << 20, &o.k))
                 return 2;
@@ -163,6 +197,13 @@ static int run(int argc, char **argv)
     }
     if (!model_path || !n_dev)
         return usage_error("%s", "needs -m FILE and at least one --device FILE");
+    if (n_lw && n_lw != n_dev) {
+        cli_fail("plan: -lw gives %d window(s) for %d device(s) (head first; see prima plan "
+                 "--help)", n_lw, n_dev);
+        return 2;
+    }
+    if (n_gl && n_gl != n_lw)
+        return usage_error("%s", "--gpu-layers needs -lw, with a count for every device");
 
     char err[512];
     model *m = model_load(model_path, err, sizeof err);
@@ -189,8 +230,12 @@ static int run(int argc, char **argv)
             return cli_fail("%s", err);
     }
     halda_result r;
-    if (halda_solve(dc, n_dev, &sm, &o, &r) || halda_explain(dc, n_dev, &sm, &o, &r))
+    if (n_lw) {
+        if (given_plan(dc, n_dev, &sm, &o, lw, n_gl ? gl : NULL, &r))
+            return 1;
+    } else if (halda_solve(dc, n_dev, &sm, &o, &r) || halda_explain(dc, n_dev, &sm, &o, &r)) {
         return cli_fail("plan: %s", r.why[0] ? r.why : "the solver failed");
+    }
     if (json) {
         cJSON *j = plan_report_json(&r, dc, n_dev, &sm);
         char *s = cJSON_Print(j);

@@ -40,19 +40,6 @@ static int check_workers(const char *s)
     }
 }
 
-/* "N,N,..." (-lw, --gpu-layers): up to PRIMA_MAX_DEVICES counts, head first. */
-static int parse_counts(const char *flag, const char *s, int *out, int *n)
-{
-    *n = parse_int_list(s, 0, 1 << 20, out, PRIMA_MAX_DEVICES);
-    if (*n < 0) {
-        *n = 0;
-        cli_fail("%s: expected up to %d comma-separated layer counts (head first), got '%s'",
-                 flag, PRIMA_MAX_DEVICES, s);
-        return -1;
-    }
-    return 0;
-}
-
 int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
 {
     const char *f = argv[*i];
@@ -96,9 +83,9 @@ int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
         a->workers = v;
         return check_workers(v) ? -1 : 1;
     } else if (!strcmp(f, "-lw") || !strcmp(f, "--layer-window")) {
-        return parse_counts("-lw", v, a->lw, &a->n_lw) ? -1 : 1;
+        return parse_counts_arg("-lw", v, a->lw, &a->n_lw) ? -1 : 1;
     } else if (!strcmp(f, "--gpu-layers")) {
-        return parse_counts(f, v, a->gl, &a->n_gl) ? -1 : 1;
+        return parse_counts_arg(f, v, a->gl, &a->n_gl) ? -1 : 1;
     } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
         return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
     } else if (!strcmp(f, "--discovery-port")) {

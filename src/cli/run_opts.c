@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/run_opts.h"
+#include "cluster/plan.h"
 #include "model/spec.h"
 #include "kernels/kern.h"
 
@@ -39,6 +40,18 @@ int parse_int_list(const char *s, long lo, long hi, int *out, int max)
             return n;
         p = end + 1;
     }
+}
+
+int parse_counts_arg(const char *flag, const char *s, int *out, int *n)
+{
+    *n = parse_int_list(s, 0, 1 << 20, out, PRIMA_MAX_DEVICES);
+    if (*n < 0) {
+        *n = 0;
+        cli_fail("%s: expected up to %d comma-separated layer counts (head first), got '%s'",
+                 flag, PRIMA_MAX_DEVICES, s);
+        return -1;
+    }
+    return 0;
 }
 
 int parse_threads_arg(const char *flag, const char *s, int *out)

@@ -74,6 +74,9 @@ int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out);
 /* "N,N,...": 1 to max integers in [lo, hi], none empty. The count, or -1 with nothing printed
  * (each list's caller says what it wanted). */
 int parse_int_list(const char *s, long lo, long hi, int *out, int max);
+/* Layer counts per device for FLAG (-lw, --gpu-layers): "N,N,...", head first, up to
+ * PRIMA_MAX_DEVICES of them, into out and *n; -1 with the error printed. */
+int parse_counts_arg(const char *flag, const char *s, int *out, int *n);
 /* A thread count for FLAG: 1..KERN_MAX_THREADS, the one limit of every command (a count the
  * kernels cannot start is refused at start-up, not when a head connects). */
 int parse_threads_arg(const char *flag, const char *s, int *out);

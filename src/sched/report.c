@@ -65,8 +65,11 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
                         c->dev[m].t_disk * MS);
         fputc('\n', out);
     }
-    fprintf(out, "  solved in %.3f s (%d integer programs%s)\n", r->seconds, r->n_ilp,
-            r->cut ? ", cut short by the time limit" : "");
+    if (r->n_ilp > 0)
+        fprintf(out, "  solved in %.3f s (%d integer programs%s)\n", r->seconds, r->n_ilp,
+                r->cut ? ", cut short by the time limit" : "");
+    else
+        fprintf(out, "  the plan as given: not searched\n");
 }
 
 cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, const sched_model *sm)
