@@ -55,6 +55,22 @@ int main(void)
     REQUIRE(sched_model_from(m, 1000, 8, 2, &big, err, sizeof err) == 0, "%s", err);
     CHECK(sm.hop_bytes - big.hop_bytes == 2 * 256, "F16 hop %g vs F32 %g", big.hop_bytes, sm.hop_bytes);
     CHECK(sched_model_from(m, 0, 8, 4, &big, err, sizeof err) == -1, "context 0 accepted");
+    /* the head's weights: 512 rows, fewer than MODEL_EMBD_ROWS, so the whole embedding (Q4_K)
+     * with the output matrix (Q6_K) and its norm */
+    CHECK(sm.head_page == 512 * 144 + 512 * 256.0 * 210 / 256 + 256 * 4, "head weights %g",
+          sm.head_page);
     model_free(m);
+
+    /* A large vocabulary, untied: of the embedding, the pages of MODEL_EMBD_ROWS rows, each of
+     * them two pages at most (rows of 4608 bytes: three); tied, the whole matrix. */
+    gguf_tensor embd = {.nbytes = 128256ull * 4608}, out = {.nbytes = 128256ull * 6720},
+                norm = {.nbytes = 8192 * 4};
+    model big_vocab = {.hp = {.n_vocab = 128256}, .tok_embd = &embd, .output_norm = &norm,
+                       .output = &out};
+    CHECK(model_head_bytes(&big_vocab) == out.nbytes + norm.nbytes + MODEL_EMBD_ROWS * 3 * 4096ull,
+          "untied head %llu", (unsigned long long)model_head_bytes(&big_vocab));
+    big_vocab.output = &embd;
+    CHECK(model_head_bytes(&big_vocab) == embd.nbytes + norm.nbytes, "tied head %llu",
+          (unsigned long long)model_head_bytes(&big_vocab));
     return test_done();
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "model/model.h"
 
@@ -285,6 +286,24 @@ struct model_alloc {
     float *rope_factors;
 };
 
+/* A separate token embedding is read a row per token, at random: without readahead, a new
+ * token reads the pages of its row, not the 4-8 MiB around it (64 MiB at the first token of
+ * the 70B-like's head, then 4 MiB per new token), and the rows the text uses are what stays
+ * in memory (model_head_bytes). Tied to the output matrix, it is read whole every token. */
+static void advise_embedding(const model *m)
+{
+    if (m->output == m->tok_embd)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)m->tok_embd->data, b = a + m->tok_embd->nbytes;
+    a = (a + page - 1) & ~(page - 1);   /* whole pages of its own only */
+    b &= ~(page - 1);
+    if (b > a) {   /* hints: failing only costs reads */
+        madvise((void *)a, b - a, MADV_NOHUGEPAGE);   /* the mapping asked for 2 MB folios */
+        madvise((void *)a, b - a, MADV_RANDOM);
+    }
+}
+
 model *model_load(const char *path, char *err, size_t errlen)
 {
     gguf_file *f = gguf_open(path, err, errlen);
@@ -348,6 +367,7 @@ model *model_load(const char *path, char *err, size_t errlen)
     load_layers(&ld, m, ad);
     if (ld.failed)
         goto fail;
+    advise_embedding(m);
     return m;
 
 fail:
@@ -419,7 +439,13 @@ uint64_t model_layer_bytes(const model *m, int il)
 uint64_t model_head_bytes(const model *m)
 {
     uint64_t sum = m->tok_embd->nbytes + m->output_norm->nbytes;
-    if (m->output != m->tok_embd)
-        sum += m->output->nbytes;
-    return sum;
+    if (m->output == m->tok_embd)
+        return sum;
+    /* a separate embedding: the pages of the rows of MODEL_EMBD_ROWS tokens (a row starts
+     * anywhere in a page and may end in the next) */
+    uint64_t row = m->tok_embd->nbytes / (uint64_t)m->hp.n_vocab, page = 4096;
+    uint64_t rows = (uint64_t)m->hp.n_vocab < MODEL_EMBD_ROWS ? (uint64_t)m->hp.n_vocab : MODEL_EMBD_ROWS;
+    uint64_t used = rows * ((row + page - 1) / page + 1) * page;
+    return m->output_norm->nbytes + m->output->nbytes +
+           (used < m->tok_embd->nbytes ? used : m->tok_embd->nbytes);
 }

@@ -43,7 +43,12 @@ void model_free(model *m);
 int model_mlock(const model *m, char *err, size_t errlen);
 /* Byte range [*begin, *end) of the file holding layer il's tensors (for prefetch and planning). */
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
-/* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output). */
+/* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output) the
+ * head keeps in memory: of a token embedding separate from the output matrix, the pages of
+ * the rows of MODEL_EMBD_ROWS distinct tokens (it is read a row per token, without readahead:
+ * model_load), which text of a few thousand tokens rarely exceeds; rows beyond those are page
+ * cache the kernel reclaims first, being used least. */
+#define MODEL_EMBD_ROWS 4096
 uint64_t model_layer_bytes(const model *m, int il);
 uint64_t model_head_bytes(const model *m);
 
