@@ -133,10 +133,8 @@ static void quota_rows(const problem *pb, int k, int ymax, glp_prob *lp)
     uint32_t quota = quota_mask(pb);
     if (!quota)
         return;
-    int nc = glp_get_num_cols(lp);
-    double *coef = malloc(sizeof *coef * (size_t)(nc + 1));
-    if (!coef)
-        return;   /* no burst is then consistent-checked here: cost_eval still judges the plan */
+    int nc = glp_get_num_cols(lp);   /* <= ROW_MAX */
+    double coef[1 + ROW_MAX];
     row r = {0};
     double head = pb->dc[0].head_time * MS;
     for (int m = 0; m < pb->n; m++) {
@@ -169,7 +167,6 @@ static void quota_rows(const problem *pb, int k, int ymax, glp_prob *lp)
                 term(&r, i, coef[i]);
         add_row(lp, &r, GLP_UP, 0, big + s * head - s * own_head);
     }
-    free(coef);
 }
 
 /* The integer program for exactly k rounds; objective in milliseconds without the head's
