@@ -200,21 +200,24 @@ static void random_scenarios(void)
     }
 }
 
+/* n alike devices for hand-worked cases: 10 ms per layer (compute part given), 1 ms hops, a
+ * 1 GB/s disk, ram MiB each, the head's work 2 ms; named PREFIX0, PREFIX1, ... */
+static void alike(dev_cost *dc, int n, const char *prefix, double compute, double ram)
+{
+    for (int m = 0; m < n; m++) {
+        dc[m] = (dev_cost){.cpu_layer = 10e-3, .cpu_compute = compute, .hop = 1e-3,
+                           .disk_bps = 1e9, .ram = ram * MIB, .head_time = m == 0 ? 2e-3 : 0};
+        snprintf(dc[m].name, sizeof dc[m].name, "%s%d", prefix, m);
+    }
+}
+
 /* Three devices by hand: the expected plan and its cost worked out on paper. */
 static void hand_computed(void)
 {
     sched_model sm = small_model(6);
     sm.kv_bytes = 0;
-    dev_cost dc[3] = {0};
-    for (int m = 0; m < 3; m++) {
-        snprintf(dc[m].name, sizeof dc[m].name, "h%d", m);
-        dc[m].cpu_layer = 10e-3;
-        dc[m].cpu_compute = 6e-3;
-        dc[m].hop = 1e-3;
-        dc[m].disk_bps = 1e9;
-        dc[m].ram = 1000 * MIB;
-    }
-    dc[0].head_time = 2e-3;
+    dev_cost dc[3];
+    alike(dc, 3, "h", 6e-3, 1000);
     dc[1].cpu_layer = 5e-3;          /* twice as fast */
     dc[1].cpu_compute = 5e-3;
     sched_opts o = sched_opts_default();
@@ -281,14 +284,8 @@ static void quota_bursts(void)
 {
     sched_model sm = small_model(8);
     sm.kv_bytes = 0;
-    dev_cost dc[2] = {0};
-    for (int m = 0; m < 2; m++) {
-        snprintf(dc[m].name, sizeof dc[m].name, "q%d", m);
-        dc[m].cpu_layer = dc[m].cpu_compute = 10e-3;
-        dc[m].hop = 1e-3;
-        dc[m].ram = 2000 * MIB;
-    }
-    dc[0].head_time = 2e-3;
+    dev_cost dc[2];
+    alike(dc, 2, "q", 10e-3, 2000);
     dc[1].burst = 0.5;
     dc[1].burst_period = 0.1;
     sched_opts o = sched_opts_default();
