@@ -287,9 +287,10 @@ struct model_alloc {
 };
 
 /* A separate token embedding is read a row per token, at random: without readahead, a new
- * token reads the pages of its row, not the 4-8 MiB around it (64 MiB at the first token of
- * the 70B-like's head, then 4 MiB per new token), and the rows the text uses are what stays
- * in memory (model_head_bytes). Tied to the output matrix, it is read whole every token. */
+ * token reads the pages of its row, not the megabytes around it (the 14B-like on the
+ * emulator's desktop: 2-4 MiB per new token with readahead and 2 MB folios, 4-8 KiB without),
+ * and the rows the text uses are what stays in memory (model_head_bytes). Tied to the output
+ * matrix, it is read whole every token. */
 static void advise_embedding(const model *m)
 {
     if (m->output == m->tok_embd)
