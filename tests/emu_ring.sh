@@ -68,6 +68,15 @@ wait "$emu_pid" || fail "prima-emu run --head-command 'bench serve' failed: $(ta
 [[ $(jq -s 'map(select(.op == "serve aggregate 1" and .value > 0)) | length' "$work/serve.json") == 1 ]] ||
     fail "bench serve through the emulator: $(cat "$work/serve.json")"
 
+# A device's profile records its CPU quota and the quota's period (the cost model lets a device
+# whose work fits them compute at full speed): one CPU for two threads, the default period.
+"$emu" shell "$work/cluster.json" --model "$work/model.gguf" --out "$work/out-profile" -q -- \
+    "$emu" in w1 -- "$prima" profile -m "$work/model.gguf" -t 2 --json > "$work/profile.json" &
+emu_pid=$!
+wait "$emu_pid" || fail "prima profile in an emulated device failed"
+[[ $(jq -c '[.cpu.quota, .cpu.quota_period]' "$work/profile.json") == "[1,0.1]" ]] ||
+    fail "profile under a quota of one CPU: $(jq -c .cpu "$work/profile.json")"
+
 left=$( { ip netns list | grep -E "^prima-emu-$emu_pid-"; ip -o link show | grep -E ": pe${emu_pid}(br|h[0-9]+)[:@]";
           find /sys/fs/cgroup -maxdepth 2 -name "prima-emu-$emu_pid"; } 2>/dev/null)
 [[ -z $left ]] || fail "the emulator left behind: $left"
