@@ -1,4 +1,3 @@
-#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -11,13 +10,10 @@
 #include <unistd.h>
 
 #include "cluster/pager.h"
+#include "gguf/pages.h"
 
 /* Work is done in chunks so that a newer request can cut an outdated one short. */
 #define CHUNK_BYTES (4u << 20)
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22   /* Linux 5.14 */
-#endif
 
 struct pager {
     int fd;
@@ -25,7 +21,6 @@ struct pager {
     uint64_t size;
     uint64_t page;
     enum prefetch_method method;
-    bool populate;                 /* MADV_POPULATE_READ works here */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t cond;
@@ -96,26 +91,6 @@ static void hint_chunk(pager *p, uint64_t b, uint64_t e)
         madvise((void *)(p->map + b), e - b, MADV_WILLNEED);
 }
 
-/* Read a chunk in and map it, waiting for the data: MADV_POPULATE_READ faults its pages in as
- * compute would, in one call; before Linux 5.14, one byte per page. Faults read through the
- * kernel's readahead, which caches the file in large folios that map as 2 MB pages; a
- * MADV_WILLNEED hint first had it read in 4 KB pages (gguf/pages.h): a worker's 48 layers of
- * the 14B-like had 110 of 1659 MB in 2 MB mappings that way, 1649 MB now, and decoded at
- * 57.7-61.2 ms per token against 52.5-59.5 (two alternating pairs). */
-static void touch_chunk(pager *p, uint64_t b, uint64_t e)
-{
-    if (p->populate) {
-        if (madvise((void *)(p->map + b), e - b, MADV_POPULATE_READ) == 0)
-            return;
-        p->populate = errno != EINVAL;   /* an older kernel; otherwise a transient failure */
-    }
-    const volatile uint8_t *q = p->map;
-    uint8_t sink = 0;
-    for (uint64_t o = b; o < e; o += p->page)
-        sink ^= q[o];
-    (void)sink;
-}
-
 static bool superseded(pager *p)
 {
     pthread_mutex_lock(&p->lock);
@@ -147,9 +122,13 @@ static void *pager_main(void *arg)
         for (int i = 0; i < j->n_drop; i++)
             drop_range(p, j->drop[i]);
         /* MADVISE and FADVISE hint the whole window, so the disk sees all of it queued and
-         * reads exactly the window; TOUCH reads it chunk by chunk through faults, whose
-         * readahead runs up to 8 MiB past the window but reads faster (1.0-2.3 GB/s against
-         * 0.2-1.4 for hints then touches, this VM's disk) and in 2 MB pages. */
+         * reads exactly the window; TOUCH reads it chunk by chunk through faults, waiting for
+         * the data (pages_populate), whose readahead runs up to 8 MiB past the window but reads
+         * faster (1.0-2.3 GB/s against 0.2-1.4 for hints then touches, this VM's disk) and
+         * caches large folios that map as 2 MB pages; a MADV_WILLNEED hint first had it read in
+         * 4 KB pages: a worker's 48 layers of the 14B-like had 110 of 1659 MB in 2 MB mappings
+         * that way, 1649 MB now, and decoded at 57.7-61.2 ms per token against 52.5-59.5 (two
+         * alternating pairs). */
         for (int i = 0; i < j->n_fetch && !superseded(p); i++) {
             uint64_t b = j->fetch[i].begin / p->page * p->page;
             uint64_t e = j->fetch[i].end > p->size ? p->size : j->fetch[i].end;
@@ -160,7 +139,7 @@ static void *pager_main(void *arg)
                 if (chunk_resident(p, b, ce))
                     continue;
                 if (p->method == PREFETCH_TOUCH)
-                    touch_chunk(p, b, ce);
+                    pages_populate(p->map + b, ce - b);
                 else
                     hint_chunk(p, b, ce);
             }
@@ -190,7 +169,6 @@ pager *pager_create(const char *path, const uint8_t *map, uint64_t size,
     p->size = size;
     p->page = (uint64_t)sysconf(_SC_PAGESIZE);
     p->method = method;
-    p->populate = true;
     pthread_mutex_init(&p->lock, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->busy = true;   /* until the thread has started and parked */

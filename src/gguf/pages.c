@@ -70,10 +70,9 @@ int64_t pages_huge_bytes(const void *p, size_t len)
     return (int64_t)total;
 }
 
-/* Fault the whole range in (reading it from the file where it is not cached). */
-static void populate(void *p, size_t n)
+void pages_populate(const void *p, size_t n)
 {
-    if (madvise(p, n, MADV_POPULATE_READ) == 0)
+    if (madvise((void *)p, n, MADV_POPULATE_READ) == 0)
         return;
     /* Kernels before 5.14: touch every page. */
     volatile const uint8_t *b = p;
@@ -107,7 +106,7 @@ static bool reread(int fd, void *p, size_t n, off_t off)
     if (fdatasync(fd) != 0 || madvise(p, n, MADV_DONTNEED) != 0 ||
         posix_fadvise(fd, off, (off_t)n, POSIX_FADV_DONTNEED) != 0)
         return false;
-    populate(p, n);
+    pages_populate(p, n);
     return mostly_huge(p, n);
 }
 
@@ -150,7 +149,7 @@ int pages_make_huge(const void *map, const void *p, size_t len, const char *path
     rep->bytes = n;
     /* Advice first: pages read from now on come in as large folios and map as 2 MB. */
     madvise(r, n, MADV_HUGEPAGE);
-    populate(r, n);
+    pages_populate(r, n);
     int rc = 0;
     if (mostly_huge(r, n)) {
         rep->method = PAGES_FILE;

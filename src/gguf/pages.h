@@ -46,6 +46,9 @@ typedef struct pages_report {
 /* Bytes of [p, p + len) mapped by 2 MB pages in this process (FilePmdMapped + AnonHugePages of
  * the mappings it overlaps, clipped to the range), or -1 if /proc/self/smaps is unavailable. */
 int64_t pages_huge_bytes(const void *p, size_t len);
+/* Fault [p, p + n) in, reading from the file what is not cached: MADV_POPULATE_READ, or on
+ * kernels before 5.14 a load per page. Returns once the data is mapped. */
+void pages_populate(const void *p, size_t n);
 
 /* Back [p, p + len), part of a read-only MAP_SHARED mapping of the file `path` that starts at
  * file offset 0 at address `map`, with 2 MB pages, reading it in. Pointers into the range stay
