@@ -107,11 +107,9 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
                     (sm->embd_row_bytes + SAMPLING_PASSES * 4.0 * sm->n_vocab) / p->mem_bw;
     if (is_head)
         dc->fixed_page = sm->head_page;
-    dc->burst = 1;
-    if (p->cpu_quota > 0 && p->cpu_quota < p->threads) {   /* the profile's rates: sustained */
-        dc->burst = p->cpu_quota / p->threads;
+    dc->burst = profile_quota_share(p);   /* the profile's rates are the sustained ones */
+    if (dc->burst < 1)
         dc->burst_period = p->cpu_quota_period > 0 ? p->cpu_quota_period : CFS_DEFAULT_PERIOD;
-    }
     return 0;
 }
 

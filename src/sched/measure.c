@@ -782,7 +782,7 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
         goto done;
     }
     p->cpu_quota = cpu_quota(&p->cpu_quota_period);
-    double share = p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
+    double share = profile_quota_share(p);
     double bws[3], fmas[3];
     int n_bw = 3;
     for (int i = 0; i < n_bw; i++) {

@@ -228,6 +228,11 @@ double parse_cpu_quota(const char *quota, const char *period, double *period_s)
     return q / per;
 }
 
+double profile_quota_share(const dev_profile *p)
+{
+    return p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
+}
+
 /* A "key value" line of memory.stat; false if absent. */
 static bool stat_field(const char *text, const char *key, uint64_t *v)
 {
