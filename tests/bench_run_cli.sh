@@ -28,6 +28,8 @@ refused --search 41
 refused --search x
 refused --search 3 --search-reps 0
 refused --search-reps 10
+refused --search 3 --search-confirm 10
+refused --search 3 --search-confirm x
 refused --tokens 0
 refused --tokens 1x
 refused --warmup -1
