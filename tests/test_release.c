@@ -1,6 +1,7 @@
 /* Which layers a device streams (drops after computing and reads again next token) under each
  * release policy, against budgets worked out by hand: `auto` keeps the first layers in ring
- * order that fit beside room for two of its largest layers in flight, and streams the rest. */
+ * order that fit beside room for two of its largest layers in flight, and the start of the
+ * next as far as the budget reaches, and streams the rest. */
 #include <string.h>
 
 #include "cluster/device.h"
@@ -31,17 +32,20 @@ static ring_plan plan2(int n_layer, int w0, int w1, int k)
     return p;
 }
 
-/* One character per layer of the model: '.' another device's, 'r' resident, 's' streamed. */
+static uint64_t kept;   /* of the last pattern's cut layer */
+
+/* One character per layer of the model: '.' another device's, 'r' resident, 's' streamed, 'p'
+ * streamed but for its first `kept` bytes. */
 static const char *pattern(const ring_model *m, const ring_plan *p, int rank,
                            enum release_policy policy, uint64_t budget, int *n)
 {
     static char out[MAX_LAYERS + 1];
     int cut;
-    *n = device_streamed_layers(m, p, rank, policy, budget, &cut);
+    *n = device_streamed_layers(m, p, rank, policy, budget, &cut, &kept);
     bool owns[MAX_LAYERS];
     plan_owned_layers(p, rank, owns);
     for (int il = 0; il < p->n_layer; il++)
-        out[il] = !owns[il] ? '.' : il >= cut ? 's' : 'r';
+        out[il] = !owns[il] ? '.' : il == cut && kept ? 'p' : il >= cut ? 's' : 'r';
     out[p->n_layer] = 0;
     return out;
 }
@@ -52,7 +56,7 @@ static void expect(const ring_model *m, const ring_plan *p, int rank, enum relea
     int n, streamed = 0;
     const char *got = pattern(m, p, rank, policy, budget, &n);
     for (const char *c = want; *c; c++)
-        streamed += *c == 's';
+        streamed += *c == 's' || *c == 'p';
     CHECK(strcmp(got, want) == 0 && n == streamed,
           "device %d, policy %d, budget %llu: %s (%d streamed), want %s", rank, policy,
           (unsigned long long)budget, got, n, want);
@@ -66,11 +70,15 @@ int main(void)
     expect(&m, &p, 1, RELEASE_NEVER, 1, ".rr.rr.rr.rr");
     expect(&m, &p, 1, RELEASE_ALWAYS, 1u << 30, ".ss.ss.ss.ss");
     expect(&m, &p, 1, RELEASE_AUTO, 800, ".rr.rr.rr.rr");   /* everything fits */
-    /* 799: room for 799 - 2 * 100 = 599 bytes of resident layers, so five. */
-    expect(&m, &p, 1, RELEASE_AUTO, 799, ".rr.rr.rs.ss");
-    expect(&m, &p, 1, RELEASE_AUTO, 699, ".rr.rr.ss.ss");
+    /* 799: room for 799 - 2 * 100 = 599 bytes of resident layers: five, and 99 bytes of the
+     * sixth, which streams the rest. */
+    expect(&m, &p, 1, RELEASE_AUTO, 799, ".rr.rr.rp.ss");
+    CHECK(kept == 99, "799: %llu bytes of the cut layer kept, want 99", (unsigned long long)kept);
+    expect(&m, &p, 1, RELEASE_AUTO, 700, ".rr.rr.rs.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 699, ".rr.rr.ps.ss");
     expect(&m, &p, 1, RELEASE_AUTO, 300, ".rs.ss.ss.ss");
-    expect(&m, &p, 1, RELEASE_AUTO, 299, ".ss.ss.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 250, ".ps.ss.ss.ss");
+    expect(&m, &p, 1, RELEASE_AUTO, 200, ".ss.ss.ss.ss");
     expect(&m, &p, 1, RELEASE_AUTO, 0, ".ss.ss.ss.ss");
 
     /* The head's own weights (300 bytes) are always in use: they come off its room first.
@@ -81,6 +89,8 @@ int main(void)
     expect(&m, &p, 0, RELEASE_AUTO, 1000, "r..r..r..r..r..r..r..r..");
     m = model(24, 100, 300);
     expect(&m, &p, 0, RELEASE_AUTO, 1000, "r..r..r..r..r..s..s..s..");
+    expect(&m, &p, 0, RELEASE_AUTO, 1040, "r..r..r..r..r..p..s..s..");
+    CHECK(kept == 40, "1040: %llu bytes of the cut layer kept, want 40", (unsigned long long)kept);
     expect(&m, &p, 0, RELEASE_AUTO, 1100, "r..r..r..r..r..r..r..r..");
 
     /* One window (k = 1) streams too: the layers beyond the budget cycle through the room,
@@ -89,14 +99,17 @@ int main(void)
     m = model(10, 100, 0);
     p = plan2(10, 2, 8, 1);
     expect(&m, &p, 1, RELEASE_AUTO, 500, "..rrrsssss");
+    expect(&m, &p, 1, RELEASE_AUTO, 550, "..rrrpssss");
     expect(&m, &p, 1, RELEASE_AUTO, 800, "..rrrrrrrr");
     expect(&m, &p, 1, RELEASE_ALWAYS, 0, "..rrrrrrrr");
     /* the room is sized by the largest layer: layer 9 of 300 bytes leaves 900 - 600 = 300 */
     end[9] += 200;
     expect(&m, &p, 1, RELEASE_AUTO, 900, "..rrrsssss");
+    expect(&m, &p, 1, RELEASE_AUTO, 950, "..rrrpssss");
 
-    /* The budget a scheduler sends for R resident layers gives back exactly R, on the head (its
-     * own weights) and on a worker, with uneven layers (layer 9 is 300 bytes here) */
+    /* The budget a scheduler sends for R resident layers gives back exactly R, whole and
+     * fractional, on the head (its own weights) and on a worker, with uneven layers (layer 9
+     * is 300 bytes here) */
     m = model(12, 100, 250);
     end[9] += 200;
     p = plan2(12, 1, 2, 4);
@@ -107,16 +120,22 @@ int main(void)
             if (il % 3 == 0 ? rank == 0 : rank == 1)
                 mine[owned++] = il;
         uint64_t room = DEVICE_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
-        for (int want = 0; want <= owned; want++) {
-            int cut, n = device_streamed_layers(&m, &p, rank, RELEASE_AUTO,
-                                                device_weight_budget(&m, &p, rank, want), &cut);
+        for (int quarter = 0; quarter <= 4 * owned; quarter++) {
+            double want = quarter / 4.0;
+            int whole = quarter / 4, cut;
+            uint64_t keep;
+            int n = device_streamed_layers(&m, &p, rank, RELEASE_AUTO,
+                                           device_weight_budget(&m, &p, rank, want), &cut, &keep);
             /* what is left over fits in the room: then every layer stays */
-            uint64_t left = 0;
-            for (int i = want; i < owned; i++)
+            uint64_t left = 0, part = 0;
+            for (int i = whole; i < owned; i++)
                 left += end[mine[i]] - begin[mine[i]];
-            int expect_n = left <= room ? 0 : owned - want;
-            CHECK(n == expect_n, "device %d, %d resident wanted: %d streamed from layer %d", rank,
-                  want, n, cut);
+            if (whole < owned)
+                part = (uint64_t)((want - whole) * (double)(end[mine[whole]] - begin[mine[whole]]));
+            bool all = left - part <= room;
+            CHECK(all ? n == 0 : n == owned - whole && cut == mine[whole] && keep == part,
+                  "device %d, %.2f resident wanted: %d streamed from layer %d, %llu bytes kept",
+                  rank, want, n, cut, (unsigned long long)keep);
         }
     }
 
@@ -124,6 +143,7 @@ int main(void)
     m = model(10, 100, 0);
     p = plan2(10, 1, 2, 4);
     expect(&m, &p, 1, RELEASE_ALWAYS, 0, ".ss.ss.ss.");
-    expect(&m, &p, 1, RELEASE_AUTO, 599, ".rr.rs.ss.");
+    expect(&m, &p, 1, RELEASE_AUTO, 599, ".rr.rp.ss.");
+    expect(&m, &p, 1, RELEASE_AUTO, 500, ".rr.rs.ss.");
     return test_done();
 }

@@ -51,19 +51,45 @@ static int next_window(const device *d, int round)
     return -1;
 }
 
-/* What to read ahead of computing window `round`: its resident layers (already in memory after
- * the first token, so the pager skips them) and the first streamed ones that fit the room. */
+/* The part of layer il this device streams (drops once computed, reads again next token): none
+ * before the cut, the tail past the resident prefix in the cut's own layer, all of it after
+ * (an empty range when none, or when a GPU holds the layer). */
+static byte_range streamed_part(const device *d, int il)
+{
+    uint64_t b = d->m->layer_begin[il], e = d->m->layer_end[il];
+    if (il < d->cut || (d->layers.in_vram && d->layers.in_vram(d->layers.ctx, il)))
+        return (byte_range){e, e};
+    if (il == d->cut && d->cut_offset > b)
+        b = d->cut_offset;
+    return (byte_range){b, e};
+}
+
+/* What to read ahead of computing window `round`: its resident layers and the cut layer's
+ * resident prefix (already in memory after the first token, so the pager skips them), then
+ * the first streamed bytes that fit the room. At most last - first + 1 ranges. */
 static int fetch_ranges(const device *d, int round, byte_range *out)
 {
     int first, last;
     plan_range(&d->plan, d->rank, round, &first, &last);
     int split = stream_start(d, first, last);
-    int end = split + DEVICE_STREAM_ROOM_LAYERS < last ? split + DEVICE_STREAM_ROOM_LAYERS : last;
-    return layer_ranges(d, first, end, out);
+    int n = layer_ranges(d, first, split, out);
+    uint64_t room = d->room_bytes;
+    for (int il = split; il < last && room > 0; il++) {
+        byte_range s = streamed_part(d, il);
+        if (s.begin == s.end)
+            continue;
+        if (s.begin > d->m->layer_begin[il])
+            out[n++] = (byte_range){d->m->layer_begin[il], s.begin};
+        uint64_t len = s.end - s.begin < room ? s.end - s.begin : room;
+        out[n++] = (byte_range){s.begin, s.begin + len};
+        room -= len;
+    }
+    return n;
 }
 
 int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
-                           enum release_policy policy, uint64_t mem_budget, int *cut)
+                           enum release_policy policy, uint64_t mem_budget, int *cut,
+                           uint64_t *keep)
 {
     uint64_t owned = rank == 0 ? m->head_bytes : 0, largest = 0;
     int windows = 0, n_owned = 0, first_owned = p->n_layer;
@@ -80,6 +106,7 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
         }
     }
     *cut = p->n_layer;
+    *keep = 0;
     if (n_owned == 0 || policy == RELEASE_NEVER ||
         (policy == RELEASE_AUTO && owned <= mem_budget)) {
         return 0;
@@ -93,8 +120,10 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
     }
     /* auto on a device that cannot hold everything: its first layers in ring order (the
      * lowest) stay resident for good while they fit beside the head's weights and the room for
-     * the streamed layers in flight; from the first that does not fit on, every layer is
-     * streamed, so streaming never evicts a resident layer. */
+     * the streamed layers in flight, and so does the start of the first one that does not fit,
+     * as much of it as the rest of the budget holds (a budget is filled to the byte: on a small
+     * device the part of a layer left over is a large share of it); from there on everything
+     * is streamed, so streaming never evicts a resident byte. */
     uint64_t fixed = (rank == 0 ? m->head_bytes : 0) + DEVICE_STREAM_ROOM_LAYERS * largest;
     uint64_t room = mem_budget > fixed ? mem_budget - fixed : 0;
     int n = 0;
@@ -107,15 +136,17 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
                 room -= b;
                 continue;
             }
-            if (*cut == p->n_layer)
+            if (*cut == p->n_layer) {
                 *cut = il;
+                *keep = room;
+            }
             n++;
         }
     }
     return n;
 }
 
-uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, int resident)
+uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, double resident)
 {
     uint64_t kept = rank == 0 ? m->head_bytes : 0, all = kept, largest = 0;
     int n = 0;
@@ -124,7 +155,10 @@ uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank,
         plan_range(p, rank, r, &first, &last);
         for (int il = first; il < last; il++, n++) {
             uint64_t b = m->layer_end[il] - m->layer_begin[il];
-            kept += n < resident ? b : 0;
+            if (n + 1 <= resident)
+                kept += b;
+            else if (n < resident)   /* the resident share of the cut layer */
+                kept += (uint64_t)((resident - n) * (double)b);
             all += b;
             largest = b > largest ? b : largest;
         }
@@ -143,15 +177,28 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
     d->plan = *p;
     d->rank = rank;
     d->layers = *layers;
-    d->scratch = calloc((size_t)m->n_layer, sizeof *d->scratch);
-    d->scratch2 = calloc((size_t)m->n_layer, sizeof *d->scratch2);
+    d->scratch = calloc((size_t)m->n_layer + 1, sizeof *d->scratch);
+    d->scratch2 = calloc((size_t)m->n_layer + 1, sizeof *d->scratch2);
     if (!d->scratch || !d->scratch2) {
         device_free(d);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
     d->prefetch = o->prefetch;
-    d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut);
+    uint64_t keep;
+    d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut, &keep);
+    if (d->cut < m->n_layer) {
+        d->cut_offset = m->layer_begin[d->cut] + keep;   /* the pager drops whole pages only */
+        for (int r = 0; r < p->k; r++) {
+            int first, last;
+            plan_range(p, rank, r, &first, &last);
+            for (int il = first; il < last; il++) {
+                uint64_t lb = m->layer_end[il] - m->layer_begin[il];
+                d->room_bytes = lb > d->room_bytes ? lb : d->room_bytes;
+            }
+        }
+        d->room_bytes *= DEVICE_STREAM_ROOM_LAYERS;
+    }
     int windows = 0;
     for (int r = 0; r < p->k; r++)
         windows += !window_empty(d, r);
@@ -215,11 +262,9 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
      * ms per token with it, 517-520 without, docs/ring.md). */
     for (int il = split; il < last && rc == 0; il++) {
         rc = d->layers.eval(d->layers.ctx, hidden, n, pos, seq, il, il + 1);
-        if (il + 1 < last) {
-            int nd = layer_ranges(d, il, il + 1, d->scratch);
-            if (nd)
-                pager_request(d->pg, d->scratch, nd, NULL, 0);
-        }
+        byte_range s = streamed_part(d, il);
+        if (il + 1 < last && s.begin < s.end)
+            pager_request(d->pg, &s, 1, NULL, 0);
     }
     d->cur.compute_ns += (uint64_t)(net_now_ns() - t0);
     uint64_t faults = process_major_faults() - f0;
@@ -244,7 +289,8 @@ void device_handed_on(device *d, int round)
      * makes sense. */
     if (next == round && split == last)
         return;
-    int n_drop = split < last ? layer_ranges(d, last - 1, last, d->scratch) : 0;
+    d->scratch[0] = streamed_part(d, last - 1);
+    int n_drop = split < last && d->scratch[0].begin < d->scratch[0].end;
     int n_fetch = d->prefetch ? fetch_ranges(d, next, d->scratch2) : 0;
     if (n_drop || n_fetch)
         pager_request(d->pg, d->scratch, n_drop, d->scratch2, n_fetch);

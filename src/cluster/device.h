@@ -62,6 +62,9 @@ typedef struct device {
     pager *pg;                     /* NULL when neither prefetching nor releasing */
     bool prefetch;
     int cut;                       /* owned layers from this one on are streamed (n_layer: none) */
+    uint64_t cut_offset;           /* ... from this file offset on: the cut layer's start stays */
+    uint64_t room_bytes;           /* streamed bytes in memory at a time: DEVICE_STREAM_ROOM_LAYERS
+                                    * of its largest layers */
     int n_streamed;                /* how many layers are streamed */
     ring_counters cur;             /* this batch so far */
     int64_t idle_since;
@@ -80,19 +83,23 @@ bool device_visits(const ring_plan *p, int rank, int round);
 #define DEVICE_STREAM_ROOM_LAYERS 2
 
 /* The layers of device `rank` that the release policy streams (drops after computing, so they
- * are read again next token): those from *cut on (n_layer: none); returns how many.
+ * are read again next token): those from *cut on (n_layer: none), except the first *keep
+ * bytes of layer *cut, which stay; returns how many layers stream, whole or in part.
  * never: none. always: all, when the device has more than one window. auto: none when its
  * layers (and, on the head, the head's own weights) fit in mem_budget; otherwise its first
  * layers in ring order stay resident while they fit beside the head's weights and room for
- * DEVICE_STREAM_ROOM_LAYERS of its largest layers, and the others are streamed one layer at a
- * time: the pager reads the first ones while the token is on the other devices, compute's own
- * faults (with the kernel's readahead) the rest, and each is dropped once computed. */
+ * DEVICE_STREAM_ROOM_LAYERS of its largest layers, then the start of the next one as far as
+ * the budget reaches, and the rest is streamed one layer at a time: the pager reads the room's
+ * worth while the token is on the other devices, compute's own faults (with the kernel's
+ * readahead) the rest, and each is dropped once computed. */
 int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
-                           enum release_policy policy, uint64_t mem_budget, int *cut);
-/* The mem_budget with which `auto` keeps exactly the first `resident` layers of device `rank`
- * resident and streams the others (every layer resident when `resident` covers them, or when
- * the others fit in the room anyway): what a scheduler sends in ring_plan.weight_budget. */
-uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, int resident);
+                           enum release_policy policy, uint64_t mem_budget, int *cut,
+                           uint64_t *keep);
+/* The mem_budget with which `auto` keeps exactly `resident` layers of device `rank` resident
+ * (its first floor(resident) layers in ring order and that fraction of the next one) and
+ * streams the others (every layer resident when `resident` covers them, or when the others
+ * fit in the room anyway): what a scheduler sends in ring_plan.weight_budget. */
+uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, double resident);
 int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
                 const ring_layers *layers, const device_opts *o, char *err, size_t errlen);
 void device_free(device *d);

@@ -439,9 +439,11 @@ static void apply_plan(wsession *s, const frame *f)
     char layers[256];
     plan_format_layers(p, s->rank, layers, sizeof layers);
     const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
+    const device *dv = &s->dev;
+    double kept = dv->cut < p->n_layer ? (double)(dv->cut_offset - m->layer_begin[dv->cut]) : 0;
     wlog(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
-         "layer(s) (from layer %d), prefetch %s", s->rank, p->n_dev, p->k, layers, n_gpu,
-         s->dev.n_streamed, s->dev.cut, prefetch);
+         "layer(s) (from layer %d, whose first %.1f MiB stay), prefetch %s", s->rank, p->n_dev,
+         p->k, layers, n_gpu, dv->n_streamed, dv->cut, kept / (1 << 20), prefetch);
     if (note[0])
         wlog(w, "%s", note);
     if (w->o.stats) {
@@ -453,6 +455,7 @@ static void apply_plan(wsession *s, const frame *f)
             cJSON_AddStringToObject(o, "layers", layers);
             cJSON_AddNumberToObject(o, "gpu_layers", n_gpu);
             cJSON_AddNumberToObject(o, "streaming", s->dev.n_streamed);
+            cJSON_AddNumberToObject(o, "cut_layer_kept_bytes", kept);
             cJSON_AddNumberToObject(o, "weight_budget", (double)dopt.mem_budget);
             cJSON_AddStringToObject(o, "prefetch", prefetch);
         }

@@ -255,12 +255,12 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
                            c->ram / MIB);
                 return;
             }
-            /* whole layers, as the pager keeps them (cluster/device.h) */
-            double keep = floor((c->ram - d->anon - fixed_page - room) / b + 1e-9);
-            d->resident_layers = b > 0 && keep < y - off ? (int)keep : y - off;
-            int streamed = y - off - d->resident_layers;
+            /* to the byte, as the pager keeps them (cluster/device.h) */
+            double keep = b > 0 ? (c->ram - d->anon - fixed_page - room) / b : y - off;
+            d->resident_layers = keep < y - off ? keep : y - off;
+            double streamed = y - off - d->resident_layers;
             d->disk_bytes = streamed * b;
-            int ahead = o->prefetch ? DEVICE_STREAM_ROOM_LAYERS : 0;
+            double ahead = o->prefetch ? DEVICE_STREAM_ROOM_LAYERS : 0;
             if (streamed > ahead)
                 d->t_disk = (streamed - ahead) * b / c->disk_bps;
         }

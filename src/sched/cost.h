@@ -53,9 +53,12 @@
  *
  * Disk: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the paper;
  * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, as
- * many whole layers as fit beside anon, the head's weights and a room of
+ * many bytes of them as fit beside anon, the head's weights and a room of
  * DEVICE_STREAM_ROOM_LAYERS layers (the one being computed, the next one being read), and the
- * others stream through the room, read again every token: disk bytes = streamed layers. The
+ * rest streams through the room, read again every token: disk bytes = streamed layers. The
+ * resident part ends inside a layer, so its count is fractional and the stall below grows
+ * smoothly with the overflow: a budget short by a tenth of a layer costs a tenth of a layer's
+ * read, not a whole one. The
  * room's worth is read while the token is on the other devices (the pager reads the first
  * streamed layers of a window at the hand-off before it); each streamed layer beyond the room
  * is read while it is needed, so the ring stalls for
@@ -161,7 +164,8 @@ typedef struct dev_result {
     int layers, gpu_layers;
     bool overloaded;       /* reads weights from disk every token */
     double anon, page, vram, budget;  /* bytes: expected use and the RAM budget */
-    int resident_layers;   /* CPU layers kept in RAM for good (all of them unless overloaded) */
+    double resident_layers;/* CPU layers kept in RAM for good (all of them unless overloaded;
+                            * a fraction is the start of a layer whose rest streams) */
     double disk_bytes;     /* read per token (the streamed layers) */
     double t_compute, t_memory, t_gpu, t_disk, t_net;
     double t_wait;         /* time per token this device waits for the others */

@@ -204,7 +204,7 @@ static glp_prob *build(const problem *pb, int k)
         set_col(lp, col(m, C_U), GLP_BV, 0, u_fixed || pb->force_in == m ? 1 : 0, 1);
         set_col(lp, col(m, C_H), GLP_BV, 0, 0, gpu ? 1 : 0);
         set_col(lp, col(m, C_E), GLP_CV, may_overload ? GLP_LO : GLP_FX, 0, 0);
-        set_col(lp, col(m, C_R), GLP_IV, may_overload ? GLP_DB : GLP_FX, 0, may_overload ? ymax : 0);
+        set_col(lp, col(m, C_R), GLP_CV, may_overload ? GLP_DB : GLP_FX, 0, may_overload ? ymax : 0);
 
         bool burst = quota >> m & 1;
         set_col(lp, col(m, C_T), GLP_CV, burst ? GLP_LO : GLP_FX, 0, 0);

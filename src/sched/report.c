@@ -24,7 +24,7 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
             "disk MiB/tok");
     for (int m = 0; m < n_dev; m++) {
         const dev_result *d = &c->dev[m];
-        fprintf(out, "  %-2d %-16.16s %-7s %-3s %6d %4d %6d %8d %10.2f %10.2f %10.2f %11.1f%s\n", m,
+        fprintf(out, "  %-2d %-16.16s %-7s %-3s %6d %4d %6d %8.1f %10.2f %10.2f %10.2f %11.1f%s\n", m,
                 dc[m].name, os_class_name(dc[m].os), cost_device_set(&dc[m], d), r->plan.window[m],
                 r->plan.gpu_layers[m], d->layers, d->resident_layers, d->anon / GIB,
                 (d->page < d->budget - d->anon ? d->page : d->budget - d->anon) / GIB,
