@@ -516,7 +516,7 @@ static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen
     const ring_opts *o = &r->o;
     uint64_t budget = r->plan.weight_budget[0];
     device_opts dopt = {.prefetch = o->prefetch, .release = o->release, .method = o->method,
-                        .mem_budget = budget ? budget : sysmem_budget()};
+                        .mem_budget = budget ? budget : sysmem_weight_budget()};
     if (device_init(&r->dev, r->m, &r->plan, 0, head, &dopt, err, errlen))
         return -1;
     r->dev_init = true;

@@ -95,3 +95,8 @@ uint64_t sysmem_budget(void)
     uint64_t other = usage > cache ? usage - cache : 0;
     return limit > other ? limit - other : 0;
 }
+
+uint64_t sysmem_weight_budget(void)
+{
+    return (uint64_t)((double)sysmem_budget() * (1 - SYSMEM_RESERVE));
+}

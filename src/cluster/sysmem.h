@@ -11,4 +11,12 @@
 /* Bytes; 0 when nothing can be read (not Linux). */
 uint64_t sysmem_budget(void);
 
+/* The share of a budget left to the rest of the system: the scheduler's default reserve
+ * (sched/cost.h). A device whose plan sets no weight budget (windows given by hand, or a plan
+ * by memory) leaves it too, so that a plan runs under the same rule whoever made it. */
+#define SYSMEM_RESERVE 0.03
+
+/* sysmem_budget() less SYSMEM_RESERVE of it: the weight budget of a device no plan gave one. */
+uint64_t sysmem_weight_budget(void);
+
 #endif

@@ -414,7 +414,8 @@ static void apply_plan(wsession *s, const frame *f)
     s->layers_open = true;
     device_opts dopt = {.prefetch = s->mp.prefetch, .release = s->mp.release,
                         .method = w->o.method,
-                        .mem_budget = s->mp.weight_budget ? s->mp.weight_budget : sysmem_budget()};
+                        .mem_budget = s->mp.weight_budget ? s->mp.weight_budget
+                                                            : sysmem_weight_budget()};
     if (device_init(&s->dev, m, p, s->rank, &s->layers, &dopt, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
+#include "cluster/sysmem.h"   /* SYSMEM_RESERVE: the default reserve */
 #include "sched/cost.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -21,7 +22,7 @@ double layer_vector_values(int n_embd, int n_ff, int q_dim, int kv_dim)
 sched_opts sched_opts_default(void)
 {
     return (sched_opts){
-        .reserve = 0.03,
+        .reserve = SYSMEM_RESERVE,
         .net_rtt = 0.005,
         .net_bw = 100e6 / 8,
         .time_limit = 30,
