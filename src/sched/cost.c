@@ -164,8 +164,9 @@ static void choose_bursts(const dev_cost *dc, int n, int head, cost_result *r)
         for (int i = 0; i < nq && ok; i++) {
             const dev_cost *c = &dc[q[i]];
             double full = c->burst * work[i];
-            ok = !(set >> i & 1) || (work[i] > 0 && full <= c->burst * c->burst_period &&
-                                     full <= c->burst * (tpot - r->t_disk));
+            ok = !(set >> i & 1) ||
+                 (work[i] > 0 && !r->dev[q[i]].overloaded && full <= c->burst * c->burst_period &&
+                  full <= c->burst * (tpot - r->t_disk));
         }
         if (ok) {
             best = set;

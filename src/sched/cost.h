@@ -29,7 +29,10 @@
  * average use within the quota) is never throttled and computes at full speed (the phone of
  * paper-4dev, half a CPU: 7 layers of the 70B-like in 25-27 ms, 43.5 at the sustained rate).
  * The token's time there is counted without the disk stalls (c <= s * (TPOT - disk)): a
- * little stricter than the quota, it keeps Halda's programs exact (halda.c: quota_rows).
+ * little stricter than the quota, it keeps Halda's programs exact (halda.c: quota_rows). A
+ * device that streams (overloaded, below) never bursts: paging its streamed layers in is CPU
+ * time charged to the same quota (the paper-4dev phone, half a CPU, computing 8 layers of the
+ * 70B-like with 2.6 of them streamed: 87.8 ms against 42.5 predicted bursting).
  * Such a device "bursts": its terms are c. The prediction is the fastest assignment of bursting
  * devices (among the first COST_MAX_BURSTING quota devices) that is consistent: every bursting
  * device meets both conditions at the TPOT it gives.

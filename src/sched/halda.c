@@ -123,7 +123,8 @@ static double burst_m(const problem *pb, int m, int ymax)
 
 /* A device under a CPU quota (cost.h) has T, its CPU time in ms, and Z, whether it bursts:
  * T = a y_cpu when Z = 0, T = s a y_cpu when Z = 1 (a = cpu_layer in ms, s its share), and a
- * burst needs its full-speed work c = s (a y_cpu + the head's work where it is the head) within
+ * burst needs the device not to stream (O = 0) and its full-speed work c = s (a y_cpu + the
+ * head's work where it is the head) within
  * s P and within s (TPOT - disk stalls) = s (objective - E terms + the head's work). That row
  * needs the whole objective: added once it is set. Every term it counts is fixed by the plan
  * (T by these rows, the head's hop by its own), so no term can be padded to let a device
@@ -143,6 +144,8 @@ static void quota_rows(const problem *pb, int k, int ymax, glp_prob *lp)
         const dev_cost *c = &pb->dc[m];
         double s = c->burst, a = c->cpu_layer * MS, big = burst_m(pb, m, ymax);
         double own_head = m == 0 ? head : 0;
+        term(&r, col(m, C_Z), 1), term(&r, col(m, C_O), 1);   /* a streaming device: Z = 0 */
+        add_row(lp, &r, GLP_UP, 0, 1);
         term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -a), term(&r, col(m, C_Z), big);
         add_row(lp, &r, GLP_LO, 0, 0);
         term(&r, col(m, C_T), 1), cpu_layers(&r, pb, m, k, -a), term(&r, col(m, C_Z), -big);
