@@ -2,7 +2,10 @@
  * release policy, against budgets worked out by hand: `auto` keeps the first layers in ring
  * order that fit beside room for two of its largest layers in flight, and the start of the
  * next as far as the budget reaches, and streams the rest. */
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cluster/device.h"
 #include "test.h"
@@ -60,6 +63,83 @@ static void expect(const ring_model *m, const ring_plan *p, int rank, enum relea
     CHECK(strcmp(got, want) == 0 && n == streamed,
           "device %d, policy %d, budget %llu: %s (%d streamed), want %s", rank, policy,
           (unsigned long long)budget, got, n, want);
+}
+
+/* The device at run time: one device, eight layers of 1 MiB, a budget for 3.5 of them beside
+ * the room. Computing a token faults every layer in (the stand-in below reads a byte a page);
+ * the streamed bytes are dropped, the resident ones and the cut layer's first half stay. */
+#define RT_LAYERS 8
+#define RT_LAYER (1u << 20)
+
+static const uint8_t *rt_map;
+
+static int rt_eval(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
+                   int first, int last)
+{
+    (void)ctx, (void)hidden, (void)n, (void)pos, (void)seq;
+    volatile uint8_t sink = 0;
+    for (uint64_t o = (uint64_t)first * RT_LAYER; o < (uint64_t)last * RT_LAYER; o += 4096)
+        sink ^= rt_map[o];
+    (void)sink;
+    return 0;
+}
+
+static double rt_resident(uint64_t b, uint64_t e)
+{
+    byte_range r = {b, e};
+    uint64_t res, tot;
+    pages_resident(rt_map, (uint64_t)RT_LAYERS * RT_LAYER, &r, 1, &res, &tot);
+    return tot ? (double)res / (double)tot : 0;
+}
+
+static void runtime_cut(void)
+{
+    char path[] = "/tmp/prima-test-release-XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0, "mkstemp");
+    uint64_t size = (uint64_t)RT_LAYERS * RT_LAYER;
+    uint8_t *buf = calloc(1, size);
+    REQUIRE(buf && write(fd, buf, size) == (ssize_t)size && fsync(fd) == 0, "writing %s", path);
+    free(buf);
+    rt_map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    REQUIRE(rt_map != MAP_FAILED, "mmap");
+    posix_fadvise(fd, 0, (off_t)size, POSIX_FADV_DONTNEED);
+    if (rt_resident(0, size) > 0.5) {
+        fprintf(stderr, "note: the page cache of %s cannot be dropped here: no run-time check\n", path);
+    } else {
+        for (int il = 0; il < RT_LAYERS; il++) {
+            begin[il] = (uint64_t)il * RT_LAYER;
+            end[il] = begin[il] + RT_LAYER;
+        }
+        ring_model m = {.n_layer = RT_LAYERS, .path = path, .map = rt_map, .map_size = size,
+                        .layer_begin = begin, .layer_end = end};
+        ring_plan p = {.n_dev = 1, .n_layer = RT_LAYERS, .k = 1, .window = {RT_LAYERS}};
+        ring_layers layers = {.eval = rt_eval};
+        device_opts o = {.release = RELEASE_AUTO, .method = PREFETCH_TOUCH,
+                         .mem_budget = device_weight_budget(&m, &p, 0, 3.5)};
+        device d;
+        char err[256];
+        REQUIRE(device_init(&d, &m, &p, 0, &layers, &o, err, sizeof err) == 0, "%s", err);
+        CHECK(d.n_streamed == 5 && d.cut == 3 && d.cut_offset == 3 * RT_LAYER + RT_LAYER / 2,
+              "%d streamed from layer %d, at offset %llu", d.n_streamed, d.cut,
+              (unsigned long long)d.cut_offset);
+        float hidden[4] = {0};
+        int32_t pos = 0, seq = 0;
+        REQUIRE(device_compute(&d, 0, hidden, 1, &pos, &seq) == 0, "compute");
+        device_handed_on(&d, 0);
+        pager_wait_idle(d.pg);
+        /* a kernel may page out a few idle pages on its own (test_pager.c): 1 % allowed */
+        CHECK(rt_resident(0, 3 * RT_LAYER + RT_LAYER / 2) >= 0.99,
+              "the resident layers and the cut layer's first half: %.1f%% resident",
+              100 * rt_resident(0, 3 * RT_LAYER + RT_LAYER / 2));
+        CHECK(rt_resident(7 * RT_LAYER, 8 * RT_LAYER) == 0,
+              "the last streamed layer was not dropped at the hand-off: %.1f%% resident",
+              100 * rt_resident(7 * RT_LAYER, 8 * RT_LAYER));
+        device_free(&d);
+    }
+    munmap((void *)rt_map, size);
+    close(fd);
+    unlink(path);
 }
 
 int main(void)
@@ -145,5 +225,7 @@ int main(void)
     expect(&m, &p, 1, RELEASE_ALWAYS, 0, ".ss.ss.ss.");
     expect(&m, &p, 1, RELEASE_AUTO, 599, ".rr.rp.ss.");
     expect(&m, &p, 1, RELEASE_AUTO, 500, ".rr.rs.ss.");
+
+    runtime_cut();
     return test_done();
 }

@@ -87,20 +87,33 @@ static int fetch_ranges(const device *d, int round, byte_range *out)
     return n;
 }
 
+/* The largest of the layers device `rank` owns (0: none). */
+static uint64_t largest_owned(const ring_model *m, const ring_plan *p, int rank)
+{
+    uint64_t largest = 0;
+    for (int r = 0; r < p->k; r++) {
+        int first, last;
+        plan_range(p, rank, r, &first, &last);
+        for (int il = first; il < last; il++) {
+            uint64_t b = m->layer_end[il] - m->layer_begin[il];
+            largest = b > largest ? b : largest;
+        }
+    }
+    return largest;
+}
+
 int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
                            enum release_policy policy, uint64_t mem_budget, int *cut,
                            uint64_t *keep)
 {
-    uint64_t owned = rank == 0 ? m->head_bytes : 0, largest = 0;
+    uint64_t owned = rank == 0 ? m->head_bytes : 0;
     int windows = 0, n_owned = 0, first_owned = p->n_layer;
     for (int r = 0; r < p->k; r++) {
         int first, last;
         plan_range(p, rank, r, &first, &last);
         windows += first < last;
         for (int il = first; il < last; il++) {
-            uint64_t b = m->layer_end[il] - m->layer_begin[il];
-            owned += b;
-            largest = b > largest ? b : largest;
+            owned += m->layer_end[il] - m->layer_begin[il];
             n_owned++;
             first_owned = il < first_owned ? il : first_owned;
         }
@@ -124,7 +137,8 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
      * as much of it as the rest of the budget holds (a budget is filled to the byte: on a small
      * device the part of a layer left over is a large share of it); from there on everything
      * is streamed, so streaming never evicts a resident byte. */
-    uint64_t fixed = (rank == 0 ? m->head_bytes : 0) + DEVICE_STREAM_ROOM_LAYERS * largest;
+    uint64_t fixed = (rank == 0 ? m->head_bytes : 0) +
+                     DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     uint64_t room = mem_budget > fixed ? mem_budget - fixed : 0;
     int n = 0;
     for (int r = 0; r < p->k; r++) {
@@ -148,7 +162,7 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
 
 uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank, double resident)
 {
-    uint64_t kept = rank == 0 ? m->head_bytes : 0, all = kept, largest = 0;
+    uint64_t kept = rank == 0 ? m->head_bytes : 0, all = kept;
     int n = 0;
     for (int r = 0; r < p->k; r++) {
         int first, last;
@@ -160,12 +174,11 @@ uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank,
             else if (n < resident)   /* the resident share of the cut layer */
                 kept += (uint64_t)((resident - n) * (double)b);
             all += b;
-            largest = b > largest ? b : largest;
         }
     }
     if (resident >= n)
         return all;
-    uint64_t budget = kept + DEVICE_STREAM_ROOM_LAYERS * largest;
+    uint64_t budget = kept + DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     return budget < all ? budget : all;
 }
 
@@ -189,15 +202,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
     d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut, &keep);
     if (d->cut < m->n_layer) {
         d->cut_offset = m->layer_begin[d->cut] + keep;   /* the pager drops whole pages only */
-        for (int r = 0; r < p->k; r++) {
-            int first, last;
-            plan_range(p, rank, r, &first, &last);
-            for (int il = first; il < last; il++) {
-                uint64_t lb = m->layer_end[il] - m->layer_begin[il];
-                d->room_bytes = lb > d->room_bytes ? lb : d->room_bytes;
-            }
-        }
-        d->room_bytes *= DEVICE_STREAM_ROOM_LAYERS;
+        d->room_bytes = DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     }
     int windows = 0;
     for (int r = 0; r < p->k; r++)
