@@ -61,9 +61,9 @@
  * rest streams through the room, read again every token: disk bytes = streamed layers. The
  * resident part ends inside a layer, so its count is fractional and the stall below grows
  * smoothly with the overflow: a budget short by a tenth of a layer costs a tenth of a layer's
- * read, not a whole one. The
- * room's worth is read while the token is on the other devices (the pager reads the first
- * streamed layers of a window at the hand-off before it); each streamed layer beyond the room
+ * read, not a whole one. The room's worth is read while the token is on the other devices (the
+ * pager reads the first streamed bytes of a window at the hand-off before it); each streamed
+ * layer beyond the room
  * is read while it is needed, so the ring stalls for
  *   disk_m = (streamed - room layers) * layer bytes / disk throughput
  * (all streamed layers when the ring does not prefetch). The throughput is the profile's
