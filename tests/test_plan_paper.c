@@ -37,7 +37,7 @@ static sched_model model_70b_like(void)
     sm.out_bytes = 67210240;
     sm.embd_row_bytes = 1440;
     sm.hop_bytes = 10304;
-    sm.proc_bytes = 20160512;
+    sm.proc_bytes = 5383808;
     sm.head_bytes = 512512;
     sm.head_page = 113290240;
     return sm;

@@ -14,7 +14,7 @@ int main(void)
     model *m = model_load(path, err, sizeof err);
     REQUIRE(m, "%s", err);
     sched_model sm;
-    REQUIRE(sched_model_from(m, 1000, 8, 4, &sm, err, sizeof err) == 0, "%s", err);
+    REQUIRE(sched_model_from(m, 1000, 8, 1, 4, &sm, err, sizeof err) == 0, "%s", err);
 
     /* per layer: q, o 256x256; k, v 256x128; gate, up 256x768; down 768x256 */
     double per_layer = 2 * 65536.0 + 2 * 32768.0 + 3 * 196608.0;
@@ -49,12 +49,27 @@ int main(void)
 
     /* the buffers grow with the batch */
     sched_model big;
-    REQUIRE(sched_model_from(m, 1000, 512, 4, &big, err, sizeof err) == 0, "%s", err);
+    REQUIRE(sched_model_from(m, 1000, 512, 1, 4, &big, err, sizeof err) == 0, "%s", err);
     CHECK(big.proc_bytes > sm.proc_bytes, "batch 512 buffers not larger");
     /* F16 activations on the wire: two bytes less per value and hop */
-    REQUIRE(sched_model_from(m, 1000, 8, 2, &big, err, sizeof err) == 0, "%s", err);
+    REQUIRE(sched_model_from(m, 1000, 8, 1, 2, &big, err, sizeof err) == 0, "%s", err);
     CHECK(sm.hop_bytes - big.hop_bytes == 2 * 256, "F16 hop %g vs F32 %g", big.hop_bytes, sm.hop_bytes);
-    CHECK(sched_model_from(m, 0, 8, 4, &big, err, sizeof err) == -1, "context 0 accepted");
+    CHECK(sched_model_from(m, 0, 8, 1, 4, &big, err, sizeof err) == -1, "context 0 accepted");
+    CHECK(sched_model_from(m, 1000, 8, 0, 4, &big, err, sizeof err) == -1, "0 sequences accepted");
+    /* Of a batch's buffers only the hidden states and frames stay (the engine hands the rest of
+     * a prompt's scratch back): per row 4 * 256 of hidden state and three frames of hop bytes;
+     * per sequence a decode row of scratch, F32 x, q, k, v, att, gate, up (256 + 2 * 256 +
+     * 2 * 128 + 2 * 768) and about a byte per value of quantized activations (1.1 * 768). */
+    double row = 4.0 * (256 + 2 * 256 + 2 * 128 + 2 * 768) + 1.1 * 768;
+    double batch_row = 4.0 * 256 + 3 * sm.hop_bytes;
+    CHECK(fabs(sm.proc_bytes - (row + 8 * batch_row)) < 1e-6, "buffers %g, want %g", sm.proc_bytes,
+          row + 8 * batch_row);
+    /* four sequences: four caches and four decode rows */
+    REQUIRE(sched_model_from(m, 1000, 8, 4, 4, &big, err, sizeof err) == 0, "%s", err);
+    CHECK(big.kv_bytes == 4 * sm.kv_bytes && big.kv_read == sm.kv_read, "KV of 4 sequences %g / %g",
+          big.kv_bytes, big.kv_read);
+    CHECK(fabs(big.proc_bytes - sm.proc_bytes - 3 * row) < 1e-6, "buffers of 4 sequences %g",
+          big.proc_bytes);
     /* the head's weights: 512 rows, fewer than MODEL_EMBD_ROWS, so the whole embedding (Q4_K)
      * with the output matrix (Q6_K) and its norm */
     CHECK(sm.head_page == 512 * 144 + 512 * 256.0 * 210 / 256 + 256 * 4, "head weights %g",

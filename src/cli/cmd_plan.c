@@ -219,7 +219,7 @@ static int run(int argc, char **argv)
     if (!n_ctx)
         n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     sched_model sm;
-    int rc = sched_model_from(m, n_ctx, n_batch, 4, &sm, err, sizeof err);
+    int rc = sched_model_from(m, n_ctx, n_batch, 1, 4, &sm, err, sizeof err);
     model_free(m);
     if (rc)
         return cli_fail("%s", err);

@@ -30,6 +30,9 @@ void kern_parallel(kern_ctx *c, void (*fn)(void *arg, int ith, int nth), void *a
 /* Set aside the scratch of kern_matmul calls of up to n_tokens rows of n_in inputs, for any
  * weight type, so that they allocate nothing. 0, or -1 when out of memory. */
 int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens);
+/* Hands the pages of that scratch beyond what calls of n_tokens rows of n_in inputs use back to
+ * the OS (util/mem.h); the reservation stands, and a wider call touches them again. */
+void kern_ctx_release(kern_ctx *c, int n_in, int n_tokens);
 
 /* y[t*n_out + o] = sum_i W[o][i] * x[t*n_in + i] for t < n_tokens, o < n_out.
  * W: n_out rows of n_in elements of type wt, contiguous (a GGUF 2-D tensor, ne[0] = n_in).

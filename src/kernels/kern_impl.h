@@ -24,6 +24,8 @@ enum { KERN_SCRATCH_ACT, KERN_SCRATCH_RANGES, KERN_SCRATCH_COUNT };
  * it cannot grow that far (out of memory; the slot keeps its smaller buffer). It grows on first
  * use (or kern_ctx_reserve), never shrinks, and is reused: ops do not allocate in steady state. */
 void *kern_scratch_get(kern_ctx *c, int slot, size_t bytes);
+/* mem_release of the slot's bytes past the first `keep`. */
+void kern_scratch_release(kern_ctx *c, int slot, size_t keep);
 
 /* Aborts naming the type if the kernels cannot compute with it: callers check types when they
  * load a model, so this only catches bugs. */

@@ -123,7 +123,8 @@ static int round_block(long v, int m)
     return v < m ? m : (int)(v / m * m);
 }
 
-int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
+/* Bytes of quantized activations for n_tokens rows of n_in inputs, over every weight type. */
+static size_t act_scratch_bytes(int n_in, int n_tokens)
 {
     size_t act = 0;
     for (int t = 0; t < DT_COUNT; t++) {
@@ -133,11 +134,22 @@ int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
             act = b > act ? b : act;
         }
     }
+    return act;
+}
+
+int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
+{
+    size_t act = act_scratch_bytes(n_in, n_tokens);
     size_t ranges = sizeof(struct mm_range) * (size_t)kern_ctx_threads(c);
     return (act == 0 || kern_scratch_get(c, KERN_SCRATCH_ACT, act)) &&
                    kern_scratch_get(c, KERN_SCRATCH_RANGES, ranges)
                ? 0
                : -1;
+}
+
+void kern_ctx_release(kern_ctx *c, int n_in, int n_tokens)
+{
+    kern_scratch_release(c, KERN_SCRATCH_ACT, act_scratch_bytes(n_in, n_tokens));
 }
 
 int kern_matmul_jobs(enum dtype wt)

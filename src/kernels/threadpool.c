@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "kernels/kern_impl.h"
+#include "util/mem.h"
 
 /* About 50 microseconds of polling before a worker parks itself. */
 #define SPIN_ROUNDS 2000
@@ -214,4 +215,11 @@ void *kern_scratch_get(kern_ctx *c, int slot, size_t bytes)
     s->ptr = p;
     s->size = size;
     return s->ptr;
+}
+
+void kern_scratch_release(kern_ctx *c, int slot, size_t keep)
+{
+    kern_scratch *s = &c->scratch[slot];
+    if (s->size > keep)
+        mem_release((char *)s->ptr + keep, s->size - keep);
 }

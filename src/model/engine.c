@@ -5,7 +5,8 @@
  *   h += Wdown · (silu(Wgate·x) * Wup·x),                                               x = rms(h)
  * A batch of n tokens goes through every matrix in one kern_matmul call, so prefill reads each
  * weight matrix once per batch and decode (n = 1) streams it once per token. All buffers are
- * allocated in engine_create; evaluating allocates nothing. */
+ * allocated in engine_create; evaluating allocates nothing (it hands pages of the scratch back,
+ * fit_scratch). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "gpu/gpu.h"
 #include "model/model.h"
+#include "util/mem.h"
 
 struct engine {
     const model *m;
@@ -29,10 +31,19 @@ struct engine {
     float *x;            /* normalized input of a block, and a block's output before the add */
     float *q, *k, *v, *att;
     float *gate, *up;
+    bool wide;           /* the scratch holds a batch wider than n_seq rows (see fit_scratch) */
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
 };
+
+/* The inputs of the widest product (wq, wo or ffn_down): the kernels' scratch is sized for it. */
+static int widest_input(const model_hparams *hp)
+{
+    int q_dim = hp->n_head * hp->head_dim;
+    int n_in = hp->n_embd > q_dim ? hp->n_embd : q_dim;
+    return n_in > hp->n_ff ? n_in : hp->n_ff;
+}
 
 static void *alloc_floats(engine *e, size_t rows, size_t cols)
 {
@@ -109,9 +120,7 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     e->up = alloc_floats(e, B, (size_t)hp->n_ff);
     if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->gate || !e->up)
         goto oom;
-    /* the kernels' scratch for the widest product (the inputs of wq, wo, ffn_down) */
-    int n_in = hp->n_embd > (int)q_dim ? hp->n_embd : (int)q_dim;
-    if (kern_ctx_reserve(kc, n_in > hp->n_ff ? n_in : hp->n_ff, max_batch))
+    if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
     return e;
 
@@ -354,11 +363,39 @@ static bool rows_valid(engine *e, int n, const int32_t *pos, const int32_t *seq,
     return true;
 }
 
+/* A batch wider than the sequences (a prompt) touches the scratch rows of the whole batch; the
+ * decode steps after it use one row per sequence, and the first of them hands the pages of the
+ * other rows back to the OS. Under a memory limit those pages would otherwise stay charged to
+ * the process and crowd out the page cache that holds the weights (the scheduler plans a
+ * device's memory with the decode rows, sched/shape.c). */
+static void fit_scratch(engine *e, int n)
+{
+    if (n > e->n_seq) {
+        e->wide = true;
+        return;
+    }
+    if (!e->wide)
+        return;
+    e->wide = false;
+    const model_hparams *hp = &e->m->hp;
+    size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
+    size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    const struct { float *p; size_t cols; } buf[] = {
+        {e->x, (size_t)hp->n_embd}, {e->q, q_dim}, {e->k, kv_row}, {e->v, kv_row},
+        {e->att, q_dim}, {e->gate, (size_t)hp->n_ff}, {e->up, (size_t)hp->n_ff},
+    };
+    size_t keep = (size_t)e->n_seq, rows = (size_t)e->max_batch;
+    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
+        mem_release(buf[i].p + keep * buf[i].cols, (rows - keep) * buf[i].cols * sizeof(float));
+    kern_ctx_release(e->kc, widest_input(hp), e->n_seq);
+}
+
 int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int32_t *seq,
                   int first, int last)
 {
     if (n < 1 || n > e->max_batch || first < 0 || last > e->m->hp.n_layer || first > last)
         return -1;
+    fit_scratch(e, n);
     for (int il = first; il < last; il++)
         if (!e->owns[il])
             return -1;
@@ -388,6 +425,7 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
 {
     const model *m = e->m;
     const int n_embd = m->hp.n_embd;
+    fit_scratch(e, n_rows < e->max_batch ? n_rows : e->max_batch);
     for (int r = 0; r < n_rows; r += e->max_batch) {
         int n = n_rows - r < e->max_batch ? n_rows - r : e->max_batch;
         rmsnorm_rows(e->x, hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm, n, n_embd,

@@ -16,12 +16,13 @@ static double tensor_params(const gguf_tensor *t)
     return (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
 }
 
-int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sched_model *sm,
-                     char *err, size_t errlen)
+int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int act_bytes,
+                     sched_model *sm, char *err, size_t errlen)
 {
     const model_hparams *hp = &m->hp;
-    if (n_ctx < 1 || max_batch < 1) {
-        snprintf(err, errlen, "plan: context (%d) and batch (%d) must be positive", n_ctx, max_batch);
+    if (n_ctx < 1 || max_batch < 1 || n_seq < 1) {
+        snprintf(err, errlen, "plan: context (%d), batch (%d) and sequences (%d) must be positive",
+                 n_ctx, max_batch, n_seq);
         return -1;
     }
     memset(sm, 0, sizeof *sm);
@@ -48,10 +49,11 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
                                            hp->n_head_kv * hp->head_dim);
 
-    /* F16 K and V for every position; a decoded token reads, on average, half a full cache */
+    /* F16 K and V for every position of every sequence; a decoded token reads, on average,
+     * half of its own sequence's full cache */
     double kv_row = (double)hp->n_head_kv * hp->head_dim;
-    sm->kv_bytes = 2.0 * 2.0 * kv_row * n_ctx;
-    sm->kv_read = sm->kv_bytes / 2;
+    sm->kv_read = 2.0 * 2.0 * kv_row * n_ctx / 2;
+    sm->kv_bytes = 2.0 * 2.0 * kv_row * n_ctx * n_seq;
 
     sm->out_type = m->output->type;
     sm->out_calls = kern_matmul_jobs(sm->out_type);
@@ -60,15 +62,19 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sc
     sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
     sm->hop_bytes = (double)act_bytes * hp->n_embd + HOP_OVERHEAD_BYTES;
 
-    /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32), the activations
-     * quantized for integer dot products (about a byte per value), the batch's hidden states */
+    /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32) and the
+     * activations quantized for integer dot products (about a byte per value): a decoded token
+     * uses a row per sequence, and the engine hands the rest of a prompt's batch back after it
+     * (engine.c), so only those rows count; what a prompt borrows for its batch comes from the
+     * page cache and returns to it. The batch's hidden states and frames stay at the widest. */
     double q_dim = (double)hp->n_head * hp->head_dim;
     double row = 4.0 * (hp->n_embd + 2 * q_dim + 2 * kv_row + 2.0 * hp->n_ff);
     double quant = 1.1 * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
     double hidden = 4.0 * hp->n_embd;
     /* The process itself (code, libraries, metadata, tokenizer) is not counted: the memory
      * budget is measured by the running process, so it is already outside it. */
-    sm->proc_bytes = (double)max_batch * (row + quant + hidden + RING_FRAMES * sm->hop_bytes);
+    sm->proc_bytes = (double)n_seq * (row + quant) +
+                     (double)max_batch * (hidden + RING_FRAMES * sm->hop_bytes);
     /* the head: last-row logits and the sampler's candidates (id, logit, probability), the
      * token history */
     sm->head_bytes = 4.0 * hp->n_vocab + 12.0 * hp->n_vocab + 4.0 * n_ctx;

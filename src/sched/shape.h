@@ -5,10 +5,10 @@
 #include "model/model.h"
 #include "sched/cost.h"
 
-/* Layer means, KV cache for n_ctx positions, compute buffers for max_batch-token batches,
- * activations of act_bytes per value on the wire (4: F32, 2: F16). Fails (one line) for a
- * context or batch below 1. */
-int sched_model_from(const model *m, int n_ctx, int max_batch, int act_bytes, sched_model *sm,
-                     char *err, size_t errlen);
+/* Layer means, KV cache for n_ctx positions of n_seq sequences, buffers for max_batch-token
+ * batches and n_seq-row decode steps, activations of act_bytes per value on the wire (4: F32,
+ * 2: F16). Fails (one line) for a context, batch or sequence count below 1. */
+int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int act_bytes,
+                     sched_model *sm, char *err, size_t errlen);
 
 #endif

@@ -138,12 +138,9 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         return -1;
     }
     sched_model sm;
-    if (sched_model_from(sp->m, q->n_ctx, q->max_batch, q->wire == WIRE_F16 ? 2 : 4, &sm, err,
-                         errlen))
+    if (sched_model_from(sp->m, q->n_ctx, q->max_batch, q->n_seq, q->wire == WIRE_F16 ? 2 : 4,
+                         &sm, err, errlen))
         return -1;
-    /* Every sequence holds its own cache; a token still reads only its own (kv_read). */
-    if (q->n_seq > 1)
-        sm.kv_bytes *= q->n_seq;
     dev_profile *prof = calloc((size_t)n, sizeof *prof);
     dev_cost *dc = calloc((size_t)n, sizeof *dc);
     halda_result *hr = calloc(1, sizeof *hr);
