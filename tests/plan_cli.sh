@@ -133,10 +133,11 @@ expect 1 "$prima" plan "${two[@]}" -lw 1,1 -k 3
 grep -q "k = 3 does not match" "$work/err" || fail "-lw 1,1 -k 3: $(cat "$work/err")"
 
 # A device with room for its buffers and two streamed layers, next to none resident (a budget
-# is filled to the byte: 1.4 % of a layer): it reads all four layers per token from its 1 GB/s
+# is filled to the byte: 6 % of a layer): it reads all four layers per token from its 1 GB/s
 # disk; the cost model counts two of them read ahead when the ring prefetches (its room), so
-# without prefetching the disk term counts all four: twice.
-profile tight 12120000 1e10 >"$work/tight.json"
+# without prefetching the disk term counts all four: twice, and a little more, as the room is
+# two of its largest layers (layers 2 and 3 carry Q6_K matrices: 2.17 times).
+profile tight 12200000 1e10 >"$work/tight.json"
 disk_term() {
     expect 0 "$prima" plan -m "$model" --device "$work/tight.json" --json "$@"
     jq -r '[.devices[0].resident_layers, .devices[0].layers, .terms.disk * 1e6 | round] | @tsv' "$work/out"
@@ -144,10 +145,10 @@ disk_term() {
 with=$(disk_term) without=$(disk_term --no-prefetch)
 read -r res layers us_with <<<"$with"
 read -r _ _ us_without <<<"$without"
-awk -v r="$res" 'BEGIN { exit !(r >= 0 && r < 0.05) }' && [[ $layers == 4 && $us_with -gt 0 ]] ||
+awk -v r="$res" 'BEGIN { exit !(r >= 0 && r < 0.1) }' && [[ $layers == 4 && $us_with -gt 0 ]] ||
     fail "tight device: $with"
-(( us_without > 19 * us_with / 10 && us_without < 21 * us_with / 10 )) ||
-    fail "disk term with prefetch $us_with us, without $us_without us: want twice"
+(( us_without > 21 * us_with / 10 && us_without < 22 * us_with / 10 )) ||
+    fail "disk term with prefetch $us_with us, without $us_without us: want 2.17 times"
 
 # Nothing fits and nothing may read from disk: reported as infeasible.
 profile none 1000000 1e10 | sed 's/"sequential": 1000000000/"sequential": 0/' >"$work/none.json"

@@ -474,8 +474,48 @@ static void layer_cost(void)
           old.cpu_layer, old.cpu_compute);
 }
 
+/* Layers of unequal sizes (cost.h: each in memory at its own): of 8 layers the first four are
+ * 80 MiB, the last four 120 (mean 100), on two alike devices of 400 MiB without buffers. At the
+ * mean, 4 + 4 fits; in fact device 1's 480 MiB stream: its room is two 120 MiB layers, 160 MiB
+ * stay (layer 4 and a third of layer 5), 320 MiB are read per token, the 80 beyond the room
+ * while the ring waits. 5 + 3 is faster: device 0 streams 280 MiB (40 beyond its room), device 1
+ * holds its 360. Hops of 50 ms keep two rounds (2 + 2: both hold their 400 MiB) slower. The
+ * integer programs count the mean (4 + 4 fits there); the plan must still be 5 + 3. */
+static void unequal_layers(void)
+{
+    sched_model sm = small_model(8);
+    sm.kv_bytes = 0;
+    for (int il = 0; il < 8; il++)
+        sm.layer_size[il] = (il < 4 ? 80 : 120) * MIB;
+    dev_cost dc[2];
+    alike(dc, 2, "u", 10e-3, 400);
+    dc[0].hop = dc[1].hop = 50e-3;
+    sched_opts o = sched_opts_default();
+    ring_plan even = {.n_dev = 2, .n_layer = 8, .k = 1, .window = {4, 4}};
+    cost_result r;
+    cost_eval(dc, &sm, &o, &even, &r);
+    CHECK(r.feasible && !r.dev[0].overloaded && r.dev[1].overloaded &&
+              close_to(r.dev[1].resident_layers, 4.0 / 3) && close_to(r.dev[1].disk_bytes, 320 * MIB) &&
+              close_to(r.dev[1].t_disk, 80 * MIB / 1e9),
+          "4 + 4: device 1 %d, %.3f resident, %.1f MiB read, %.2f ms stall", r.dev[1].overloaded,
+          r.dev[1].resident_layers, r.dev[1].disk_bytes / MIB, r.dev[1].t_disk * 1e3);
+    halda_result h;
+    REQUIRE(halda_solve(dc, 2, &sm, &o, &h) == 0 && h.found, "%s", h.why);
+    CHECK(h.plan.k == 1 && h.plan.window[0] == 5 && h.plan.window[1] == 3 &&
+              close_to(h.cost.t_disk, 40 * MIB / 1e9),
+          "plan k = %d, %d + %d (want 5 + 3), stall %.2f ms", h.plan.k, h.plan.window[0],
+          h.plan.window[1], h.cost.t_disk * 1e3);
+    for (int w = 1; w < 8; w++) {
+        ring_plan p = {.n_dev = 2, .n_layer = 8, .k = 1, .window = {w, 8 - w}};
+        cost_eval(dc, &sm, &o, &p, &r);
+        CHECK(!r.feasible || r.tpot >= h.cost.tpot * (1 - 1e-9), "%d + %d predicts %.3f ms, "
+              "Halda's %.3f", w, 8 - w, r.tpot * 1e3, h.cost.tpot * 1e3);
+    }
+}
+
 int main(void)
 {
+    unequal_layers();
     layer_cost();
     time_limit();
     hand_computed();

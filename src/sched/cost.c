@@ -141,6 +141,45 @@ static void __attribute__((format(printf, 2, 3))) infeasible(cost_result *r, con
     r->feasible = false;
 }
 
+/* Bytes of layer il in memory. */
+static double size_of(const sched_model *sm, int il)
+{
+    return sm->layer_size[il] > 0 ? sm->layer_size[il] : sm->layer_bytes;
+}
+
+/* Device m's layers in RAM, walked in ring order as its pager keeps them (cluster/device.c):
+ * their bytes, the largest of all it owns (its room holds DEVICE_STREAM_ROOM_LAYERS of those),
+ * and how many of them, fractional, fit in `keep` bytes; and the bytes of its GPU layers (the
+ * last gpu_layers of each window), which with skip_gpu are in VRAM, not RAM. */
+typedef struct ram_layers {
+    double bytes, largest, fit, gpu;
+} ram_layers;
+
+static ram_layers walk_ram_layers(const sched_model *sm, const ring_plan *p, int m, bool skip_gpu,
+                                  double keep)
+{
+    ram_layers w = {0, 0, 0, 0};
+    for (int round = 0; round < p->k; round++) {
+        int first, last;
+        plan_range(p, m, round, &first, &last);
+        int on_gpu = last - first < p->gpu_layers[m] ? last - first : p->gpu_layers[m];
+        int ram_end = skip_gpu ? last - on_gpu : last;
+        for (int il = first; il < last; il++) {
+            double b = size_of(sm, il);
+            w.largest = b > w.largest ? b : w.largest;
+            if (il >= last - on_gpu)
+                w.gpu += b;
+            if (il >= ram_end)
+                continue;
+            w.bytes += b;
+            double part = keep >= b ? 1 : keep > 0 ? keep / b : 0;
+            w.fit += part;
+            keep -= b;
+        }
+    }
+    return w;
+}
+
 /* cost.h, CPU quotas: of the sets of quota devices that burst, the one giving the smallest
  * TPOT in which every member meets both conditions; its members' terms become full-speed ones.
  * r holds the sustained terms and TPOT. */
@@ -210,7 +249,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
     for (int m = 1; m < p->n_dev && p->decode_alone && p->window[0] == 0 && n_ring == 2; m++)
         if (r->dev[m].in_ring)
             solo = m;
-    double b = sm->layer_bytes, kv = sm->kv_bytes;
+    double kv = sm->kv_bytes;
     for (int m = 0; m < p->n_dev; m++) {
         const dev_cost *c = &dc[m];
         dev_result *d = &r->dev[m];
@@ -230,11 +269,12 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             return;
         }
         int off = c->has_gpu && !c->unified ? g : 0;            /* layers whose bytes leave RAM */
+        ram_layers ram = walk_ram_layers(sm, p, m, off > 0, HUGE_VAL);
         d->budget = c->ram;
         d->anon = (d->in_ring ? c->fixed_anon : 0) + (m == solo ? sm->head_bytes : 0) +
                   kv * (y - off);
-        d->page = b * (y - off) + fixed_page;
-        d->vram = g * (b + kv);
+        d->page = ram.bytes + fixed_page;
+        d->vram = ram.gpu + g * kv;
         d->resident_layers = y - off;
         if (d->vram > c->vram) {
             infeasible(r, "device %s: %d GPU layers need %.0f MiB of VRAM, budget %.0f MiB",
@@ -243,7 +283,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
         }
         d->overloaded = d->anon + d->page > c->ram;
         if (d->overloaded) {
-            double room = DEVICE_STREAM_ROOM_LAYERS * b;
+            double room = DEVICE_STREAM_ROOM_LAYERS * ram.largest;
             if (c->disk_bps <= 0) {
                 infeasible(r, "device %s: needs %.0f MiB, budget %.0f MiB, and has no measured "
                            "disk to read the rest from", c->name, (d->anon + d->page) / MIB,
@@ -258,13 +298,12 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
                 return;
             }
             /* to the byte, as the pager keeps them (cluster/device.h) */
-            double keep = b > 0 ? (c->ram - d->anon - fixed_page - room) / b : y - off;
-            d->resident_layers = keep < y - off ? keep : y - off;
-            double streamed = y - off - d->resident_layers;
-            d->disk_bytes = streamed * b;
-            double ahead = o->prefetch ? DEVICE_STREAM_ROOM_LAYERS : 0;
-            if (streamed > ahead)
-                d->t_disk = (streamed - ahead) * b / c->disk_bps;
+            double keep = c->ram - d->anon - fixed_page - room;
+            d->resident_layers = walk_ram_layers(sm, p, m, off > 0, keep).fit;
+            d->disk_bytes = ram.bytes - keep;
+            double ahead = o->prefetch ? room : 0;
+            if (d->disk_bytes > ahead)
+                d->t_disk = (d->disk_bytes - ahead) / c->disk_bps;
         }
         d->t_compute = (y - g) * c->cpu_compute;
         d->t_memory = (y - g) * (c->cpu_layer - c->cpu_compute);

@@ -47,10 +47,11 @@
  * "available" was measured by the running prima process itself, so the process's own code, heap
  * and mapped metadata are already outside it (the emulator's counters: 4-7 MiB of anonymous
  * memory per device during a whole run):
- *   anon_m = what the process allocates for inference: compute buffers for the plan's batch and
- *            the ring's frames (+ head: logits, sampling) + the KV cache of its CPU layers
- *   page_m = weights of its layers that live in RAM (+ head: embedding, output norm and output
- *            matrix, which the pager keeps resident on the head as well)
+ *   anon_m = what the process holds for inference: a decode step's compute buffers, the
+ *            batch's hidden states and the ring's frames (+ head: logits, sampling) + the KV
+ *            cache of its CPU layers (sched/shape.c)
+ *   page_m = weights of its layers that live in RAM, each at its own size (+ head: embedding,
+ *            output norm and output matrix, which the pager keeps resident on the head as well)
  * GPU layers live in VRAM with their KV cache on a discrete GPU; on a unified-memory GPU they
  * stay in RAM (the set M2 of the paper) and only count against VRAM as well.
  *
@@ -58,14 +59,14 @@
  * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, as
  * many bytes of them as fit beside anon, the head's weights and a room of
  * DEVICE_STREAM_ROOM_LAYERS layers (the one being computed, the next one being read), and the
- * rest streams through the room, read again every token: disk bytes = streamed layers. The
+ * rest streams through the room (two of its largest layers), read again every token: disk
+ * bytes = streamed layers. The
  * resident part ends inside a layer, so its count is fractional and the stall below grows
  * smoothly with the overflow: a budget short by a tenth of a layer costs a tenth of a layer's
  * read, not a whole one. The room's worth is read while the token is on the other devices (the
  * pager reads the first streamed bytes of a window at the hand-off before it); each streamed
- * layer beyond the room
- * is read while it is needed, so the ring stalls for
- *   disk_m = (streamed - room layers) * layer bytes / disk throughput
+ * byte beyond the room is read while it is needed, so the ring stalls for
+ *   disk_m = (streamed bytes - room bytes) / disk throughput
  * (all streamed layers when the ring does not prefetch). The throughput is the profile's
  * streaming figure: faults through a mapping with the kernel's readahead, as compute reads the
  * streamed layers beyond the room (sched/measure.c).
@@ -81,11 +82,17 @@
 #include "cluster/plan.h"
 #include "sched/profile.h"
 
-/* The model as the cost model sees it: layers are taken as equal (their mean). */
+/* Layers a model may have for the scheduler to plan it. */
+#define SCHED_MAX_LAYERS 512
+
+/* The model as the cost model sees it: layers are taken as equal (their mean) for their work,
+ * and in memory at their own sizes (a Q4_K_M file's layers with Q6_K matrices are 14 % larger,
+ * and they sit at the ends of the model, on the head and the last device). */
 typedef struct sched_model {
     int n_layer, n_embd, n_vocab;
     double layer_params[DT_COUNT]; /* weights of each type in one layer (mean over layers) */
     double layer_bytes;            /* bytes of one layer's weights (mean) */
+    double layer_size[SCHED_MAX_LAYERS];   /* bytes of each layer; 0: the mean (layer_bytes) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
     double layer_calls;            /* parallel kernel jobs of a layer's matrix products

@@ -535,6 +535,45 @@ static int alone(const problem *ring, int m, bool fit_only, ring_plan *p, cost_r
     return c->feasible ? 1 : 0;
 }
 
+/* The integer programs count every layer at the mean size; cost_eval counts each in memory at
+ * its own (a Q4_K_M model's larger layers sit at its ends: on the head and the last device).
+ * From the programs' plan, one layer at a time moves between two devices that compute while
+ * that makes the plan faster as cost_eval predicts it: a local search, so with unequal layers
+ * the plan is no longer proven the fastest; with equal layers the programs' plan stands. */
+static void refine_sizes(const problem *pb, ring_plan *plan, cost_result *cost)
+{
+    const sched_model *sm = pb->sm;
+    bool equal = true;
+    for (int il = 1; il < sm->n_layer && equal; il++)
+        equal = sm->layer_size[il] == sm->layer_size[0];
+    for (int step = 0; !equal && step < sm->n_layer; step++) {
+        ring_plan best = *plan;
+        cost_result bc = *cost;
+        for (int a = 0; a < pb->n; a++)
+            for (int b = 0; b < pb->n; b++) {
+                if (a == b || plan->window[a] <= 1 || plan->window[b] == 0 ||
+                    plan->gpu_layers[a] >= plan->window[a])
+                    continue;
+                ring_plan q = *plan;
+                q.window[a]--;
+                q.window[b]++;
+                cost_result c;
+                cost_eval(pb->dc, sm, pb->o, &q, &c);
+                /* a plan in memory does not move to one reading from disk unless allowed */
+                bool disk_ok = !pb->fit_only || !fits_in_memory(cost, pb->n) ||
+                               fits_in_memory(&c, pb->n);
+                if (c.feasible && disk_ok && c.tpot < bc.tpot * (1 - 1e-9)) {
+                    best = q;
+                    bc = c;
+                }
+            }
+        if (!(bc.tpot < cost->tpot))
+            return;
+        *plan = best;
+        *cost = bc;
+    }
+}
+
 /* halda.h's rules for plans on one device. A worker alone, decoding on its own, is tried for
  * every worker (the integer programs charge a plan on one worker the relay through the head);
  * when the plan ends up on one worker, the head alone (reading from disk if it must) replaces
@@ -612,6 +651,7 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         explain_infeasible(&pb, r->why, sizeof r->why);
     if (!r->found)
         return 0;
+    refine_sizes(&pb, &r->plan, &r->cost);
     if (one_device_rules(&pb, r) < 0) {
         snprintf(r->why, sizeof r->why, "halda: the GLPK integer solver failed");
         return -1;

@@ -25,6 +25,12 @@
  * Unless allow_disk is set, plans in which no device reads from disk are searched first; only if
  * none exists are overloaded devices allowed. Output is deterministic: ties keep the smallest k.
  *
+ * Layers of unequal sizes. The programs count every layer at the mean size; cost_eval, which
+ * evaluates each program's plan, counts each layer in memory at its own (a Q4_K_M model's layers
+ * with Q6_K matrices, at its ends, are 14 % larger). From the best plan, layers move one at a
+ * time between two computing devices while cost_eval predicts the move faster: a local search,
+ * so with unequal layers the plan is the best found, not proven the fastest.
+ *
  * Plans on one device. A worker holding every layer decodes on its own (no hop per token, the
  * head's work done there: cost.h); the integer programs charge such a plan the relay through
  * the head, so each worker alone is predicted too and taken when faster. When the plan ends up

@@ -25,6 +25,11 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
                  n_ctx, max_batch, n_seq);
         return -1;
     }
+    if (hp->n_layer > SCHED_MAX_LAYERS) {
+        snprintf(err, errlen, "plan: the model has %d layers, the scheduler plans at most %d",
+                 hp->n_layer, SCHED_MAX_LAYERS);
+        return -1;
+    }
     memset(sm, 0, sizeof *sm);
     if (max_batch > n_ctx)   /* as the session clamps it: a batch never exceeds the context */
         max_batch = n_ctx;
@@ -43,7 +48,8 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
             calls += kern_matmul_jobs(mats[i]->type);
         }
         sm->layer_calls += (double)calls / hp->n_layer;
-        bytes += (double)model_layer_bytes(m, il);
+        sm->layer_size[il] = (double)model_layer_bytes(m, il);
+        bytes += sm->layer_size[il];
     }
     sm->layer_bytes = bytes / hp->n_layer;
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
