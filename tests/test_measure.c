@@ -11,18 +11,37 @@
 #include "sched/startup.h"
 #include "test.h"
 
-/* The CPU figure of repeated runs: their median, or under a quota the fastest scaled to its
- * share; the spread only ever rises. */
+/* The CPU figure of repeated runs: their median, or under a quota the median of the runs it
+ * did not throttle scaled to its share (all throttled: the fastest, scaled); the spread only
+ * ever rises. */
 static void typical_rate(void)
 {
     double v[] = {4, 10, 1, 3, 2}, spread = 0;
-    double r = profile_typical_rate(v, 5, 1, &spread);
+    double r = profile_typical_rate(v, NULL, 5, 1, &spread);
     CHECK(r == 3, "1 2 3 4 10: %g, not the median", r);
     CHECK(spread == (4 - 2) / 3.0, "spread %g", spread);
     double w[] = {4, 10, 1, 3, 2};
-    r = profile_typical_rate(w, 5, 0.5, &spread);
-    CHECK(r == 5, "under a half quota: %g, not half the fastest", r);
+    r = profile_typical_rate(w, NULL, 5, 0.5, &spread);
+    CHECK(r == 1.5, "under a half quota: %g, not half the median", r);
     CHECK(spread == (4 - 2) / 3.0, "spread fell or rose again: %g", spread);
+    /* the throttled runs (1 and 2, stretched) left out: the median of 4 10 3 */
+    double x[] = {4, 10, 1, 3, 2};
+    bool hit[] = {false, false, true, false, true};
+    r = profile_typical_rate(x, hit, 5, 0.5, &spread);
+    CHECK(r == 2, "throttled runs left out: %g, not half of 4", r);
+    bool all[] = {true, true, true, true, true};
+    double y[] = {4, 10, 1, 3, 2};
+    r = profile_typical_rate(y, all, 5, 0.5, &spread);
+    CHECK(r == 5, "every run throttled: %g, not half the fastest", r);
+    /* without a quota the flags change nothing */
+    double z[] = {4, 10, 1, 3, 2};
+    r = profile_typical_rate(z, hit, 5, 1, &spread);
+    CHECK(r == 3, "no quota: %g, not the median of all", r);
+    CHECK(parse_cpu_throttled_ns("nr_periods 10\nnr_throttled 2\nthrottled_time 12345\n") ==
+              12345 &&
+              parse_cpu_throttled_ns("usage_usec 9\nnr_throttled 1\nthrottled_usec 7\n") == 7000 &&
+              parse_cpu_throttled_ns("usage_usec 9\n") == 0,
+          "cpu.stat throttled time misread");
 }
 
 int main(void)

@@ -121,9 +121,9 @@ static uint64_t cgroup_limit(char *dir, int version)
     return lim;
 }
 
-/* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota), and
- * the period of the tightest one (seconds). */
-static double cpu_quota(double *period)
+/* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota), the
+ * period of the tightest one (seconds) and the path of its cpu.stat. */
+static double cpu_quota(double *period, char *stat, size_t statlen)
 {
     char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
     char dir[1024];
@@ -146,6 +146,7 @@ static double cpu_quota(double *period)
         if (here > 0 && (q == 0 || here < q)) {
             q = here;
             *period = per;
+            snprintf(stat, statlen, "%s/cpu.stat", dir);
         }
         char *slash = strrchr(dir, '/');
         if (!slash || slash == dir)
@@ -249,10 +250,40 @@ static double sustained_rate(double *v, int n, double bytes, double seconds, dou
     return bytes / seconds;
 }
 
-double profile_typical_rate(double *v, int n, double quota_share, double *spread)
+double profile_typical_rate(double *v, const bool *throttled, int n, double quota_share,
+                            double *spread)
 {
+    double free_runs[PROFILE_MAX_RUNS];
+    int k = 0;
+    for (int i = 0; i < n && k < PROFILE_MAX_RUNS; i++)
+        if (!throttled || !throttled[i])
+            free_runs[k++] = v[i];
     double med = median_spread(v, n, spread);
-    return quota_share < 1 ? v[n - 1] * quota_share : med;
+    if (quota_share >= 1)
+        return med;
+    if (k == 0)   /* every run throttled: the fastest is the nearest to an unthrottled one */
+        return v[n - 1] * quota_share;
+    double ignored = 0;
+    return median_spread(free_runs, k, &ignored) * quota_share;
+}
+
+/* The CPU quota the runs of a figure take place under: the share of the threads' time it grants
+ * (1: none) and the cpu.stat of the cgroup that sets it ("" when none). */
+typedef struct quota_ctx {
+    double share;
+    char stat[1200];
+} quota_ctx;
+
+/* Nanoseconds the quota has throttled this process's cgroup so far (0 without a quota): a run
+ * during which it grew was stretched by the throttle. */
+static uint64_t throttled_ns(const quota_ctx *q)
+{
+    if (q->share >= 1 || !q->stat[0])
+        return 0;
+    char *t = read_text(q->stat);
+    uint64_t ns = t ? parse_cpu_throttled_ns(t) : 0;
+    free(t);
+    return ns;
 }
 
 /* ---- kernel rates ---- */
@@ -273,7 +304,7 @@ typedef struct rate_job {
  * of the 8B-like on the shared 2-core VM, six in a row, twice: variation of the Q4_K and Q6_K
  * rates from one profile to the next 0.06-0.13 against 0.17-0.23 back to back). */
 static double time_matmul(const rate_job *j, int n_out, int n_tokens, double budget,
-                          double quota_share, double *spread)
+                          const quota_ctx *q, double *spread)
 {
     double t0 = probe_now();
     kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);   /* warm up */
@@ -282,22 +313,25 @@ static double time_matmul(const rate_job *j, int n_out, int n_tokens, double bud
     int reps = (int)(budget / (calls * fmax(t_call, 1e-7)));
     reps = reps < 3 ? 3 : reps > REPS ? REPS : reps;
     double rates[REPS];
+    bool hit[REPS];
     double work = (double)j->n_in * n_out * n_tokens * calls;
     double start = probe_now();
     for (int r = 0; r < reps; r++) {
         for (double wait; (wait = start + budget * r / reps - probe_now()) > 0;)
             nanosleep(&(struct timespec){0, (long)(fmin(wait, 0.1) * 1e9)}, NULL);
+        uint64_t th = throttled_ns(q);
         t0 = probe_now();
         for (int i = 0; i < calls; i++)
             kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);
         rates[r] = work / (probe_now() - t0);
+        hit[r] = throttled_ns(q) != th;
     }
-    return profile_typical_rate(rates, reps, quota_share, spread);
+    return profile_typical_rate(rates, hit, reps, q->share, spread);
 }
 
 /* Seconds one parallel kernel call costs beyond its arithmetic: waking the pool and waiting for
  * the last thread, timed on a product too small to take any time itself. */
-static double measure_dispatch(kern_ctx *c, double quota_share, double *spread)
+static double measure_dispatch(kern_ctx *c, const quota_ctx *q, double *spread)
 {
     enum { N_IN = 256, CALLS = 200 };
     int n_out = 2 * kern_ctx_threads(c);
@@ -305,6 +339,7 @@ static double measure_dispatch(kern_ctx *c, double quota_share, double *spread)
     float x[N_IN] = {0};
     float *y = malloc(sizeof(float) * (size_t)n_out);
     double per_call[REPS];
+    bool hit[REPS];
     if (!w || !y) {
         free(w);
         free(y);
@@ -312,14 +347,16 @@ static double measure_dispatch(kern_ctx *c, double quota_share, double *spread)
     }
     kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
     for (int r = 0; r < REPS; r++) {
+        uint64_t th = throttled_ns(q);
         double t0 = probe_now();
         for (int i = 0; i < CALLS; i++)
             kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
         per_call[r] = CALLS / (probe_now() - t0);   /* calls per second: a rate, like the others */
+        hit[r] = throttled_ns(q) != th;
     }
     free(w);
     free(y);
-    return 1 / profile_typical_rate(per_call, REPS, quota_share, spread);
+    return 1 / profile_typical_rate(per_call, hit, REPS, q->share, spread);
 }
 
 static uint64_t lcg_next(uint64_t *s)
@@ -332,7 +369,7 @@ static uint64_t lcg_next(uint64_t *s)
  * runs, in its order, on a Llama-3-8B-shaped layer at a short context (the attention's reads of
  * a long one are counted apart), repeated for about BATCH_SECONDS per run. The caller's thread
  * runs all but the attention, as in decoding. */
-static double measure_vector(kern_ctx *c, double quota_share, double *spread)
+static double measure_vector(kern_ctx *c, const quota_ctx *quota, double *spread)
 {
     enum { EMBD = 4096, FF = 14336, HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, POS = 64 };
     enum { Q_DIM = HEADS * HEAD_DIM, KV_DIM = KV_HEADS * HEAD_DIM };
@@ -355,8 +392,10 @@ static double measure_vector(kern_ctx *c, double quota_share, double *spread)
     const rope_params rp = {.n_rot = HEAD_DIM, .freq_base = 500000, .freq_scale = 1};
     const int32_t pos = POS;
     double work = layer_vector_values(EMBD, FF, Q_DIM, KV_DIM), rates[REPS];
+    bool hit[REPS];
     int calls = 1;
     for (int r = -1; r < REPS; r++) {   /* r = -1: warm-up, which sizes the runs */
+        uint64_t th = throttled_ns(quota);
         double t0 = probe_now();
         for (int i = 0; i < calls; i++) {
             kern_rmsnorm(x, hidden, norm, EMBD, 1e-5f);
@@ -377,14 +416,16 @@ static double measure_vector(kern_ctx *c, double quota_share, double *spread)
             kern_add(hidden, res, EMBD);
         }
         double t = probe_now() - t0;
-        if (r < 0)
+        if (r < 0) {
             calls = t >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / fmax(t, 1e-7));
-        else
+        } else {
             rates[r] = work * calls / t;
+            hit[r] = throttled_ns(quota) != th;
+        }
     }
     free(buf);
     free(cache);
-    return profile_typical_rate(rates, REPS, quota_share, spread);
+    return profile_typical_rate(rates, hit, REPS, quota->share, spread);
 }
 
 /* Two flops per weight: a rate above INT_DOT_FACTOR times what the FMA peak allows means a
@@ -399,7 +440,7 @@ static bool within_peak(kern_ctx *c, double rate, double *fma_peak)
 }
 
 static int measure_type(kern_ctx *c, enum dtype t, double *fma_peak, double budget,
-                        double quota_share, type_rate *out, double *spread, char *err,
+                        const quota_ctx *q, type_rate *out, double *spread, char *err,
                         size_t errlen)
 {
     const kern_type *kt = kern_type_get(t);
@@ -432,8 +473,8 @@ static int measure_type(kern_ctx *c, enum dtype t, double *fma_peak, double budg
     for (int i = 0; i < RATE_N_IN * RATE_TOKENS; i++)
         x[i] = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
     rate_job j = {c, w, t, RATE_N_IN, x, y};
-    out->matvec = time_matmul(&j, n_out, 1, budget / 2, quota_share, spread);
-    out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, quota_share, spread);
+    out->matvec = time_matmul(&j, n_out, 1, budget / 2, q, spread);
+    out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, q, spread);
     if (!(out->matvec > 0 && out->matmul > 0) || !within_peak(c, out->matvec, fma_peak) ||
         !within_peak(c, out->matmul, fma_peak)) {
         snprintf(err, errlen, "profile: %s rates %.3g / %.3g weights/s fail the sanity check "
@@ -788,19 +829,23 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
         snprintf(err, errlen, "profile: out of memory for the kernels' scratch");
         goto done;
     }
-    p->cpu_quota = cpu_quota(&p->cpu_quota_period);
-    double share = profile_quota_share(p);
+    quota_ctx q = {.stat = ""};
+    p->cpu_quota = cpu_quota(&p->cpu_quota_period, q.stat, sizeof q.stat);
+    double share = q.share = profile_quota_share(p);
     double bws[3], fmas[3];
+    bool hit[3];
     int n_bw = 3;
     for (int i = 0; i < n_bw; i++) {
+        uint64_t th = throttled_ns(&q);
         bws[i] = probe_read_bandwidth(c, BW_BYTES, share < 1 ? 3 : 5);
+        hit[i] = throttled_ns(&q) != th;
         fmas[i] = probe_fma_peak(c, share < 1 ? 2 : 3);
     }
-    p->mem_bw = profile_typical_rate(bws, n_bw, share, &p->noise);
+    p->mem_bw = profile_typical_rate(bws, hit, n_bw, share, &p->noise);
     /* a peak, and only a sanity bound for the kernel rates: the fastest */
     double fma = best_rate(fmas, n_bw, &p->noise) * (share < 1 ? share : 1);
-    p->dispatch = measure_dispatch(c, share, &p->noise);
-    p->vector = measure_vector(c, share, &p->noise);
+    p->dispatch = measure_dispatch(c, &q, &p->noise);
+    p->vector = measure_vector(c, &q, &p->noise);
     if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0) || !(p->vector > 0)) {
         snprintf(err, errlen, "profile: out of memory for the bandwidth test (%.0f MiB buffer)",
                  BW_BYTES / MIB);
@@ -810,7 +855,7 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     for (int t = 0; t < DT_COUNT; t++)
         n_types += types[t];
     for (int t = 0; t < DT_COUNT; t++)
-        if (types[t] && measure_type(c, (enum dtype)t, &fma, RATES_SECONDS / n_types, share,
+        if (types[t] && measure_type(c, (enum dtype)t, &fma, RATES_SECONDS / n_types, &q,
                                      &p->cpu[t], &p->noise, err, errlen))
             goto done;
     if (o->model_path && measure_disk(o->model_path, p, err, errlen))

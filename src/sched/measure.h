@@ -28,18 +28,24 @@ typedef struct profile_opts {
     size_t gpu_why_len;
 } profile_opts;
 
+/* Runs a figure may have (more are not counted under a quota). */
+#define PROFILE_MAX_RUNS 16
+
 /* The CPU figure (kernel rate, bandwidth, calls per second) of n repeated runs v (sorted in
  * place; the spread, interquartile range / median, raises *spread): the median. It is what
  * decoding takes on a device whose cores are shared; the fastest run is what it takes at its
  * best moment (measured on the 2-core VM, one thread: decode's matrix products took 1.03-1.19x
  * the time the fastest rates predict, 0.99-1.12x the medians'; across profiles a minute apart
  * the median moves no more than the fastest, and the bandwidth's much less, so plans are as
- * repeatable). Under a CFS
- * quota smaller than the threads (quota_share = quota / threads < 1), runs that hit the
- * throttle are stretched by an amount that depends on where in the quota period they fell,
- * which the median would mix in: the unthrottled rate, the fastest, is scaled to the share
- * of time the quota grants instead. */
-double profile_typical_rate(double *v, int n, double quota_share, double *spread);
+ * repeatable). Under a CFS quota smaller than the threads (quota_share = quota / threads < 1),
+ * runs that hit the throttle are stretched by an amount that depends on where in the quota
+ * period they fell: those the quota throttled (throttled[i], from the cgroup's cpu.stat; NULL:
+ * none) are left out, and the median of the others is scaled to the share of time the quota
+ * grants (every run throttled: the fastest, scaled). The fastest alone was 31 % above a
+ * same-CPU device's median on the shared VM (the paper-4dev phone against the laptop), and the
+ * phone computed 34-43 % slower than predicted. */
+double profile_typical_rate(double *v, const bool *throttled, int n, double quota_share,
+                            double *spread);
 
 /* Returns 0, or -1 with a one-line error (an unreadable model file, a weight type the kernels
  * cannot compute, a measurement that fails its sanity check). */

@@ -212,6 +212,19 @@ uint64_t parse_cgroup_limit(const char *text)
     return (uint64_t)v;
 }
 
+/* A "key value" line of a cgroup stat file (memory.stat, cpu.stat); false if absent. */
+static bool stat_field(const char *text, const char *key, uint64_t *v)
+{
+    size_t klen = strlen(key);
+    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
+        if (!strncmp(line, key, klen) && line[klen] == ' ') {
+            *v = strtoull(line + klen + 1, NULL, 10);
+            return true;
+        }
+    }
+    return false;
+}
+
 double parse_cpu_quota(const char *quota, const char *period, double *period_s)
 {
     char *end;
@@ -228,23 +241,19 @@ double parse_cpu_quota(const char *quota, const char *period, double *period_s)
     return q / per;
 }
 
+uint64_t parse_cpu_throttled_ns(const char *cpu_stat)
+{
+    uint64_t v;
+    if (stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */
+        return v * 1000;
+    return stat_field(cpu_stat, "throttled_time", &v) ? v : 0;   /* v1, nanoseconds */
+}
+
 double profile_quota_share(const dev_profile *p)
 {
     return p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
 }
 
-/* A "key value" line of memory.stat; false if absent. */
-static bool stat_field(const char *text, const char *key, uint64_t *v)
-{
-    size_t klen = strlen(key);
-    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-        if (!strncmp(line, key, klen) && line[klen] == ' ') {
-            *v = strtoull(line + klen + 1, NULL, 10);
-            return true;
-        }
-    }
-    return false;
-}
 
 void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs)
 {

@@ -107,6 +107,9 @@ int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *contr
  * the period in seconds. */
 double parse_cpu_quota(const char *quota, const char *period, double *period_s);
 #define CFS_DEFAULT_PERIOD 0.1   /* seconds: the kernel's default cpu.cfs_period_us */
+/* Nanoseconds a cgroup's CPU quota has throttled it, from its cpu.stat (v2 throttled_usec, v1
+ * throttled_time); 0 when the file says neither. */
+uint64_t parse_cpu_throttled_ns(const char *cpu_stat);
 /* The share of its threads' time a CPU quota grants the profiled device (quota / threads when
  * the quota is the smaller, else 1): its CPU rates are the unthrottled ones times this share. */
 double profile_quota_share(const dev_profile *p);
