@@ -121,6 +121,8 @@ typedef struct sched_opts {
     double time_limit;  /* seconds for one Halda search (halda.h: what a cut search returns) */
     bool prefetch;      /* the ring prefetches: a streaming device reads its room's worth while
                          * the token is on the others (without, the ring waits for all of it) */
+    double tie;         /* plans predicted within this fraction of the fastest are equal, and
+                         * Halda balances among them (halda.h); 0: the fastest alone */
 } sched_opts;
 
 /* The values a decoded layer's work besides its matrix products goes through (engine.c): two

@@ -589,6 +589,58 @@ static int alone(const problem *ring, int m, bool fit_only, ring_plan *p, cost_r
     return c->feasible ? 1 : 0;
 }
 
+/* The largest stall a device's disk puts on the ring per token, and which device (-1: none). */
+static double largest_stall(const cost_result *c, int n, int *who)
+{
+    double most = 0;
+    *who = -1;
+    for (int m = 0; m < n; m++)
+        if (c->dev[m].in_ring && c->dev[m].t_disk > most) {
+            most = c->dev[m].t_disk;
+            *who = m;
+        }
+    return most;
+}
+
+/* halda.h, near ties: from the plan, a layer moves off the device whose disk stalls the ring
+ * most while that lowers the largest stall and the plan stays within o->tie of the fastest
+ * predicted. */
+static void balance(const problem *pb, ring_plan *plan, cost_result *cost)
+{
+    double limit = cost->tpot * (1 + pb->o->tie);
+    for (int step = 0; pb->o->tie > 0 && step < pb->sm->n_layer * pb->n; step++) {
+        int a;
+        double worst = largest_stall(cost, pb->n, &a), best_worst = worst;
+        if (a < 0)
+            return;
+        ring_plan best = *plan;
+        cost_result bc = *cost;
+        for (int b = 0; b < pb->n; b++) {
+            if (b == a || plan->window[a] <= 1 || plan->window[b] == 0 ||
+                plan->gpu_layers[a] >= plan->window[a])
+                continue;
+            ring_plan q = *plan;
+            q.window[a]--;
+            q.window[b]++;
+            cost_result c;
+            cost_eval(pb->dc, pb->sm, pb->o, &q, &c);
+            int ignored;
+            double w = c.feasible ? largest_stall(&c, pb->n, &ignored) : HUGE_VAL;
+            bool disk_ok = !pb->fit_only || !fits_in_memory(cost, pb->n) ||
+                           fits_in_memory(&c, pb->n);
+            if (c.feasible && disk_ok && c.tpot <= limit && w < best_worst * (1 - 1e-9)) {
+                best = q;
+                bc = c;
+                best_worst = w;
+            }
+        }
+        if (!(best_worst < worst))
+            return;
+        *plan = best;
+        *cost = bc;
+    }
+}
+
 /* halda.h's rules for plans on one device. A worker alone, decoding on its own, is tried for
  * every worker (the integer programs charge a plan on one worker the relay through the head);
  * when the plan ends up on one worker, the head alone (reading from disk if it must) replaces
@@ -666,6 +718,7 @@ int halda_solve(const dev_cost *dc, int n_dev, const sched_model *sm, const sche
         explain_infeasible(&pb, r->why, sizeof r->why);
     if (!r->found)
         return 0;
+    balance(&pb, &r->plan, &r->cost);
     if (one_device_rules(&pb, r) < 0) {
         snprintf(r->why, sizeof r->why, "halda: the GLPK integer solver failed");
         return -1;

@@ -31,6 +31,15 @@
  * time between two computing devices while cost_eval predicts the move faster: a local search,
  * so with unequal layers the plan is the best found, not proven the fastest.
  *
+ * Near ties (o->tie). Plans predicted within o->tie of the fastest are equal: the profiles are
+ * not more exact, and the programs would pile a model's overflow on the device whose disk
+ * measured fastest by noise. From the fastest plan, a layer moves off the device whose disk
+ * stalls the ring most to another computing device while that lowers the largest stall and the
+ * plan stays within the tolerance. A disk serves a short overflow faster than a long one (on
+ * homogeneous-6dev, six identical devices, the even plan of exo's strategy ran at 670 and 744
+ * ms per token where Halda's, predicted 2 % faster, put 8 layers, 5 of them streamed, on the
+ * device whose disk measured 634 MB/s against 591-629, and ran at 834 and 883).
+ *
  * Plans on one device. A worker holding every layer decodes on its own (no hop per token, the
  * head's work done there: cost.h); the integer programs charge such a plan the relay through
  * the head, so each worker alone is predicted too and taken when faster. When the plan ends up
