@@ -45,11 +45,22 @@ static int widest_input(const model_hparams *hp)
     return n_in > hp->n_ff ? n_in : hp->n_ff;
 }
 
-static void *alloc_floats(engine *e, size_t rows, size_t cols)
+/* The scratch buffers, max_batch rows of cols[i] floats each, and where each is kept: allocated
+ * and freed together, rows handed back by fit_scratch. */
+enum { N_SCRATCH = 7 };
+
+static void scratch_buffers(engine *e, float **buf[N_SCRATCH], size_t cols[N_SCRATCH])
 {
-    size_t bytes = rows * cols * sizeof(float);
-    e->scratch_bytes += bytes;
-    return malloc(bytes);
+    const model_hparams *hp = &e->m->hp;
+    size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
+    size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
+    float **b[N_SCRATCH] = {&e->x, &e->q, &e->k, &e->v, &e->att, &e->gate, &e->up};
+    size_t c[N_SCRATCH] = {(size_t)hp->n_embd, q_dim, kv_row, kv_row, q_dim, (size_t)hp->n_ff,
+                           (size_t)hp->n_ff};
+    for (int i = 0; i < N_SCRATCH; i++) {
+        buf[i] = b[i];
+        cols[i] = c[i];
+    }
 }
 
 /* Bytes of one layer's K (or V) cache: every sequence's region. */
@@ -96,7 +107,6 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos)
         goto oom;
 
-    const size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
     for (int il = 0; il < hp->n_layer; il++) {
         e->owns[il] = owns ? owns[il] : true;
         if (!e->owns[il])
@@ -109,17 +119,15 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
         e->kv_bytes += 2 * cache_bytes(e);
     }
 
-    const size_t B = (size_t)max_batch;
-    const size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
-    e->x = alloc_floats(e, B, (size_t)hp->n_embd);
-    e->q = alloc_floats(e, B, q_dim);
-    e->k = alloc_floats(e, B, kv_row);
-    e->v = alloc_floats(e, B, kv_row);
-    e->att = alloc_floats(e, B, q_dim);
-    e->gate = alloc_floats(e, B, (size_t)hp->n_ff);
-    e->up = alloc_floats(e, B, (size_t)hp->n_ff);
-    if (!e->x || !e->q || !e->k || !e->v || !e->att || !e->gate || !e->up)
-        goto oom;
+    float **buf[N_SCRATCH];
+    size_t cols[N_SCRATCH];
+    scratch_buffers(e, buf, cols);
+    for (int i = 0; i < N_SCRATCH; i++) {
+        size_t bytes = (size_t)max_batch * cols[i] * sizeof(float);
+        e->scratch_bytes += bytes;
+        if (!(*buf[i] = malloc(bytes)))
+            goto oom;
+    }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
     return e;
@@ -144,13 +152,11 @@ void engine_free(engine *e)
     free(e->owns);
     free(e->filled);
     free(e->next_pos);
-    free(e->x);
-    free(e->q);
-    free(e->k);
-    free(e->v);
-    free(e->att);
-    free(e->gate);
-    free(e->up);
+    float **buf[N_SCRATCH];
+    size_t cols[N_SCRATCH];
+    scratch_buffers(e, buf, cols);
+    for (int i = 0; i < N_SCRATCH; i++)
+        free(*buf[i]);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
@@ -377,17 +383,13 @@ static void fit_scratch(engine *e, int n)
     if (!e->wide)
         return;
     e->wide = false;
-    const model_hparams *hp = &e->m->hp;
-    size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
-    size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const struct { float *p; size_t cols; } buf[] = {
-        {e->x, (size_t)hp->n_embd}, {e->q, q_dim}, {e->k, kv_row}, {e->v, kv_row},
-        {e->att, q_dim}, {e->gate, (size_t)hp->n_ff}, {e->up, (size_t)hp->n_ff},
-    };
+    float **buf[N_SCRATCH];
+    size_t cols[N_SCRATCH];
+    scratch_buffers(e, buf, cols);
     size_t keep = (size_t)e->n_seq, rows = (size_t)e->max_batch;
-    for (size_t i = 0; i < sizeof buf / sizeof buf[0]; i++)
-        mem_release(buf[i].p + keep * buf[i].cols, (rows - keep) * buf[i].cols * sizeof(float));
-    kern_ctx_release(e->kc, widest_input(hp), e->n_seq);
+    for (int i = 0; i < N_SCRATCH; i++)
+        mem_release(*buf[i] + keep * cols[i], (rows - keep) * cols[i] * sizeof(float));
+    kern_ctx_release(e->kc, widest_input(&e->m->hp), e->n_seq);
 }
 
 int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int32_t *seq,

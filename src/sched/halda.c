@@ -396,6 +396,24 @@ static bool fits_in_memory(const cost_result *c, int n_dev)
     return fits;
 }
 
+/* The plan with one layer per round moved from device a to device b, evaluated into *q and *c.
+ * False when the move is not one to make: a would be left without a layer on the CPU, b does not
+ * compute, the plan is infeasible, or it reads from disk where the plan it starts from (cost)
+ * did not while only plans in memory are searched. */
+static bool move_layer(const problem *pb, const ring_plan *plan, const cost_result *cost, int a,
+                       int b, ring_plan *q, cost_result *c)
+{
+    if (a == b || plan->window[a] <= 1 || plan->window[b] == 0 ||
+        plan->gpu_layers[a] >= plan->window[a])
+        return false;
+    *q = *plan;
+    q->window[a]--;
+    q->window[b]++;
+    cost_eval(pb->dc, pb->sm, pb->o, q, c);
+    return c->feasible && (!pb->fit_only || !fits_in_memory(cost, pb->n) ||
+                           fits_in_memory(c, pb->n));
+}
+
 /* Relative slack of the incumbent's cutoff for the integer programs with unequal layers: 14 %
  * larger layers at a model's ends moved the 70B-like's predictions on paper-4dev by 4 %. */
 #define SIZES_SLACK 0.1
@@ -415,25 +433,15 @@ static bool equal_layers(const sched_model *sm)
  * the plan is no longer proven the fastest; with equal layers the programs' plan stands. */
 static void refine_sizes(const problem *pb, ring_plan *plan, cost_result *cost)
 {
-    const sched_model *sm = pb->sm;
-    bool equal = equal_layers(sm);
-    for (int step = 0; !equal && step < sm->n_layer; step++) {
+    bool equal = equal_layers(pb->sm);
+    for (int step = 0; !equal && step < pb->sm->n_layer; step++) {
         ring_plan best = *plan;
         cost_result bc = *cost;
         for (int a = 0; a < pb->n; a++)
             for (int b = 0; b < pb->n; b++) {
-                if (a == b || plan->window[a] <= 1 || plan->window[b] == 0 ||
-                    plan->gpu_layers[a] >= plan->window[a])
-                    continue;
-                ring_plan q = *plan;
-                q.window[a]--;
-                q.window[b]++;
+                ring_plan q;
                 cost_result c;
-                cost_eval(pb->dc, sm, pb->o, &q, &c);
-                /* a plan in memory does not move to one reading from disk unless allowed */
-                bool disk_ok = !pb->fit_only || !fits_in_memory(cost, pb->n) ||
-                               fits_in_memory(&c, pb->n);
-                if (c.feasible && disk_ok && c.tpot < bc.tpot * (1 - 1e-9)) {
+                if (move_layer(pb, plan, cost, a, b, &q, &c) && c.tpot < bc.tpot * (1 - 1e-9)) {
                     best = q;
                     bc = c;
                 }
@@ -616,19 +624,13 @@ static void balance(const problem *pb, ring_plan *plan, cost_result *cost)
         ring_plan best = *plan;
         cost_result bc = *cost;
         for (int b = 0; b < pb->n; b++) {
-            if (b == a || plan->window[a] <= 1 || plan->window[b] == 0 ||
-                plan->gpu_layers[a] >= plan->window[a])
-                continue;
-            ring_plan q = *plan;
-            q.window[a]--;
-            q.window[b]++;
+            ring_plan q;
             cost_result c;
-            cost_eval(pb->dc, pb->sm, pb->o, &q, &c);
             int ignored;
-            double w = c.feasible ? largest_stall(&c, pb->n, &ignored) : HUGE_VAL;
-            bool disk_ok = !pb->fit_only || !fits_in_memory(cost, pb->n) ||
-                           fits_in_memory(&c, pb->n);
-            if (c.feasible && disk_ok && c.tpot <= limit && w < best_worst * (1 - 1e-9)) {
+            if (!move_layer(pb, plan, cost, a, b, &q, &c) || c.tpot > limit)
+                continue;
+            double w = largest_stall(&c, pb->n, &ignored);
+            if (w < best_worst * (1 - 1e-9)) {
                 best = q;
                 bc = c;
                 best_worst = w;

@@ -254,7 +254,6 @@ double profile_quota_share(const dev_profile *p)
     return p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
 }
 
-
 void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs)
 {
     uint64_t inact = 0, act = 0;
