@@ -5,11 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/kern.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "support/synth_tmp.h"
 #include "test.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -37,18 +36,13 @@ int main(void)
         return test_done();
     }
     /* one layer whose feed-forward rows are wide: gate and up of a 256-row batch are 16 MiB */
-    char path[] = "/tmp/prima-scratch-model.XXXXXX", err[512];
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0, "mkstemp");
-    close(fd);
+    char err[512];
     synth_params q;
     synth_defaults(&q);
     q.n_layer = 1;
     q.n_ff = 8192;
     q.ftype = SYNTH_Q4_K;
-    int wrc = synth_write(&q, path, NULL, err, sizeof err);
-    model *m = wrc == 0 ? model_load(path, err, sizeof err) : NULL;
-    unlink(path);
+    model *m = synth_tmp_load(&q, err, sizeof err);
     REQUIRE(m, "%s", err);
     const int n_embd = m->hp.n_embd;
     double gate_up = 2.0 * BATCH * q.n_ff * sizeof(float);

@@ -9,13 +9,13 @@
  * Also: a draft with another vocabulary is refused, and drafts are cut to the context left. */
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "cluster/ring_engine.h"
 #include "model/spec.h"
 #include "model/synth.h"
 #include "support/fake_ring.h"
 #include "support/fidelity.h"
+#include "support/synth_tmp.h"
 #include "test.h"
 
 enum { N_CTX = 40, N_BATCH = 24, N_GEN = 72 };
@@ -367,10 +367,7 @@ static void check_distribution(const char *target, model *dm, const char *draft,
  * stories260K's vocabulary (vocab_from) or the built-in one of n_vocab tokens. */
 static model *random_model(const char *vocab_from, int n_vocab)
 {
-    char path[] = "/tmp/prima-spec-model.XXXXXX", err[512];
-    int fd = mkstemp(path);
-    REQUIRE(fd >= 0, "mkstemp");
-    close(fd);
+    char err[512];
     synth_params q;
     synth_defaults(&q);
     q.n_layer = 1;
@@ -379,9 +376,7 @@ static model *random_model(const char *vocab_from, int n_vocab)
     q.n_head = q.n_head_kv = 2;
     q.n_vocab = n_vocab;
     q.vocab_from = vocab_from;
-    int wrc = synth_write(&q, path, NULL, err, sizeof err);
-    model *m = wrc == 0 ? model_load(path, err, sizeof err) : NULL;
-    unlink(path);
+    model *m = synth_tmp_load(&q, err, sizeof err);
     REQUIRE(m, "%s", err);
     return m;
 }
