@@ -58,33 +58,68 @@ static void read_worker(void *arg, int ith, int nth)
     atomic_fetch_xor(&J->sink, J->read(J->buf + p0 * 4096, (p1 - p0) * 4096));
 }
 
-double probe_read_bandwidth(kern_ctx *c, size_t bytes, int reps)
+struct probe_buf {
+    struct read_job job;
+};
+
+probe_buf *probe_buf_create(kern_ctx *c, size_t bytes)
 {
     bytes = bytes / (2u << 20) * (2u << 20);
+    probe_buf *b = calloc(1, sizeof *b);
     /* Anonymous memory in huge pages where the kernel allows: the probe measures DRAM, not the
      * TLB. */
-    void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED)
-        return -1;
+    void *buf = b ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                  : MAP_FAILED;
+    if (buf == MAP_FAILED) {
+        free(b);
+        return NULL;
+    }
     madvise(buf, bytes, MADV_HUGEPAGE);
     /* Nonzero contents: pages of zeros could all map the shared zero page. */
     for (size_t i = 0; i < bytes; i += 64)
         memset((uint8_t *)buf + i, (int)(i >> 12) | 1, 64);
-    struct read_job J = {.buf = buf, .bytes = bytes, .read = read_scalar};
+    b->job.buf = buf;
+    b->job.bytes = bytes;
+    b->job.read = read_scalar;
 #if KERN_X86
     if (kern_avx2_active())
-        J.read = probe_read_avx2;
+        b->job.read = probe_read_avx2;
 #endif
+    probe_buf_pass(c, b); /* warm up: wake the threads, fill the TLBs */
+    return b;
+}
+
+double probe_buf_pass(kern_ctx *c, probe_buf *b)
+{
+    kern_parallel(c, read_worker, &b->job);
+    return (double)b->job.bytes;
+}
+
+void probe_buf_free(probe_buf *b)
+{
+    if (!b)
+        return;
+    munmap((void *)b->job.buf, b->job.bytes);
+    free(b);
+}
+
+double probe_read_bandwidth(kern_ctx *c, size_t bytes, int reps)
+{
+    probe_buf *b = probe_buf_create(c, bytes);
     double *bw = malloc(sizeof(double) * (size_t)reps);
-    kern_parallel(c, read_worker, &J); /* warm up: fault everything in, wake the threads */
+    if (!b || !bw) {
+        probe_buf_free(b);
+        free(bw);
+        return -1;
+    }
     for (int r = 0; r < reps; r++) {
         double t0 = probe_now();
-        kern_parallel(c, read_worker, &J);
-        bw[r] = (double)bytes / (probe_now() - t0);
+        double n = probe_buf_pass(c, b);
+        bw[r] = n / (probe_now() - t0);
     }
     double m = probe_median(bw, reps);
     free(bw);
-    munmap(buf, bytes);
+    probe_buf_free(b);
     return m;
 }
 

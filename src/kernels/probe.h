@@ -13,6 +13,14 @@
  * Returns -1 if the buffer cannot be allocated. */
 double probe_read_bandwidth(kern_ctx *c, size_t bytes, int reps);
 
+/* The same buffer kept for passes timed by the caller (device profiling spreads them over a
+ * second): created filled and in memory (NULL if it cannot be allocated); a pass reads it all,
+ * every thread of c its own slice, and returns its bytes. */
+typedef struct probe_buf probe_buf;
+probe_buf *probe_buf_create(kern_ctx *c, size_t bytes);
+double probe_buf_pass(kern_ctx *c, probe_buf *b);
+void probe_buf_free(probe_buf *b);
+
 /* Peak single-precision FLOP/s (a multiply-add counts as 2) of independent FMA chains on every
  * thread of c, with the widest vectors of the active kernel path: the median of `reps` runs. */
 double probe_fma_peak(kern_ctx *c, int reps);

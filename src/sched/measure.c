@@ -37,8 +37,12 @@
  * together). */
 #define BATCH_SECONDS 0.02
 #define REPS 7
-/* Time for all kernel rates together, shared by the weight types measured. */
+/* Time over which a figure's runs are spread: all kernel rates together (shared by the weight
+ * types measured), the bandwidth, the vector work, the pool's wake-up. */
 #define RATES_SECONDS 3.0
+#define BW_SECONDS 0.6
+#define VECTOR_SECONDS 0.3
+#define DISPATCH_SECONDS 0.15
 /* Integer dot-product paths do up to four multiply-adds where float FMA does one. */
 #define INT_DOT_FACTOR 4
 /* Noise between the one-off FMA peak and a kernel rate: on crowded cores and under sanitizers
@@ -286,77 +290,126 @@ static uint64_t throttled_ns(const quota_ctx *q)
     return ns;
 }
 
-/* ---- kernel rates ---- */
+/* One figure's measured work: `calls` repetitions of it, returning the work done in the figure's
+ * unit (weights, bytes, values, calls). */
+typedef double (*work_fn)(void *ctx, int calls);
 
-typedef struct rate_job {
-    kern_ctx *c;
-    const void *w;
-    enum dtype t;
-    int n_in;
-    const float *x;
-    float *y;
-} rate_job;
-
-/* Weight-token products per second of kern_matmul with n_tokens tokens: the typical of up to
- * REPS batches (at least 3) of about BATCH_SECONDS each, spread evenly over `budget` seconds.
- * Back to back, the batches of one type took 0.15 s, so a neighbour busy for a fraction of a
- * second set that type's whole figure; spread out, the median outlasts it (2-thread profiles
- * of the 8B-like on the shared 2-core VM, six in a row, twice: variation of the Q4_K and Q6_K
- * rates from one profile to the next 0.06-0.13 against 0.17-0.23 back to back). */
-static double time_matmul(const rate_job *j, int n_out, int n_tokens, double budget,
-                          const quota_ctx *q, double *spread)
+/* The typical rate (profile_typical_rate) of up to REPS runs (at least 3) of about
+ * BATCH_SECONDS each (a first call, not counted, sizes them), spread evenly over `budget`
+ * seconds. Back to back, the runs of one figure took a tenth of a second, so a neighbour busy
+ * for that long set the whole figure; spread out, the median outlasts it (2-thread profiles of
+ * the 8B-like on the shared 2-core VM, six in a row, twice: the Q4_K and Q6_K rates varied
+ * 0.06-0.13 from one profile to the next against 0.17-0.23 back to back; the bandwidth, still
+ * back to back, 41-73 GB/s in three profiles of the 14B-like, whose decoding read 44). */
+static double typical_rate(work_fn work, void *ctx, double budget, const quota_ctx *q,
+                           double *spread)
 {
     double t0 = probe_now();
-    kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);   /* warm up */
-    double t_call = probe_now() - t0;
-    int calls = t_call >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / fmax(t_call, 1e-7));
-    int reps = (int)(budget / (calls * fmax(t_call, 1e-7)));
+    work(ctx, 1);
+    double t_call = fmax(probe_now() - t0, 1e-7);
+    int calls = t_call >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / t_call);
+    int reps = (int)(budget / (calls * t_call));
     reps = reps < 3 ? 3 : reps > REPS ? REPS : reps;
     double rates[REPS];
     bool hit[REPS];
-    double work = (double)j->n_in * n_out * n_tokens * calls;
     double start = probe_now();
     for (int r = 0; r < reps; r++) {
         for (double wait; (wait = start + budget * r / reps - probe_now()) > 0;)
             nanosleep(&(struct timespec){0, (long)(fmin(wait, 0.1) * 1e9)}, NULL);
         uint64_t th = throttled_ns(q);
         t0 = probe_now();
-        for (int i = 0; i < calls; i++)
-            kern_matmul(j->c, j->w, j->t, j->n_in, n_out, j->x, n_tokens, j->y);
-        rates[r] = work / (probe_now() - t0);
+        double done = work(ctx, calls);
+        rates[r] = done / (probe_now() - t0);
         hit[r] = throttled_ns(q) != th;
     }
     return profile_typical_rate(rates, hit, reps, q->share, spread);
+}
+
+/* ---- kernel rates ---- */
+
+typedef struct rate_job {
+    kern_ctx *c;
+    const void *w;
+    enum dtype t;
+    int n_in, n_out, n_tokens;
+    const float *x;
+    float *y;
+} rate_job;
+
+static double matmul_work(void *ctx, int calls)
+{
+    const rate_job *j = ctx;
+    for (int i = 0; i < calls; i++)
+        kern_matmul(j->c, j->w, j->t, j->n_in, j->n_out, j->x, j->n_tokens, j->y);
+    return (double)j->n_in * j->n_out * j->n_tokens * calls;
+}
+
+/* Weight-token products per second of kern_matmul with n_tokens tokens. */
+static double time_matmul(rate_job *j, int n_out, int n_tokens, double budget,
+                          const quota_ctx *q, double *spread)
+{
+    j->n_out = n_out;
+    j->n_tokens = n_tokens;
+    return typical_rate(matmul_work, j, budget, q, spread);
+}
+
+typedef struct dispatch_job {
+    kern_ctx *c;
+    const float *w, *x;
+    float *y;
+    int n_in, n_out;
+} dispatch_job;
+
+static double dispatch_work(void *ctx, int calls)
+{
+    const dispatch_job *j = ctx;
+    for (int i = 0; i < calls; i++)
+        kern_matmul(j->c, j->w, DT_F32, j->n_in, j->n_out, j->x, 1, j->y);
+    return calls;
 }
 
 /* Seconds one parallel kernel call costs beyond its arithmetic: waking the pool and waiting for
  * the last thread, timed on a product too small to take any time itself. */
 static double measure_dispatch(kern_ctx *c, const quota_ctx *q, double *spread)
 {
-    enum { N_IN = 256, CALLS = 200 };
+    enum { N_IN = 256 };
     int n_out = 2 * kern_ctx_threads(c);
     float *w = calloc((size_t)N_IN * (size_t)n_out, sizeof *w);
     float x[N_IN] = {0};
     float *y = malloc(sizeof(float) * (size_t)n_out);
-    double per_call[REPS];
-    bool hit[REPS];
-    if (!w || !y) {
-        free(w);
-        free(y);
-        return -1;
-    }
-    kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
-    for (int r = 0; r < REPS; r++) {
-        uint64_t th = throttled_ns(q);
-        double t0 = probe_now();
-        for (int i = 0; i < CALLS; i++)
-            kern_matmul(c, w, DT_F32, N_IN, n_out, x, 1, y);
-        per_call[r] = CALLS / (probe_now() - t0);   /* calls per second: a rate, like the others */
-        hit[r] = throttled_ns(q) != th;
+    double calls_per_s = -1;
+    if (w && y) {
+        dispatch_job j = {c, w, x, y, N_IN, n_out};
+        calls_per_s = typical_rate(dispatch_work, &j, DISPATCH_SECONDS, q, spread);
     }
     free(w);
     free(y);
-    return 1 / profile_typical_rate(per_call, hit, REPS, q->share, spread);
+    return 1 / calls_per_s;
+}
+
+typedef struct bandwidth_job {
+    kern_ctx *c;
+    probe_buf *b;
+} bandwidth_job;
+
+static double bandwidth_work(void *ctx, int calls)
+{
+    const bandwidth_job *j = ctx;
+    double bytes = 0;
+    for (int i = 0; i < calls; i++)
+        bytes += probe_buf_pass(j->c, j->b);
+    return bytes;
+}
+
+/* Bytes per second the threads read from memory (-1: no buffer). */
+static double measure_bandwidth(kern_ctx *c, const quota_ctx *q, double *spread)
+{
+    bandwidth_job j = {c, probe_buf_create(c, BW_BYTES)};
+    if (!j.b)
+        return -1;
+    double bw = typical_rate(bandwidth_work, &j, BW_SECONDS, q, spread);
+    probe_buf_free(j.b);
+    return bw;
 }
 
 static uint64_t lcg_next(uint64_t *s)
@@ -365,67 +418,73 @@ static uint64_t lcg_next(uint64_t *s)
     return *s >> 16;
 }
 
+/* A Llama-3-8B-shaped layer's work besides its matrices, at a short context. */
+enum { V_EMBD = 4096, V_FF = 14336, V_HEADS = 32, V_KV_HEADS = 8, V_HEAD_DIM = 128, V_POS = 64 };
+enum { V_Q_DIM = V_HEADS * V_HEAD_DIM, V_KV_DIM = V_KV_HEADS * V_HEAD_DIM };
+
+typedef struct vector_job {
+    kern_ctx *c;
+    float *hidden, *x, *norm, *res, *gate, *up, *gate0, *q, *att, *k, *v;
+    uint16_t *kc, *vc;
+} vector_job;
+
+static double vector_work(void *ctx, int calls)
+{
+    const vector_job *j = ctx;
+    const rope_params rp = {.n_rot = V_HEAD_DIM, .freq_base = 500000, .freq_scale = 1};
+    const int32_t pos = V_POS;
+    for (int i = 0; i < calls; i++) {
+        kern_rmsnorm(j->x, j->hidden, j->norm, V_EMBD, 1e-5f);
+        kern_rope(j->q, V_HEADS, V_HEAD_DIM, V_POS, &rp);
+        kern_rope(j->k, V_KV_HEADS, V_HEAD_DIM, V_POS, &rp);
+        for (int e = 0; e < V_KV_DIM; e++) {
+            j->kc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->k[e]);
+            j->vc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->v[e]);
+        }
+        kern_attention(j->c, j->att, j->q, 1, &pos, NULL, V_POS + 1, j->kc, j->vc, V_HEADS,
+                       V_KV_HEADS, V_HEAD_DIM, (float)(1 / sqrt(V_HEAD_DIM)));
+        kern_add(j->hidden, j->res, V_EMBD);
+        kern_rmsnorm(j->x, j->hidden, j->norm, V_EMBD, 1e-5f);
+        /* SiLU works in place: start from the same gate every time, as the gate product
+         * rewrites it in decoding (its copy is a few percent of the run) */
+        memcpy(j->gate, j->gate0, sizeof(float) * V_FF);
+        kern_silu_mul(j->gate, j->up, V_FF);
+        kern_add(j->hidden, j->res, V_EMBD);
+    }
+    return layer_vector_values(V_EMBD, V_FF, V_Q_DIM, V_KV_DIM) * calls;
+}
+
 /* Values per second of a decoded layer's work besides its matrix products: the ops engine.c
  * runs, in its order, on a Llama-3-8B-shaped layer at a short context (the attention's reads of
- * a long one are counted apart), repeated for about BATCH_SECONDS per run. The caller's thread
- * runs all but the attention, as in decoding. */
+ * a long one are counted apart). The caller's thread runs all but the attention, as in
+ * decoding. */
 static double measure_vector(kern_ctx *c, const quota_ctx *quota, double *spread)
 {
-    enum { EMBD = 4096, FF = 14336, HEADS = 32, KV_HEADS = 8, HEAD_DIM = 128, POS = 64 };
-    enum { Q_DIM = HEADS * HEAD_DIM, KV_DIM = KV_HEADS * HEAD_DIM };
-    float *buf = malloc(sizeof(float) * (4 * EMBD + 3 * FF + 2 * Q_DIM + 2 * KV_DIM));
-    uint16_t *cache = calloc(2 * (POS + 1) * (size_t)KV_DIM, sizeof *cache);
-    if (!buf || !cache) {
-        free(buf);
-        free(cache);
-        return -1;
-    }
-    float *hidden = buf, *x = hidden + EMBD, *norm = x + EMBD, *res = norm + EMBD;
-    float *gate = res + EMBD, *up = gate + FF, *gate0 = up + FF;
-    float *q = gate0 + FF, *att = q + Q_DIM, *k = att + Q_DIM, *v = k + KV_DIM;
-    uint16_t *kc = cache, *vc = cache + (POS + 1) * (size_t)KV_DIM;
-    uint64_t s = 0x853c49e6748fea9bULL;
-    for (float *f = buf; f < v + KV_DIM; f++)
-        *f = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
-    for (int i = 0; i < EMBD; i++)
-        norm[i] = 1;
-    const rope_params rp = {.n_rot = HEAD_DIM, .freq_base = 500000, .freq_scale = 1};
-    const int32_t pos = POS;
-    double work = layer_vector_values(EMBD, FF, Q_DIM, KV_DIM), rates[REPS];
-    bool hit[REPS];
-    int calls = 1;
-    for (int r = -1; r < REPS; r++) {   /* r = -1: warm-up, which sizes the runs */
-        uint64_t th = throttled_ns(quota);
-        double t0 = probe_now();
-        for (int i = 0; i < calls; i++) {
-            kern_rmsnorm(x, hidden, norm, EMBD, 1e-5f);
-            kern_rope(q, HEADS, HEAD_DIM, POS, &rp);
-            kern_rope(k, KV_HEADS, HEAD_DIM, POS, &rp);
-            for (int j = 0; j < KV_DIM; j++) {
-                kc[POS * KV_DIM + j] = fp32_to_fp16(k[j]);
-                vc[POS * KV_DIM + j] = fp32_to_fp16(v[j]);
-            }
-            kern_attention(c, att, q, 1, &pos, NULL, POS + 1, kc, vc, HEADS, KV_HEADS, HEAD_DIM,
-                           (float)(1 / sqrt(HEAD_DIM)));
-            kern_add(hidden, res, EMBD);
-            kern_rmsnorm(x, hidden, norm, EMBD, 1e-5f);
-            /* SiLU works in place: start from the same gate every time, as the gate product
-             * rewrites it in decoding (its copy is a few percent of the run) */
-            memcpy(gate, gate0, sizeof(float) * FF);
-            kern_silu_mul(gate, up, FF);
-            kern_add(hidden, res, EMBD);
-        }
-        double t = probe_now() - t0;
-        if (r < 0) {
-            calls = t >= BATCH_SECONDS ? 1 : (int)ceil(BATCH_SECONDS / fmax(t, 1e-7));
-        } else {
-            rates[r] = work * calls / t;
-            hit[r] = throttled_ns(quota) != th;
-        }
+    float *buf = malloc(sizeof(float) * (4 * V_EMBD + 3 * V_FF + 2 * V_Q_DIM + 2 * V_KV_DIM));
+    uint16_t *cache = calloc(2 * (V_POS + 1) * (size_t)V_KV_DIM, sizeof *cache);
+    double rate = -1;
+    if (buf && cache) {
+        vector_job j = {.c = c, .hidden = buf, .kc = cache, .vc = cache + (V_POS + 1) * V_KV_DIM};
+        j.x = j.hidden + V_EMBD;
+        j.norm = j.x + V_EMBD;
+        j.res = j.norm + V_EMBD;
+        j.gate = j.res + V_EMBD;
+        j.up = j.gate + V_FF;
+        j.gate0 = j.up + V_FF;
+        j.q = j.gate0 + V_FF;
+        j.att = j.q + V_Q_DIM;
+        j.k = j.att + V_Q_DIM;
+        j.v = j.k + V_KV_DIM;
+        uint64_t s = 0x853c49e6748fea9bULL;
+        for (float *f = buf; f < j.v + V_KV_DIM; f++)
+            *f = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
+        for (int i = 0; i < V_EMBD; i++)
+            j.norm[i] = 1;
+        rate = typical_rate(vector_work, &j, VECTOR_SECONDS, quota, spread);
     }
     free(buf);
     free(cache);
-    return profile_typical_rate(rates, hit, REPS, quota->share, spread);
+    return rate;
 }
 
 /* Two flops per weight: a rate above INT_DOT_FACTOR times what the FMA peak allows means a
@@ -472,7 +531,7 @@ static int measure_type(kern_ctx *c, enum dtype t, double *fma_peak, double budg
         memcpy(w + (size_t)r * row, w, row);
     for (int i = 0; i < RATE_N_IN * RATE_TOKENS; i++)
         x[i] = (float)((double)(lcg_next(&s) & 0xffff) / 32768.0 - 1.0);
-    rate_job j = {c, w, t, RATE_N_IN, x, y};
+    rate_job j = {.c = c, .w = w, .t = t, .n_in = RATE_N_IN, .x = x, .y = y};
     out->matvec = time_matmul(&j, n_out, 1, budget / 2, q, spread);
     out->matmul = time_matmul(&j, mm_rows, RATE_TOKENS, budget / 2, q, spread);
     if (!(out->matvec > 0 && out->matmul > 0) || !within_peak(c, out->matvec, fma_peak) ||
@@ -832,23 +891,17 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     quota_ctx q = {.stat = ""};
     p->cpu_quota = cpu_quota(&p->cpu_quota_period, q.stat, sizeof q.stat);
     double share = q.share = profile_quota_share(p);
-    double bws[3], fmas[3];
-    bool hit[3];
-    int n_bw = 3;
-    for (int i = 0; i < n_bw; i++) {
-        uint64_t th = throttled_ns(&q);
-        bws[i] = probe_read_bandwidth(c, BW_BYTES, share < 1 ? 3 : 5);
-        hit[i] = throttled_ns(&q) != th;
+    double fmas[3];
+    for (int i = 0; i < 3; i++)
         fmas[i] = probe_fma_peak(c, share < 1 ? 2 : 3);
-    }
-    p->mem_bw = profile_typical_rate(bws, hit, n_bw, share, &p->noise);
     /* a peak, and only a sanity bound for the kernel rates: the fastest */
-    double fma = best_rate(fmas, n_bw, &p->noise) * (share < 1 ? share : 1);
+    double fma = best_rate(fmas, 3, &p->noise) * (share < 1 ? share : 1);
+    p->mem_bw = measure_bandwidth(c, &q, &p->noise);
     p->dispatch = measure_dispatch(c, &q, &p->noise);
     p->vector = measure_vector(c, &q, &p->noise);
     if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0) || !(p->vector > 0)) {
-        snprintf(err, errlen, "profile: out of memory for the bandwidth test (%.0f MiB buffer)",
-                 BW_BYTES / MIB);
+        snprintf(err, errlen, "profile: out of memory for the bandwidth, pool or vector test "
+                 "(%.0f MiB buffer)", BW_BYTES / MIB);
         goto done;
     }
     int n_types = 0;
