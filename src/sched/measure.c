@@ -840,7 +840,10 @@ bool profile_matches(const dev_profile *p, const profile_opts *o)
     kern_init();
     if (strcmp(p->name, host) || p->cores != cores ||
         p->threads != (o->threads > 0 ? o->threads : cores) ||
-        strcmp(p->simd, kern_path_name(kern_active_path())) || (o->gpu && !p->gpu_present))
+        strcmp(p->simd, kern_path_name(kern_active_path())))
+        return false;
+    /* a device without a GPU is asked for one by default: the profile stands while none is here */
+    if (o->gpu && !p->gpu_present && profile_gpu_here(o))
         return false;
     bool types[DT_COUNT] = {false};
     char err[256];

@@ -58,10 +58,14 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
 int profile_measure_gpu(const profile_opts *o, const bool *types, dev_profile *p, char *err,
                         size_t errlen);
 
+/* Whether the GPU o asks for (gpu_index) opens on this device now. */
+bool profile_gpu_here(const profile_opts *o);
+
 /* Whether a saved profile p (a profile cache) is what profile_measure(o) would measure here,
  * apart from noise: the same host name, usable cores, threads and SIMD path, a rate for every
- * weight type of o's model, a disk figure when o has a model, a GPU when o asks for one. Its
- * memory figures are read afresh by the caller (profile_memory). */
+ * weight type of o's model, a disk figure when o has a model, a GPU when o asks for one and
+ * this device has one (profile_gpu_here). Its memory figures are read afresh by the caller
+ * (profile_memory). */
 bool profile_matches(const dev_profile *p, const profile_opts *o);
 
 /* This process's memory as the planner sees it: /proc/meminfo and the memory cgroup. */

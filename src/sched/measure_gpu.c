@@ -9,6 +9,15 @@
 
 #define PROBE_BYTES (32u << 20)
 
+bool profile_gpu_here(const profile_opts *o)
+{
+    char why[256];
+    gpu_dev *g = gpu_open(o->gpu_index, why, sizeof why);
+    bool here = g != NULL;
+    gpu_close(g);
+    return here;
+}
+
 int profile_measure_gpu(const profile_opts *o, const bool *types, dev_profile *p, char *err,
                         size_t errlen)
 {
