@@ -1,11 +1,11 @@
 /* measure.h — profiling this device: the numbers of profile.h, measured in a few seconds.
  *
  * Trustworthiness: every figure comes from repeated runs, each long enough for timer and thread
- * wake-up costs to vanish: the CPU's are the median (profile_typical_rate), the disk's the
+ * wake-up costs to vanish: the CPU's are the median (profile_typical_rate) of runs spread over
+ * a fraction of a second or more (a busy neighbour then sets only some of them), the disk's the
  * bytes of all runs over their time (sustained: a throttled disk lets a short run through
- * faster than it streams); the largest relative spread
- * is kept in the profile (noise),
- * and kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
+ * faster than it streams); the largest relative spread is kept in the profile (noise), and
+ * kernel rates are checked against the FMA peak (a matrix-vector product cannot beat its
  * two flops per weight by more than the integer dot-product paths allow). Devices that share
  * hardware must be profiled one after another: the head asks its workers in turn.
  *
