@@ -11,20 +11,27 @@
 
 static int test_failures;
 
-#define CHECK(cond, ...)                                                      \
+/* One failure's line on stderr (the condition is not evaluated again). */
+#define TEST_FAILED_(what, ...)                                               \
     do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                     \
-            fputc('\n', stderr);                                              \
-            test_failures++;                                                  \
-        }                                                                     \
+        fprintf(stderr, "%s:%d: %s failed: ", __FILE__, __LINE__, what);      \
+        fprintf(stderr, __VA_ARGS__);                                         \
+        fputc('\n', stderr);                                                  \
+        test_failures++;                                                      \
     } while (0)
 
+#define CHECK(cond, ...)                                                      \
+    do {                                                                      \
+        if (!(cond))                                                          \
+            TEST_FAILED_("CHECK(" #cond ")", __VA_ARGS__);                    \
+    } while (0)
+
+/* The condition is evaluated once: one with side effects (a measurement) that failed must not
+ * pass when evaluated again for the message, leaving a silent exit 1. */
 #define REQUIRE(cond, ...)                                                    \
     do {                                                                      \
         if (!(cond)) {                                                        \
-            CHECK(cond, __VA_ARGS__);                                         \
+            TEST_FAILED_("REQUIRE(" #cond ")", __VA_ARGS__);                  \
             exit(1);                                                          \
         }                                                                     \
     } while (0)

@@ -1,14 +1,25 @@
 /* The harness itself (test.h) can fail: each rule runs in a child process and its exit status
  * is checked — a failed CHECK fails the test even when the test skips afterwards (it used to
  * exit 77, so ctest reported failed checks as "skipped" on a machine without fixtures), a
- * REQUIRE stops with 1, a plain skip is 77, and a clean run is 0. */
+ * REQUIRE stops with 1 and says why (its condition evaluated once: a measurement that failed
+ * and would pass when run again for the message left a silent exit 1), a plain skip is 77, and
+ * a clean run is 0. */
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "test.h"
 
-enum scenario { PASS, CHECK_FAILS, CHECK_THEN_SKIP, SKIP_ONLY, REQUIRE_FAILS, FIXTURES_MISSING };
+enum scenario { PASS, CHECK_FAILS, CHECK_THEN_SKIP, SKIP_ONLY, REQUIRE_FAILS, REQUIRE_ONCE,
+                FIXTURES_MISSING };
+
+/* Fails the first time it is called, passes after. */
+static int flaky(void)
+{
+    static int calls;
+    return calls++ > 0;
+}
 
 static int child(enum scenario s)
 {
@@ -27,6 +38,9 @@ static int child(enum scenario s)
     case REQUIRE_FAILS:
         REQUIRE(0, "an expected stop (this child must exit 1)");
         return 0;
+    case REQUIRE_ONCE:
+        REQUIRE(flaky(), "an expected stop after one evaluation");
+        return 0;
     case FIXTURES_MISSING:
         CHECK(0, "an expected failure before looking for the fixtures");
         setenv("PRIMA_FIXTURES", "/nonexistent/prima-fixtures", 1);
@@ -36,13 +50,25 @@ static int child(enum scenario s)
     return 2;
 }
 
-/* The exit status of scenario s in a child, or -1 when it did not exit normally. */
-static int run(enum scenario s)
+/* The exit status of scenario s in a child, or -1 when it did not exit normally; what it wrote
+ * to stderr in err (at most cap - 1 bytes). */
+static int run(enum scenario s, char *err, size_t cap)
 {
+    int fd[2];
     fflush(stderr);
+    if (pipe(fd))
+        return -1;
     pid_t pid = fork();
-    if (pid == 0)
+    if (pid == 0) {
+        dup2(fd[1], 2);
         _exit(child(s));
+    }
+    close(fd[1]);
+    size_t got = 0;
+    for (ssize_t n; got + 1 < cap && (n = read(fd[0], err + got, cap - 1 - got)) > 0;)
+        got += (size_t)n;
+    err[got] = '\0';
+    close(fd[0]);
     int st;
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
         return -1;
@@ -61,12 +87,16 @@ int main(void)
         {CHECK_THEN_SKIP, 1, "a failed check, then a skip"},
         {SKIP_ONLY, 77, "a skip"},
         {REQUIRE_FAILS, 1, "a failed requirement"},
+        {REQUIRE_ONCE, 1, "a requirement that fails once"},
         {FIXTURES_MISSING, 1, "a failed check, then missing fixtures"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        int got = run(cases[i].s);
+        char err[1024];
+        int got = run(cases[i].s, err, sizeof err);
         CHECK(got == cases[i].want, "%s: exit status %d, expected %d", cases[i].what, got,
               cases[i].want);
+        CHECK(got == 0 || strstr(err, got == 77 ? "SKIPPED: " : " failed: "),
+              "%s: exit status %d with no reason on stderr: '%s'", cases[i].what, got, err);
     }
     return test_done();
 }
