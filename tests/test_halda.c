@@ -146,8 +146,8 @@ static void check_scenario(const dev_cost *dc, int n, const sched_model *sm,
     search s = {dc, sm, o, n, {.n_dev = n, .n_layer = sm->n_layer}, HUGE_VAL, HUGE_VAL, 0};
     enumerate(&s, 0);
     halda_result r;
+    double want = o->allow_disk || !isfinite(s.best_fit) ? s.best_all : s.best_fit;
     if (opts->tie > 0) {
-        double want = o->allow_disk || !isfinite(s.best_fit) ? s.best_all : s.best_fit;
         REQUIRE(halda_solve(dc, n, sm, opts, &r) == 0, "%s: %s", label, r.why);
         CHECK(r.found == isfinite(want) &&
                   (!r.found || (r.cost.tpot <= want * (1 + opts->tie) * (1 + 1e-9) &&
@@ -156,7 +156,6 @@ static void check_scenario(const dev_cost *dc, int n, const sched_model *sm,
               want * 1e3);
     }
     REQUIRE(halda_solve(dc, n, sm, o, &r) == 0, "%s: %s", label, r.why);
-    double want = o->allow_disk || !isfinite(s.best_fit) ? s.best_all : s.best_fit;
     if (!isfinite(want)) {
         CHECK(!r.found, "%s: Halda found a plan (%.3f ms) where exhaustive search has none",
               label, r.cost.tpot * 1e3);
