@@ -243,6 +243,12 @@ static uint64_t process_major_faults(void)
     return (uint64_t)ru.ru_majflt;
 }
 
+/* The share of a window resident at compute start (mincore over it) takes about 0.2 ms per GB
+ * of window here: 0.3 ms a token for the 14B-like's 1.6 GB, 0.8 % of its token decoded alone.
+ * A device that streams checks every window; one whose layers stay resident checks one window
+ * in RESIDENCY_EVERY, which still shows the system reclaiming them. */
+#define RESIDENCY_EVERY 8
+
 int device_compute(device *d, int round, float *hidden, int n, const int32_t *pos,
                    const int32_t *seq)
 {
@@ -251,11 +257,14 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     plan_range(&d->plan, d->rank, round, &first, &last);
     if (first == last)
         return 0;
-    int nr = layer_ranges(d, first, last, d->scratch);
-    uint64_t res, tot;
-    pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
-    d->cur.pages += tot;
-    d->cur.pages_resident += res;
+    if (d->n_streamed > 0 || d->n_computed % RESIDENCY_EVERY == 0) {
+        int nr = layer_ranges(d, first, last, d->scratch);
+        uint64_t res, tot;
+        pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
+        d->cur.pages += tot;
+        d->cur.pages_resident += res;
+    }
+    d->n_computed++;
     uint64_t pf0 = d->pg ? pager_thread_faults(d->pg) : 0, f0 = process_major_faults();
     int64_t t0 = net_now_ns();
     int split = stream_start(d, first, last);

@@ -66,6 +66,7 @@ typedef struct device {
     uint64_t room_bytes;           /* streamed bytes in memory at a time: DEVICE_STREAM_ROOM_LAYERS
                                     * of its largest layers */
     int n_streamed;                /* how many layers are streamed */
+    uint64_t n_computed;           /* windows computed so far (device.c: RESIDENCY_EVERY) */
     ring_counters cur;             /* this batch so far */
     int64_t idle_since;
     uint64_t disk_mark;

@@ -213,7 +213,7 @@ typedef struct ring_counters {
     uint64_t wait_ns;          /* idle, waiting for the previous device */
     uint64_t major_faults;     /* taken by compute (the prefetch thread's own are not counted) */
     uint64_t disk_bytes;       /* read from storage by the process, prefetching included */
-    uint64_t pages;            /* pages of the windows computed */
+    uint64_t pages;            /* pages of the windows computed (device.c: RESIDENCY_EVERY) */
     uint64_t pages_resident;   /* of those, already in memory when compute started */
     uint64_t bytes_sent, bytes_recv;
     uint64_t hops;             /* windows computed or forwarded */
