@@ -45,22 +45,24 @@ static int widest_input(const model_hparams *hp)
     return n_in > hp->n_ff ? n_in : hp->n_ff;
 }
 
-/* The scratch buffers, max_batch rows of cols[i] floats each, and where each is kept: allocated
+/* The scratch buffers: where each is kept and its row's width (max_batch rows each), allocated
  * and freed together, rows handed back by fit_scratch. */
 enum { N_SCRATCH = 7 };
+typedef struct scratch_buf {
+    float **p;
+    size_t cols;
+} scratch_buf;
 
-static void scratch_buffers(engine *e, float **buf[N_SCRATCH], size_t cols[N_SCRATCH])
+static void scratch_buffers(engine *e, scratch_buf sb[N_SCRATCH])
 {
     const model_hparams *hp = &e->m->hp;
     size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
     size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    float **b[N_SCRATCH] = {&e->x, &e->q, &e->k, &e->v, &e->att, &e->gate, &e->up};
-    size_t c[N_SCRATCH] = {(size_t)hp->n_embd, q_dim, kv_row, kv_row, q_dim, (size_t)hp->n_ff,
-                           (size_t)hp->n_ff};
-    for (int i = 0; i < N_SCRATCH; i++) {
-        buf[i] = b[i];
-        cols[i] = c[i];
-    }
+    const scratch_buf all[N_SCRATCH] = {
+        {&e->x, (size_t)hp->n_embd}, {&e->q, q_dim}, {&e->k, kv_row}, {&e->v, kv_row},
+        {&e->att, q_dim}, {&e->gate, (size_t)hp->n_ff}, {&e->up, (size_t)hp->n_ff},
+    };
+    memcpy(sb, all, sizeof all);
 }
 
 /* Bytes of one layer's K (or V) cache: every sequence's region. */
@@ -119,13 +121,12 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
         e->kv_bytes += 2 * cache_bytes(e);
     }
 
-    float **buf[N_SCRATCH];
-    size_t cols[N_SCRATCH];
-    scratch_buffers(e, buf, cols);
+    scratch_buf sb[N_SCRATCH];
+    scratch_buffers(e, sb);
     for (int i = 0; i < N_SCRATCH; i++) {
-        size_t bytes = (size_t)max_batch * cols[i] * sizeof(float);
+        size_t bytes = (size_t)max_batch * sb[i].cols * sizeof(float);
         e->scratch_bytes += bytes;
-        if (!(*buf[i] = malloc(bytes)))
+        if (!(*sb[i].p = malloc(bytes)))
             goto oom;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
@@ -152,11 +153,10 @@ void engine_free(engine *e)
     free(e->owns);
     free(e->filled);
     free(e->next_pos);
-    float **buf[N_SCRATCH];
-    size_t cols[N_SCRATCH];
-    scratch_buffers(e, buf, cols);
+    scratch_buf sb[N_SCRATCH];
+    scratch_buffers(e, sb);
     for (int i = 0; i < N_SCRATCH; i++)
-        free(*buf[i]);
+        free(*sb[i].p);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
@@ -383,12 +383,11 @@ static void fit_scratch(engine *e, int n)
     if (!e->wide)
         return;
     e->wide = false;
-    float **buf[N_SCRATCH];
-    size_t cols[N_SCRATCH];
-    scratch_buffers(e, buf, cols);
+    scratch_buf sb[N_SCRATCH];
+    scratch_buffers(e, sb);
     size_t keep = (size_t)e->n_seq, rows = (size_t)e->max_batch;
     for (int i = 0; i < N_SCRATCH; i++)
-        mem_release(*buf[i] + keep * cols[i], (rows - keep) * cols[i] * sizeof(float));
+        mem_release(*sb[i].p + keep * sb[i].cols, (rows - keep) * sb[i].cols * sizeof(float));
     kern_ctx_release(e->kc, widest_input(&e->m->hp), e->n_seq);
 }
 
