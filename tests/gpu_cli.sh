@@ -59,7 +59,7 @@ grep -q "gpu-mem" "$tmp/neg.err" || fail "--gpu-mem -1 message"
 
 "$prima" run -m "$fixtures/models/synth-spm512-l4-e256-bf16.gguf" -p x -n 2 --temp 0 -ngl 1 \
     >/dev/null 2>"$tmp/bf16.err" || fail "bf16 run"
-grep -q "layer 3 stays on the CPU: attn_q is BF16" "$tmp/bf16.err" || fail "bf16: $(cat "$tmp/bf16.err")"
+grep -q "layer 3 stays on the CPU: attn_q.weight is BF16" "$tmp/bf16.err" || fail "bf16: $(cat "$tmp/bf16.err")"
 
 # prima logits with every layer on the GPU: the reference's greedy tokens
 ref=$fixtures/reference/stories260K.once.json

@@ -276,6 +276,7 @@ static int run_chat(runner *r)
         if (common == n) /* at least one token must be evaluated to get fresh logits */
             common--;
         session_truncate(r->s, common);
+        common = r->s->n_past;
         sampler_reset(r->smp);
         for (int i = 0; i < common; i++)
             sampler_accept(r->smp, toks[i]);

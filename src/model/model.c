@@ -14,25 +14,12 @@
 
 #include "model/model.h"
 
-struct arch_desc {
-    const char *name;
-    enum model_arch arch;
-    bool neox;        /* rotate pairs (i, i + n_rot/2) */
-    bool qkv_bias;
-    bool qk_norm;     /* RMSNorm over each head of Q and K before RoPE */
-};
-
-static const struct arch_desc archs[] = {
-    {"llama", ARCH_LLAMA, false, false, false},
-    {"qwen2", ARCH_QWEN2, true, true, false},
-    {"qwen3", ARCH_QWEN3, true, false, true},
-};
-
 /* Loader state: the file, its name for messages, and the caller's error buffer. */
 typedef struct loader {
     const gguf_file *f;
     const char *path;
     const char *arch;
+    const arch_desc *arch_row;
     char *err;
     size_t errlen;
     bool failed;
@@ -159,14 +146,15 @@ static float *llama3_freq_factors(int n_rot, float base, float factor, float low
 static void load_rope(loader *ld, model *m, float **owned_factors)
 {
     model_hparams *hp = &m->hp;
-    hp->rope.n_rot = (int)arch_int(ld, "rope.dimension_count", hp->head_dim, false);
-    if (hp->rope.n_rot <= 0 || hp->rope.n_rot > hp->head_dim || hp->rope.n_rot % 2) {
+    rope_params *rope = &hp->rope[0];
+    rope->n_rot = (int)arch_int(ld, "rope.dimension_count", hp->head_dim, false);
+    if (rope->n_rot <= 0 || rope->n_rot > hp->head_dim || rope->n_rot % 2) {
         fail(ld, "%s.rope.dimension_count = %d does not fit head size %d", ld->arch,
-             hp->rope.n_rot, hp->head_dim);
+             rope->n_rot, hp->head_dim);
         return;
     }
-    hp->rope.freq_base = (float)arch_float(ld, "rope.freq_base", 10000.0);
-    hp->rope.freq_scale = 1.0f;
+    rope->freq_base = (float)arch_float(ld, "rope.freq_base", 10000.0);
+    rope->freq_scale = 1.0f;
 
     char key[128], type[32] = "none";
     snprintf(key, sizeof key, "%s.rope.scaling.type", ld->arch);
@@ -177,7 +165,7 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
         if (factor == 0.0)
             factor = arch_float(ld, "rope.scale_linear", 0.0);
         if (!strcmp(type, "linear") || factor > 0.0)
-            hp->rope.freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
+            rope->freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
     } else if (!strcmp(type, "llama3")) {
         if (factor <= 0.0) {
             fail(ld, "rope scaling 'llama3' needs %s.rope.scaling.factor > 0", ld->arch);
@@ -191,7 +179,7 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
             return;
         }
         *owned_factors =
-            llama3_freq_factors(hp->rope.n_rot, hp->rope.freq_base, (float)factor, low, high, orig);
+            llama3_freq_factors(rope->n_rot, rope->freq_base, (float)factor, low, high, orig);
         if (!*owned_factors) {
             fail(ld, "out of memory");
             return;
@@ -203,17 +191,25 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
 
     /* A rope_freqs tensor (Llama 3.1/3.2 files) carries the same factors precomputed. */
     const gguf_tensor *rf = tensor(ld, "rope_freqs.weight", false, false, 1,
-                                   (uint64_t)hp->rope.n_rot / 2, 1);
+                                   (uint64_t)rope->n_rot / 2, 1);
     if (rf)
-        hp->rope.freq_factors = rf->data;
+        rope->freq_factors = rf->data;
     else if (*owned_factors)
-        hp->rope.freq_factors = *owned_factors;
+        rope->freq_factors = *owned_factors;
+
+    /* sliding layers: their own base and no scaling, or the same rotation */
+    hp->rope[1] = *rope;
+    if (m->arch->swa_rope_base > 0.0f)
+        hp->rope[1] = (rope_params){
+            .n_rot = rope->n_rot, .freq_scale = 1.0f, .neox = rope->neox,
+            .freq_base = (float)arch_float(ld, "rope.freq_base_swa", m->arch->swa_rope_base)};
 }
 
-static void load_hparams(loader *ld, model *m, const struct arch_desc *ad)
+static void load_hparams(loader *ld, model *m)
 {
     model_hparams *hp = &m->hp;
-    hp->arch = ad->arch;
+    const arch_desc *ad = m->arch;
+    hp->arch = arch_id(ad);
     hp->n_layer = (int)arch_int(ld, "block_count", 0, true);
     hp->n_embd = (int)arch_int(ld, "embedding_length", 0, true);
     hp->n_ff = (int)arch_int(ld, "feed_forward_length", 0, true);
@@ -242,41 +238,65 @@ static void load_hparams(loader *ld, model *m, const struct arch_desc *ad)
         fail(ld, "%s.attention.layer_norm_rms_epsilon must be positive", ld->arch);
         return;
     }
-    hp->rope.neox = ad->neox;
+    hp->rope[0].neox = ad->neox;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = ad->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->n_swa = (int)arch_int(ld, "attention.sliding_window", 0, false);
+    if (ad->hparams)
+        ad->hparams(hp);
 }
 
-static void load_layers(loader *ld, model *m, const struct arch_desc *ad)
+static uint64_t dim_size(const model_hparams *hp, enum arch_dim d)
+{
+    switch (d) {
+    case DIM_EMBD: return (uint64_t)hp->n_embd;
+    case DIM_Q: return (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    case DIM_KV: return (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    case DIM_FF: return (uint64_t)hp->n_ff;
+    case DIM_HEAD: return (uint64_t)hp->head_dim;
+    case DIM_ONE: break;
+    }
+    return 1;
+}
+
+/* Whether layer il slides: the pattern of the architecture, or of the file when it says. */
+static bool layer_slides(loader *ld, const model_hparams *hp, int il)
+{
+    if (hp->n_swa <= 0)
+        return false;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    int64_t pattern = gguf_get_int(ld->f, key, ld->arch_row->swa_pattern);
+    if (pattern <= 1)
+        return true;
+    return il % pattern < pattern - 1;
+}
+
+static void load_layers(loader *ld, model *m)
 {
     const model_hparams *hp = &m->hp;
-    const uint64_t e = (uint64_t)hp->n_embd, ff = (uint64_t)hp->n_ff;
-    const uint64_t q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-    const uint64_t kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const arch_desc *ad = m->arch;
     if (gguf_tensor_find(ld->f, "blk.0.ffn_gate_inp.weight")) {
         fail(ld, "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not supported");
         return;
     }
     for (int il = 0; il < hp->n_layer && !ld->failed; il++) {
-        layer_weights *L = &m->layers[il];
-        L->attn_norm = layer_tensor(ld, il, "attn_norm.weight", true, false, 1, e, 1);
-        L->wq = layer_tensor(ld, il, "attn_q.weight", true, true, 2, e, q);
-        L->wk = layer_tensor(ld, il, "attn_k.weight", true, true, 2, e, kv);
-        L->wv = layer_tensor(ld, il, "attn_v.weight", true, true, 2, e, kv);
-        L->wo = layer_tensor(ld, il, "attn_output.weight", true, true, 2, q, e);
-        if (ad->qkv_bias) {
-            L->bq = layer_tensor(ld, il, "attn_q.bias", true, false, 1, q, 1);
-            L->bk = layer_tensor(ld, il, "attn_k.bias", true, false, 1, kv, 1);
-            L->bv = layer_tensor(ld, il, "attn_v.bias", true, false, 1, kv, 1);
+        model_layer *L = &m->layers[il];
+        bool has[LT_COUNT];
+        for (int s = 0; s < LT_COUNT; s++) {
+            const slot_desc *sd = arch_slot((enum layer_slot)s);
+            bool required = ad->required & (1u << s);
+            has[s] = false;
+            if (!required && !(ad->optional & (1u << s)))
+                continue;
+            L->t[s] = layer_tensor(ld, il, sd->name, required, sd->matrix,
+                                   sd->ne1 == DIM_ONE ? 1 : 2, dim_size(hp, sd->ne0),
+                                   dim_size(hp, sd->ne1));
+            has[s] = L->t[s] != NULL;
         }
-        if (ad->qk_norm) {
-            L->q_norm = layer_tensor(ld, il, "attn_q_norm.weight", true, false, 1,
-                                     (uint64_t)hp->head_dim, 1);
-            L->k_norm = layer_tensor(ld, il, "attn_k_norm.weight", true, false, 1,
-                                     (uint64_t)hp->head_dim, 1);
-        }
-        L->ffn_norm = layer_tensor(ld, il, "ffn_norm.weight", true, false, 1, e, 1);
-        L->ffn_gate = layer_tensor(ld, il, "ffn_gate.weight", true, true, 2, e, ff);
-        L->ffn_up = layer_tensor(ld, il, "ffn_up.weight", true, true, 2, e, ff);
-        L->ffn_down = layer_tensor(ld, il, "ffn_down.weight", true, true, 2, ff, e);
+        ad->build(ad, has, &L->prog);
+        L->prog.window = layer_slides(ld, hp, il) ? hp->n_swa : 0;
+        L->prog.rope = L->prog.window ? 1 : 0;
     }
 }
 
@@ -325,16 +345,18 @@ model *model_load(const char *path, char *err, size_t errlen)
         fail(&ld, "missing metadata key 'general.architecture'");
         goto fail;
     }
-    const struct arch_desc *ad = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(arch, archs[i].name))
-            ad = &archs[i];
-    if (!ad) {
-        fail(&ld, "unknown model architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+    m->arch = arch_find(arch);
+    if (!m->arch) {
+        char names[128] = "";
+        for (int a = 0; a < ARCH_COUNT; a++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", a ? ", " : "",
+                     arch_get(a)->name);
+        fail(&ld, "unknown model architecture '%s' (supported: %s)", arch, names);
         goto fail;
     }
-    ld.arch = ad->name;
-    load_hparams(&ld, m, ad);
+    ld.arch = m->arch->name;
+    ld.arch_row = m->arch;
+    load_hparams(&ld, m);
     if (ld.failed)
         goto fail;
     load_rope(&ld, m, &ma->rope_factors);
@@ -365,7 +387,7 @@ model *model_load(const char *path, char *err, size_t errlen)
         fail(&ld, "out of memory");
         goto fail;
     }
-    load_layers(&ld, m, ad);
+    load_layers(&ld, m);
     if (ld.failed)
         goto fail;
     advise_embedding(m);
@@ -397,23 +419,40 @@ int model_mlock(const model *m, char *err, size_t errlen)
     return 0;
 }
 
-/* The tensors of layer il, in a fixed order; absent optional ones are NULL. */
+/* The tensors of layer il present in the file. */
 static int layer_tensors(const model *m, int il, const gguf_tensor **out)
 {
-    const layer_weights *L = &m->layers[il];
-    const gguf_tensor *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
-                                L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->ffn_gate,
-                                L->ffn_up, L->ffn_down};
     int n = 0;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i])
-            out[n++] = all[i];
+    for (int s = 0; s < LT_COUNT; s++)
+        if (m->layers[il].t[s])
+            out[n++] = m->layers[il].t[s];
     return n;
+}
+
+int model_kv_rows(const model *m, int il, int n_ctx, int max_batch)
+{
+    int window = m->layers[il].prog.window;
+    /* a batch's keys are all stored before any of its queries attends */
+    if (window > 0 && window + max_batch < n_ctx)
+        return window + max_batch;
+    return n_ctx;
+}
+
+int model_kv_resume(const model *m, int n_ctx, int max_batch, int filled, int p0)
+{
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int rows = model_kv_rows(m, il, n_ctx, max_batch);
+        /* a query at p0 reads positions from p0 - window + 1; the ring holds [filled - rows,
+         * filled), and the batch from p0 on overwrites only positions older than that */
+        if (rows < n_ctx && p0 > 0 && p0 - m->layers[il].prog.window + 1 < filled - rows)
+            return 0;
+    }
+    return p0;
 }
 
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
 {
-    const gguf_tensor *ts[16];
+    const gguf_tensor *ts[LT_COUNT];
     int n = layer_tensors(m, il, ts);
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int i = 0; i < n; i++) {
@@ -429,7 +468,7 @@ void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
 
 uint64_t model_layer_bytes(const model *m, int il)
 {
-    const gguf_tensor *ts[16];
+    const gguf_tensor *ts[LT_COUNT];
     int n = layer_tensors(m, il, ts);
     uint64_t sum = 0;
     for (int i = 0; i < n; i++)

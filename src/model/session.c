@@ -238,6 +238,7 @@ void session_truncate(session *s, int n_past)
 {
     if (n_past < 0 || n_past >= s->n_past)
         return;
+    n_past = model_kv_resume(s->m, s->n_ctx, s->n_batch, s->n_past, n_past);
     s->layers.kv_truncate(s->layers.ctx, s->seq, n_past);
     s->n_past = n_past;
 }

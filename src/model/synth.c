@@ -63,9 +63,6 @@ static const struct ftype_info {
     [SYNTH_Q5_K_M] = {"q5_k_m", DT_Q5_K, DT_Q6_K, DT_Q6_K, 17},
 };
 
-static const char *const arch_names[] = {[ARCH_LLAMA] = "llama", [ARCH_QWEN2] = "qwen2",
-                                         [ARCH_QWEN3] = "qwen3"};
-
 void synth_defaults(synth_params *p)
 {
     *p = (synth_params){
@@ -173,7 +170,11 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
         snprintf(err, errlen, "--rope-base and the rms epsilon must be positive");
         return -1;
     }
-    if ((unsigned)p->ftype >= SYNTH_FTYPE_COUNT || (unsigned)p->arch > ARCH_QWEN3) {
+    if (p->n_swa < 0) {
+        snprintf(err, errlen, "sliding window %d is negative", p->n_swa);
+        return -1;
+    }
+    if ((unsigned)p->ftype >= SYNTH_FTYPE_COUNT || !arch_get(p->arch)) {
         snprintf(err, errlen, "invalid type scheme or architecture");
         return -1;
     }
@@ -214,40 +215,38 @@ static void add(tlist *l, const synth_params *p, int layer, const char *role, ui
     t->sigma = sigma;
 }
 
-/* llama.cpp's tensor order: embedding, final norm, output, then each block. */
+/* llama.cpp's tensor order: embedding, final norm, output, then each block's tensors in the
+ * order of the layer slots (arch.h), those its architecture gives a layer. */
 static tlist make_tensors(const synth_params *p, int n_vocab)
 {
-    int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
-    uint64_t e = (uint64_t)p->n_embd, q = (uint64_t)p->n_head * hd, kv = (uint64_t)p->n_head_kv * hd;
-    uint64_t ff = (uint64_t)p->n_ff;
-    tlist l = {calloc(3 + (size_t)p->n_layer * 13, sizeof(tspec)), 0};
+    const arch_desc *ad = arch_get(p->arch);
+    const uint64_t hd = (uint64_t)(p->head_dim ? p->head_dim : p->n_embd / p->n_head);
+    const uint64_t size[] = {
+        [DIM_ONE] = 1, [DIM_EMBD] = (uint64_t)p->n_embd, [DIM_Q] = (uint64_t)p->n_head * hd,
+        [DIM_KV] = (uint64_t)p->n_head_kv * hd, [DIM_FF] = (uint64_t)p->n_ff, [DIM_HEAD] = hd,
+    };
+    tlist l = {calloc(3 + (size_t)p->n_layer * LT_COUNT, sizeof(tspec)), 0};
     if (!l.t)
         return l;
     const float norm_sd = 0.05f, bias_sd = 0.1f;
+    const uint64_t e = (uint64_t)p->n_embd;
     add(&l, p, -1, "token_embd.weight", e, (uint64_t)n_vocab, 0, 1);
     add(&l, p, -1, "output_norm.weight", e, 1, 1, norm_sd);
     if (!p->tied)
         add(&l, p, -1, "output.weight", e, (uint64_t)n_vocab, 0, 1 / sqrtf((float)e));
-    for (int i = 0; i < p->n_layer; i++) {
-        add(&l, p, i, "attn_norm.weight", e, 1, 1, norm_sd);
-        add(&l, p, i, "attn_q.weight", e, q, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_k.weight", e, kv, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_v.weight", e, kv, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_output.weight", q, e, 0, 1 / sqrtf((float)q));
-        if (p->arch == ARCH_QWEN2) {
-            add(&l, p, i, "attn_q.bias", q, 1, 0, bias_sd);
-            add(&l, p, i, "attn_k.bias", kv, 1, 0, bias_sd);
-            add(&l, p, i, "attn_v.bias", kv, 1, 0, bias_sd);
+    for (int i = 0; i < p->n_layer; i++)
+        for (int s = 0; s < LT_COUNT; s++) {
+            if (!(ad->required & (1u << s)))
+                continue;
+            const slot_desc *sd = arch_slot((enum layer_slot)s);
+            uint64_t ne0 = size[sd->ne0], ne1 = size[sd->ne1];
+            if (sd->matrix)   /* N(0, 1/n_in) */
+                add(&l, p, i, sd->name, ne0, ne1, 0, 1 / sqrtf((float)ne0));
+            else if (strstr(sd->name, "bias"))
+                add(&l, p, i, sd->name, ne0, 1, 0, bias_sd);
+            else              /* norms */
+                add(&l, p, i, sd->name, ne0, 1, 1, norm_sd);
         }
-        if (p->arch == ARCH_QWEN3) {
-            add(&l, p, i, "attn_q_norm.weight", (uint64_t)hd, 1, 1, norm_sd);
-            add(&l, p, i, "attn_k_norm.weight", (uint64_t)hd, 1, 1, norm_sd);
-        }
-        add(&l, p, i, "ffn_norm.weight", e, 1, 1, norm_sd);
-        add(&l, p, i, "ffn_gate.weight", e, ff, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "ffn_up.weight", e, ff, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "ffn_down.weight", ff, e, 0, 1 / sqrtf((float)ff));
-    }
     return l;
 }
 
@@ -497,7 +496,7 @@ static int put_builtin_vocab(gguf_writer *w, int n, char *err, size_t errlen)
 
 static void put_hparams(gguf_writer *w, const synth_params *p, int n_vocab, bool quantized)
 {
-    const char *arch = arch_names[p->arch];
+    const char *arch = arch_get(p->arch)->name;
     int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
     char key[96];
     gguf_writer_set_str(w, "general.architecture", arch);
@@ -520,6 +519,10 @@ static void put_hparams(gguf_writer *w, const synth_params *p, int n_vocab, bool
     gguf_writer_set_f32(w, key, p->rope_base);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gguf_writer_set_f32(w, key, p->rms_eps);
+    if (p->n_swa > 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        gguf_writer_set_u32(w, key, (uint32_t)p->n_swa);
+    }
 }
 
 static gguf_file *open_vocab(const char *path, int *n_vocab, char *err, size_t errlen)

@@ -1,9 +1,9 @@
 /* synth.h — synthetic (random-weight) models written as GGUF files, for benchmarks and tests.
  *
- * The file is what a converter would produce for a llama / qwen2 / qwen3 network of the given
- * shape: llama.cpp's key and tensor names, a tokenizer copied from another GGUF (or a built-in
+ * The file is what a converter would produce for a network of the given shape and any
+ * architecture of the table (model/arch.h): llama.cpp's key and tensor names, a tokenizer copied from another GGUF (or a built-in
  * byte-level one), and weights whose scale keeps activations sane: token_embd ~ N(0, 1), every
- * other matrix ~ N(0, 1/n_in), norm weights ~ N(1, 0.05^2), qwen2 q/k/v biases ~ N(0, 0.1^2).
+ * other matrix ~ N(0, 1/n_in), norm weights ~ N(1, 0.05^2), biases ~ N(0, 0.1^2).
  * Output is a pure function of the parameters (seed included), whatever the thread count.
  * Memory use is constant in the model size: tensors are generated and written a block of rows
  * at a time. */
@@ -29,6 +29,7 @@ typedef struct synth_params {
     int n_ctx;
     int n_vocab;             /* built-in vocabulary size; ignored with vocab_from */
     float rope_base, rms_eps;
+    int n_swa;               /* sliding window of the architecture's sliding layers; 0: none */
     bool tied;               /* no output.weight: the output layer reuses token_embd */
     enum synth_ftype ftype;
     uint64_t seed;

@@ -37,17 +37,23 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->n_embd = hp->n_embd;
     sm->n_vocab = hp->n_vocab;
     double bytes = 0;
+    double kv_rows = 0, kv_keys = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        const layer_weights *lw = &m->layers[il];
-        const gguf_tensor *mats[] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->ffn_gate, lw->ffn_up,
-                                     lw->ffn_down};
-        /* one matrix product per matrix (engine.c); the attention's job is in layer_vector */
+        const model_layer *L = &m->layers[il];
+        /* one matrix product per LOP_MATMUL of its program (engine.c); the attention's job is
+         * in layer_vector */
         int calls = 0;
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
-            calls += kern_matmul_jobs(mats[i]->type);
+        for (int i = 0; i < L->prog.n_op; i++) {
+            if (L->prog.op[i].kind != LOP_MATMUL)
+                continue;
+            const gguf_tensor *w = L->t[L->prog.op[i].w];
+            sm->layer_params[w->type] += tensor_params(w) / hp->n_layer;
+            calls += kern_matmul_jobs(w->type);
         }
         sm->layer_calls += (double)calls / hp->n_layer;
+        /* a sliding layer keeps (and a token reads) only its window */
+        kv_rows += model_kv_rows(m, il, n_ctx, max_batch);
+        kv_keys += L->prog.window && L->prog.window < n_ctx / 2 ? L->prog.window : n_ctx / 2.0;
         sm->layer_size[il] = (double)model_layer_bytes(m, il);
         bytes += sm->layer_size[il];
     }
@@ -55,11 +61,12 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
                                            hp->n_head_kv * hp->head_dim);
 
-    /* F16 K and V for every position of every sequence; a decoded token reads, on average,
-     * half of its own sequence's full cache */
+    /* F16 K and V for every position of every sequence (a sliding layer's window and batch);
+     * a decoded token reads, on average, half of its own sequence's full cache or its window
+     * (the means over the layers) */
     double kv_row = (double)hp->n_head_kv * hp->head_dim;
-    sm->kv_read = 2.0 * 2.0 * kv_row * n_ctx / 2;
-    sm->kv_bytes = 2.0 * 2.0 * kv_row * n_ctx * n_seq;
+    sm->kv_read = 2.0 * 2.0 * kv_row * kv_keys / hp->n_layer;
+    sm->kv_bytes = 2.0 * 2.0 * kv_row * kv_rows / hp->n_layer * n_seq;
 
     sm->out_type = m->output->type;
     sm->out_calls = kern_matmul_jobs(sm->out_type);

@@ -1,0 +1,48 @@
+/* layer_ops.h — the vocabulary a transformer layer is written in, shared by every backend.
+ *
+ * An architecture (model/arch.c) emits each layer as a short program: ops over a few named
+ * activation buffers and the layer's weight tensors, numbered by slot. A backend (the CPU
+ * engine, the Vulkan layers) evaluates the program; it implements these ops, never a layer, so
+ * a new architecture that needs no new op touches no backend, and a new backend implements
+ * this list once for every architecture. Nothing here names an architecture or a tensor. */
+#ifndef PRIMA_LAYER_OPS_H
+#define PRIMA_LAYER_OPS_H
+
+#include <stdint.h>
+
+/* Activation buffers, max_batch rows each. Widths: H, X n_embd; Q, ATT n_head*head_dim;
+ * K, V n_head_kv*head_dim; GATE, UP n_ff. H is the residual stream, in and out of the layer. */
+enum lop_buf { LB_H, LB_X, LB_Q, LB_K, LB_V, LB_ATT, LB_GATE, LB_UP, LB_COUNT };
+
+enum lop_kind {
+    LOP_NORM,       /* dst = rmsnorm(src) * w[0..width) per row, or per head (Q, K) with per_head */
+    LOP_MATMUL,     /* dst = W · src (+ b): W is w, an n_out x n_in matrix, b a bias or none */
+    LOP_ADD,        /* dst += src */
+    LOP_ROPE,       /* Q and K rotated for their positions by the layer's rotation */
+    LOP_ATTENTION,  /* K and V into the layer's cache; dst = softmax(scale Q·K) V over it */
+    LOP_SILU_MUL,   /* dst = silu(dst) * src */
+    LOP_GELU_MUL,   /* dst = gelu(dst) * src, GELU's tanh approximation */
+    LOP_KINDS
+};
+
+#define LOP_NONE 0xff      /* no weight (or bias) */
+#define LOP_MAX 24         /* ops in one layer */
+#define LOP_MAX_TENSORS 24 /* weight slots of one layer */
+#define LOP_ROPES 2        /* distinct rotations a model uses (e.g. global and sliding layers) */
+
+typedef struct layer_op {
+    uint8_t kind;      /* enum lop_kind */
+    uint8_t dst, src;  /* enum lop_buf */
+    uint8_t w, b;      /* weight slots, or LOP_NONE */
+    uint8_t per_head;  /* LOP_NORM over each head of Q or K */
+} layer_op;
+
+/* One layer: its ops in order, and what its attention sees. */
+typedef struct layer_prog {
+    layer_op op[LOP_MAX];
+    int n_op;
+    int window;    /* a query at position p sees keys p - window < p' <= p; 0: every key */
+    int rope;      /* which of the model's LOP_ROPES rotations */
+} layer_prog;
+
+#endif
