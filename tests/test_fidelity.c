@@ -39,28 +39,13 @@ static void evaluate(const model *m, const fid_case *c, const int32_t *prompt, i
     kern_ctx_free(kc);
 }
 
-/* Fixtures of architectures prima does not run yet (mixture of experts): their load must fail
- * with a clear message, which is printed; once one loads, its case is checked like the rest. */
-static const char *const not_yet[] = {
-    "synth-gptoss-l4-e64-mxfp4.gguf", "synth-mixtral-l3-e64-q8_0.gguf",
-    "synth-qwen3moe-l2-e64-q8_0.gguf",
-};
-
-static bool is_not_yet(const char *model_file)
-{
-    for (size_t i = 0; i < sizeof not_yet / sizeof not_yet[0]; i++)
-        if (!strcmp(model_file, not_yet[i]))
-            return true;
-    return false;
-}
-
 static void check_case(const char *fixtures, const char *refdir, const char *json)
 {
     char err[512];
     fid_case c;
     REQUIRE(fid_case_load(refdir, json, &c, err, sizeof err) == 0, "%s", err);
     model *m = fid_load_model(fixtures, &c, err, sizeof err);
-    if (!m && is_not_yet(c.model_file)) {
+    if (!m && fid_not_yet(c.model_file)) {
         fprintf(stderr, "%-45s NOT SUPPORTED YET: %s\n", json, err);
         fid_case_free(&c);
         return;
