@@ -328,7 +328,7 @@ void run_opts_usage(const run_opts *o, FILE *out)
 {
     if (o->groups & RUN_OPT_MODEL)
         fputs("model and compute:\n"
-              "  -m, --model FILE        GGUF model (llama, qwen2 or qwen3 architecture)\n"
+              "  -m, --model FILE        GGUF model (llama, qwen2, qwen3 or gemma3 architecture)\n"
               "  -t, --threads N         compute threads (default: the online CPUs)\n"
               "  -c, --ctx-size N        context size in tokens (default: the model's training\n"
               "                          context, at most 4096)\n"
