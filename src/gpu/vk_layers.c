@@ -50,20 +50,17 @@ typedef struct vk_layers {
     uint64_t tick;
 } vk_layers;
 
-/* A buffer's row width (layer_ops.h) and heads. */
+/* A buffer's row width and heads (layer_ops.h). */
 static size_t buf_width(const gpu_model_desc *md, int b)
 {
-    switch (b) {
-    case LB_Q: case LB_ATT: return (size_t)md->n_head * (size_t)md->head_dim;
-    case LB_K: case LB_V: return (size_t)md->n_head_kv * (size_t)md->head_dim;
-    case LB_GATE: case LB_UP: return (size_t)md->n_ff;
-    default: return (size_t)md->n_embd;
-    }
+    const lop_dims d = {md->n_embd, md->n_head, md->n_head_kv, md->head_dim, md->n_ff};
+    return lop_width(&d, b);
 }
 
 static int heads_of(const gpu_model_desc *md, int b)
 {
-    return b == LB_K || b == LB_V ? md->n_head_kv : md->n_head;
+    const lop_dims d = {md->n_embd, md->n_head, md->n_head_kv, md->head_dim, md->n_ff};
+    return lop_heads(&d, b);
 }
 
 static int upload_layer(vk_layers *gl, int il, char *err, size_t errlen)

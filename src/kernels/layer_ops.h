@@ -8,6 +8,7 @@
 #ifndef PRIMA_LAYER_OPS_H
 #define PRIMA_LAYER_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Activation buffers, max_batch rows each. Widths: H, X n_embd; Q, ATT n_head*head_dim;
@@ -36,6 +37,28 @@ typedef struct layer_op {
     uint8_t w, b;      /* weight slots, or LOP_NONE */
     uint8_t per_head;  /* LOP_NORM over each head of Q or K */
 } layer_op;
+
+/* The sizes the buffers' widths come from. */
+typedef struct lop_dims {
+    int n_embd, n_head, n_head_kv, head_dim, n_ff;
+} lop_dims;
+
+/* Row width of buffer b. */
+static inline size_t lop_width(const lop_dims *d, int b)
+{
+    switch (b) {
+    case LB_Q: case LB_ATT: return (size_t)d->n_head * (size_t)d->head_dim;
+    case LB_K: case LB_V: return (size_t)d->n_head_kv * (size_t)d->head_dim;
+    case LB_GATE: case LB_UP: return (size_t)d->n_ff;
+    default: return (size_t)d->n_embd;
+    }
+}
+
+/* Heads of buffer b (LOP_NORM per head, LOP_ROPE). */
+static inline int lop_heads(const lop_dims *d, int b)
+{
+    return b == LB_K || b == LB_V ? d->n_head_kv : d->n_head;
+}
 
 /* One layer: its ops in order, and what its attention sees. */
 typedef struct layer_prog {

@@ -45,12 +45,8 @@ static int widest_input(const model_hparams *hp)
 /* A buffer's row width (layer_ops.h). */
 static size_t buf_width(const model_hparams *hp, int b)
 {
-    switch (b) {
-    case LB_Q: case LB_ATT: return (size_t)hp->n_head * (size_t)hp->head_dim;
-    case LB_K: case LB_V: return (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    case LB_GATE: case LB_UP: return (size_t)hp->n_ff;
-    default: return (size_t)hp->n_embd;
-    }
+    const lop_dims d = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
+    return lop_width(&d, b);
 }
 
 /* The scratch buffers are LB_X.. (LB_H is the caller's): allocated and freed together, rows
@@ -294,16 +290,12 @@ static void attention(engine *e, int il, float *out, int n, const int32_t *pos,
                    hp->attn_scale);
 }
 
-static int heads_of(const model_hparams *hp, int b)
-{
-    return b == LB_K || b == LB_V ? hp->n_head_kv : hp->n_head;
-}
-
 /* One op of layer il's program over n rows. */
 static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *pos,
                   const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
+    const lop_dims dims = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
     const gguf_tensor *const *w = (const gguf_tensor *const *)e->m->layers[il].t;
     float *dst = e->buf[op->dst], *src = e->buf[op->src];
     const size_t width = buf_width(hp, op->dst);
@@ -328,8 +320,8 @@ static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *p
         const rope_params *rp = &hp->rope[e->m->layers[il].prog.rope];
         const size_t src_width = buf_width(hp, op->src);
         for (int t = 0; t < n; t++) {
-            kern_rope(dst + (size_t)t * width, heads_of(hp, op->dst), hp->head_dim, pos[t], rp);
-            kern_rope(src + (size_t)t * src_width, heads_of(hp, op->src), hp->head_dim, pos[t],
+            kern_rope(dst + (size_t)t * width, lop_heads(&dims, op->dst), hp->head_dim, pos[t], rp);
+            kern_rope(src + (size_t)t * src_width, lop_heads(&dims, op->src), hp->head_dim, pos[t],
                       rp);
         }
         return 0;
