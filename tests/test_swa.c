@@ -125,5 +125,20 @@ int main(void)
     free(ring.rows);
     kern_ctx_free(kc);
     model_free(m);
+
+    /* a llama file with a window (Mistral-style) slides in every layer; Qwen's never do */
+    q.arch = ARCH_LLAMA;
+    m = synth_tmp_load(&q, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    for (int il = 0; il < m->hp.n_layer; il++)
+        CHECK(m->layers[il].prog.window == WINDOW, "llama layer %d: window %d", il,
+              m->layers[il].prog.window);
+    model_free(m);
+    q.arch = ARCH_QWEN2;
+    m = synth_tmp_load(&q, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    CHECK(m->layers[0].prog.window == 0 && model_kv_rows(m, 0, N_CTX, CHUNK) == N_CTX,
+          "qwen2 slides: window %d", m->layers[0].prog.window);
+    model_free(m);
     return test_done();
 }

@@ -90,10 +90,11 @@ static void gemma3_hparams(model_hparams *hp)
 static const arch_desc archs[ARCH_COUNT] = {
     [ARCH_LLAMA] = {.name = "llama", .required = DENSE, .glu = LOP_SILU_MUL, .swa_pattern = 1,
                     .build = build_dense},
+    /* Qwen's configurations name a window they do not use (use_sliding_window false) */
     [ARCH_QWEN2] = {.name = "qwen2", .required = DENSE | QKV_BIAS, .neox = true,
-                    .glu = LOP_SILU_MUL, .swa_pattern = 1, .build = build_dense},
+                    .glu = LOP_SILU_MUL, .build = build_dense},
     [ARCH_QWEN3] = {.name = "qwen3", .required = DENSE | QK_NORM, .neox = true,
-                    .glu = LOP_SILU_MUL, .swa_pattern = 1, .build = build_dense},
+                    .glu = LOP_SILU_MUL, .build = build_dense},
     [ARCH_GEMMA3] = {.name = "gemma3", .required = DENSE | QK_NORM | POST_NORMS, .neox = true,
                      .glu = LOP_GELU_MUL, .embd_scale = true, .swa_pattern = 6,
                      .swa_rope_base = 10000.0f, .hparams = gemma3_hparams,

@@ -44,7 +44,8 @@ typedef struct arch_desc {
     enum lop_kind glu;         /* LOP_SILU_MUL or LOP_GELU_MUL: the gated FFN's activation */
     bool embd_scale;           /* token embeddings scaled by sqrt(n_embd) */
     /* With an ARCH.attention.sliding_window key: layer il slides iff il % pattern <
-     * pattern - 1 (pattern 1: every layer); ARCH.attention.sliding_window_pattern overrides. */
+     * pattern - 1 (pattern 1: every layer; 0: none, the key is ignored);
+     * ARCH.attention.sliding_window_pattern overrides. */
     int swa_pattern;
     /* Sliding layers rotate with their own base (ARCH.rope.freq_base_swa, default this) and
      * no scaling; 0: they rotate like the others. */

@@ -268,7 +268,7 @@ static bool layer_slides(loader *ld, const model_hparams *hp, int il)
     snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
     int64_t pattern = gguf_get_int(ld->f, key, ld->arch_row->swa_pattern);
     if (pattern <= 1)
-        return true;
+        return pattern == 1;
     return il % pattern < pattern - 1;
 }
 
