@@ -24,7 +24,8 @@ static const char usage_text[] =
     "                        llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b; any\n"
     "                        option below overrides it (e.g. --layers 4 for a smaller file)\n"
     "  --arch A              llama | qwen2 (q/k/v biases) | qwen3 (q/k norms) |\n"
-    "                        gemma3 (q/k norms, post-norms, GELU, sliding layers)  [llama]\n"
+    "                        gemma3 (q/k norms, post-norms, GELU, sliding layers) |\n"
+    "                        qwen3moe (q/k norms, experts)                      [llama]\n"
     "  --layers N            transformer blocks                                 [2]\n"
     "  --embd N              embedding width n_embd                             [256]\n"
     "  --ff N                feed-forward width n_ff                            [768]\n"
@@ -32,6 +33,9 @@ static const char usage_text[] =
     "  --kv-heads N          key/value heads (divides --heads)                  [4]\n"
     "  --head-dim N          size of one head                                   [embd/heads]\n"
     "  --ctx N               training context length (metadata)                 [4096]\n"
+    "  --experts N           experts per layer (llama: Mixtral-style; qwen3moe needs them);\n"
+    "                        --ff is then an expert's width              [qwen3moe 8, else 0]\n"
+    "  --experts-used K      experts a token is routed to                       [2]\n"
     "  --swa N               sliding window of the sliding layers (llama: every layer;\n"
     "                        gemma3: five of every six)             [gemma3 1024, else 0]\n"
     "  --rope-base F         rotary embedding frequency base      [llama 500000, qwen 1000000]\n"
@@ -91,6 +95,8 @@ static const struct int_opt {
     {"--kv-heads", offsetof(synth_params, n_head_kv)}, {"--head-dim", offsetof(synth_params, head_dim)},
     {"--ctx", offsetof(synth_params, n_ctx)},        {"--vocab", offsetof(synth_params, n_vocab)},
     {"--threads", offsetof(synth_params, n_threads)}, {"--swa", offsetof(synth_params, n_swa)},
+    {"--experts", offsetof(synth_params, n_expert)},
+    {"--experts-used", offsetof(synth_params, n_expert_used)},
 };
 #define N_INT_OPTS (sizeof int_opts / sizeof int_opts[0])
 
@@ -159,7 +165,8 @@ static int mkmodel_main(int argc, char **argv)
     if (arch) {
         const arch_desc *ad = arch_find(arch);
         if (!ad)
-            return cli_fail("mkmodel: unknown --arch '%s' (llama, qwen2, qwen3 or gemma3)", arch), 2;
+            return cli_fail("mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, gemma3 or "
+                            "qwen3moe)", arch), 2;
         p.arch = arch_id(ad);
         if (!preset && p.arch != ARCH_LLAMA) {
             p.rope_base = 1000000.0f;
@@ -167,6 +174,8 @@ static int mkmodel_main(int argc, char **argv)
         }
         if (p.arch == ARCH_GEMMA3)
             p.n_swa = 1024;   /* Gemma 3's published window */
+        if (p.arch == ARCH_QWEN3MOE)
+            p.n_expert = 8;
     }
     int ft = synth_ftype_from_name(type);
     if (ft < 0)

@@ -109,7 +109,7 @@ uint64_t gpu_tensor_bytes(const gpu_tensor *t)
 static const char *const op_names[LOP_KINDS] = {
     [LOP_NORM] = "norm", [LOP_MATMUL] = "matrix product", [LOP_ADD] = "add",
     [LOP_ROPE] = "rotation", [LOP_ATTENTION] = "attention", [LOP_SILU_MUL] = "SiLU gate",
-    [LOP_GELU_MUL] = "GELU gate",
+    [LOP_GELU_MUL] = "GELU gate", [LOP_MOE] = "mixture-of-experts",
 };
 
 /* The first backend's: one backend today (gpu_open). */

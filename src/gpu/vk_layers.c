@@ -144,6 +144,7 @@ static int make_sets(vk_layers *gl, int il)
             n_sets = op->kind == LOP_ADD && L->folded[i] ? 0 : 1;
             memcpy(sets[0], (gpu_buf *[]){b[op->dst], b[op->src]}, 2 * sizeof(gpu_buf *));
             break;
+        case LOP_MOE:      /* not in the backend's ops: such a layer stays on the CPU */
         case LOP_KINDS:
             return -1;
         }
@@ -201,8 +202,12 @@ gpu_layers *vk_layers_create(gpu_dev *g, const gpu_model_desc *md, const gpu_lay
     memcpy(gl->desc, descs, sizeof *descs * (size_t)md->n_layer);
 
     const size_t B = (size_t)md->max_batch, f = sizeof(float);
+    uint32_t used = 0;
+    for (int il = 0; il < md->n_layer; il++)
+        if (on_gpu[il])
+            used |= lop_buffers(&descs[il].prog);
     for (int b = 0; b < LB_COUNT; b++)
-        if (!(gl->b[b] = vk_buf_new(d, B * buf_width(md, b) * f, false, err, errlen)))
+        if ((used & (1u << b)) && !(gl->b[b] = vk_buf_new(d, B * buf_width(md, b) * f, false, err, errlen)))
             goto fail;
     struct { gpu_buf **b; size_t bytes; } host[] = {
         {&gl->io, B * (size_t)md->n_embd * f}, {&gl->pos, B * sizeof(int32_t)},
@@ -331,6 +336,7 @@ static void rec_op(vk_layers *gl, VkCommandBuffer cb, int il, int i, int n)
                   items);
         break;
     }
+    case LOP_MOE:
     case LOP_KINDS:
         break;
     }

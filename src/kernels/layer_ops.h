@@ -11,9 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Activation buffers, max_batch rows each. Widths: H, X n_embd; Q, ATT n_head*head_dim;
- * K, V n_head_kv*head_dim; GATE, UP n_ff. H is the residual stream, in and out of the layer. */
-enum lop_buf { LB_H, LB_X, LB_Q, LB_K, LB_V, LB_ATT, LB_GATE, LB_UP, LB_COUNT };
+/* Activation buffers, max_batch rows each. Widths: H, X, Y, XG n_embd; Q, ATT
+ * n_head*head_dim; K, V n_head_kv*head_dim; GATE, UP n_ff. H is the residual stream, in and
+ * out of the layer; a backend holds only the buffers its layers' programs use (lop_buffers). */
+enum lop_buf { LB_H, LB_X, LB_Q, LB_K, LB_V, LB_ATT, LB_GATE, LB_UP, LB_Y, LB_XG, LB_COUNT };
 
 enum lop_kind {
     LOP_NORM,       /* dst = rmsnorm(src) * w[0..width) per row, or per head (Q, K) with per_head */
@@ -23,6 +24,11 @@ enum lop_kind {
     LOP_ATTENTION,  /* K and V into the layer's cache; dst = softmax(scale Q·K) V over it */
     LOP_SILU_MUL,   /* dst = silu(dst) * src */
     LOP_GELU_MUL,   /* dst = gelu(dst) * src, GELU's tanh approximation */
+    /* dst = sum over the router's top k experts e of p_e * down_e(silu(gate_e src) * up_e src):
+     * w is the router (n_expert x n_embd), w + 1..3 the experts' gate, up and down (3-D, expert
+     * e the e-th slice); p = softmax of the router's scores over all experts, the top k kept
+     * and renormalized to sum 1. Uses XG, GATE and UP as scratch. */
+    LOP_MOE,
     LOP_KINDS
 };
 
@@ -30,6 +36,7 @@ enum lop_kind {
 #define LOP_MAX 24         /* ops in one layer */
 #define LOP_MAX_TENSORS 24 /* weight slots of one layer */
 #define LOP_ROPES 2        /* distinct rotations a model uses (e.g. global and sliding layers) */
+#define LOP_MAX_EXPERTS 512
 
 typedef struct layer_op {
     uint8_t kind;      /* enum lop_kind */
@@ -67,5 +74,20 @@ typedef struct layer_prog {
     int window;    /* a query at position p sees keys p - window < p' <= p; 0: every key */
     int rope;      /* which of the model's LOP_ROPES rotations */
 } layer_prog;
+
+/* The buffers a program uses (1u << LB_*), the scratch an op reads besides its src included. */
+static inline uint32_t lop_buffers(const layer_prog *p)
+{
+    uint32_t used = 1u << LB_H;
+    for (int i = 0; i < p->n_op; i++) {
+        const layer_op *op = &p->op[i];
+        used |= 1u << op->dst | 1u << op->src;
+        if (op->kind == LOP_ATTENTION)
+            used |= 1u << LB_K | 1u << LB_V;
+        if (op->kind == LOP_MOE)
+            used |= 1u << LB_XG | 1u << LB_GATE | 1u << LB_UP;
+    }
+    return used;
+}
 
 #endif

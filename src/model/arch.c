@@ -14,6 +14,9 @@
 #define QKV_BIAS (BIT(LT_BQ) | BIT(LT_BK) | BIT(LT_BV))
 #define QK_NORM (BIT(LT_Q_NORM) | BIT(LT_K_NORM))
 #define POST_NORMS (BIT(LT_ATTN_POST_NORM) | BIT(LT_FFN_POST_NORM))
+#define FFN_DENSE (BIT(LT_FFN_GATE) | BIT(LT_FFN_UP) | BIT(LT_FFN_DOWN))
+#define EXPERTS (BIT(LT_FFN_GATE_INP) | BIT(LT_FFN_GATE_EXPS) | BIT(LT_FFN_UP_EXPS) | \
+                 BIT(LT_FFN_DOWN_EXPS))
 
 static const slot_desc slots[LT_COUNT] = {
     [LT_ATTN_NORM] = {"attn_norm.weight", DIM_EMBD, DIM_ONE, false},
@@ -32,6 +35,10 @@ static const slot_desc slots[LT_COUNT] = {
     [LT_FFN_UP] = {"ffn_up.weight", DIM_EMBD, DIM_FF, true},
     [LT_FFN_DOWN] = {"ffn_down.weight", DIM_FF, DIM_EMBD, true},
     [LT_FFN_POST_NORM] = {"post_ffw_norm.weight", DIM_EMBD, DIM_ONE, false},
+    [LT_FFN_GATE_INP] = {"ffn_gate_inp.weight", DIM_EMBD, DIM_EXPERT, true},
+    [LT_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", DIM_EMBD, DIM_FF, true, DIM_EXPERT},
+    [LT_FFN_UP_EXPS] = {"ffn_up_exps.weight", DIM_EMBD, DIM_FF, true, DIM_EXPERT},
+    [LT_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", DIM_FF, DIM_EMBD, true, DIM_EXPERT},
 };
 
 static void emit(layer_prog *p, enum lop_kind kind, enum lop_buf dst, enum lop_buf src, int w,
@@ -47,9 +54,11 @@ static int opt(const bool has[LT_COUNT], enum layer_slot s)
 }
 
 /* A pre-norm block of attention and a gated FFN, with what the layer has of optional biases,
- * QK norms and post-norms (Llama, Qwen2/3, Gemma 3):
+ * QK norms and post-norms (Llama, Qwen2/3, Gemma 3), or a block of experts in place of the FFN
+ * when the layer has a router (Mixtral's llama files, Qwen3-MoE):
  *   h += post_norm(Wo · attention(rope(qk_norm(Wq x + bq)), rope(qk_norm(Wk x + bk)), Wv x + bv))
- *   h += post_norm(Wdown · (act(Wgate x') * Wup x'))        x = norm(h), x' = norm(h) */
+ *   h += post_norm(Wdown · (act(Wgate x') * Wup x'))        x = norm(h), x' = norm(h)
+ *   or h += moe(x') */
 static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog *p)
 {
     emit(p, LOP_NORM, LB_X, LB_H, LT_ATTN_NORM, LOP_NONE);
@@ -70,6 +79,11 @@ static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog
     emit(p, LOP_ADD, LB_H, LB_X, LOP_NONE, LOP_NONE);
 
     emit(p, LOP_NORM, LB_X, LB_H, LT_FFN_NORM, LOP_NONE);
+    if (has[LT_FFN_GATE_INP]) {
+        emit(p, LOP_MOE, LB_Y, LB_X, LT_FFN_GATE_INP, LOP_NONE);
+        emit(p, LOP_ADD, LB_H, LB_Y, LOP_NONE, LOP_NONE);
+        return;
+    }
     emit(p, LOP_MATMUL, LB_GATE, LB_X, LT_FFN_GATE, LOP_NONE);
     emit(p, LOP_MATMUL, LB_UP, LB_X, LT_FFN_UP, LOP_NONE);
     emit(p, a->glu, LB_GATE, LB_UP, LOP_NONE, LOP_NONE);
@@ -88,8 +102,10 @@ static void gemma3_hparams(model_hparams *hp)
 }
 
 static const arch_desc archs[ARCH_COUNT] = {
-    [ARCH_LLAMA] = {.name = "llama", .required = DENSE, .glu = LOP_SILU_MUL, .swa_pattern = 1,
-                    .build = build_dense},
+    /* a llama file's layers are dense or (Mixtral) of experts: the program says which tensors
+     * it needs, and the loader requires those */
+    [ARCH_LLAMA] = {.name = "llama", .required = DENSE & ~FFN_DENSE, .optional = FFN_DENSE | EXPERTS,
+                    .glu = LOP_SILU_MUL, .swa_pattern = 1, .build = build_dense},
     /* Qwen's configurations name a window they do not use (use_sliding_window false) */
     [ARCH_QWEN2] = {.name = "qwen2", .required = DENSE | QKV_BIAS, .neox = true,
                     .glu = LOP_SILU_MUL, .build = build_dense},
@@ -99,6 +115,8 @@ static const arch_desc archs[ARCH_COUNT] = {
                      .glu = LOP_GELU_MUL, .embd_scale = true, .swa_pattern = 6,
                      .swa_rope_base = 10000.0f, .hparams = gemma3_hparams,
                      .build = build_dense},
+    [ARCH_QWEN3MOE] = {.name = "qwen3moe", .required = (DENSE & ~FFN_DENSE) | QK_NORM | EXPERTS,
+                       .neox = true, .glu = LOP_SILU_MUL, .build = build_dense},
 };
 
 const arch_desc *arch_get(enum model_arch a)

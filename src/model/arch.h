@@ -15,23 +15,27 @@
 #include "kernels/layer_ops.h"
 
 /* Index of a row in the table. */
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_COUNT };
+enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN3MOE, ARCH_COUNT };
 
 /* The weight slots of a layer: every tensor any architecture's layer may hold. */
 enum layer_slot {
     LT_ATTN_NORM, LT_WQ, LT_WK, LT_WV, LT_WO, LT_BQ, LT_BK, LT_BV, LT_Q_NORM, LT_K_NORM,
     LT_ATTN_POST_NORM, LT_FFN_NORM, LT_FFN_GATE, LT_FFN_UP, LT_FFN_DOWN, LT_FFN_POST_NORM,
+    /* a layer of experts: the router, then the experts' gate, up and down (in this order:
+     * LOP_MOE names the router's slot) */
+    LT_FFN_GATE_INP, LT_FFN_GATE_EXPS, LT_FFN_UP_EXPS, LT_FFN_DOWN_EXPS,
     LT_COUNT
 };
 _Static_assert(LT_COUNT <= LOP_MAX_TENSORS, "layer slots exceed the ops' weight slots");
 
 /* The sizes a tensor's dimensions are given in. */
-enum arch_dim { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_HEAD };
+enum arch_dim { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_HEAD, DIM_EXPERT };
 
 typedef struct slot_desc {
     const char *name;          /* GGUF name after "blk.N." */
     enum arch_dim ne0, ne1;    /* DIM_ONE as ne1: a vector (F32) */
     bool matrix;               /* multiplied by the kernels: any computable type */
+    enum arch_dim ne2;         /* DIM_ONE, or DIM_EXPERT: a matrix per expert */
 } slot_desc;
 
 typedef struct model_hparams model_hparams;

@@ -29,6 +29,10 @@ struct engine {
     /* scratch, max_batch rows each; buf[LB_H] is the caller's hidden state during a call */
     float *buf[LB_COUNT];
     bool wide;           /* the scratch holds a batch wider than n_seq rows (see fit_scratch) */
+    /* experts (LOP_MOE), max_batch rows each: the router's scores (n_expert), each row's
+     * chosen experts and weights (n_expert_used), one expert's rows and their weights */
+    float *scores, *chosen_w, *rows_w;
+    int32_t *chosen, *rows;
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -111,10 +115,24 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
         e->kv_bytes += 2 * cache_bytes(e, il);
     }
 
+    const uint32_t used = model_buffers(m);
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++) {
+        if (!(used & (1u << b)))
+            continue;
         size_t bytes = (size_t)max_batch * buf_width(hp, b) * sizeof(float);
         e->scratch_bytes += bytes;
         if (!(e->buf[b] = malloc(bytes)))
+            goto oom;
+    }
+    if (hp->n_expert) {
+        const size_t B = (size_t)max_batch, k = (size_t)hp->n_expert_used;
+        e->scores = malloc(B * (size_t)hp->n_expert * sizeof(float));
+        e->chosen_w = malloc(B * k * sizeof(float));
+        e->chosen = malloc(B * k * sizeof(int32_t));
+        e->rows_w = malloc(B * sizeof(float));
+        e->rows = malloc(B * sizeof(int32_t));
+        e->scratch_bytes += B * ((size_t)hp->n_expert + 2 * k + 2) * 4;
+        if (!e->scores || !e->chosen_w || !e->chosen || !e->rows_w || !e->rows)
             goto oom;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
@@ -144,6 +162,11 @@ void engine_free(engine *e)
     free(e->kv_rows);
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++)
         free(e->buf[b]);
+    free(e->scores);
+    free(e->chosen_w);
+    free(e->chosen);
+    free(e->rows_w);
+    free(e->rows);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
@@ -290,6 +313,79 @@ static void attention(engine *e, int il, float *out, int n, const int32_t *pos,
                    hp->attn_scale);
 }
 
+/* The router's choice for one row: softmax over every expert's score, the k most probable
+ * (ties: the lower index), their probabilities renormalized to sum 1. */
+static void route(float *scores, int n_expert, int k, int32_t *chosen, float *weight)
+{
+    kern_softmax(scores, n_expert);
+    float sum = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int x = 0; x < n_expert; x++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++)
+                taken |= chosen[i] == x;
+            if (!taken && (best < 0 || scores[x] > scores[best]))
+                best = x;
+        }
+        chosen[j] = best;
+        weight[j] = scores[best];
+        sum += scores[best];
+    }
+    for (int j = 0; j < k; j++)
+        weight[j] /= sum;
+}
+
+/* y (n rows) = W_x · in (n rows) with W_x expert x's slice of the 3-D tensor w. */
+static int expert_matmul(engine *e, const gguf_tensor *w, int x, const float *in, int n, float *y)
+{
+    const size_t slice = dtype_row_bytes(w->type, w->ne[0]) * (size_t)w->ne[1];
+    return kern_matmul(e->kc, (const uint8_t *)w->data + (size_t)x * slice, w->type,
+                       (int)w->ne[0], (int)w->ne[1], in, n, y);
+}
+
+/* LOP_MOE: the router's scores for every row, then expert by expert (in index order, so a
+ * row's sum is the same whatever else is in its batch) one product over the rows routed to it. */
+static int moe(engine *e, int il, const layer_op *op, int n)
+{
+    const model_hparams *hp = &e->m->hp;
+    const gguf_tensor *const *w = (const gguf_tensor *const *)e->m->layers[il].t + op->w;
+    const int n_x = hp->n_expert, k = hp->n_expert_used, d = hp->n_embd, ff = hp->n_ff;
+    const float *in = e->buf[op->src];
+    float *out = e->buf[op->dst], *xg = e->buf[LB_XG], *gate = e->buf[LB_GATE];
+    if (matmul(e, w[0], in, n, e->scores))
+        return -1;
+    for (int t = 0; t < n; t++)
+        route(e->scores + (size_t)t * (size_t)n_x, n_x, k, e->chosen + (size_t)t * (size_t)k,
+              e->chosen_w + (size_t)t * (size_t)k);
+    memset(out, 0, sizeof(float) * (size_t)n * (size_t)d);
+    for (int x = 0; x < n_x; x++) {
+        int c = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++)
+                if (e->chosen[t * k + j] == x) {
+                    e->rows[c] = t;
+                    e->rows_w[c] = e->chosen_w[t * k + j];
+                    memcpy(xg + (size_t)c++ * (size_t)d, in + (size_t)t * (size_t)d,
+                           sizeof(float) * (size_t)d);
+                }
+        if (!c)
+            continue;
+        if (expert_matmul(e, w[1], x, xg, c, gate) || expert_matmul(e, w[2], x, xg, c, e->buf[LB_UP]))
+            return -1;
+        kern_silu_mul(gate, e->buf[LB_UP], c * ff);
+        if (expert_matmul(e, w[3], x, gate, c, xg))
+            return -1;
+        for (int r = 0; r < c; r++) {
+            float *o = out + (size_t)e->rows[r] * (size_t)d;
+            const float *y = xg + (size_t)r * (size_t)d;
+            for (int i = 0; i < d; i++)
+                o[i] += e->rows_w[r] * y[i];
+        }
+    }
+    return 0;
+}
+
 /* One op of layer il's program over n rows. */
 static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *pos,
                   const int32_t *seq)
@@ -335,6 +431,8 @@ static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *p
     case LOP_GELU_MUL:
         kern_gelu_mul(dst, src, (int)((size_t)n * width));
         return 0;
+    case LOP_MOE:
+        return moe(e, il, op, n);
     case LOP_KINDS:
         break;
     }
@@ -397,6 +495,8 @@ static void fit_scratch(engine *e, int n)
     e->wide = false;
     size_t keep = (size_t)e->n_seq, rows = (size_t)e->max_batch;
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++) {
+        if (!e->buf[b])
+            continue;
         size_t cols = buf_width(&e->m->hp, b);
         mem_release(e->buf[b] + keep * cols, (rows - keep) * cols * sizeof(float));
     }

@@ -71,10 +71,21 @@ static double arch_float(loader *ld, const char *suffix, double def)
     return v;
 }
 
-/* A tensor that must exist with exactly the dimensions given (n_dims entries, innermost
+/* The dims of a shape as "[a, b, c]", n of them. */
+static void shape_str(char *buf, size_t len, const uint64_t *ne, int n)
+{
+    int off = snprintf(buf, len, "[");
+    for (int d = 0; d < n && off > 0 && (size_t)off < len; d++)
+        off += snprintf(buf + off, len - (size_t)off, "%s%llu", d ? ", " : "",
+                        (unsigned long long)ne[d]);
+    if (off > 0 && (size_t)off < len)
+        snprintf(buf + off, len - (size_t)off, "]");
+}
+
+/* A tensor that must exist with exactly the dimensions given (n_dims of want, innermost
  * first). matrix: it is multiplied by the kernels, so its type must be computable. */
 static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bool matrix,
-                                 int n_dims, uint64_t ne0, uint64_t ne1)
+                                 int n_dims, const uint64_t want[3])
 {
     const gguf_tensor *t = gguf_tensor_find(ld->f, name);
     if (!t) {
@@ -82,18 +93,12 @@ static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bo
             fail(ld, "missing tensor '%s'", name);
         return NULL;
     }
-    uint64_t want[GGUF_MAX_DIMS] = {ne0, n_dims > 1 ? ne1 : 1, 1, 1};
     for (int d = 0; d < GGUF_MAX_DIMS; d++)
-        if (t->ne[d] != want[d]) {
-            if (n_dims == 1)
-                fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%llu]", name,
-                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)ne0);
-            else
-                fail(ld, "tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu]", name,
-                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)t->ne[2], (unsigned long long)ne0,
-                     (unsigned long long)ne1);
+        if (t->ne[d] != (d < n_dims ? want[d] : 1)) {
+            char has[96], exp[96];
+            shape_str(has, sizeof has, t->ne, n_dims > 2 ? 3 : 2 + (t->ne[2] > 1));
+            shape_str(exp, sizeof exp, want, n_dims);
+            fail(ld, "tensor '%s' has shape %s, expected %s", name, has, exp);
             return NULL;
         }
     const dtype_info *di = dtype_get(t->type);
@@ -111,12 +116,9 @@ static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bo
     return t;
 }
 
-static const gguf_tensor *layer_tensor(loader *ld, int il, const char *what, bool required,
-                                       bool matrix, int n_dims, uint64_t ne0, uint64_t ne1)
+static const gguf_tensor *vec_tensor(loader *ld, const char *name, bool required, uint64_t ne0)
 {
-    char name[96];
-    snprintf(name, sizeof name, "blk.%d.%s", il, what);
-    return tensor(ld, name, required, matrix, n_dims, ne0, ne1);
+    return tensor(ld, name, required, false, 1, (const uint64_t[3]){ne0, 1, 1});
 }
 
 /* Llama 3.1 frequency scaling given as metadata keys instead of a rope_freqs tensor: long
@@ -190,8 +192,7 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
     }
 
     /* A rope_freqs tensor (Llama 3.1/3.2 files) carries the same factors precomputed. */
-    const gguf_tensor *rf = tensor(ld, "rope_freqs.weight", false, false, 1,
-                                   (uint64_t)rope->n_rot / 2, 1);
+    const gguf_tensor *rf = vec_tensor(ld, "rope_freqs.weight", false, (uint64_t)rope->n_rot / 2);
     if (rf)
         rope->freq_factors = rf->data;
     else if (*owned_factors)
@@ -242,6 +243,16 @@ static void load_hparams(loader *ld, model *m)
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = ad->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
     hp->n_swa = (int)arch_int(ld, "attention.sliding_window", 0, false);
+    hp->n_expert = (int)arch_int(ld, "expert_count", 0, false);
+    hp->n_expert_used = (int)arch_int(ld, "expert_used_count", 0, false);
+    if (hp->n_expert_used > hp->n_expert || hp->n_expert > LOP_MAX_EXPERTS) {
+        fail(ld, "%d experts, %d used per token: unsupported (at most %d, used at most all)",
+             hp->n_expert, hp->n_expert_used, LOP_MAX_EXPERTS);
+        return;
+    }
+    /* the experts' width (the dense FFN's feed_forward_length goes unused in such files) */
+    if (hp->n_expert)
+        hp->n_ff = (int)arch_int(ld, "expert_feed_forward_length", hp->n_ff, false);
     if (ad->hparams)
         ad->hparams(hp);
 }
@@ -254,6 +265,7 @@ static uint64_t dim_size(const model_hparams *hp, enum arch_dim d)
     case DIM_KV: return (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
     case DIM_FF: return (uint64_t)hp->n_ff;
     case DIM_HEAD: return (uint64_t)hp->head_dim;
+    case DIM_EXPERT: return (uint64_t)hp->n_expert;
     case DIM_ONE: break;
     }
     return 1;
@@ -276,10 +288,6 @@ static void load_layers(loader *ld, model *m)
 {
     const model_hparams *hp = &m->hp;
     const arch_desc *ad = m->arch;
-    if (gguf_tensor_find(ld->f, "blk.0.ffn_gate_inp.weight")) {
-        fail(ld, "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not supported");
-        return;
-    }
     for (int il = 0; il < hp->n_layer && !ld->failed; il++) {
         model_layer *L = &m->layers[il];
         bool has[LT_COUNT];
@@ -289,12 +297,34 @@ static void load_layers(loader *ld, model *m)
             has[s] = false;
             if (!required && !(ad->optional & (1u << s)))
                 continue;
-            L->t[s] = layer_tensor(ld, il, sd->name, required, sd->matrix,
-                                   sd->ne1 == DIM_ONE ? 1 : 2, dim_size(hp, sd->ne0),
-                                   dim_size(hp, sd->ne1));
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", il, sd->name);
+            const uint64_t want[3] = {dim_size(hp, sd->ne0), dim_size(hp, sd->ne1),
+                                      dim_size(hp, sd->ne2)};
+            int n_dims = sd->ne2 != DIM_ONE ? 3 : sd->ne1 != DIM_ONE ? 2 : 1;
+            L->t[s] = tensor(ld, name, required, sd->matrix, n_dims, want);
             has[s] = L->t[s] != NULL;
         }
+        if (ld->failed)
+            return;
         ad->build(ad, has, &L->prog);
+        /* an optional tensor the program uses is required after all (a layer of experts
+         * without one of them, say) */
+        for (int i = 0; i < L->prog.n_op; i++) {
+            const layer_op *op = &L->prog.op[i];
+            int n_w = op->kind == LOP_MOE ? 4 : 1;
+            for (int k = 0; op->w != LOP_NONE && k < n_w; k++)
+                if (!L->t[op->w + k]) {
+                    fail(ld, "missing tensor 'blk.%d.%s'", il,
+                         arch_slot((enum layer_slot)(op->w + k))->name);
+                    return;
+                }
+            if (op->kind == LOP_MOE && !hp->n_expert_used) {
+                fail(ld, "layer %d has experts, but %s.expert_count or %s.expert_used_count is "
+                         "missing", il, ld->arch, ld->arch);
+                return;
+            }
+        }
         L->prog.window = layer_slides(ld, hp, il) ? hp->n_swa : 0;
         L->prog.rope = L->prog.window ? 1 : 0;
     }
@@ -374,9 +404,9 @@ model *model_load(const char *path, char *err, size_t errlen)
     }
     m->hp.n_vocab = (int)te->ne[1];
     const uint64_t e = (uint64_t)m->hp.n_embd, nv = (uint64_t)m->hp.n_vocab;
-    m->tok_embd = tensor(&ld, "token_embd.weight", true, true, 2, e, nv);
-    m->output_norm = tensor(&ld, "output_norm.weight", true, false, 1, e, 1);
-    m->output = tensor(&ld, "output.weight", false, true, 2, e, nv);
+    m->tok_embd = tensor(&ld, "token_embd.weight", true, true, 2, (const uint64_t[3]){e, nv, 1});
+    m->output_norm = vec_tensor(&ld, "output_norm.weight", true, e);
+    m->output = tensor(&ld, "output.weight", false, true, 2, (const uint64_t[3]){e, nv, 1});
     if (!m->output && !ld.failed)
         m->output = m->tok_embd; /* tied embeddings */
     if (ld.failed)
@@ -427,6 +457,14 @@ static int layer_tensors(const model *m, int il, const gguf_tensor **out)
         if (m->layers[il].t[s])
             out[n++] = m->layers[il].t[s];
     return n;
+}
+
+uint32_t model_buffers(const model *m)
+{
+    uint32_t used = 1u << LB_X;   /* the final norm's */
+    for (int il = 0; il < m->hp.n_layer; il++)
+        used |= lop_buffers(&m->layers[il].prog);
+    return used;
 }
 
 int model_kv_rows(const model *m, int il, int n_ctx, int max_batch)

@@ -22,6 +22,7 @@ struct model_hparams {
     float attn_scale;   /* of the scores q·k: 1/sqrt(head_dim) unless the architecture says */
     float embd_scale;   /* token embeddings are multiplied by it (1: not scaled) */
     int n_swa;          /* the sliding layers' window (0: none slides) */
+    int n_expert, n_expert_used;   /* experts of a layer and per token (0: a dense model) */
     /* [0] every layer's rotation, [1] the sliding layers' when they have their own;
      * freq_factors points into the mapping when present */
     rope_params rope[LOP_ROPES];
@@ -45,6 +46,8 @@ model *model_load(const char *path, char *err, size_t errlen);
 void model_free(model *m);
 /* Lock the whole mapping in RAM (--mlock): weights are never paged out. */
 int model_mlock(const model *m, char *err, size_t errlen);
+/* The activation buffers the layers' programs use, and the output's (1u << LB_*). */
+uint32_t model_buffers(const model *m);
 /* Positions of layer il's KV cache a sequence needs for contexts of n_ctx and batches of
  * max_batch: a sliding layer keeps only its window and the batch in flight (a ring). */
 int model_kv_rows(const model *m, int il, int n_ctx, int max_batch);

@@ -68,7 +68,8 @@ void synth_defaults(synth_params *p)
     *p = (synth_params){
         .arch = ARCH_LLAMA, .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 8,
         .n_head_kv = 4, .n_ctx = 4096, .n_vocab = 512, .rope_base = 500000.0f,
-        .rms_eps = 1e-5f, .ftype = SYNTH_F32, .seed = 1, .name = "synthetic", .n_threads = 2,
+        .rms_eps = 1e-5f, .n_expert_used = 2, .ftype = SYNTH_F32, .seed = 1,
+        .name = "synthetic", .n_threads = 2,
     };
 }
 
@@ -174,6 +175,21 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
         snprintf(err, errlen, "sliding window %d is negative", p->n_swa);
         return -1;
     }
+    const arch_desc *ad = arch_get(p->arch);
+    if (ad && (ad->required & (1u << LT_FFN_GATE_INP)) && p->n_expert < 1) {
+        snprintf(err, errlen, "architecture %s needs --experts", ad->name);
+        return -1;
+    }
+    if (ad && p->n_expert && !((ad->required | ad->optional) & (1u << LT_FFN_GATE_INP))) {
+        snprintf(err, errlen, "architecture %s has no experts", ad->name);
+        return -1;
+    }
+    if (p->n_expert < 0 || p->n_expert > LOP_MAX_EXPERTS ||
+        (p->n_expert && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert))) {
+        snprintf(err, errlen, "--experts %d and --experts-used %d: at most %d experts, of "
+                 "which 1 to all are used", p->n_expert, p->n_expert_used, LOP_MAX_EXPERTS);
+        return -1;
+    }
     if ((unsigned)p->ftype >= SYNTH_FTYPE_COUNT || !arch_get(p->arch)) {
         snprintf(err, errlen, "invalid type scheme or architecture");
         return -1;
@@ -186,7 +202,7 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
 typedef struct tspec {
     char name[48];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];   /* rows of ne[0] values: ne[1] * ne[2] of them */
     enum dtype type;
     float mean, sigma;
 } tspec;
@@ -196,8 +212,8 @@ typedef struct tlist {
     int n;
 } tlist;
 
-static void add(tlist *l, const synth_params *p, int layer, const char *role, uint64_t ne0,
-                uint64_t ne1, float mean, float sigma)
+static void add(tlist *l, const synth_params *p, int layer, const char *role,
+                const uint64_t ne[3], float mean, float sigma)
 {
     tspec *t = &l->t[l->n++];
     if (layer >= 0)
@@ -205,18 +221,19 @@ static void add(tlist *l, const synth_params *p, int layer, const char *role, ui
     else
         snprintf(t->name, sizeof t->name, "%s", role);
     /* vectors (norms, biases) stay F32, as in every converted model */
-    t->n_dims = ne1 > 1 ? 2 : 1;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1;
-    t->type = t->n_dims == 1 ? DT_F32
-                             : synth_tensor_type(p->ftype, role, layer, p->n_layer, (int64_t)ne0,
-                                                 p->tied);
+    t->n_dims = ne[2] > 1 ? 3 : ne[1] > 1 ? 2 : 1;
+    memcpy(t->ne, ne, sizeof t->ne);
+    /* routers stay F32 too (llama.cpp's quantizer leaves them) */
+    t->type = t->n_dims == 1 || strstr(role, "gate_inp")
+                  ? DT_F32
+                  : synth_tensor_type(p->ftype, role, layer, p->n_layer, (int64_t)ne[0], p->tied);
     t->mean = mean;
     t->sigma = sigma;
 }
 
 /* llama.cpp's tensor order: embedding, final norm, output, then each block's tensors in the
- * order of the layer slots (arch.h), those its architecture gives a layer. */
+ * order of the layer slots (arch.h): those its program uses (the program its architecture
+ * builds from what the row allows, experts when p asks for them). */
 static tlist make_tensors(const synth_params *p, int n_vocab)
 {
     const arch_desc *ad = arch_get(p->arch);
@@ -224,28 +241,44 @@ static tlist make_tensors(const synth_params *p, int n_vocab)
     const uint64_t size[] = {
         [DIM_ONE] = 1, [DIM_EMBD] = (uint64_t)p->n_embd, [DIM_Q] = (uint64_t)p->n_head * hd,
         [DIM_KV] = (uint64_t)p->n_head_kv * hd, [DIM_FF] = (uint64_t)p->n_ff, [DIM_HEAD] = hd,
+        [DIM_EXPERT] = (uint64_t)p->n_expert,
     };
+    bool has[LT_COUNT];
+    for (int s = 0; s < LT_COUNT; s++)
+        has[s] = ((ad->required | ad->optional) & (1u << s)) &&
+                 (s != LT_FFN_GATE_INP || p->n_expert > 0);
+    layer_prog prog = {0};
+    ad->build(ad, has, &prog);
+    bool used[LT_COUNT] = {false};
+    for (int i = 0; i < prog.n_op; i++) {
+        const layer_op *op = &prog.op[i];
+        for (int k = 0; op->w != LOP_NONE && k < (op->kind == LOP_MOE ? 4 : 1); k++)
+            used[op->w + k] = true;
+        if (op->b != LOP_NONE)
+            used[op->b] = true;
+    }
     tlist l = {calloc(3 + (size_t)p->n_layer * LT_COUNT, sizeof(tspec)), 0};
     if (!l.t)
         return l;
     const float norm_sd = 0.05f, bias_sd = 0.1f;
     const uint64_t e = (uint64_t)p->n_embd;
-    add(&l, p, -1, "token_embd.weight", e, (uint64_t)n_vocab, 0, 1);
-    add(&l, p, -1, "output_norm.weight", e, 1, 1, norm_sd);
+    add(&l, p, -1, "token_embd.weight", (const uint64_t[3]){e, (uint64_t)n_vocab, 1}, 0, 1);
+    add(&l, p, -1, "output_norm.weight", (const uint64_t[3]){e, 1, 1}, 1, norm_sd);
     if (!p->tied)
-        add(&l, p, -1, "output.weight", e, (uint64_t)n_vocab, 0, 1 / sqrtf((float)e));
+        add(&l, p, -1, "output.weight", (const uint64_t[3]){e, (uint64_t)n_vocab, 1}, 0,
+            1 / sqrtf((float)e));
     for (int i = 0; i < p->n_layer; i++)
         for (int s = 0; s < LT_COUNT; s++) {
-            if (!(ad->required & (1u << s)))
+            if (!used[s])
                 continue;
             const slot_desc *sd = arch_slot((enum layer_slot)s);
-            uint64_t ne0 = size[sd->ne0], ne1 = size[sd->ne1];
+            const uint64_t ne[3] = {size[sd->ne0], size[sd->ne1], size[sd->ne2]};
             if (sd->matrix)   /* N(0, 1/n_in) */
-                add(&l, p, i, sd->name, ne0, ne1, 0, 1 / sqrtf((float)ne0));
+                add(&l, p, i, sd->name, ne, 0, 1 / sqrtf((float)ne[0]));
             else if (strstr(sd->name, "bias"))
-                add(&l, p, i, sd->name, ne0, 1, 0, bias_sd);
+                add(&l, p, i, sd->name, ne, 0, bias_sd);
             else              /* norms */
-                add(&l, p, i, sd->name, ne0, 1, 1, norm_sd);
+                add(&l, p, i, sd->name, ne, 1, norm_sd);
         }
     return l;
 }
@@ -414,12 +447,13 @@ static int write_tensor(run *r, gguf_writer *w, const tspec *t, uint8_t *chunk, 
     const dtype_info *d = dtype_get(t->type);
     rows_job j = {.t = t, .kt = kern_type_get(t->type), .key = name_key(r->seed, t->name),
                   .row_bytes = (size_t)dtype_row_bytes(t->type, t->ne[0]), .out = chunk};
-    if (d->block_size > 1 && t->ne[0] / d->block_size * t->ne[1] > POOL_BLOCKS)
+    const uint64_t rows = t->ne[1] * t->ne[2];
+    if (d->block_size > 1 && t->ne[0] / d->block_size * rows > POOL_BLOCKS)
         j.pl = get_pool(r, t->type, t->sigma);
     uint64_t per_chunk = chunk_cap / j.row_bytes;
-    for (uint64_t row0 = 0; row0 < t->ne[1]; row0 += per_chunk) {
+    for (uint64_t row0 = 0; row0 < rows; row0 += per_chunk) {
         j.row0 = row0;
-        j.nrows = t->ne[1] - row0 < per_chunk ? t->ne[1] - row0 : per_chunk;
+        j.nrows = rows - row0 < per_chunk ? rows - row0 : per_chunk;
         parallel(r, rows_work, &j);
         if (gguf_writer_write(w, chunk, j.nrows * j.row_bytes))
             return -1;
@@ -519,6 +553,16 @@ static void put_hparams(gguf_writer *w, const synth_params *p, int n_vocab, bool
     gguf_writer_set_f32(w, key, p->rope_base);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gguf_writer_set_f32(w, key, p->rms_eps);
+    if (p->n_expert > 0) {
+        const struct { const char *suffix; int v; } moe[] = {
+            {"expert_count", p->n_expert}, {"expert_used_count", p->n_expert_used},
+            {"expert_feed_forward_length", p->n_ff},
+        };
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+            snprintf(key, sizeof key, "%s.%s", arch, moe[i].suffix);
+            gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
+        }
+    }
     if (p->n_swa > 0) {
         snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
         gguf_writer_set_u32(w, key, (uint32_t)p->n_swa);
@@ -611,7 +655,7 @@ int synth_write(const synth_params *p, const char *path, synth_stats *stats, cha
         struct stat st;
         *stats = (synth_stats){.n_tensors = (uint64_t)tl.n};
         for (int i = 0; i < tl.n; i++)
-            stats->n_params += tl.t[i].ne[0] * tl.t[i].ne[1];
+            stats->n_params += tl.t[i].ne[0] * tl.t[i].ne[1] * tl.t[i].ne[2];
         stats->n_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     }
     gguf_close(vocab);

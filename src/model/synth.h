@@ -30,6 +30,8 @@ typedef struct synth_params {
     int n_vocab;             /* built-in vocabulary size; ignored with vocab_from */
     float rope_base, rms_eps;
     int n_swa;               /* sliding window of the architecture's sliding layers; 0: none */
+    int n_expert, n_expert_used;  /* experts per layer (0: dense) and per token; n_ff is then
+                                   * an expert's width */
     bool tied;               /* no output.weight: the output layer reuses token_embd */
     enum synth_ftype ftype;
     uint64_t seed;

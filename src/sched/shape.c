@@ -44,11 +44,19 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
          * in layer_vector */
         int calls = 0;
         for (int i = 0; i < L->prog.n_op; i++) {
-            if (L->prog.op[i].kind != LOP_MATMUL)
+            const layer_op *op = &L->prog.op[i];
+            if (op->kind != LOP_MATMUL && op->kind != LOP_MOE)
                 continue;
-            const gguf_tensor *w = L->t[L->prog.op[i].w];
+            const gguf_tensor *w = L->t[op->w];
             sm->layer_params[w->type] += tensor_params(w) / hp->n_layer;
             calls += kern_matmul_jobs(w->type);
+            /* experts: a token computes its k of them, a product each for gate, up, down */
+            for (int x = 1; op->kind == LOP_MOE && x <= 3; x++) {
+                const gguf_tensor *ex = L->t[op->w + x];
+                sm->layer_params[ex->type] += tensor_params(ex) * hp->n_expert_used /
+                                              hp->n_expert / hp->n_layer;
+                calls += hp->n_expert_used * kern_matmul_jobs(ex->type);
+            }
         }
         sm->layer_calls += (double)calls / hp->n_layer;
         /* a sliding layer keeps (and a token reads) only its window */
@@ -75,13 +83,17 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
     sm->hop_bytes = (double)act_bytes * hp->n_embd + HOP_OVERHEAD_BYTES;
 
-    /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32) and the
+    /* engine scratch (the buffers its layers use per batch row, F32, model_buffers) and the
      * activations quantized for integer dot products (about a byte per value): a decoded token
      * uses a row per sequence, and the engine hands the rest of a prompt's batch back after it
      * (engine.c), so only those rows count; what a prompt borrows for its batch comes from the
      * page cache and returns to it. The batch's hidden states and frames stay at the widest. */
-    double q_dim = (double)hp->n_head * hp->head_dim;
-    double row = 4.0 * (hp->n_embd + 2 * q_dim + 2 * kv_row + 2.0 * hp->n_ff);
+    const lop_dims dims = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
+    const uint32_t used = model_buffers(m);
+    double row = 4.0 * hp->n_expert;   /* a row's router scores */
+    for (int b = LB_X; b < LB_COUNT; b++)
+        if (used & (1u << b))
+            row += 4.0 * (double)lop_width(&dims, b);
     double quant = 1.1 * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
     double hidden = 4.0 * hp->n_embd;
     /* The process itself (code, libraries, metadata, tokenizer) is not counted: the memory
