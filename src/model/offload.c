@@ -74,13 +74,27 @@ int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint
     const bool one_seq = engine_n_seq(e) == 1;   /* a GPU layer's VRAM cache holds one sequence */
     if (!one_seq)
         add_note(r, "an engine of %d sequences keeps its layers on the CPU", engine_n_seq(e));
-    for (int il = 0; il < L; il++) {
-        if (!want[il] || !one_seq)
-            continue;
-        if (gpu_layer_supported(&descs[il], why, sizeof why))
+    /* layers refused for the same reason are said once: "layers 0-2 stay ..." */
+    char last_why[160] = "";
+    int first_bad = -1, last_bad = -1;
+    for (int il = 0; il <= L; il++) {
+        bool bad = il < L && want[il] && one_seq &&
+                   !gpu_layer_supported(&descs[il], why, sizeof why);
+        if (il < L && want[il] && one_seq && !bad)
             on[il] = true;
-        else
-            add_note(r, "layer %d stays on the CPU: %s", il, why);
+        if (first_bad >= 0 && (il == L || !bad || strcmp(why, last_why))) {
+            if (first_bad == last_bad)
+                add_note(r, "layer %d stays on the CPU: %s", first_bad, last_why);
+            else
+                add_note(r, "layers %d-%d stay on the CPU: %s", first_bad, last_bad, last_why);
+            first_bad = -1;
+        }
+        if (bad) {
+            if (first_bad < 0)
+                first_bad = il;
+            last_bad = il;
+            snprintf(last_why, sizeof last_why, "%s", why);
+        }
     }
     /* the budget: the cap, or what is free; the first asked-for layers give way */
     const gpu_info *gi = gpu_get_info(g);
