@@ -29,8 +29,9 @@ struct engine {
     /* scratch, max_batch rows each; buf[LB_H] is the caller's hidden state during a call */
     float *buf[LB_COUNT];
     bool wide;           /* the scratch holds a batch wider than n_seq rows (see fit_scratch) */
-    /* experts (LOP_MOE), max_batch rows each: the router's scores (n_expert), each row's
-     * chosen experts and weights (n_expert_used), one expert's rows and their weights */
+    /* experts (LOP_MOE), max_batch rows each, in one block: the router's scores (n_expert),
+     * each row's chosen experts and weights (n_expert_used), one expert's rows and weights */
+    void *moe_block;
     float *scores, *chosen_w, *rows_w;
     int32_t *chosen, *rows;
     uint64_t kv_bytes, scratch_bytes;
@@ -125,15 +126,17 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
             goto oom;
     }
     if (hp->n_expert) {
+        /* 4-byte values: floats and int32s alike */
         const size_t B = (size_t)max_batch, k = (size_t)hp->n_expert_used;
-        e->scores = malloc(B * (size_t)hp->n_expert * sizeof(float));
-        e->chosen_w = malloc(B * k * sizeof(float));
-        e->chosen = malloc(B * k * sizeof(int32_t));
-        e->rows_w = malloc(B * sizeof(float));
-        e->rows = malloc(B * sizeof(int32_t));
-        e->scratch_bytes += B * ((size_t)hp->n_expert + 2 * k + 2) * 4;
-        if (!e->scores || !e->chosen_w || !e->chosen || !e->rows_w || !e->rows)
+        const size_t bytes = B * ((size_t)hp->n_expert + 2 * k + 2) * 4;
+        if (!(e->moe_block = malloc(bytes)))
             goto oom;
+        e->scratch_bytes += bytes;
+        e->scores = e->moe_block;
+        e->chosen_w = e->scores + B * (size_t)hp->n_expert;
+        e->rows_w = e->chosen_w + B * k;
+        e->chosen = (int32_t *)(e->rows_w + B);
+        e->rows = e->chosen + B * k;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
@@ -162,11 +165,7 @@ void engine_free(engine *e)
     free(e->kv_rows);
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++)
         free(e->buf[b]);
-    free(e->scores);
-    free(e->chosen_w);
-    free(e->chosen);
-    free(e->rows_w);
-    free(e->rows);
+    free(e->moe_block);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
