@@ -18,17 +18,9 @@ static void check_arch(enum model_arch arch)
 {
     char err[512];
     synth_params q;
-    synth_defaults(&q);
-    q.arch = arch;
-    q.n_layer = 2;
-    q.n_embd = 64;
-    q.n_ff = 32;
-    q.n_head = 4;
-    q.n_head_kv = 2;
-    q.n_vocab = 300;
+    synth_tiny(&q, arch);
     q.n_expert = 8;
     q.n_expert_used = 3;
-    q.ftype = SYNTH_Q8_0;
     model *m = synth_tmp_load(&q, err, sizeof err);
     REQUIRE(m, "%s", err);
     const char *name = arch_get(arch)->name;

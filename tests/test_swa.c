@@ -62,16 +62,9 @@ int main(void)
 {
     char err[512];
     synth_params q;
-    synth_defaults(&q);
-    q.arch = ARCH_GEMMA3;
+    synth_tiny(&q, ARCH_GEMMA3);
     q.n_layer = 7;          /* six sliding layers and a global one */
-    q.n_embd = 64;
-    q.n_ff = 96;
-    q.n_head = 4;
-    q.n_head_kv = 2;
-    q.n_vocab = 300;
     q.n_swa = WINDOW;
-    q.ftype = SYNTH_Q8_0;
     model *m = synth_tmp_load(&q, err, sizeof err);
     REQUIRE(m, "%s", err);
     CHECK(m->layers[0].prog.window == WINDOW && m->layers[5].prog.window == 0 &&
