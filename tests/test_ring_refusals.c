@@ -453,7 +453,7 @@ static void head_refusals(void)
     /* nobody listens on port 1 */
     ring_opts o = {.workers = "127.0.0.1:1", .lw = lw, .n_lw = 2, .n_ctx = N_CTX, .max_batch = 4};
     ring *r = ring_connect(&o, &fm.rm, err, sizeof err);
-    CHECK(!r && strstr(err, "device 1: connect to 127.0.0.1:1"), "nobody listening: '%s'", err);
+    CHECK(!r && strstr(err, "device 1 (127.0.0.1:1): connect to 127.0.0.1:1"), "nobody listening: '%s'", err);
     o.workers = "127.0.0.1:99999";
     r = ring_connect(&o, &fm.rm, err, sizeof err);
     CHECK(!r && strstr(err, "port must be 1..65535"), "bad port: '%s'", err);

@@ -121,15 +121,10 @@ static int greet(ring *r, int i)
 {
     remote *w = &r->w[i];
     char err[512], name[128];
-    int d = i + 1;
-    int fd = net_connect(w->host, w->port, PROTO_STALL_MS, err, sizeof err);
-    if (fd < 0)
-        return fail(r, "device %d: %s", d, err);
-    snprintf(name, sizeof name, "device %d (%.100s)", d, w->addr);
-    conn_init(&w->c, fd, name);
+    snprintf(name, sizeof name, "device %d (%.100s)", i + 1, w->addr);
     /* Nothing about the model leaves this device before the handshake: HELLO comes after. */
-    if (conn_handshake(&w->c, true, r->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
-                       err, sizeof err))
+    if (conn_dial(&w->c, w->host, w->port, name, r->o.key,
+                  net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, sizeof err))
         return fail(r, "%s", err);
     msg_hello h = {.role = ROLE_HEAD};
     memcpy(h.identity, r->m->identity, sizeof h.identity);
