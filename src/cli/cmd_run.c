@@ -55,6 +55,34 @@ static void emit_times(FILE *stats, const char *event, int tokens, double second
     stats_emit(stats, event, o);
 }
 
+/* The ring's plan and each device's part in it, per batch evaluated (a prompt's chunk or a
+ * generated token): what shows a ring at work whatever the model says. */
+static void print_ring(const runner *r)
+{
+    ring *rg = r->rh.r;
+    ring_finish(rg);   /* the workers' last counters */
+    const ring_plan *p = ring_get_plan(rg);
+    int batches = ring_batches(rg);
+    if (!batches)
+        return;
+    fprintf(stderr, "prima: ring: %d devices, %d round%s a token; per batch (%d batches: the "
+                    "prompt's chunks and one a generated token):\n",
+            p->n_dev, p->k, p->k > 1 ? "s" : "", batches);
+    fprintf(stderr, "prima:   device  address                layers       compute ms  wait ms"
+                    "  sent KiB\n");
+    for (int d = 0; d < p->n_dev; d++) {
+        ring_counters c;
+        char addr[NET_HOST_MAX + 8], layers[256];
+        uint64_t budget;
+        ring_totals(rg, d, &c);
+        ring_device(rg, d, addr, sizeof addr, &budget);
+        plan_format_layers(p, d, layers, sizeof layers);
+        fprintf(stderr, "prima:   %-6d  %-21s  %-11s  %10.3f  %7.3f  %8.2f\n", d,
+                d ? addr : "(the head)", layers, c.compute_ns / 1e6 / batches,
+                c.wait_ns / 1e6 / batches, c.bytes_sent / 1024.0 / batches);
+    }
+}
+
 static void print_stats(const runner *r)
 {
     const gen_stats *st = &r->st;
@@ -95,6 +123,8 @@ static void print_stats(const runner *r)
                     "peak resident %.1f MiB\n",
             (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,
             (double)ru.ru_maxrss / 1024.0);
+    if (r->rh.r)
+        print_ring(r);
 }
 
 /* Say why generation ended (one line on stderr); returns the exit status. */

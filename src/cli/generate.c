@@ -78,7 +78,7 @@ bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end 
                     size_t errlen)
 {
     const gen_opts *o = g->o;
-    if (tokenizer_is_eog(g->tk, tok)) {
+    if (!o->ignore_eos && tokenizer_is_eog(g->tk, tok)) {
         *end = GEN_EOG;
         return false;
     }

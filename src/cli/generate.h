@@ -17,6 +17,7 @@
 
 typedef struct gen_opts {
     int n_predict;              /* tokens per reply; -1: no limit */
+    bool ignore_eos;            /* an end-of-generation token does not end the reply */
     const char *const *stop;    /* stop strings (not printed) */
     int n_stop;
     bool context_shift;
