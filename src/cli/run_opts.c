@@ -379,8 +379,10 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "                          after the kept tokens and go on (default: stop)\n"
               "  --keep N                tokens kept at the start on a context shift (default:\n"
               "                          the BOS token if any; -1 = that default)\n"
-              "  -cnv, --conversation    interactive chat with the model's chat template; type\n"
-              "                          /exit or end the input (Ctrl-D) to quit\n"
+              "  -cnv, --conversation    interactive chat with the model's chat template (line\n"
+              "                          editing and history at a terminal); Ctrl-C stops a\n"
+              "                          reply; /help lists the commands (/clear, /save FILE);\n"
+              "                          /exit, Ctrl-D or Ctrl-C at an empty prompt quits\n"
               "  --no-display-prompt     do not echo the prompt before the answer\n",
               out);
     if (o->groups & RUN_OPT_SPEC)
