@@ -19,7 +19,7 @@
 #include "support/fake_ring.h"
 #include "test.h"
 
-enum { N_LAYER = 4, N_EMBD = 8, N_CTX = 16, HELD = 256, FLOOD_MAX = 4000 };
+enum { N_LAYER = 4, N_EMBD = 8, HELD = 256, FLOOD_MAX = 4000 };
 
 static fake_model fm;
 
@@ -63,25 +63,6 @@ static void *flood_main(void *arg)
     return NULL;
 }
 
-static int run_head(const char *workers, const ring_key *key, char *err, size_t errlen)
-{
-    int lw[2] = {2, 2};
-    ring_opts o = {.workers = workers, .lw = lw, .n_lw = 2, .n_ctx = N_CTX, .max_batch = 4,
-                   .key = key};
-    ring_layers head;
-    ring *r = fake_head_connect(&fm, &o, &head, err, errlen);
-    if (!r)
-        return -1;
-    int rc = ring_start(r, &head, err, errlen);
-    float h[N_EMBD] = {0.5f};
-    int32_t pos = 0;
-    if (rc == 0 && (rc = ring_eval(r, h, 1, &pos, NULL)) != 0)
-        snprintf(err, errlen, "%s", ring_error(r));
-    ring_close(r);
-    fake_layers_close(&head);
-    return rc;
-}
-
 static void *worker_main(void *arg)
 {
     worker_run(arg);
@@ -123,7 +104,7 @@ int main(void)
     int ok = 0;
     for (int i = 0; i < 4; i++) {
         int64_t t0 = net_now_ns();
-        int rc = run_head(list, &key, err, sizeof err);
+        int rc = fake_head_once(&fm, list, &key, err, sizeof err);
         CHECK(rc == 0, "head %d during the flood (%.2f s): %s", i + 1,
               (net_now_ns() - t0) / 1e9, err);
         ok += rc == 0;

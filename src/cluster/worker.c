@@ -94,16 +94,23 @@ typedef struct wsession {
     char reason[512];          /* why the session ended */
 } wsession;
 
-static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void wlog(const worker *w, const char *fmt, ...)
+static void wvlog(const worker *w, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void wvlog(const worker *w, const char *fmt, va_list ap)
 {
     if (!w->o.log)
         return;
     char prefix[40];
     snprintf(prefix, sizeof prefix, "prima worker :%d: ", w->port);
+    log_vline(w->o.log, prefix, fmt, ap);
+}
+
+static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(const worker *w, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    log_vline(w->o.log, prefix, fmt, ap);
+    wvlog(w, fmt, ap);
     va_end(ap);
 }
 
@@ -201,8 +208,15 @@ static bool stop_requested(const worker *w)
 
 /* ---- newcomers ---- */
 
+static void log_held(worker *w, long held)
+{
+    if (held)
+        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
+             "one", held);
+}
+
 /* A line about a connection refused or dropped in its handshake, within the log budget (a
- * stranger can cause any number of them); the lines held back are told with the next. */
+ * stranger can cause any number of them); the lines held back are told before the next. */
 static void log_refusal(worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_refusal(worker *w, const char *fmt, ...)
 {
@@ -212,16 +226,11 @@ static void log_refusal(worker *w, const char *fmt, ...)
     pthread_mutex_unlock(&w->lock);
     if (!write)
         return;
-    char text[600];
+    log_held(w, held);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(text, sizeof text, fmt, ap);
+    wvlog(w, fmt, ap);
     va_end(ap);
-    if (held)
-        wlog(w, "%s (and %ld more connections refused or dropped before it, not logged)", text,
-             held);
-    else
-        wlog(w, "%s", text);
 }
 
 /* Tell the lines about refusals held back, once their window is over (or now). */
@@ -232,9 +241,7 @@ static void tell_held_refusals(worker *w, bool now)
     if (now || net_now_ns() - w->refusals.start >= w->refusals.window_ns)
         held = log_limit_told(&w->refusals);
     pthread_mutex_unlock(&w->lock);
-    if (held)
-        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
-             "one", held);
+    log_held(w, held);
 }
 
 /* Free a newcomer's slot (before its fd is closed or handed on); whether it had been evicted. */

@@ -231,6 +231,16 @@ static void cors_headers(const srv *s, struct MHD_Connection *c, struct MHD_Resp
         MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, origin);
 }
 
+/* Queue r as the answer, with the CORS headers, and let go of it. */
+static enum MHD_Result queue(const srv *s, struct MHD_Connection *c, int status,
+                            struct MHD_Response *r)
+{
+    cors_headers(s, c, r);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result respond(const srv *s, struct MHD_Connection *c, int status,
                                const char *type, char *body, size_t len)
 {
@@ -247,10 +257,7 @@ static enum MHD_Result respond(const srv *s, struct MHD_Connection *c, int statu
      * one whose end is in doubt (Content-Length and Transfer-Encoding both): read no more. */
     if (status == 503 || status == 400)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    cors_headers(s, c, r);
-    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return rc;
+    return queue(s, c, status, r);
 }
 
 static enum MHD_Result respond_json(srv *s, struct MHD_Connection *c, int status, cJSON *obj)
@@ -402,11 +409,8 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
         }
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        cors_headers(s, c, r);
         srv_metrics_status(&s->metrics, 200);
-        enum MHD_Result rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        return rc;
+        return queue(s, c, 200, r);
     }
     if (res.finish == SRV_FINISH_ERROR)
         return respond_error(s, c, res.status, res.error_param, res.error);
@@ -525,11 +529,8 @@ static enum MHD_Result preflight(srv *s, struct MHD_Connection *c)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
                             "Authorization, Content-Type");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
-    cors_headers(s, c, r);
     srv_metrics_status(&s->metrics, 204);
-    enum MHD_Result rc = MHD_queue_response(c, 204, r);
-    MHD_destroy_response(r);
-    return rc;
+    return queue(s, c, 204, r);
 }
 
 /* Whether a browser on another website may have sent this request (guard.c): 0, or the status
