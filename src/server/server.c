@@ -696,8 +696,10 @@ srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errle
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            /* above the accept loop's own bound: libmicrohttpd counts a
+                             * connection a little longer than the loop does */
                             MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)c->max_connections + SPARE_CONNECTIONS,
+                            2 * ((unsigned)c->max_connections + SPARE_CONNECTIONS),
                             MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, s->conns,
