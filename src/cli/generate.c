@@ -78,7 +78,11 @@ bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end 
                     size_t errlen)
 {
     const gen_opts *o = g->o;
-    if (tokenizer_is_eog(g->tk, tok)) {
+    if (o->cancel && *o->cancel) {
+        *end = GEN_CANCELLED;
+        return false;
+    }
+    if (!o->ignore_eos && tokenizer_is_eog(g->tk, tok)) {
         *end = GEN_EOG;
         return false;
     }

@@ -157,7 +157,8 @@ int runner_load(runner *r)
         return cli_fail("out of memory");
     if (r->o.speculate && open_spec(r))
         return 1;
-    r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
+    r->go = (gen_opts){.n_predict = r->o.n_predict, .ignore_eos = r->o.ignore_eos,
+                       .stop = r->o.stop, .n_stop = r->o.n_stop,
                        .context_shift = r->o.context_shift, .n_keep = r->o.n_keep,
                        .spec = r->spec};
     if (r->go.n_keep < 0)

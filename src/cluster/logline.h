@@ -6,6 +6,8 @@
 #define PRIMA_LOGLINE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Longest line written; a longer one is cut and ends with "...". */
@@ -15,5 +17,21 @@
 void log_line(FILE *f, const char *prefix, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void log_vline(FILE *f, const char *prefix, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+
+/* A budget of lines for a kind of event that a stranger can cause at will (connections turned
+ * away): at most per_window lines per window_ns, the others only counted. Not locked: its
+ * caller serialises it. */
+typedef struct log_limit {
+    int64_t window_ns;
+    int per_window;
+    int64_t start;             /* of the current window */
+    int used;                  /* lines written in it */
+    long held;                 /* lines held back since the last told */
+} log_limit;
+
+/* Whether to write a line now (true), or count it held back (false). */
+bool log_limit_take(log_limit *l, int64_t now_ns);
+/* The lines held back since the last told, now to be told (resetting the count), or 0. */
+long log_limit_told(log_limit *l);
 
 #endif

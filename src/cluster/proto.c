@@ -42,8 +42,50 @@ void conn_init(conn *c, int fd, const char *name)
 int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
                    size_t errlen)
 {
-    return link_handshake(c->fd, dialer, key, PROTO_VERSION, deadline_ns, c->name, &c->sec, err,
-                          errlen);
+    return link_handshake(c->fd, dialer, key, PROTO_VERSION, deadline_ns, c->name, NULL, &c->sec,
+                          err, errlen);
+}
+
+int conn_dial(conn *c, const char *host, int port, const char *name, const ring_key *key,
+              int64_t deadline_ns, char *err, size_t errlen)
+{
+    int64_t t0 = net_now_ns();
+    int turned_away = 0;
+    char first[256] = "";
+    /* A worker flooded by strangers turns some connections away (or drops them before they are
+     * answered); it keeps those whose greeting carries the key's tag, so trying again soon
+     * gets in. Pauses double from 20 ms up to 320 ms. */
+    for (int pause_ms = 20;; pause_ms = pause_ms < 320 ? 2 * pause_ms : pause_ms) {
+        char why[256];
+        int fd = net_connect(host, port, PROTO_STALL_MS, why, sizeof why);
+        int rc = -1;
+        if (fd < 0) {
+            snprintf(err, errlen, "%s: %s", name, why);
+        } else {
+            conn_init(c, fd, name);
+            rc = conn_handshake(c, true, key, deadline_ns, err, errlen);
+            if (rc == 0)
+                return 0;
+            conn_close(c);
+        }
+        if (rc != LINK_BUSY_RC) {
+            if (turned_away) {   /* the first refusal is the likelier cause */
+                size_t n = strlen(err);
+                snprintf(err + n, errlen - n, " (after %d tries turned away: %s)", turned_away,
+                         first);
+            }
+            return rc;
+        }
+        if (!turned_away++)
+            snprintf(first, sizeof first, "%s", err);
+        if (net_now_ns() + (int64_t)pause_ms * 1000000 >= deadline_ns) {
+            size_t n = strlen(err);
+            snprintf(err + n, errlen - n, "; tried %d times in %.1f s", turned_away,
+                     (double)(net_now_ns() - t0) / 1e9);
+            return -1;
+        }
+        poll(NULL, 0, pause_ms);
+    }
 }
 
 void conn_close(conn *c)

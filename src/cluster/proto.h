@@ -48,8 +48,9 @@
 #include "model/sample.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 4           /* 2: the link handshake, sealed frames, no proofs in bodies;
-                                   * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE */
+#define PROTO_VERSION 5           /* 2: the link handshake, sealed frames, no proofs in bodies;
+                                   * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE;
+                                   * 5: the tag on the handshake's keyed greeting */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -99,6 +100,11 @@ void conn_init(conn *c, int fd, const char *name);
  * the link; after LINK_FOREIGN an ERROR frame may still tell the peer why). */
 int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
                    size_t errlen);
+/* Connect to host:port and run the handshake as the dialer (conn_handshake), trying again
+ * while the listener turns the connection away as busy, until deadline_ns. 0 with c open, or
+ * -1 or LINK_FOREIGN with err and c closed. */
+int conn_dial(conn *c, const char *host, int port, const char *name, const ring_key *key,
+              int64_t deadline_ns, char *err, size_t errlen);
 void conn_close(conn *c);
 /* Close after a refusal: stop sending, swallow (briefly, boundedly) what the peer still sends, so
  * the close does not turn into a reset that could destroy the refusal before it is read. */

@@ -26,6 +26,13 @@ typedef struct flight {
     bool done, big;
 } flight;
 
+/* When a batch entered the ring and came back (0: not yet), for the workers' counters. */
+#define SPAN_SLOTS 64
+typedef struct batch_span {
+    uint32_t serial;
+    int64_t start_ns, end_ns;
+} batch_span;
+
 typedef struct remote {
     conn c;
     char addr[NET_HOST_MAX + 8];
@@ -54,6 +61,7 @@ struct ring {
     int32_t *zeros;                /* max_batch sequence ids 0 */
     uint32_t serial, count_from;
     ring_counters *totals;         /* per device, of batches from count_from on */
+    batch_span span[SPAN_SLOTS];   /* the latest batches' time in the ring, by serial */
     uint64_t sent_mark, recv_mark;
     char err[512];
     /* failover (ring_set_failover) */
@@ -121,15 +129,10 @@ static int greet(ring *r, int i)
 {
     remote *w = &r->w[i];
     char err[512], name[128];
-    int d = i + 1;
-    int fd = net_connect(w->host, w->port, PROTO_STALL_MS, err, sizeof err);
-    if (fd < 0)
-        return fail(r, "device %d: %s", d, err);
-    snprintf(name, sizeof name, "device %d (%.100s)", d, w->addr);
-    conn_init(&w->c, fd, name);
+    snprintf(name, sizeof name, "device %d (%.100s)", i + 1, w->addr);
     /* Nothing about the model leaves this device before the handshake: HELLO comes after. */
-    if (conn_handshake(&w->c, true, r->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
-                       err, sizeof err))
+    if (conn_dial(&w->c, w->host, w->port, name, r->o.key,
+                  net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, sizeof err))
         return fail(r, "%s", err);
     msg_hello h = {.role = ROLE_HEAD};
     memcpy(h.identity, r->m->identity, sizeof h.identity);
@@ -366,9 +369,39 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
     log_line(r->o.verbose, "ring: ", "batch %u device %d: %s", serial, d, line);
 }
 
-/* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
-static void record_counters(ring *r, int d, uint32_t serial, const ring_counters *c)
+static void span_start(ring *r, uint32_t serial)
 {
+    r->span[serial % SPAN_SLOTS] = (batch_span){.serial = serial, .start_ns = net_now_ns()};
+}
+
+static void span_end(ring *r, uint32_t serial)
+{
+    batch_span *b = &r->span[serial % SPAN_SLOTS];
+    if (b->serial == serial && b->start_ns)
+        b->end_ns = net_now_ns();
+}
+
+/* A worker counts as waiting all the time from handing a batch on to the next one's arrival,
+ * and cannot tell the ring's pipeline from the head's idle time between requests (a 3-token
+ * request after 100 s idle would report 100 s of wait). Within a batch a device waits at most
+ * the batch's time in the ring less its own compute: the rest was before the batch began. */
+static void bound_wait(const ring *r, uint32_t serial, ring_counters *c)
+{
+    const batch_span *b = &r->span[serial % SPAN_SLOTS];
+    if (b->serial != serial || !b->start_ns)
+        return;
+    uint64_t span = (uint64_t)((b->end_ns ? b->end_ns : net_now_ns()) - b->start_ns);
+    uint64_t most = span > c->compute_ns ? span - c->compute_ns : 0;
+    if (c->wait_ns > most)
+        c->wait_ns = most;
+}
+
+/* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
+static void record_counters(ring *r, int d, uint32_t serial, const ring_counters *counted)
+{
+    ring_counters bounded = *counted, *c = &bounded;
+    if (d > 0)
+        bound_wait(r, serial, c);
     if (serial >= r->count_from)
         counters_add(&r->totals[d], c);
     print_counters(r, d, serial, c);
@@ -603,6 +636,7 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
  * batches in flight they hold the head's work on all of them since then. */
 static void finish_counters(ring *r, uint32_t serial)
 {
+    span_end(r, serial);
     ring_counters c;
     device_take_counters(&r->dev, &c);
     uint64_t sent = 0, recv = 0;
@@ -750,6 +784,7 @@ int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t
     f->n = n;
     f->round = 0;
     f->serial = r->serial++;
+    span_start(r, f->serial);
     f->done = false;
     f->big = big;
     memcpy(f->pos, pos, sizeof *pos * (size_t)n);
@@ -874,6 +909,7 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
                       .pos = pos, .token = token, .sp = *sp};
     sampler_get_rng(smp, q->rng);
     q->n_window = (uint32_t)sampler_window(smp, q->window);
+    span_start(r, r->serial);   /* each step's batch begins as the one before it ends */
     remote *w = &r->w[0];
     int rc = send_decode(&w->c, q, err, sizeof err);
     free(q);
@@ -901,6 +937,7 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
         }
         got++;
         finish_counters(r, t.serial);
+        span_start(r, t.serial + 1);
         if (halted)
             continue;
         sampler_accept(smp, t.token);

@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,13 +20,36 @@
 #include "cluster/worker.h"
 #include "model/model.h"
 
-/* At most this many newcomers are in their handshake at once; more are turned away at once. */
+/* At most this many newcomers are in their handshake at once, and at most ADMIT_PER_SOURCE of
+ * them from one address before their greeting has passed the cheap check of the key (link.h).
+ * Over either bound the oldest such connection is turned away for the newest, so a stranger who
+ * keeps connecting holds only the last few places and a real peer, whose greeting arrives at
+ * once, gets through (and one turned away tries again: conn_dial). GREET_SLOTS leaves room for
+ * the threads of those turned away to finish. */
 #define ADMIT_MAX 16
+#define ADMIT_PER_SOURCE 4
+#define GREET_SLOTS (2 * ADMIT_MAX)
+/* Lines about connections refused or dropped in their handshake: at most this many per
+ * window, the others counted and told in one line. */
+#define REFUSAL_LINES 5
+#define REFUSAL_WINDOW_MS 10000
+
+/* A connection in its handshake. fd is -1 while the slot is free; the slot is freed before the
+ * connection's fd is closed or handed on, so that the accepting thread, which may shut it down
+ * under the lock, never touches another connection's fd. */
+typedef struct greeter {
+    int fd;
+    char host[NET_HOST_MAX + 8];
+    int64_t since;
+    atomic_bool vouched;       /* its greeting passed the cheap check */
+    bool evicted;              /* turned away for a newer connection */
+} greeter;
 
 /* A connection that has passed the handshake and sent a well-formed HELLO, waiting for the
  * main loop. */
 typedef struct newcomer {
     struct worker *w;
+    greeter *g;
     conn c;
     msg_hello h;
     char peer[NET_HOST_MAX + 8];
@@ -44,6 +69,8 @@ struct worker {
     pthread_mutex_t lock;      /* guards what follows */
     pthread_cond_t idle;       /* signalled when greeters drops to 0 */
     int greeters;
+    greeter slot[GREET_SLOTS];
+    log_limit refusals;
     newcomer *queue, *queue_tail;
 };
 
@@ -67,16 +94,23 @@ typedef struct wsession {
     char reason[512];          /* why the session ended */
 } wsession;
 
-static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void wlog(const worker *w, const char *fmt, ...)
+static void wvlog(const worker *w, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void wvlog(const worker *w, const char *fmt, va_list ap)
 {
     if (!w->o.log)
         return;
     char prefix[40];
     snprintf(prefix, sizeof prefix, "prima worker :%d: ", w->port);
+    log_vline(w->o.log, prefix, fmt, ap);
+}
+
+static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(const worker *w, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    log_vline(w->o.log, prefix, fmt, ap);
+    wvlog(w, fmt, ap);
     va_end(ap);
 }
 
@@ -113,6 +147,10 @@ worker *worker_create(const worker_opts *o, const ring_backend *b, char *err, si
     }
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->idle, NULL);
+    for (int i = 0; i < GREET_SLOTS; i++)
+        w->slot[i].fd = -1;
+    w->refusals = (log_limit){.window_ns = (int64_t)REFUSAL_WINDOW_MS * 1000000,
+                              .per_window = REFUSAL_LINES, .start = INT64_MIN / 2};
     if (o->listen_fd >= 0) {
         w->lfd = o->listen_fd;
         struct sockaddr_storage ss;
@@ -170,6 +208,52 @@ static bool stop_requested(const worker *w)
 
 /* ---- newcomers ---- */
 
+static void log_held(worker *w, long held)
+{
+    if (held)
+        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
+             "one", held);
+}
+
+/* A line about a connection refused or dropped in its handshake, within the log budget (a
+ * stranger can cause any number of them); the lines held back are told before the next. */
+static void log_refusal(worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_refusal(worker *w, const char *fmt, ...)
+{
+    pthread_mutex_lock(&w->lock);
+    bool write = log_limit_take(&w->refusals, net_now_ns());
+    long held = write ? log_limit_told(&w->refusals) : 0;
+    pthread_mutex_unlock(&w->lock);
+    if (!write)
+        return;
+    log_held(w, held);
+    va_list ap;
+    va_start(ap, fmt);
+    wvlog(w, fmt, ap);
+    va_end(ap);
+}
+
+/* Tell the lines about refusals held back, once their window is over (or now). */
+static void tell_held_refusals(worker *w, bool now)
+{
+    pthread_mutex_lock(&w->lock);
+    long held = 0;
+    if (now || net_now_ns() - w->refusals.start >= w->refusals.window_ns)
+        held = log_limit_told(&w->refusals);
+    pthread_mutex_unlock(&w->lock);
+    log_held(w, held);
+}
+
+/* Free a newcomer's slot (before its fd is closed or handed on); whether it had been evicted. */
+static bool leave_slot(worker *w, greeter *g)
+{
+    pthread_mutex_lock(&w->lock);
+    bool evicted = g->evicted;
+    g->fd = -1;
+    pthread_mutex_unlock(&w->lock);
+    return evicted;
+}
+
 static void *greet_main(void *arg)
 {
     newcomer *n = arg;
@@ -177,7 +261,8 @@ static void *greet_main(void *arg)
     char err[512];
     int64_t deadline = net_now_ns() + (int64_t)w->o.admit_ms * 1000000;
     n->c.deadline_ns = deadline;
-    int hs = conn_handshake(&n->c, false, w->o.key, deadline, err, sizeof err);
+    int hs = link_handshake(n->c.fd, false, w->o.key, PROTO_VERSION, deadline, n->c.name,
+                            &n->g->vouched, &n->c.sec, err, sizeof err);
     bool ok = false;
     if (hs == 0) {
         frame f;
@@ -187,11 +272,9 @@ static void *greet_main(void *arg)
             snprintf(err, sizeof err, "%s sent no HELLO within %d ms", n->c.name, w->o.admit_ms);
         ok = rc == 0 && decode_hello(&f, &n->h, err, sizeof err) == 0;
     }
-    /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer that
-     * does not speak the handshake (another program or version), in plaintext. */
-    if (!ok && (hs == 0 || hs == LINK_FOREIGN))
-        send_error(&n->c, w->instance, "refused: %s", err);
+    bool evicted = false;
     if (ok) {
+        leave_slot(w, n->g);
         n->c.deadline_ns = 0;
         pthread_mutex_lock(&w->lock);
         if (w->queue_tail)
@@ -204,8 +287,20 @@ static void *greet_main(void *arg)
         ssize_t wr = write(w->admit_pipe[1], &c, 1);
         (void)wr;
     } else {
-        wlog(w, "dropped %s: %s", n->c.name, err);
-        conn_close_gently(&n->c);
+        /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer
+         * that does not speak the handshake (another program or version), in plaintext. */
+        if (hs == 0 || hs == LINK_FOREIGN)
+            send_error(&n->c, w->instance, "refused: %s", err);
+        evicted = leave_slot(w, n->g);
+        if (evicted) {
+            link_send_busy(n->c.fd, PROTO_VERSION);
+            log_refusal(w, "turned away %s: too many connections in their handshake (it was the "
+                        "oldest whose greeting had not passed the key check)", n->peer);
+            conn_close(&n->c);
+        } else {
+            log_refusal(w, "dropped %s: %s", n->c.name, err);
+            conn_close_gently(&n->c);
+        }
         free(n);
     }
     pthread_mutex_lock(&w->lock);
@@ -215,24 +310,83 @@ static void *greet_main(void *arg)
     return NULL;
 }
 
+static bool has_input(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/* A slot for a newcomer from host, turning away an older connection when a bound is reached
+ * (see ADMIT_MAX), or NULL when there is none to turn away. Called under the lock. */
+static greeter *admit_slot(worker *w, const char *host)
+{
+    greeter *free_slot = NULL, *oldest = NULL, *oldest_here = NULL;
+    int live = 0, unvouched_here = 0;
+    for (int i = 0; i < GREET_SLOTS; i++) {
+        greeter *g = &w->slot[i];
+        if (g->fd < 0) {
+            free_slot = free_slot ? free_slot : g;
+            continue;
+        }
+        if (g->evicted)
+            continue;
+        live++;
+        if (atomic_load(&g->vouched))
+            continue;
+        bool here = !strcmp(g->host, host);
+        unvouched_here += here;
+        /* a greeting already waiting to be read is a thread late to read it, not a dawdler */
+        if (has_input(g->fd))
+            continue;
+        if (!oldest || g->since < oldest->since)
+            oldest = g;
+        if (here && (!oldest_here || g->since < oldest_here->since))
+            oldest_here = g;
+    }
+    greeter *victim = NULL;
+    if (unvouched_here >= ADMIT_PER_SOURCE) {
+        if (!(victim = oldest_here))
+            return NULL;
+    } else if (live >= ADMIT_MAX) {
+        if (!(victim = oldest))
+            return NULL;
+    }
+    if (victim) {
+        victim->evicted = true;
+        shutdown(victim->fd, SHUT_RD);   /* wakes its thread, which says why and closes */
+    }
+    return free_slot;
+}
+
 /* A connection is waiting on the listening socket: greet it on a thread of its own. */
 static void accept_newcomer(worker *w)
 {
-    char peer[NET_HOST_MAX + 8];
+    char peer[NET_HOST_MAX + 8], host[NET_HOST_MAX + 8];
     int fd = net_accept(w->lfd, peer, sizeof peer);
     if (fd < 0)
         return;
+    snprintf(host, sizeof host, "%s", peer);
+    char *colon = strrchr(host, ':');   /* "host:port", the host an IPv6 address or not */
+    if (colon)
+        *colon = 0;
     pthread_mutex_lock(&w->lock);
-    bool full = w->greeters >= ADMIT_MAX;
-    if (!full)
+    greeter *g = admit_slot(w, host);
+    if (g) {
+        g->fd = fd;
+        snprintf(g->host, sizeof g->host, "%s", host);
+        g->since = net_now_ns();
+        atomic_store(&g->vouched, false);
+        g->evicted = false;
         w->greeters++;
+    }
     pthread_mutex_unlock(&w->lock);
-    newcomer *n = full ? NULL : calloc(1, sizeof *n);
+    newcomer *n = g ? calloc(1, sizeof *n) : NULL;
     pthread_attr_t attr;
     pthread_t t;
     bool started = false;
     if (n) {
         n->w = w;
+        n->g = g;
         snprintf(n->peer, sizeof n->peer, "%s", peer);
         conn_init(&n->c, fd, peer);
         pthread_attr_init(&attr);
@@ -242,19 +396,22 @@ static void accept_newcomer(worker *w)
     }
     if (started)
         return;
-    wlog(w, "refused %s: %s", peer, full ? "too many connections in their handshake" : "out of "
-         "memory or threads");
+    if (g) {
+        leave_slot(w, g);
+        pthread_mutex_lock(&w->lock);
+        if (--w->greeters == 0)
+            pthread_cond_broadcast(&w->idle);
+        pthread_mutex_unlock(&w->lock);
+    } else {
+        link_send_busy(fd, PROTO_VERSION);
+    }
+    log_refusal(w, "refused %s: %s", peer, g ? "out of memory or threads"
+                : "too many connections in their handshake, none of them to turn away");
     if (n) {
         conn_close(&n->c);
         free(n);
     } else {
         close(fd);
-    }
-    if (!full) {
-        pthread_mutex_lock(&w->lock);
-        if (--w->greeters == 0)
-            pthread_cond_broadcast(&w->idle);
-        pthread_mutex_unlock(&w->lock);
     }
 }
 
@@ -325,16 +482,12 @@ static void fail_session(wsession *s, const char *fmt, ...)
 
 static int connect_successor(wsession *s, char *err, size_t errlen)
 {
-    int fd = net_connect(s->mp.succ_host, (int)s->mp.succ_port, PROTO_STALL_MS, err, errlen);
-    if (fd < 0)
-        return -1;
     char name[128];
     snprintf(name, sizeof name, "device %d (%.100s:%u)", s->rank + 1, s->mp.succ_host, s->mp.succ_port);
-    conn_init(&s->succ, fd, name);
-    s->has_succ = true;
-    if (conn_handshake(&s->succ, true, s->w->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
-                       err, errlen))
+    if (conn_dial(&s->succ, s->mp.succ_host, (int)s->mp.succ_port, name, s->w->o.key,
+                  net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, errlen))
         return -1;
+    s->has_succ = true;
     msg_hello h = {.role = ROLE_PEER, .rank = (uint32_t)s->rank};
     memcpy(h.identity, s->w->b->model->identity, sizeof h.identity);
     memcpy(h.session, s->mp.session, sizeof h.session);
@@ -863,6 +1016,7 @@ static void serve(worker *w, newcomer *head)
             end_session(s, "poll: %s", strerror(errno));
             break;
         }
+        tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w)) {
             worker_stop(w);   /* leave the request for worker_run to see */
             fail_session(s, "the worker is shutting down");
@@ -931,9 +1085,10 @@ int worker_run(worker *w)
         struct pollfd p[3] = {{.fd = w->stop_pipe[0], .events = POLLIN},
                               {.fd = w->lfd, .events = POLLIN},
                               {.fd = w->admit_pipe[0], .events = POLLIN}};
-        int rc = poll(p, 3, -1);
+        int rc = poll(p, 3, REFUSAL_WINDOW_MS);
         if (rc < 0 && errno != EINTR)
             break;
+        tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w))
             break;
         if (p[1].revents)
@@ -957,6 +1112,7 @@ int worker_run(worker *w)
         free(n);
         n = next;
     }
+    tell_held_refusals(w, true);
     wlog(w, "stopped");
     return 0;
 }

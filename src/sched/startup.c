@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -299,6 +300,10 @@ int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *e
         cap_vram(&sp->p, &sp->gpu);
         sp->measured = true;
         sp->threads = threads;
+        /* The probes' buffers are freed, but the allocator keeps their pages (in the arenas of
+         * the threads that used them, and below a threshold that their size raised): 90 MB and
+         * more would stay resident in a worker that has all its memory to give to weights. */
+        malloc_trim(0);
     } else if (profile_memory(&sp->p, err, errlen)) {
         return -1;
     }
