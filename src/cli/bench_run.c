@@ -97,13 +97,13 @@ static void report(const struct opts *o, bench_result r)
     bench_print(&r, o->json);
 }
 
-/* Bytes of weights one decode step reads: every layer, the final norm and output matrix, and
- * one embedding row. */
+/* Bytes of weights one decode step reads: every layer (of a layer of experts, the share of the
+ * experts a token is routed to), the final norm and output matrix, and one embedding row. */
 static double decode_bytes(const model *m)
 {
     double b = (double)m->output->nbytes + (double)m->output_norm->nbytes;
     for (int il = 0; il < m->hp.n_layer; il++)
-        b += (double)model_layer_bytes(m, il);
+        b += model_layer_token_bytes(m, il);
     return b + (double)m->tok_embd->nbytes / m->hp.n_vocab;
 }
 

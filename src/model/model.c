@@ -514,6 +514,16 @@ uint64_t model_layer_bytes(const model *m, int il)
     return sum;
 }
 
+double model_layer_token_bytes(const model *m, int il)
+{
+    const gguf_tensor *const *t = m->layers[il].t;
+    double b = (double)model_layer_bytes(m, il);
+    for (int s = LT_FFN_GATE_EXPS; s <= LT_FFN_DOWN_EXPS; s++)
+        if (t[s])
+            b -= (double)t[s]->nbytes * (1.0 - (double)m->hp.n_expert_used / m->hp.n_expert);
+    return b;
+}
+
 uint64_t model_head_bytes(const model *m)
 {
     uint64_t sum = m->tok_embd->nbytes + m->output_norm->nbytes;

@@ -63,6 +63,8 @@ void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
  * cache the kernel reclaims first, being used least. */
 #define MODEL_EMBD_ROWS 4096
 uint64_t model_layer_bytes(const model *m, int il);
+/* Of those, the bytes one token reads: a layer of experts' k of n_expert experts (the mean). */
+double model_layer_token_bytes(const model *m, int il);
 uint64_t model_head_bytes(const model *m);
 
 typedef struct engine engine;

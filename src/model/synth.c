@@ -36,12 +36,18 @@ static const struct preset {
     enum model_arch arch;
     int n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab, n_ctx;
     float rope_base, rms_eps;
+    int head_dim, n_expert, n_expert_used;   /* 0: n_embd / n_head; a dense model */
 } presets[] = {
-    {"llama3-8b", ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f},
-    {"llama3-70b", ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f},
-    {"qwen2.5-14b", ARCH_QWEN2, 48, 5120, 13824, 40, 8, 152064, 32768, 1000000.0f, 1e-5f},
-    {"qwen2.5-32b", ARCH_QWEN2, 64, 5120, 27648, 40, 8, 152064, 32768, 1000000.0f, 1e-5f},
-    {"qwen2.5-72b", ARCH_QWEN2, 80, 8192, 29568, 64, 8, 152064, 32768, 1000000.0f, 1e-5f},
+    {"llama3-8b", ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    {"llama3-70b", ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-14b", ARCH_QWEN2, 48, 5120, 13824, 40, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-32b", ARCH_QWEN2, 64, 5120, 27648, 40, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-72b", ARCH_QWEN2, 80, 8192, 29568, 64, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    /* n_ff is an expert's width */
+    {"qwen3-30b-a3b", ARCH_QWEN3MOE, 48, 2048, 768, 32, 4, 151936, 32768, 1000000.0f, 1e-6f,
+     128, 128, 8},
+    {"qwen3-235b-a22b", ARCH_QWEN3MOE, 94, 4096, 1536, 64, 4, 151936, 32768, 1000000.0f, 1e-6f,
+     128, 128, 8},
 };
 
 static const struct ftype_info {
@@ -85,7 +91,9 @@ int synth_preset(synth_params *p, const char *name)
         p->n_ff = s->n_ff;
         p->n_head = s->n_head;
         p->n_head_kv = s->n_head_kv;
-        p->head_dim = 0;
+        p->head_dim = s->head_dim;
+        p->n_expert = s->n_expert;
+        p->n_expert_used = s->n_expert ? s->n_expert_used : p->n_expert_used;
         p->n_vocab = s->n_vocab;
         p->n_ctx = s->n_ctx;
         p->rope_base = s->rope_base;
@@ -98,7 +106,8 @@ int synth_preset(synth_params *p, const char *name)
 
 const char *synth_preset_names(void)
 {
-    return "llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b";
+    return "llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b qwen3-30b-a3b "
+           "qwen3-235b-a22b";
 }
 
 int synth_ftype_from_name(const char *name)

@@ -47,7 +47,8 @@ typedef struct synth_stats {
 /* A small llama (2 layers, 256 wide) of F32 weights with the built-in vocabulary. */
 void synth_defaults(synth_params *p);
 /* Shape, vocabulary size and hyper-parameters of a published model (llama3-8b, llama3-70b,
- * qwen2.5-14b, qwen2.5-32b, qwen2.5-72b); -1 for an unknown name. */
+ * qwen2.5-14b, qwen2.5-32b, qwen2.5-72b, qwen3-30b-a3b, qwen3-235b-a22b); -1 for an unknown
+ * name. */
 int synth_preset(synth_params *p, const char *name);
 /* Space-separated names of the presets, for help texts. */
 const char *synth_preset_names(void);
