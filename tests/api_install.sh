@@ -62,7 +62,7 @@ C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib64/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig"
 flags=$(pkg-config --define-variable=prefix="$tmp/prefix" --cflags --libs prima) || { echo "FAIL: pkg-config prima"; exit 1; }
 libdir=$(pkg-config --define-variable=prefix="$tmp/prefix" --variable=libdir prima)
-# Only the public API is exported: internal names (model_load, send_error, ...) would clash with
+# Only the public API is exported: internal names (model_load, conn_send, ...) would clash with
 # the embedding program's own.
 [ -f "$libdir/libprima.so" ] || { echo "FAIL: no libprima.so in $libdir"; exit 1; }
 exported=$(nm -D --defined-only "$libdir/libprima.so" | awk '{print $3}' | sort)

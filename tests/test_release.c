@@ -88,7 +88,7 @@ static double rt_resident(uint64_t b, uint64_t e)
 {
     byte_range r = {b, e};
     uint64_t res, tot;
-    pages_resident(rt_map, (uint64_t)RT_LAYERS * RT_LAYER, &r, 1, &res, &tot);
+    pager_resident_pages(rt_map, (uint64_t)RT_LAYERS * RT_LAYER, &r, 1, &res, &tot);
     return tot ? (double)res / (double)tot : 0;
 }
 

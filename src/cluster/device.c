@@ -219,7 +219,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
         }
     }
     d->idle_since = net_now_ns();
-    d->disk_mark = process_disk_read_bytes();
+    d->disk_mark = pager_disk_read_bytes();
     return 0;
 }
 
@@ -260,7 +260,7 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     if (d->n_streamed > 0 || d->n_computed % RESIDENCY_EVERY == 0) {
         int nr = layer_ranges(d, first, last, d->scratch);
         uint64_t res, tot;
-        pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
+        pager_resident_pages(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
         d->cur.pages += tot;
         d->cur.pages_resident += res;
     }
@@ -312,14 +312,14 @@ void device_handed_on(device *d, int round)
 
 void device_take_counters(device *d, ring_counters *out)
 {
-    uint64_t disk = process_disk_read_bytes();
+    uint64_t disk = pager_disk_read_bytes();
     d->cur.disk_bytes = disk - d->disk_mark;
     d->disk_mark = disk;
     *out = d->cur;
     memset(&d->cur, 0, sizeof d->cur);
 }
 
-void counters_add(ring_counters *dst, const ring_counters *src)
+void ring_counters_add(ring_counters *dst, const ring_counters *src)
 {
     uint64_t *a = &dst->compute_ns;
     const uint64_t *b = &src->compute_ns;
@@ -339,7 +339,7 @@ static void human_bytes(uint64_t b, char *out, size_t cap)
         snprintf(out, cap, "%llu B", (unsigned long long)b);
 }
 
-void counters_format(const ring_counters *c, char *out, size_t cap)
+void ring_counters_format(const ring_counters *c, char *out, size_t cap)
 {
     char disk[32], sent[32], recv[32], hit[16];
     human_bytes(c->disk_bytes, disk, sizeof disk);

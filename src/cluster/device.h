@@ -115,8 +115,8 @@ void device_handed_on(device *d, int round);
 /* The counters of the batch just finished (disk bytes included); starts a new batch. */
 void device_take_counters(device *d, ring_counters *out);
 /* Accumulate src into dst. */
-void counters_add(ring_counters *dst, const ring_counters *src);
+void ring_counters_add(ring_counters *dst, const ring_counters *src);
 /* One line: "compute 1.2 ms, wait 3.4 ms, ..." */
-void counters_format(const ring_counters *c, char *out, size_t cap);
+void ring_counters_format(const ring_counters *c, char *out, size_t cap);
 
 #endif

@@ -78,5 +78,5 @@ int hop_send(hop_buffers *b, conn *c, int type, const msg_batch *m, const float 
         out.hidden = b->half;
         bytes = sizeof(uint16_t) * n;
     }
-    return send_batch(c, type, &out, bytes, err, errlen);
+    return proto_send_batch(c, type, &out, bytes, err, errlen);
 }

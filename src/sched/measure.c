@@ -685,7 +685,7 @@ static double stream_step(disk_test *d, void *state, char *err, size_t errlen)
     byte_range r = {base, base + q->region};
     double t0 = probe_now();
     evict(d, base, q->region);
-    pages_resident(d->map, d->size, &r, 1, &res, &tot);
+    pager_resident_pages(d->map, d->size, &r, 1, &res, &tot);
     d->untimed += probe_now() - t0;
     if (res * 8 > tot) {
         snprintf(err, errlen, "profile: %s stays in memory after eviction", d->path);
