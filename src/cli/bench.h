@@ -64,7 +64,8 @@ int bench_kernels_gpu(const bench_gpu_args *a);
 /* Uniform in [-1, 1), from a fixed seed. */
 float bench_rand(void);
 
-/* Median and relative spread of n timings (sorts v). */
+/* Median and relative spread of n timings (sorts v); the spread is -1 below 4 timings, too few
+ * for quartiles. */
 double bench_median_spread(double *v, int n, double *spread);
 
 #endif

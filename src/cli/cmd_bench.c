@@ -137,7 +137,8 @@ void bench_fill_weights(enum dtype t, uint8_t *w, int n_in, long n_rows)
 
 double bench_median_spread(double *v, int n, double *spread)
 {
-    double m = probe_median(v, n);
-    *spread = n >= 4 && m > 0 ? (v[(3 * n) / 4] - v[n / 4]) / m : -1;
+    double m = probe_median_spread(v, n, spread);
+    if (n < 4 || m <= 0)
+        *spread = -1;
     return m;
 }

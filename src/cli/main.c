@@ -45,7 +45,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("prima 0.1.0\n");
+        printf("prima %s\n", PRIMA_VERSION);
         return 0;
     }
     for (int i = 0; commands[i]; i++)

@@ -220,11 +220,6 @@ int net_send_all(int fd, const struct iovec *iov, int iovcnt, int stall_ms)
     return net_send_until(fd, iov, iovcnt, stall_ms, 0);
 }
 
-int net_recv_all(int fd, void *buf, size_t n, int stall_ms)
-{
-    return net_recv_until(fd, buf, n, stall_ms, 0);
-}
-
 int net_send_until(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms,
                    int64_t deadline_ns)
 {

@@ -150,7 +150,9 @@ static int send_locked(conn *c, int type, struct iovec *iov, int n, uint64_t len
     return rc;
 }
 
-int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, size_t errlen)
+/* Send one frame whose body is the concatenation of body[0..n). Returns 0 or -1 (err set). */
+static int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err,
+                      size_t errlen)
 {
     struct iovec iov[8];
     uint8_t hdr[PROTO_HEADER_BYTES];
@@ -179,7 +181,9 @@ int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, si
     return 0;
 }
 
-void conn_ping(conn *c)
+/* A PING that never holds anyone up: skipped when another send is in progress or the socket
+ * has no room, and given up on after PROTO_PING_SEND_MS (which breaks the link). */
+static void conn_ping(conn *c)
 {
     uint8_t hdr[PROTO_HEADER_BYTES];
     struct iovec iov[1];

@@ -114,12 +114,8 @@ typedef struct frame {
     uint32_t len;
 } frame;
 
-/* Send one frame whose body is the concatenation of iov[0..n). Returns 0 or -1 (err set). */
-int conn_sendv(conn *c, int type, const struct iovec *iov, int n, char *err, size_t errlen);
+/* Send one frame. Returns 0 or -1 (err set). */
 int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen);
-/* A PING that never holds anyone up: skipped when another send is in progress or the socket
- * has no room, and given up on after PROTO_PING_SEND_MS (which breaks the link). */
-void conn_ping(conn *c);
 /* Receive one frame, waiting up to wait_ms (-1: forever) for it to start. Returns 0, 1 when
  * nothing arrived in time, or -1 (err set: closed, stalled or malformed — drop the link). */
 int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);

@@ -79,7 +79,8 @@ static int engine_output_row(void *ctx, const float *hidden, float *logits)
     return engine_output(ctx, hidden, 0, 1, logits);
 }
 
-ring_layers ring_layers_of_engine(engine *e)
+/* The layers of an engine, for the head's own windows. */
+static ring_layers ring_layers_of_engine(engine *e)
 {
     return (ring_layers){e,
                          engine_eval,

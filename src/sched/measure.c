@@ -225,11 +225,11 @@ static int usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Median of v[0..n) and its relative spread (interquartile range / median); sorts v. */
+/* Median of v[0..n) (sorts v); *spread keeps the largest relative spread of a profile's figures,
+ * which becomes its noise. */
 static double median_spread(double *v, int n, double *spread)
 {
-    double med = probe_median(v, n);
-    double s = med > 0 ? (v[(3 * n) / 4] - v[n / 4]) / med : 0;
+    double s, med = probe_median_spread(v, n, &s);
     if (s > *spread)
         *spread = s;
     return med;

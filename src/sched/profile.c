@@ -15,7 +15,8 @@ const char *os_class_name(enum os_class os)
     return os_names[os];
 }
 
-int os_class_from_name(const char *name)
+/* Parse "linux" / "android" / "macos"; -1 if unknown. */
+static int os_class_from_name(const char *name)
 {
     for (int i = 0; i < (int)(sizeof os_names / sizeof os_names[0]); i++)
         if (!strcmp(name, os_names[i]))

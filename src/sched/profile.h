@@ -78,8 +78,6 @@ typedef struct dev_profile {
 } dev_profile;
 
 const char *os_class_name(enum os_class os);
-/* Parse "linux" / "android" / "macos"; -1 if unknown. */
-int os_class_from_name(const char *name);
 
 /* Memory this device can give to inference before the memory-pressure cap: MemAvailable, or
  * what the cgroup has left (limit - usage + its reclaimable page cache) when that is lower. */
