@@ -4,8 +4,8 @@
 # greedy continuation must be the reference's, read through a 4-byte piece buffer); the shared
 # library exports the functions of prima.h and nothing else.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 build=$(dirname "$prima")
 tmp=$(mktemp -d /tmp/prima-api-install.XXXXXX)

@@ -5,8 +5,8 @@
 # line that names the position — never a token id out of the vocabulary, blanks, or (in the
 # sanitizer build) a report of a read outside the sampler's candidates.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 tmp=$(mktemp -d /tmp/prima-nan-logits.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

@@ -3,8 +3,8 @@
 # reference's, stop strings, a full context (stop, or shift and go on), seeded sampling,
 # chat mode, and one-line errors with the documented exit statuses.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 model=$fixtures/models/stories260K.gguf
 ref=$fixtures/reference/stories260K.once.json
