@@ -8,8 +8,8 @@
 #include "cluster/logline.h"
 #include "cluster/ring.h"
 #include "cluster/stats.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
+#include "util/sysmem.h"
 
 /* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every
  * device reads a frame whole, computes, then sends; a cycle of devices all blocked sending

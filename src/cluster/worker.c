@@ -12,11 +12,11 @@
 #include <unistd.h>
 
 #include "cluster/logline.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
 #include "model/model.h"
+#include "util/sysmem.h"
 
 /* At most this many newcomers are in their handshake at once; more are turned away at once. */
 #define ADMIT_MAX 16

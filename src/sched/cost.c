@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
-#include "cluster/sysmem.h"   /* SYSMEM_RESERVE: the default reserve */
 #include "sched/cost.h"
+#include "util/sysmem.h"   /* SYSMEM_RESERVE: the default reserve */
 
 #define MIB (1024.0 * 1024.0)
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sched/profile.h"
+#include "util/sysmem.h"
 
 static const char *const os_names[] = {[OS_LINUX] = "linux", [OS_ANDROID] = "android",
                                        [OS_MACOS] = "macos"};
@@ -26,204 +27,9 @@ static int os_class_from_name(const char *name)
 
 uint64_t profile_available(const dev_profile *p)
 {
-    uint64_t avail = p->mem_available;
-    if (p->cgroup_limit) {
-        uint64_t used = p->cgroup_usage > p->cgroup_reclaimable
-                            ? p->cgroup_usage - p->cgroup_reclaimable : 0;
-        uint64_t left = p->cgroup_limit > used ? p->cgroup_limit - used : 0;
-        if (left < avail)
-            avail = left;
-    }
-    return avail;
-}
-
-/* ---- /proc/meminfo ---- */
-
-/* The value of "Key:" in kB text as bytes; false when the key is absent or malformed. */
-static bool meminfo_field(const char *text, const char *key, uint64_t *bytes)
-{
-    size_t klen = strlen(key);
-    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-        if (strncmp(line, key, klen) || line[klen] != ':')
-            continue;
-        char *end;
-        unsigned long long v = strtoull(line + klen + 1, &end, 10);
-        if (end == line + klen + 1)
-            return false;
-        while (*end == ' ')
-            end++;
-        uint64_t unit = strncmp(end, "kB", 2) ? 1 : 1024;
-        *bytes = (uint64_t)v * unit;
-        return true;
-    }
-    return false;
-}
-
-int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen)
-{
-    memset(mi, 0, sizeof *mi);
-    uint64_t free_b = 0, cached = 0, buffers = 0, sreclaim = 0, shmem = 0;
-    if (!meminfo_field(text, "MemTotal", &mi->total) || !mi->total) {
-        snprintf(err, errlen, "/proc/meminfo: no MemTotal line");
-        return -1;
-    }
-    meminfo_field(text, "MemFree", &free_b);
-    meminfo_field(text, "Cached", &cached);
-    meminfo_field(text, "Buffers", &buffers);
-    meminfo_field(text, "SReclaimable", &sreclaim);
-    meminfo_field(text, "Shmem", &shmem);
-    meminfo_field(text, "SwapTotal", &mi->swap_total);
-    meminfo_field(text, "SwapFree", &mi->swap_free);
-    uint64_t page = cached + buffers + sreclaim;
-    mi->reclaimable = page > shmem ? page - shmem : 0;
-    if (!meminfo_field(text, "MemAvailable", &mi->available))
-        mi->available = free_b + mi->reclaimable;   /* kernels before 3.14 */
-    if (mi->available > mi->total)
-        mi->available = mi->total;
-    return 0;
-}
-
-/* ---- cgroups ---- */
-
-/* Copy line [p, end) into buf as a C string; false if it does not fit. */
-static bool copy_line(const char *p, const char *end, char *buf, size_t len)
-{
-    size_t n = (size_t)(end - p);
-    if (n + 1 > len)
-        return false;
-    memcpy(buf, p, n);
-    buf[n] = '\0';
-    return true;
-}
-
-/* Does the comma-separated list contain item? */
-static bool list_has(const char *list, const char *item)
-{
-    size_t n = strlen(item);
-    for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
-        if (!strncmp(p, item, n) && (p[n] == ',' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* The cgroup path of the process for a v1 controller (version 1) or the unified hierarchy
- * (version 2), from /proc/self/cgroup. */
-static bool cgroup_path(const char *proc_cgroup, int version, const char *controller, char *path,
-                        size_t len)
-{
-    char line[1024];
-    for (const char *p = proc_cgroup; p && *p;) {
-        const char *end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p);
-        if (copy_line(p, end, line, sizeof line)) {
-            char *c1 = strchr(line, ':');
-            char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-            if (c2) {
-                *c2 = '\0';
-                /* v2: "0::PATH" (hierarchy 0, no controller list); v1: "N:memory:PATH" */
-                bool match = version == 2 ? !strcmp(line, "0:") : list_has(c1 + 1, controller);
-                if (match && strlen(c2 + 1) < len) {
-                    strcpy(path, c2 + 1);
-                    return true;
-                }
-            }
-        }
-        p = *end ? end + 1 : end;
-    }
-    return false;
-}
-
-/* Find the mount of a cgroup hierarchy in mountinfo: fstype "cgroup2" (version 2) or "cgroup"
- * with the controller in its super options (version 1). */
-static bool cgroup_mount(const char *mountinfo, int version, const char *controller, char *root,
-                         char *mnt, size_t len)
-{
-    char line[2048];
-    for (const char *p = mountinfo; p && *p;) {
-        const char *end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p);
-        if (copy_line(p, end, line, sizeof line)) {
-            /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
-            char *f[5], *save = NULL, *tok = strtok_r(line, " ", &save);
-            int nf = 0;
-            while (tok && nf < 5) {
-                f[nf++] = tok;
-                tok = strtok_r(NULL, " ", &save);
-            }
-            while (tok && strcmp(tok, "-"))
-                tok = strtok_r(NULL, " ", &save);
-            char *fstype = tok ? strtok_r(NULL, " ", &save) : NULL;
-            char *source = fstype ? strtok_r(NULL, " ", &save) : NULL;
-            char *super = source ? strtok_r(NULL, " ", &save) : NULL;
-            bool match = nf == 5 && fstype &&
-                         (version == 2 ? !strcmp(fstype, "cgroup2")
-                                       : !strcmp(fstype, "cgroup") && super && list_has(super, controller));
-            if (match && strlen(f[3]) < len && strlen(f[4]) < len) {
-                strcpy(root, f[3]);
-                strcpy(mnt, f[4]);
-                return true;
-            }
-        }
-        p = *end ? end + 1 : end;
-    }
-    return false;
-}
-
-int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *controller, char *dir,
-               size_t dirlen)
-{
-    char path[1024], root[1024], mnt[1024];
-    /* A controller on a v1 hierarchy takes precedence: on hybrid systems the unified hierarchy
-     * exists but does not have the controllers v1 holds. */
-    for (int version = 1; version <= 2; version++) {
-        if (!cgroup_path(proc_cgroup, version, controller, path, sizeof path) ||
-            !cgroup_mount(mountinfo, version, controller, root, mnt, sizeof mnt))
-            continue;
-        /* The mount shows the hierarchy from `root` down (a container sees its own subtree);
-         * a path outside it is not visible here. */
-        size_t rl = strlen(root);
-        const char *rest;
-        if (!strcmp(root, "/"))
-            rest = path;
-        else if (!strncmp(path, root, rl) && (path[rl] == '/' || path[rl] == '\0'))
-            rest = path + rl;
-        else
-            continue;
-        if (!strcmp(rest, "/"))
-            rest = "";
-        if ((size_t)snprintf(dir, dirlen, "%s%s", mnt, rest) >= dirlen)
-            return 0;
-        return version;
-    }
-    return 0;
-}
-
-uint64_t parse_cgroup_limit(const char *text)
-{
-    while (*text == ' ' || *text == '\n')
-        text++;
-    if (!strncmp(text, "max", 3))
-        return 0;
-    char *end;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || v >= (1ULL << 62))
-        return 0;
-    return (uint64_t)v;
-}
-
-/* A "key value" line of a cgroup stat file (memory.stat, cpu.stat); false if absent. */
-static bool stat_field(const char *text, const char *key, uint64_t *v)
-{
-    size_t klen = strlen(key);
-    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-        if (!strncmp(line, key, klen) && line[klen] == ' ') {
-            *v = strtoull(line + klen + 1, NULL, 10);
-            return true;
-        }
-    }
-    return false;
+    sysmem m = {.available = p->mem_available, .cgroup_limit = p->cgroup_limit,
+                .cgroup_usage = p->cgroup_usage, .cgroup_reclaimable = p->cgroup_reclaimable};
+    return sysmem_room(&m);
 }
 
 double parse_cpu_quota(const char *quota, const char *period, double *period_s)
@@ -245,29 +51,14 @@ double parse_cpu_quota(const char *quota, const char *period, double *period_s)
 uint64_t parse_cpu_throttled_ns(const char *cpu_stat)
 {
     uint64_t v;
-    if (stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */
+    if (sysmem_stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */
         return v * 1000;
-    return stat_field(cpu_stat, "throttled_time", &v) ? v : 0;   /* v1, nanoseconds */
+    return sysmem_stat_field(cpu_stat, "throttled_time", &v) ? v : 0;   /* v1, nanoseconds */
 }
 
 double profile_quota_share(const dev_profile *p)
 {
     return p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
-}
-
-void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs)
-{
-    uint64_t inact = 0, act = 0;
-    if (stat_field(memory_stat, "total_inactive_file", &inact))
-        stat_field(memory_stat, "total_active_file", &act);
-    else {
-        stat_field(memory_stat, "inactive_file", &inact);
-        stat_field(memory_stat, "active_file", &act);
-    }
-    cs->reclaimable = inact + act;
-    uint64_t lim = 0;
-    cs->hier_limit = stat_field(memory_stat, "hierarchical_memory_limit", &lim) && lim < (1ULL << 62)
-                         ? lim : 0;
 }
 
 /* ---- JSON ---- */
