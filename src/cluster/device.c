@@ -1,3 +1,6 @@
+/* device.c — one ring device's work (device.h): which rounds visit it, its window's compute,
+ * the pager's release and prefetch around it, and the counters of where the time went. Head and
+ * workers share it, so both sides of the ring count the same way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,5 @@
+/* net.c — TCP plumbing for the ring (net.h): non-blocking sockets with poll-bounded waits, so
+ * that a stalled or vanished peer costs a bounded time instead of a hang. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -1,3 +1,6 @@
+/* pager.c — the background thread that prefetches and releases layer windows (pager.h), in
+ * chunks so that a newer request overtakes an outdated one, and the residency and disk-read
+ * counters the ring reports. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,3 +1,6 @@
+/* proto.c — the ring's frames and messages (proto.h): sending and receiving whole frames with
+ * sequence numbers and per-type bounds checked before a body byte is read, the heartbeat, and
+ * every message's encoder and exact-shape decoder. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>

@@ -1,3 +1,6 @@
+/* ring.c — the head's side of a ring (ring.h): connecting and planning, sending batches round
+ * the devices with several in flight, collecting results, KV edits, counters, and dropping a
+ * device that fails so that failover can re-plan without it. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>

@@ -1,3 +1,7 @@
+/* ring_engine.c — the ring runtime joined to prima's model (ring_engine.h): model identity, the
+ * engine as a device's layers, and a session whose batches go round the ring. The engine is
+ * reached only from here, so the runtime (ring.c, worker.c, device.c) also runs on the stand-in
+ * layers of the protocol tests. */
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>

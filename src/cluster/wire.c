@@ -1,3 +1,5 @@
+/* wire.c — one hop's payload (wire.h): checking a received batch against the plan's limits and
+ * converting its rows between F32 and the wire type. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
