@@ -1,3 +1,6 @@
+/* worker.c — `prima worker` (worker.h): admitting heads and peers, applying a plan, and serving
+ * batches, KV edits, profiles and probes until the head says bye or disappears; then waiting
+ * for the next head, so one worker process serves any number of sessions. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
