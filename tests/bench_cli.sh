@@ -1,6 +1,7 @@
 #!/bin/bash
 # prima bench tables as text: one header row, and every column where the header puts it, for
-# bench plan, bench pages and bench ring (the JSON lines are checked with each benchmark).
+# bench plan, bench pages and bench ring (the JSON lines are checked with each benchmark; bench
+# kernels' here).
 set -u
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 . "$(dirname "$0")/support/needs.sh"
@@ -35,6 +36,11 @@ table "$tmp/pages" "bench pages"
 "$prima" bench kernels -t 1 --reps 1 --type q8_0 >"$tmp/kernels" 2>"$tmp/err" ||
     fail "bench kernels: $(cat "$tmp/err")"
 table "$tmp/kernels" "bench kernels"
+# its JSON lines, all through cJSON (the CPU's features included)
+"$prima" bench kernels -t 1 --reps 1 --type q8_0 --json >"$tmp/kernels.json" 2>"$tmp/err" ||
+    fail "bench kernels --json: $(cat "$tmp/err")"
+jq -e -s 'length > 3 and .[0].op == "path" and (.[0].cpu | type) == "string"' \
+    "$tmp/kernels.json" >/dev/null || fail "bench kernels --json: $(head -3 "$tmp/kernels.json")"
 if have_fixtures "bench ring"; then
     "$prima" bench ring -m "$fixtures/models/stories260K.gguf" --devices 3 -lw 1,2,2 -t 1 \
         --decode 4 --reps 1 >"$tmp/ring" 2>"$tmp/err" || fail "bench ring: $(cat "$tmp/err")"
