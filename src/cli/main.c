@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cluster/logline.h"
+#include "util/logline.h"
 
 #define COMMAND(name) extern const struct cli_command cli_cmd_##name;
 #include "commands.inc"

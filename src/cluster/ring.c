@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
 #include "cluster/ring.h"
 #include "cluster/stats.h"
 #include "cluster/wire.h"
+#include "util/logline.h"
 #include "util/sysmem.h"
 
 /* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every

@@ -14,11 +14,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
 #include "model/model.h"
+#include "util/logline.h"
 #include "util/sysmem.h"
 
 /* At most this many newcomers are in their handshake at once; more are turned away at once. */

@@ -6,7 +6,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "cluster/logline.h"
 #include "cluster/proto.h"
 #include "cluster/stats.h"
 #include "sched/halda.h"
@@ -14,6 +13,7 @@
 #include "sched/report.h"
 #include "sched/shape.h"
 #include "sched/startup.h"
+#include "util/logline.h"
 
 /* Link probes: a tiny payload for the delay, and a batch's worth of decode hops (bounded by the
  * protocol) for the throughput; the median of PROBE_REPS round trips each. */
