@@ -199,7 +199,7 @@ int main(void)
         for (int il = 0; il < 12; il++)
             if (il % 3 == 0 ? rank == 0 : rank == 1)
                 mine[owned++] = il;
-        uint64_t room = DEVICE_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
+        uint64_t room = PLAN_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
         for (int quarter = 0; quarter <= 4 * owned; quarter++) {
             double want = quarter / 4.0;
             int whole = quarter / 4, cut;

@@ -141,7 +141,7 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
      * device the part of a layer left over is a large share of it); from there on everything
      * is streamed, so streaming never evicts a resident byte. */
     uint64_t fixed = (rank == 0 ? m->head_bytes : 0) +
-                     DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+                     PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     uint64_t room = mem_budget > fixed ? mem_budget - fixed : 0;
     int n = 0;
     for (int r = 0; r < p->k; r++) {
@@ -181,7 +181,7 @@ uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank,
     }
     if (resident >= n)
         return all;
-    uint64_t budget = kept + DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+    uint64_t budget = kept + PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     return budget < all ? budget : all;
 }
 
@@ -205,7 +205,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
     d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut, &keep);
     if (d->cut < m->n_layer) {
         d->cut_offset = m->layer_begin[d->cut] + keep;   /* the pager drops whole pages only */
-        d->room_bytes = DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+        d->room_bytes = PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     }
     int windows = 0;
     for (int r = 0; r < p->k; r++)

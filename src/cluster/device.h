@@ -63,7 +63,7 @@ typedef struct device {
     bool prefetch;
     int cut;                       /* owned layers from this one on are streamed (n_layer: none) */
     uint64_t cut_offset;           /* ... from this file offset on: the cut layer's start stays */
-    uint64_t room_bytes;           /* streamed bytes in memory at a time: DEVICE_STREAM_ROOM_LAYERS
+    uint64_t room_bytes;           /* streamed bytes in memory at a time: PLAN_STREAM_ROOM_LAYERS
                                     * of its largest layers */
     int n_streamed;                /* how many layers are streamed */
     uint64_t n_computed;           /* windows computed so far (device.c: RESIDENCY_EVERY) */
@@ -78,18 +78,13 @@ typedef struct device {
  * layer, which sends it to the head.) */
 bool device_visits(const ring_plan *p, int rank, int round);
 
-/* Streamed layers of a device that cannot hold all of them are in memory at most this many at
- * a time: the one being computed and the next one being read. The scheduler's cost model
- * (sched/cost.h) keeps the same room. */
-#define DEVICE_STREAM_ROOM_LAYERS 2
-
 /* The layers of device `rank` that the release policy streams (drops after computing, so they
  * are read again next token): those from *cut on (n_layer: none), except the first *keep
  * bytes of layer *cut, which stay; returns how many layers stream, whole or in part.
  * never: none. always: all, when the device has more than one window. auto: none when its
  * layers (and, on the head, the head's own weights) fit in mem_budget; otherwise its first
  * layers in ring order stay resident while they fit beside the head's weights and room for
- * DEVICE_STREAM_ROOM_LAYERS of its largest layers, then the start of the next one as far as
+ * PLAN_STREAM_ROOM_LAYERS of its largest layers, then the start of the next one as far as
  * the budget reaches, and the rest is streamed one layer at a time: the pager reads the room's
  * worth while the token is on the other devices, compute's own faults (with the kernel's
  * readahead) the rest, and each is dropped once computed. */
