@@ -8,15 +8,15 @@
 /* The CPU quota of a cgroup v2 cpu.max or v1 cfs files (the memory files: test_sysmem). */
 static void cpu_quota_parsing(void)
 {
-    CHECK(parse_cpu_quota("50000 100000\n", NULL, NULL) == 0.5, "v2 cpu.max half a CPU");
-    CHECK(parse_cpu_quota("max 100000\n", NULL, NULL) == 0, "v2 cpu.max unlimited");
-    CHECK(parse_cpu_quota("250000\n", "100000\n", NULL) == 2.5, "v1 two and a half CPUs");
-    CHECK(parse_cpu_quota("-1\n", "100000\n", NULL) == 0, "v1 unlimited");
-    CHECK(parse_cpu_quota("", NULL, NULL) == 0, "empty cpu.max");
+    CHECK(profile_parse_cpu_quota("50000 100000\n", NULL, NULL) == 0.5, "v2 cpu.max half a CPU");
+    CHECK(profile_parse_cpu_quota("max 100000\n", NULL, NULL) == 0, "v2 cpu.max unlimited");
+    CHECK(profile_parse_cpu_quota("250000\n", "100000\n", NULL) == 2.5, "v1 two and a half CPUs");
+    CHECK(profile_parse_cpu_quota("-1\n", "100000\n", NULL) == 0, "v1 unlimited");
+    CHECK(profile_parse_cpu_quota("", NULL, NULL) == 0, "empty cpu.max");
     double period = 0;
-    CHECK(parse_cpu_quota("20000 50000\n", NULL, &period) == 0.4 && period == 0.05,
+    CHECK(profile_parse_cpu_quota("20000 50000\n", NULL, &period) == 0.4 && period == 0.05,
           "v2 cpu.max period %g s", period);
-    CHECK(parse_cpu_quota("100000\n", "200000\n", &period) == 0.5 && period == 0.2,
+    CHECK(profile_parse_cpu_quota("100000\n", "200000\n", &period) == 0.5 && period == 0.2,
           "v1 period %g s", period);
 }
 

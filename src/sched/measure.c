@@ -74,7 +74,7 @@ static double cpu_quota(double *period, char *stat, size_t statlen)
         snprintf(path2, sizeof path2, "%s/cpu.cfs_period_us", dir);
         char *a = sysmem_read_text(path), *b = version == 1 ? sysmem_read_text(path2) : NULL;
         double per = 0;
-        double here = a && (version == 2 || b) ? parse_cpu_quota(a, b, &per) : 0;
+        double here = a && (version == 2 || b) ? profile_parse_cpu_quota(a, b, &per) : 0;
         bool found = a != NULL;
         free(a);
         free(b);
@@ -193,7 +193,7 @@ static uint64_t throttled_ns(const quota_ctx *q)
     if (q->share >= 1 || !q->stat[0])
         return 0;
     char *t = sysmem_read_text(q->stat);
-    uint64_t ns = t ? parse_cpu_throttled_ns(t) : 0;
+    uint64_t ns = t ? profile_parse_cpu_throttled_ns(t) : 0;
     free(t);
     return ns;
 }

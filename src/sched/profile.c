@@ -32,7 +32,7 @@ uint64_t profile_available(const dev_profile *p)
     return sysmem_room(&m);
 }
 
-double parse_cpu_quota(const char *quota, const char *period, double *period_s)
+double profile_parse_cpu_quota(const char *quota, const char *period, double *period_s)
 {
     char *end;
     double q = strtod(quota, &end);
@@ -48,7 +48,7 @@ double parse_cpu_quota(const char *quota, const char *period, double *period_s)
     return q / per;
 }
 
-uint64_t parse_cpu_throttled_ns(const char *cpu_stat)
+uint64_t profile_parse_cpu_throttled_ns(const char *cpu_stat)
 {
     uint64_t v;
     if (sysmem_stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */

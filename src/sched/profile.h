@@ -89,11 +89,11 @@ uint64_t profile_available(const dev_profile *p);
 /* CPUs a CFS quota allows: v2 cpu.max ("QUOTA PERIOD", period NULL) or v1 cpu.cfs_quota_us and
  * cpu.cfs_period_us. 0 = no quota ("max", -1). With a quota, *period_s (when not NULL) is
  * the period in seconds. */
-double parse_cpu_quota(const char *quota, const char *period, double *period_s);
+double profile_parse_cpu_quota(const char *quota, const char *period, double *period_s);
 #define CFS_DEFAULT_PERIOD 0.1   /* seconds: the kernel's default cpu.cfs_period_us */
 /* Nanoseconds a cgroup's CPU quota has throttled it, from its cpu.stat (v2 throttled_usec, v1
  * throttled_time); 0 when the file says neither. */
-uint64_t parse_cpu_throttled_ns(const char *cpu_stat);
+uint64_t profile_parse_cpu_throttled_ns(const char *cpu_stat);
 /* The share of its threads' time a CPU quota grants the profiled device (quota / threads when
  * the quota is the smaller, else 1): its CPU rates are the unthrottled ones times this share. */
 double profile_quota_share(const dev_profile *p);
