@@ -31,9 +31,12 @@ typedef struct ring_layers {
     bool (*in_vram)(void *ctx, int il);
     /* For a device that decodes on its own (DECODE), and so computes the head's part as well:
      * the embedding of n tokens into hidden (n x n_embd), and the final norm and output
-     * projection of one row into n_vocab logits (0 or -1). NULL: this device cannot. */
+     * projection of one row, at position pos, into n_vocab logits: 0, or -1 with err (the
+     * layers failed, or the logits are not finite, which nothing may sample). NULL: this
+     * device cannot. */
     void (*embed)(void *ctx, const int32_t *tokens, int n, float *hidden);
-    int (*output)(void *ctx, const float *hidden, float *logits);
+    int (*output)(void *ctx, const float *hidden, int pos, float *logits, int n_vocab, char *err,
+                  size_t errlen);
 } ring_layers;
 
 /* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */

@@ -78,9 +78,14 @@ static void engine_embed_rows(void *ctx, const int32_t *tokens, int n, float *hi
     engine_embed(ctx, tokens, n, hidden);
 }
 
-static int engine_output_row(void *ctx, const float *hidden, float *logits)
+static int engine_output_row(void *ctx, const float *hidden, int pos, float *logits, int n_vocab,
+                             char *err, size_t errlen)
 {
-    return engine_output(ctx, hidden, 0, 1, logits);
+    if (engine_output(ctx, hidden, 0, 1, logits)) {
+        snprintf(err, errlen, "the output layer failed at position %d", pos);
+        return -1;
+    }
+    return logits_check(logits, 1, n_vocab, pos, err, errlen);
 }
 
 /* The layers of an engine, for the head's own windows. */

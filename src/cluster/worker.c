@@ -17,7 +17,6 @@
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
-#include "model/model.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
 
@@ -639,11 +638,12 @@ static void handle_decode(wsession *s, const frame *f)
             if (round + 1 < s->plan.k)
                 device_handed_on(&s->dev, round);   /* the pager's turn between windows */
         }
-        if (failed || s->layers.output(s->layers.ctx, s->buf.hidden, logits)) {
+        if (failed) {
             fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
             goto out;
         }
-        if (logits_check(logits, 1, m->n_vocab, pos, err, sizeof err)) {
+        if (s->layers.output(s->layers.ctx, s->buf.hidden, pos, logits, m->n_vocab, err,
+                             sizeof err)) {
             fail_session(s, "%s", err);
             goto out;
         }
