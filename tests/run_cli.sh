@@ -4,8 +4,8 @@
 # chat mode (its commands, Ctrl-C, line editing at a terminal), and one-line errors with the
 # documented exit statuses.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 model=$fixtures/models/stories260K.gguf
 ref=$fixtures/reference/stories260K.once.json
@@ -140,6 +140,8 @@ for op in load read_bandwidth first_token prefill prefill_roofline decode decode
     grep -q "\"op\":\"$op\"" "$tmp/bench" || fail "bench run: no $op"
 done
 [ "$(grep -c '"op":"prefill"' "$tmp/bench")" -eq 2 ] || fail "bench run: prefill at 64 and 512"
+jq -e -s 'all(.[]; type == "object") and .[0] == {op: "path", path: .[0].path}' "$tmp/bench" \
+    >/dev/null || fail "bench run: not JSON lines, or no path line first: $(head -2 "$tmp/bench")"
 
 # errors: one line naming the problem; 1 for errors, 2 for usage
 expect() { # STATUS TEXT COMMAND...

@@ -227,7 +227,7 @@ int main(void)
     char why[256];
     g = gpu_open(-1, why, sizeof why);
     if (!g)
-        SKIP("no GPU: %s", why);
+        SKIP_NO_GPU("no GPU: %s", why);
     char refdir[4096];
     snprintf(refdir, sizeof refdir, "%s/reference", fixtures);
     char *names[256];

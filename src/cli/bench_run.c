@@ -275,7 +275,7 @@ static int run(int argc, char **argv)
     } else {
         const char *path = kern_path_name(kern_active_path());
         if (o.json)
-            printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
+            bench_print_path_json(path, NULL);
         else
             printf("%s: %d layers, n_embd %d, vocab %d; SIMD path %s, %d threads\n"
                    "%-7s %-22s %-11s %6s %3s %9s %-7s %7s %6s\n",

@@ -1,3 +1,6 @@
+/* generate.c — the token loop that `prima run`, `prima serve` and the ring's head share
+ * (generate.h): feeding the prompt, sampling and printing token by token, and holding back text
+ * that may yet become a stop string, so that every command stops and prints alike. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

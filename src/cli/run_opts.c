@@ -1,3 +1,5 @@
+/* run_opts.c — the options every model-running command shares (run_opts.h), and the number
+ * parsers all commands use, so that one flag means and is checked the same everywhere. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>

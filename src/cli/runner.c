@@ -1,3 +1,6 @@
+/* runner.c — opening what a text-generating command holds (runner.h): the model, tokenizer,
+ * threads and a session on this device or round a ring; serve reopens the session through the
+ * same calls after a ring failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,3 +1,6 @@
+/* link.c — the link handshake and frame sealing (link.h): X25519 session keys proven with the
+ * cluster key, then libsodium secretstreams, so that every frame is authenticated and in order
+ * and a device without the key learns only that the port speaks prima. */
 #include <errno.h>
 #include <sodium.h>
 #include <sys/socket.h>

@@ -1,3 +1,6 @@
+/* ring.c — the head's side of a ring (ring.h): connecting and planning, sending batches round
+ * the devices with several in flight, collecting results, KV edits, counters, and dropping a
+ * device that fails so that failover can re-plan without it. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -5,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
 #include "cluster/ring.h"
 #include "cluster/stats.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
+#include "util/logline.h"
+#include "util/sysmem.h"
 
 /* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every
  * device reads a frame whole, computes, then sends; a cycle of devices all blocked sending
@@ -136,7 +139,7 @@ static int greet(ring *r, int i)
         return fail(r, "%s", err);
     msg_hello h = {.role = ROLE_HEAD};
     memcpy(h.identity, r->m->identity, sizeof h.identity);
-    if (send_hello(&w->c, &h, err, sizeof err))
+    if (proto_send_hello(&w->c, &h, err, sizeof err))
         return fail(r, "%s", err);
     frame f;
     int rc = conn_recv(&w->c, &f, PROTO_DEAD_MS, err, sizeof err);
@@ -146,7 +149,7 @@ static int greet(ring *r, int i)
         return fail(r, "%s", err);
     if (f.type == RM_ERROR) {
         msg_error e;
-        if (decode_error(&f, &e, err, sizeof err))
+        if (proto_decode_error(&f, &e, err, sizeof err))
             return fail(r, "%s: %s", name, err);
         for (int j = 0; j < i; j++)
             if (r->w[j].welcome.instance == e.instance)
@@ -156,7 +159,7 @@ static int greet(ring *r, int i)
         return fail(r, "%s refused: %s", name, e.text);
     }
     msg_welcome *wm = &w->welcome;
-    if (decode_welcome(&f, wm, err, sizeof err))
+    if (proto_decode_welcome(&f, wm, err, sizeof err))
         return fail(r, "%s: %s", name, err);
     if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
         wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
@@ -365,7 +368,7 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
     if (!r->o.verbose)
         return;
     char line[400];
-    counters_format(c, line, sizeof line);
+    ring_counters_format(c, line, sizeof line);
     log_line(r->o.verbose, "ring: ", "batch %u device %d: %s", serial, d, line);
 }
 
@@ -403,7 +406,7 @@ static void record_counters(ring *r, int d, uint32_t serial, const ring_counters
     if (d > 0)
         bound_wait(r, serial, c);
     if (serial >= r->count_from)
-        counters_add(&r->totals[d], c);
+        ring_counters_add(&r->totals[d], c);
     print_counters(r, d, serial, c);
     if (r->o.stats) {
         cJSON *o = cJSON_CreateObject();
@@ -427,7 +430,7 @@ static int handle_common(ring *r, int i, const frame *f)
         return 1;
     case RM_STATS: {
         msg_stats st;
-        if (decode_stats(f, &st, err, sizeof err))
+        if (proto_decode_stats(f, &st, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
         if (st.rank != (uint32_t)i + 1)
             return lose(r, i, "%s sent counters of device %u", w->c.name, st.rank);
@@ -436,7 +439,7 @@ static int handle_common(ring *r, int i, const frame *f)
     }
     case RM_ERROR: {
         msg_error e;
-        if (decode_error(f, &e, err, sizeof err))
+        if (proto_decode_error(f, &e, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
         return lose(r, -1, "%s: %s", w->c.name, e.text);   /* it is alive; it tells of another */
     }
@@ -477,7 +480,7 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
                 *who = i;
                 return 0;
             }
-            return lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, msg_name(f.type));
+            return lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, proto_msg_name(f.type));
         }
         int64_t now = net_now_ns();
         for (int i = 0; i < r->n_workers; i++)
@@ -493,7 +496,7 @@ int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap)
     if (d < 1 || d > r->n_workers || cap < 1)
         return fail(r, "no device %d to profile", d);
     remote *w = &r->w[d - 1];
-    if (send_profile_request(&w->c, (uint32_t)(threads > 0 ? threads : 0), err, sizeof err))
+    if (proto_send_profile_request(&w->c, (uint32_t)(threads > 0 ? threads : 0), err, sizeof err))
         return fail(r, "%s", err);
     frame f;
     int who;
@@ -589,11 +592,11 @@ static int send_plans(ring *r)
         }
         frame f;
         int who;
-        if (send_plan(&w->c, &mp, err, sizeof err))
+        if (proto_send_plan(&w->c, &mp, err, sizeof err))
             return lose(r, i, "%s", err);
         if (await(r, RM_READY, RM_READY, i, &f, &who))
             return -1;
-        if (decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
+        if (proto_decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
     }
     return 0;
@@ -695,7 +698,7 @@ static int progress(ring *r)
         return -1;
     device_arrived(&r->dev);
     msg_batch back;
-    if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err))
+    if (proto_decode_batch(&f, r->m->n_embd, &back, err, sizeof err))
         return lose(r, who, "%s: %s", r->w[who].c.name, err);
     flight *fl = NULL;
     for (int i = 0; i < r->n_fl && !fl; i++) {
@@ -707,7 +710,7 @@ static int progress(ring *r)
     if (!fl || back.n != (uint32_t)fl->n ||
         (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)fl->round + 1)))
         return lose(r, who, "%s returned a batch not in flight (%s %u of round %u)",
-                    r->w[who].c.name, msg_name(f.type), back.serial, back.round);
+                    r->w[who].c.name, proto_msg_name(f.type), back.serial, back.round);
     hop_limits lim = {.k = r->plan.k, .n_ctx = r->o.n_ctx, .n_seq = r->o.n_seq,
                       .max_batch = r->o.max_batch};
     if (hop_unpack(&r->buf, &back, &lim, fl->hidden, r->buf.pos, r->buf.seq, err, sizeof err))
@@ -863,7 +866,7 @@ static int kv_edit(ring *r, const msg_kvop *k)
     /* Down the ring like a batch: each worker applies it, then passes it on, so it lands between
      * the same two batches on every device without a round trip. */
     char err[512];
-    if (r->n_workers && send_kvop(&r->w[0].c, k, err, sizeof err)) {
+    if (r->n_workers && proto_send_kvop(&r->w[0].c, k, err, sizeof err)) {
         if (!r->fo_set)
             return fail(r, "%s", err);
         lose(r, 0, "%s", err);
@@ -911,7 +914,7 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
     q->n_window = (uint32_t)sampler_window(smp, q->window);
     span_start(r, r->serial);   /* each step's batch begins as the one before it ends */
     remote *w = &r->w[0];
-    int rc = send_decode(&w->c, q, err, sizeof err);
+    int rc = proto_send_decode(&w->c, q, err, sizeof err);
     free(q);
     bool halted = false, done = false;
     uint32_t got = 0, steps;
@@ -924,13 +927,13 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
             break;
         err[0] = 0;
         if (f.type == RM_DONE) {
-            done = decode_done(&f, &steps, err, sizeof err) == 0 && steps == got;
+            done = proto_decode_done(&f, &steps, err, sizeof err) == 0 && steps == got;
             if (!done)
                 lose(r, 0, "%s: %s", w->c.name, err[0] ? err : "DONE does not count its TOKENs");
             break;
         }
         msg_token t;
-        if (decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
+        if (proto_decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
             t.token < 0 || t.token >= r->m->n_vocab || got >= (uint32_t)max_steps) {
             lose(r, 0, "%s sent a TOKEN not asked for%s%s", w->c.name, err[0] ? ": " : "", err);
             break;
@@ -1013,7 +1016,7 @@ void ring_close(ring *r)
     if (r->o.verbose && r->started) {
         for (int d = 0; d < r->plan.n_dev; d++) {
             char line[400];
-            counters_format(&r->totals[d], line, sizeof line);
+            ring_counters_format(&r->totals[d], line, sizeof line);
             log_line(r->o.verbose, "ring: ", "total device %d (%u batches): %s", d,
                      r->serial - r->count_from, line);
         }

@@ -1,3 +1,6 @@
+/* worker.c — `prima worker` (worker.h): admitting heads and peers, applying a plan, and serving
+ * batches, KV edits, profiles and probes until the head says bye or disappears; then waiting
+ * for the next head, so one worker process serves any number of sessions. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,12 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
-#include "model/model.h"
+#include "util/logline.h"
+#include "util/sysmem.h"
 
 /* At most this many newcomers are in their handshake at once, and at most ADMIT_PER_SOURCE of
  * them from one address before their greeting has passed the cheap check of the key (link.h).
@@ -270,7 +272,7 @@ static void *greet_main(void *arg)
         int rc = conn_recv(&n->c, &f, left > 0 ? left : 0, err, sizeof err);
         if (rc == 1)
             snprintf(err, sizeof err, "%s sent no HELLO within %d ms", n->c.name, w->o.admit_ms);
-        ok = rc == 0 && decode_hello(&f, &n->h, err, sizeof err) == 0;
+        ok = rc == 0 && proto_decode_hello(&f, &n->h, err, sizeof err) == 0;
     }
     bool evicted = false;
     if (ok) {
@@ -290,7 +292,7 @@ static void *greet_main(void *arg)
         /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer
          * that does not speak the handshake (another program or version), in plaintext. */
         if (hs == 0 || hs == LINK_FOREIGN)
-            send_error(&n->c, w->instance, "refused: %s", err);
+            proto_send_error(&n->c, w->instance, "refused: %s", err);
         evicted = leave_slot(w, n->g);
         if (evicted) {
             link_send_busy(n->c.fd, PROTO_VERSION);
@@ -447,7 +449,7 @@ static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    send_error(&n->c, w->instance, "%s", text);
+    proto_send_error(&n->c, w->instance, "%s", text);
     wlog(w, "refused %s: %s", n->peer, text);
     conn_close_gently(&n->c);
     free(n);
@@ -476,7 +478,7 @@ static void fail_session(wsession *s, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (!s->reason[0])
-        send_error(&s->ctrl, s->w->instance, "%s", text);
+        proto_send_error(&s->ctrl, s->w->instance, "%s", text);
     end_session(s, "%s", text);
 }
 
@@ -491,7 +493,7 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
     msg_hello h = {.role = ROLE_PEER, .rank = (uint32_t)s->rank};
     memcpy(h.identity, s->w->b->model->identity, sizeof h.identity);
     memcpy(h.session, s->mp.session, sizeof h.session);
-    if (send_hello(&s->succ, &h, err, errlen))
+    if (proto_send_hello(&s->succ, &h, err, errlen))
         return -1;
     frame f;
     int rc = conn_recv(&s->succ, &f, PROTO_DEAD_MS, err, errlen);
@@ -503,12 +505,12 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
         return -1;
     if (f.type == RM_ERROR) {
         msg_error e;
-        if (decode_error(&f, &e, err, errlen) == 0)
+        if (proto_decode_error(&f, &e, err, errlen) == 0)
             snprintf(err, errlen, "%s refused this device: %s", name, e.text);
         return -1;
     }
     if (f.type != RM_READY) {
-        snprintf(err, errlen, "%s answered %s to HELLO", name, msg_name(f.type));
+        snprintf(err, errlen, "%s answered %s to HELLO", name, proto_msg_name(f.type));
         return -1;
     }
     return 0;
@@ -519,7 +521,7 @@ static void apply_plan(wsession *s, const frame *f)
     worker *w = s->w;
     const ring_model *m = w->b->model;
     char err[512];
-    if (decode_plan(f, &s->mp, err, sizeof err)) {
+    if (proto_decode_plan(f, &s->mp, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -586,7 +588,7 @@ static void apply_plan(wsession *s, const frame *f)
     }
     s->planned = true;
     /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
-    if (send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
+    if (proto_send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
         end_session(s, "%s", err);
         return;
     }
@@ -629,11 +631,11 @@ static void send_counters(wsession *s, uint32_t serial)
     s->recv_mark = recv;
     if (s->w->o.verbose) {
         char line[400];
-        counters_format(&st.c, line, sizeof line);
+        ring_counters_format(&st.c, line, sizeof line);
         wlog(s->w, "batch %u: %s", serial, line);
     }
     char err[512];
-    if (send_stats(&s->ctrl, &st, err, sizeof err))
+    if (proto_send_stats(&s->ctrl, &st, err, sizeof err))
         end_session(s, "%s", err);
 }
 
@@ -644,13 +646,14 @@ static void handle_batch(wsession *s, const frame *f)
     msg_batch b;
     hop_limits lim = {.k = s->plan.k, .n_ctx = (int)s->mp.n_ctx, .n_seq = (int)s->mp.n_seq,
                       .max_batch = (int)s->mp.max_batch};
-    if (decode_batch(f, n_embd, &b, err, sizeof err) ||
+    if (proto_decode_batch(f, n_embd, &b, err, sizeof err) ||
         hop_unpack(&s->buf, &b, &lim, s->buf.hidden, s->buf.pos, s->buf.seq, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
     if (f->type != RM_BATCH || !device_visits(&s->plan, s->rank, (int)b.round)) {
-        fail_session(s, "%s for round %u, which does not pass this device", msg_name(f->type), b.round);
+        fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
+                     b.round);
         return;
     }
     device_arrived(&s->dev);
@@ -687,7 +690,7 @@ static void handle_kvop(wsession *s, const frame *f)
 {
     char err[512];
     msg_kvop k;
-    if (decode_kvop(f, &k, err, sizeof err)) {
+    if (proto_decode_kvop(f, &k, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -704,7 +707,7 @@ static void handle_kvop(wsession *s, const frame *f)
                      k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta, k.seq);
         return;
     }
-    if (s->has_succ && send_kvop(&s->succ, &k, err, sizeof err))
+    if (s->has_succ && proto_send_kvop(&s->succ, &k, err, sizeof err))
         fail_session(s, "%s", err);
 }
 
@@ -731,7 +734,7 @@ static bool decode_interrupted(wsession *s)
             return true;
         }
         if (f.type != RM_PING) {
-            fail_session(s, "unexpected %s from the head while decoding", msg_name(f.type));
+            fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
             return true;
         }
     }
@@ -750,7 +753,7 @@ static void handle_decode(wsession *s, const frame *f)
         fail_session(s, "out of memory");
         goto out;
     }
-    if (decode_decode(f, d, err, sizeof err)) {
+    if (proto_decode_decode(f, d, err, sizeof err)) {
         fail_session(s, "%s", err);
         goto out;
     }
@@ -788,11 +791,12 @@ static void handle_decode(wsession *s, const frame *f)
             if (round + 1 < s->plan.k)
                 device_handed_on(&s->dev, round);   /* the pager's turn between windows */
         }
-        if (failed || s->layers.output(s->layers.ctx, s->buf.hidden, logits)) {
+        if (failed) {
             fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
             goto out;
         }
-        if (logits_check(logits, 1, m->n_vocab, pos, err, sizeof err)) {
+        if (s->layers.output(s->layers.ctx, s->buf.hidden, pos, logits, m->n_vocab, err,
+                             sizeof err)) {
             fail_session(s, "%s", err);
             goto out;
         }
@@ -801,7 +805,7 @@ static void handle_decode(wsession *s, const frame *f)
         sampler_get_rng(smp, t.rng);
         device_handed_on(&s->dev, s->plan.k - 1);
         steps++;
-        if (send_token(&s->ctrl, &t, err, sizeof err)) {
+        if (proto_send_token(&s->ctrl, &t, err, sizeof err)) {
             end_session(s, "%s", err);
             goto out;
         }
@@ -811,7 +815,7 @@ static void handle_decode(wsession *s, const frame *f)
         if (s->reason[0] || decode_interrupted(s))
             break;
     }
-    if (!s->reason[0] && send_done(&s->ctrl, steps, err, sizeof err))
+    if (!s->reason[0] && proto_send_done(&s->ctrl, steps, err, sizeof err))
         end_session(s, "%s", err);
 out:
     sampler_free(smp);
@@ -830,7 +834,7 @@ static void handle_data(wsession *s, const frame *f)
         handle_kvop(s, f);
         break;
     default:
-        fail_session(s, "unexpected %s on the data link", msg_name(f->type));
+        fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
     }
 }
 
@@ -840,7 +844,7 @@ static void handle_profile(wsession *s, const frame *f)
     worker *w = s->w;
     char err[512];
     uint32_t threads;
-    if (decode_profile_request(f, &threads, err, sizeof err)) {
+    if (proto_decode_profile_request(f, &threads, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -892,7 +896,7 @@ static void handle_ctrl(wsession *s, const frame *f)
         return;
     case RM_ERROR: {
         msg_error e;
-        if (decode_error(f, &e, err, sizeof err) == 0)
+        if (proto_decode_error(f, &e, err, sizeof err) == 0)
             end_session(s, "the head gave up: %s", e.text);
         else
             end_session(s, "%s", err);
@@ -918,7 +922,7 @@ static void handle_ctrl(wsession *s, const frame *f)
     default:
         break;
     }
-    fail_session(s, "unexpected %s from the head%s", msg_name(f->type),
+    fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
                  s->planned ? "" : " before the plan");
 }
 
@@ -989,7 +993,7 @@ static void serve(worker *w, newcomer *head)
                       .n_embd = (uint32_t)m->n_embd, .threads = (uint32_t)w->o.threads,
                       .mem_budget = sysmem_budget()};
     memcpy(wm.identity, m->identity, sizeof wm.identity);
-    if (send_welcome(&s->ctrl, &wm, err, sizeof err)) {
+    if (proto_send_welcome(&s->ctrl, &wm, err, sizeof err)) {
         wlog(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
         free(s);

@@ -1,3 +1,5 @@
+/* dtype.c — the GGUF element types' storage facts (dtype.h), as one table the reader checks
+ * tensor sizes against. */
 #include <string.h>
 #include <strings.h>
 

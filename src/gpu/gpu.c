@@ -12,11 +12,6 @@ static const gpu_backend *const backends[] = {
     NULL,
 };
 
-const char *gpu_backends(void)
-{
-    return backends[0] ? backends[0]->name : "";
-}
-
 gpu_dev *gpu_open(int index, char *why, size_t whylen)
 {
     if (!backends[0]) {

@@ -35,9 +35,6 @@ typedef struct gpu_info {
     uint64_t vram_free;      /* what the driver says is left (or total - prima's allocations) */
 } gpu_info;
 
-/* The backends compiled into this build, e.g. "vulkan", or "" when none. */
-const char *gpu_backends(void);
-
 /* Open device `index` of the first backend that has one (index < 0: the first discrete GPU,
  * else the first device). NULL with one line in why (no backend built, no driver, no device,
  * index out of range). */

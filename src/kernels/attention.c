@@ -43,6 +43,16 @@ static void accumulate_scalar(int n, float *acc, const float *p, int nk, const u
 
 static const attn_vec_ops scalar_ops = {scores_scalar, accumulate_scalar};
 
+/* The primitives for the active kernel path. */
+static const attn_vec_ops *attn_vec_ops_active(void)
+{
+#if KERN_X86
+    if (kern_avx2_active())
+        return &attn_vec_ops_avx2;
+#endif
+    return &scalar_ops;
+}
+
 struct attn_job {
     float *out;
     const float *q;
@@ -165,13 +175,4 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
     J.n_units = n_tokens * n_head_kv * J.pieces_per_group;
     atomic_init(&J.next_unit, 0);
     kern_parallel(c, attn_worker, &J);
-}
-
-const attn_vec_ops *attn_vec_ops_active(void)
-{
-#if KERN_X86
-    if (kern_avx2_active())
-        return &attn_vec_ops_avx2;
-#endif
-    return &scalar_ops;
 }

@@ -1,3 +1,6 @@
+/* session.c — one or several sequences evaluated on this device or round a ring (session.h):
+ * prompts cut into batches, positions and histories kept, logits made only for the rows asked
+ * for and checked before anyone samples them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

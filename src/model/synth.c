@@ -130,8 +130,11 @@ static bool more_bits_layer(int layer, int n_layer)
     return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int layer, int n_layer,
-                             int64_t n_in, bool tied)
+/* The type a tensor gets under scheme t: role is the llama.cpp tensor name without "blk.N."
+ * (e.g. "attn_v.weight", "output.weight"), layer its block (-1 for none), n_in its row length.
+ * Rows that the preferred type's block size does not divide fall back to Q8_0, then F16. */
+static enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int layer, int n_layer,
+                                    int64_t n_in, bool tied)
 {
     const struct ftype_info *f = &ftypes[t];
     enum dtype type = f->base;

@@ -56,11 +56,6 @@ const char *synth_preset_names(void);
 /* "f32" ... "q5_k_m"; -1 if unknown. */
 int synth_ftype_from_name(const char *name);
 const char *synth_ftype_name(enum synth_ftype t);
-/* The type a tensor gets under scheme t: role is the llama.cpp tensor name without "blk.N."
- * (e.g. "attn_v.weight", "output.weight"), layer its block (-1 for none), n_in its row length.
- * Rows that the preferred type's block size does not divide fall back to Q8_0, then F16. */
-enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int layer, int n_layer,
-                             int64_t n_in, bool tied);
 
 /* Check p (one-line error naming the parameter), then write the model to path. */
 int synth_write(const synth_params *p, const char *path, synth_stats *stats, char *err,

@@ -1,3 +1,5 @@
+/* request.c — parsing and checking an OpenAI-style request body (request.h), refusing anything
+ * of the wrong type or out of range with a message that names the field. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>

@@ -1,6 +1,8 @@
+/* logline.c — formatting a log line whole before its one write (logline.h), cutting one that
+ * would not fit rather than writing it in pieces. */
 #include <string.h>
 
-#include "cluster/logline.h"
+#include "util/logline.h"
 
 void log_vline(FILE *f, const char *prefix, const char *fmt, va_list ap)
 {

@@ -1,9 +1,9 @@
 /* logline.h — log lines that stay whole. A head and its workers often share one stderr (prima
  * cluster, a terminal): a line written in pieces (prefix, message, newline) can be cut by another
  * process's line. Every line is formatted first and written with one write (whole up to
- * PIPE_BUF bytes, which no line reaches). */
-#ifndef PRIMA_LOGLINE_H
-#define PRIMA_LOGLINE_H
+ * PIPE_BUF bytes, which no line reaches). It needs nothing but libc, so any layer may log. */
+#ifndef PRIMA_UTIL_LOGLINE_H
+#define PRIMA_UTIL_LOGLINE_H
 
 #include <stdarg.h>
 #include <stdbool.h>
