@@ -9,7 +9,7 @@ cc=${CROSS_CC:-aarch64-linux-gnu-gcc}
 command -v "$cc" >/dev/null || { echo "cross-arm.sh: $cc not found (apt-get install gcc-aarch64-linux-gnu)" >&2; exit 1; }
 mkdir -p "$dir"
 flags="-std=c11 -O2 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter -Werror -Isrc -Itests"
-srcs=$(ls src/kernels/*.c src/gguf/*.c | grep -v -e '_avx2\.c$' -e '_avx512\.c$')
+srcs=$(ls src/kernels/*.c src/gguf/*.c src/util/mem.c | grep -v -e '_avx2\.c$' -e '_avx512\.c$')
 objs=""
 for s in $srcs; do
     o="$dir/$(basename "$s" .c).o"

@@ -153,6 +153,23 @@ static void test_iq4_nl_block(void)
     check_block(DT_IQ4_NL, x, expect, x);
 }
 
+static void test_mxfp4_block(void)
+{
+    /* the 16 levels of MXFP4 (doubled FP4) at scale 2^-2 = 1/4: exponent byte 126; the
+     * largest magnitude (12/4 = 3) is what fixes the scale */
+    static const int levels[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    uint8_t expect[17] = {126};
+    float x[32];
+    for (int j = 0; j < 16; j++) {
+        x[j] = 0.25f * levels[j];
+        x[j + 16] = 0.25f * levels[15 - j];
+        /* -0 (code 8) quantizes to +0 (code 0): the nearest level, the first found */
+        int lo = j == 8 ? 0 : j, hi = 15 - j == 8 ? 0 : 15 - j;
+        expect[1 + j] = (uint8_t)(lo | hi << 4);
+    }
+    check_block(DT_MXFP4, x, expect, x);
+}
+
 static void test_q8_k_block(void)
 {
     /* max |x| = 31.75 -> d = 0.25 (float), levels -127..127 exactly */
@@ -301,7 +318,7 @@ struct type_bound {
  * the fixture tensors (N(0, 1/n) data) both stay within about 88% of these bounds. */
 static const struct type_bound bounds[] = {
     {DT_F32, 0},       {DT_F16, 2.6e-4},  {DT_BF16, 1.9e-3}, {DT_Q8_0, 6.3e-3},
-    {DT_Q4_0, 0.105},  {DT_IQ4_NL, 0.087}, {DT_Q2_K, 0.30},  {DT_Q3_K, 0.167},
+    {DT_Q4_0, 0.105},  {DT_IQ4_NL, 0.087}, {DT_MXFP4, 0.14},  {DT_Q2_K, 0.30},  {DT_Q3_K, 0.167},
     {DT_Q4_K, 0.082},  {DT_Q5_K, 0.041},  {DT_Q6_K, 0.0203}, {DT_Q8_K, 0.0145},
 };
 
@@ -493,6 +510,7 @@ int main(void)
     test_q8_0_block();
     test_q4_0_block();
     test_iq4_nl_block();
+    test_mxfp4_block();
     test_q8_k_block();
     test_q2_k_block();
     test_q3_k_block();

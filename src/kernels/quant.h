@@ -6,6 +6,7 @@
  *   Q4_0    d * (nibble - 8)                     nibble e<16: qs[e] low, else qs[e-16] high
  *   Q8_0    d * qs[e]
  *   IQ4_NL  d * iq4nl_values[nibble]             nibbles as Q4_0
+ *   MXFP4   2^(e-128) * mxfp4_values[nibble]     nibbles as Q4_0; e an 8-bit exponent (E8M0)
  *   Q2_K    d*sc[e/16]*q - dmin*m[e/16]          q 2 bits; sc, m 4 bits each in scales[e/16]
  *   Q3_K    d*(sc[e/16] - 32) * (q - 4*!hbit)    q 2 bits as Q2_K, hbit from hmask, sc 6 bits
  *   Q4_K    d*sc[e/32]*q - dmin*m[e/32]          q 4 bits; sc, m 6 bits packed in scales[12]
@@ -37,6 +38,7 @@
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;
 typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_iq4_nl;
+typedef struct { uint8_t e; uint8_t qs[QK / 2]; } block_mxfp4;
 typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_k;
 typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_k;
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_k;
@@ -47,6 +49,7 @@ typedef struct { float d; int8_t qs[QK_K]; int16_t bsums[QK_K / 16]; } block_q8_
 _Static_assert(sizeof(block_q4_0) == 18, "Q4_0 layout");
 _Static_assert(sizeof(block_q8_0) == 34, "Q8_0 layout");
 _Static_assert(sizeof(block_iq4_nl) == 18, "IQ4_NL layout");
+_Static_assert(sizeof(block_mxfp4) == 17, "MXFP4 layout");
 _Static_assert(sizeof(block_q2_k) == 84, "Q2_K layout");
 _Static_assert(sizeof(block_q3_k) == 110, "Q3_K layout");
 _Static_assert(sizeof(block_q4_k) == 144, "Q4_K layout");
@@ -56,6 +59,20 @@ _Static_assert(sizeof(block_q8_k) == 292, "Q8_K layout");
 
 /* The 16 levels of IQ4_NL (a non-uniform 4-bit grid, part of the format). */
 extern const int8_t iq4nl_values[16];
+/* MXFP4's: the FP4 (E2M1) values 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives, doubled to
+ * integers; the block's scale is then half its power of two. */
+extern const int8_t mxfp4_values[16];
+
+/* An MXFP4 block's scale: 2^(e - 128), exact (subnormal for e < 2). */
+static inline float mxfp4_scale(uint8_t e)
+{
+    if (e < 2)
+        return e ? 0x1p-127f : 0x1p-128f;
+    uint32_t bits = (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
 
 /* The rounding rule of every quantizer: to nearest, ties to even — the IEEE default, and what
  * cvtps2dq (x86) and fcvtns (ARM) do — so a SIMD quantizer can reproduce it bit for bit.
@@ -209,6 +226,7 @@ KERN_DECLARE(bf16)
 KERN_DECLARE(q4_0)
 KERN_DECLARE(q8_0)
 KERN_DECLARE(iq4_nl)
+KERN_DECLARE(mxfp4)
 KERN_DECLARE(q2_k)
 KERN_DECLARE(q3_k)
 KERN_DECLARE(q4_k)

@@ -85,15 +85,40 @@ static inline void q4_0_weights(const block_q4_0 *b, int8x16_t *w0, int8x16_t *w
     *w1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(bytes, 4)), vdupq_n_s8(8));
 }
 
-static inline void iq4_nl_weights(const block_iq4_nl *b, int8x16_t *w0, int8x16_t *w1)
+/* The two halves of a block whose nibbles index a table of levels (IQ4_NL, MXFP4). */
+static inline void table_weights(const int8_t *levels, const uint8_t *qs, int8x16_t *w0,
+                                 int8x16_t *w1)
 {
-    const int8x16_t grid = vld1q_s8(iq4nl_values);
-    uint8x16_t bytes = vld1q_u8(b->qs);
+    const int8x16_t grid = vld1q_s8(levels);
+    uint8x16_t bytes = vld1q_u8(qs);
     *w0 = vqtbl1q_s8(grid, vandq_u8(bytes, vdupq_n_u8(0x0f)));
     *w1 = vqtbl1q_s8(grid, vshrq_n_u8(bytes, 4));
 }
 
-#define DOT_BLOCKS_Q8_0(block_t, weights)                                                   \
+static inline void iq4_nl_weights(const block_iq4_nl *b, int8x16_t *w0, int8x16_t *w1)
+{
+    table_weights(iq4nl_values, b->qs, w0, w1);
+}
+
+static inline void mxfp4_weights(const block_mxfp4 *b, int8x16_t *w0, int8x16_t *w1)
+{
+    table_weights(mxfp4_values, b->qs, w0, w1);
+}
+
+/* A block's scale: the fp16 d of most types, MXFP4's power of two. */
+static inline float half_d(const void *b)
+{
+    uint16_t d;
+    memcpy(&d, b, sizeof d);
+    return half_hw(d);
+}
+
+static inline float mxfp4_d(const void *b)
+{
+    return mxfp4_scale(((const block_mxfp4 *)b)->e);
+}
+
+#define DOT_BLOCKS_Q8_0(block_t, weights, scale)                                            \
     const block_t *x = w;                                                                   \
     const block_q8_0 *y = a;                                                                \
     float32x4_t acc0 = vdupq_n_f32(0), acc1 = vdupq_n_f32(0);                               \
@@ -103,31 +128,36 @@ static inline void iq4_nl_weights(const block_iq4_nl *b, int8x16_t *w0, int8x16_
         weights(&x[i], &w0, &w1);                                                           \
         weights(&x[i + 1], &v0, &v1);                                                       \
         acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(dot32(w0, w1, y[i].qs)),                     \
-                           half_hw(x[i].d) * half_hw(y[i].d));                              \
+                           scale(&x[i]) * half_hw(y[i].d));                                 \
         acc1 = vfmaq_n_f32(acc1, vcvtq_f32_s32(dot32(v0, v1, y[i + 1].qs)),                 \
-                           half_hw(x[i + 1].d) * half_hw(y[i + 1].d));                      \
+                           scale(&x[i + 1]) * half_hw(y[i + 1].d));                         \
     }                                                                                       \
     if (i < nb) {                                                                           \
         int8x16_t w0, w1;                                                                   \
         weights(&x[i], &w0, &w1);                                                           \
         acc0 = vfmaq_n_f32(acc0, vcvtq_f32_s32(dot32(w0, w1, y[i].qs)),                     \
-                           half_hw(x[i].d) * half_hw(y[i].d));                              \
+                           scale(&x[i]) * half_hw(y[i].d));                                 \
     }                                                                                       \
     *s = vaddvq_f32(vaddq_f32(acc0, acc1));
 
 void q8_0_dot_neon(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_q8_0, q8_0_weights)
+    DOT_BLOCKS_Q8_0(block_q8_0, q8_0_weights, half_d)
 }
 
 void q4_0_dot_neon(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_q4_0, q4_0_weights)
+    DOT_BLOCKS_Q8_0(block_q4_0, q4_0_weights, half_d)
 }
 
 void iq4_nl_dot_neon(int n, float *s, const void *w, const void *a)
 {
-    DOT_BLOCKS_Q8_0(block_iq4_nl, iq4_nl_weights)
+    DOT_BLOCKS_Q8_0(block_iq4_nl, iq4_nl_weights, half_d)
+}
+
+void mxfp4_dot_neon(int n, float *s, const void *w, const void *a)
+{
+    DOT_BLOCKS_Q8_0(block_mxfp4, mxfp4_weights, mxfp4_d)
 }
 
 /* ---- K-quants against Q8_K ---- */

@@ -225,6 +225,68 @@ void iq4_nl_from_float(const float *src, void *dst, int64_t n)
     }
 }
 
+/* ---- MXFP4 ---- */
+
+const int8_t mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* The code of the level nearest v (in doubled units; ties: the smaller magnitude). */
+static int mxfp4_nearest(float v)
+{
+    int best = 0;
+    for (int c = 1; c < 16; c++)
+        if (fabsf(v - mxfp4_values[c]) < fabsf(v - mxfp4_values[best]))
+            best = c;
+    return best;
+}
+
+/* The smallest power-of-two scale that brings the block's largest magnitude within the
+ * largest level (12), then each value to its nearest level. */
+void mxfp4_from_float(const float *src, void *dst, int64_t n)
+{
+    block_mxfp4 *b = dst;
+    for (int64_t i = 0; i < n / QK; i++, src += QK) {
+        float amax = 0;
+        for (int j = 0; j < QK; j++)
+            amax = fabsf(src[j]) > amax ? fabsf(src[j]) : amax;
+        int e = 0;
+        while (e < 254 && amax > 12.0f * mxfp4_scale((uint8_t)e))
+            e++;
+        b[i].e = (uint8_t)e;
+        const float id = 1.0f / mxfp4_scale((uint8_t)e);
+        for (int j = 0; j < QK / 2; j++)
+            b[i].qs[j] = (uint8_t)(mxfp4_nearest(src[j] * id) |
+                                   mxfp4_nearest(src[j + QK / 2] * id) << 4);
+    }
+}
+
+void mxfp4_to_float(const void *src, float *dst, int64_t n)
+{
+    const block_mxfp4 *b = src;
+    for (int64_t i = 0; i < n / QK; i++, dst += QK) {
+        const float d = mxfp4_scale(b[i].e);
+        for (int j = 0; j < QK / 2; j++) {
+            dst[j] = d * mxfp4_values[b[i].qs[j] & 0xf];
+            dst[j + QK / 2] = d * mxfp4_values[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+void mxfp4_dot_scalar(int n, float *s, const void *w, const void *a)
+{
+    const block_mxfp4 *x = w;
+    const block_q8_0 *y = a;
+    float sum = 0;
+    for (int i = 0; i < n / QK; i++) {
+        int8_t q[QK];
+        for (int j = 0; j < QK / 2; j++) {
+            q[j] = mxfp4_values[x[i].qs[j] & 0xf];
+            q[j + QK / 2] = mxfp4_values[x[i].qs[j] >> 4];
+        }
+        sum += mxfp4_scale(x[i].e) * half_to_f32(y[i].d) * (float)dot_i8(q, y[i].qs, QK);
+    }
+    *s = sum;
+}
+
 void iq4_nl_to_float(const void *src, float *dst, int64_t n)
 {
     const block_iq4_nl *b = src;

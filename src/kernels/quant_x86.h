@@ -109,4 +109,10 @@ static inline __m256i iq4_nl_weights(const block_iq4_nl *b)
     return _mm256_shuffle_epi8(grid, nibbles_lo_hi(b->qs));
 }
 
+static inline __m256i mxfp4_weights(const block_mxfp4 *b)
+{
+    const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_values));
+    return _mm256_shuffle_epi8(grid, nibbles_lo_hi(b->qs));
+}
+
 #endif

@@ -65,6 +65,8 @@ static const struct type_impl impls[] = {
      {q8_0_from_float, AVX2(q8_0_quantize_avx2), NULL, NULL}},
     {DT_IQ4_NL, DT_Q8_0, false, iq4_nl_to_float, iq4_nl_from_float,
      {iq4_nl_dot_scalar, NULL, NULL, NEON(iq4_nl_dot_neon)}, TILES(iq4_nl), NO_QUANTIZER},
+    {DT_MXFP4, DT_Q8_0, false, mxfp4_to_float, mxfp4_from_float,
+     {mxfp4_dot_scalar, AVX2(mxfp4_dot_avx2), NULL, NEON(mxfp4_dot_neon)}, NO_TILES, NO_QUANTIZER},
     {DT_Q2_K, DT_Q8_K, false, q2_k_to_float, q2_k_from_float,
      {q2_k_dot_scalar, AVX2(q2_k_dot_avx2), NULL, NEON(q2_k_dot_neon)}, NO_TILES, NO_QUANTIZER},
     {DT_Q3_K, DT_Q8_K, false, q3_k_to_float, q3_k_from_float,

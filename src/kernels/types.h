@@ -8,7 +8,7 @@
  *   weight type                       act_type  why
  *   F32, F16, BF16                    F32       no activation rounding; float FMA keeps up with
  *                                               memory at 2-4 bytes per weight
- *   Q4_0, Q8_0, IQ4_NL                Q8_0      32-element blocks: one 8-bit block per weight block
+ *   Q4_0, Q8_0, IQ4_NL, MXFP4         Q8_0      32-element blocks: one 8-bit block per weight block
  *   Q2_K, Q3_K, Q4_K, Q5_K, Q6_K      Q8_K      256-element super-blocks; Q8_K's 16-element sums
  *                                               apply the sub-block minimums/offsets in one step
  *   Q8_K (activation format only)     Q8_K

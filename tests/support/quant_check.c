@@ -27,6 +27,7 @@ struct half_fields {
 
 static const struct half_fields halves[] = {
     {DT_Q4_0, 1, {0}},       {DT_Q8_0, 1, {0}},       {DT_IQ4_NL, 1, {0}},
+    {DT_MXFP4, 0, {0}},      /* its exponent byte: random_blocks */
     {DT_Q2_K, 2, {80, 82}},  {DT_Q3_K, 1, {108}},     {DT_Q4_K, 2, {0, 2}},
     {DT_Q5_K, 2, {0, 2}},    {DT_Q6_K, 1, {208}},
 };
@@ -43,6 +44,9 @@ static int random_blocks(test_rng *r, enum dtype t, uint8_t *dst, int nblk)
         return 0;
     for (size_t i = 0; i < (size_t)nblk * di->block_bytes; i++)
         dst[i] = (uint8_t)rng_next(r);
+    /* MXFP4's scale is an exponent byte: keep it near 2^0 */
+    for (int b = 0; t == DT_MXFP4 && b < nblk; b++)
+        dst[(size_t)b * di->block_bytes] = (uint8_t)(120 + rng_next(r) % 12);
     for (int b = 0; b < nblk; b++)
         for (int k = 0; k < hf->n; k++) {
             uint16_t h = fp32_to_fp16((float)(rng_uniform(r) * 0.01));
