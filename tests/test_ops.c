@@ -203,8 +203,10 @@ static void attention_reference(double *out, const float *q, int n_tokens, const
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < nk; j++) {
                 double d = 0;
+                /* the query at F16 precision, as it meets the F16 keys (kern.h) */
                 for (int e = 0; e < hd; e++)
-                    d += (double)qh[e] * fp16_to_fp32(k[((size_t)j * n_kv + kvh) * hd + e]);
+                    d += (double)fp16_to_fp32(fp32_to_fp16(qh[e])) *
+                         fp16_to_fp32(k[((size_t)j * n_kv + kvh) * hd + e]);
                 s[j] = d * scale;
                 max = s[j] > max ? s[j] : max;
             }
@@ -243,7 +245,8 @@ static void check_attention(int n_head, int n_kv, int hd, int n_tokens, int firs
     attention_reference(ref, q, n_tokens, pos, k, v, n_head, n_kv, hd, scale);
     for (int nt = 1; nt <= 3; nt++) {
         out[nt] = malloc(sizeof(float) * (size_t)n_q);
-        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, 0, k, v, n_head, n_kv, hd, scale);
+        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, 0, NULL, k, v, n_head, n_kv, hd,
+                       scale);
         if (nt > 1)
             CHECK(!memcmp(out[nt], out[1], sizeof(float) * (size_t)n_q),
                   "attention differs between 1 and %d threads", nt);

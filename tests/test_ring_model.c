@@ -224,5 +224,11 @@ int main(void)
     };
     check_model(fx, "synth-qwen3moe-l2-e64-q8_0.route.json", qwen3moe,
                 sizeof qwen3moe / sizeof qwen3moe[0]);
+    /* gpt-oss: 4 layers, sliding and global alternating, sinks, MXFP4 experts */
+    const plan_case gptoss[] = {
+        {2, {1, 3}, 0, WIRE_F32},
+        {3, {1, 1, 0}, 2, WIRE_F32},            /* 2 rounds */
+    };
+    check_model(fx, "synth-gptoss-l4-e64-mxfp4.sinks.json", gptoss, sizeof gptoss / sizeof gptoss[0]);
     return test_done();
 }

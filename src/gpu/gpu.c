@@ -104,7 +104,8 @@ uint64_t gpu_tensor_bytes(const gpu_tensor *t)
 static const char *const op_names[LOP_KINDS] = {
     [LOP_NORM] = "norm", [LOP_MATMUL] = "matrix product", [LOP_ADD] = "add",
     [LOP_ROPE] = "rotation", [LOP_ATTENTION] = "attention", [LOP_SILU_MUL] = "SiLU gate",
-    [LOP_GELU_MUL] = "GELU gate", [LOP_MOE] = "mixture-of-experts",
+    [LOP_GELU_MUL] = "GELU gate", [LOP_SWIGLU_OAI_MUL] = "clamped SwiGLU gate",
+    [LOP_MOE] = "mixture-of-experts",
 };
 
 /* The first backend's: one backend today (gpu_open). */
@@ -119,6 +120,10 @@ bool gpu_layer_supported(const gpu_layer_desc *l, char *why, size_t whylen)
         const layer_op *op = &l->prog.op[i];
         if (!(backend_ops() & (1u << op->kind))) {
             snprintf(why, whylen, "the GPU backend has no %s op", op_names[op->kind]);
+            return false;
+        }
+        if (op->kind == LOP_ATTENTION && op->w != LOP_NONE && !(backend_ops() & LOP_CAP_SINKS)) {
+            snprintf(why, whylen, "the GPU backend has no attention sinks");
             return false;
         }
         if (op->kind == LOP_MATMUL && !gpu_supports(l->t[op->w].type)) {

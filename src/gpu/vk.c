@@ -651,8 +651,8 @@ static double vk_copy(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, in
 
 const gpu_backend gpu_backend_vulkan = {
     .name = "vulkan",
-    /* vk_layers.c; experts not yet */
-    .ops = ((1u << LOP_KINDS) - 1) & ~(1u << LOP_MOE),
+    /* vk_layers.c; not yet experts, gpt-oss's gate or attention sinks */
+    .ops = ((1u << LOP_KINDS) - 1) & ~(1u << LOP_MOE) & ~(1u << LOP_SWIGLU_OAI_MUL),
     .open = vk_open,
     .close = vk_close,
     .buf_create = vk_buf_create,

@@ -144,7 +144,8 @@ static int make_sets(vk_layers *gl, int il)
             n_sets = op->kind == LOP_ADD && L->folded[i] ? 0 : 1;
             memcpy(sets[0], (gpu_buf *[]){b[op->dst], b[op->src]}, 2 * sizeof(gpu_buf *));
             break;
-        case LOP_MOE:      /* not in the backend's ops: such a layer stays on the CPU */
+        case LOP_SWIGLU_OAI_MUL:   /* not in the backend's ops: such a layer stays on the CPU */
+        case LOP_MOE:
         case LOP_KINDS:
             return -1;
         }
@@ -336,6 +337,7 @@ static void rec_op(vk_layers *gl, VkCommandBuffer cb, int il, int i, int n)
                   items);
         break;
     }
+    case LOP_SWIGLU_OAI_MUL:
     case LOP_MOE:
     case LOP_KINDS:
         break;

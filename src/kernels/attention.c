@@ -59,6 +59,7 @@ struct attn_job {
     const int32_t *pos, *seq;
     size_t seq_rows;
     int window;
+    const float *sinks;
     const uint16_t *k, *v;
     int n_head, n_head_kv, head_dim, group, piece, pieces_per_group;
     int n_units;
@@ -75,13 +76,21 @@ static void attend(const struct attn_job *J, int t, int kvh, int h0, int nh)
     size_t first_row = J->seq ? (size_t)J->seq[t] * J->seq_rows : 0;
     const uint16_t *kbase = J->k + first_row * kv_stride + (size_t)kvh * hd;
     const uint16_t *vbase = J->v + first_row * kv_stride + (size_t)kvh * hd;
-    const float *q = J->q + (size_t)t * n_embd + (size_t)h0 * hd;
+    /* The query meets the F16 keys at F16 precision, as the reference implementation's product
+     * with its F16 cache rounds it: Q8_0 models then give its logits bit for bit, and a
+     * mixture of experts whose router nearly ties follows its choices (the fixtures' gpt-oss
+     * flipped an expert at a gap of 0.0022 with an F32 query). */
+    float q[MAX_GROUP * KERN_MAX_HEAD_DIM];
+    const float *q32 = J->q + (size_t)t * n_embd + (size_t)h0 * hd;
+    for (int i = 0; i < nh * hd; i++)
+        q[i] = fp16_to_fp32(fp32_to_fp16(q32[i]));
     float acc[MAX_GROUP][KERN_MAX_HEAD_DIM];
     float m[MAX_GROUP], l[MAX_GROUP], s[KEY_CHUNK];
+    /* a sink is a key with no value: it starts the running maximum and sum */
     for (int h = 0; h < nh; h++) {
         memset(acc[h], 0, sizeof(float) * (size_t)hd);
-        m[h] = -INFINITY;
-        l[h] = 0;
+        m[h] = J->sinks ? J->sinks[h0 + h] : -INFINITY;
+        l[h] = J->sinks ? 1.0f : 0.0f;
     }
     /* keys [lo, pos]: chunks start at lo whatever the ring's size, so a position's result is
      * the same on every device; a chunk that wraps around a ring is read in two pieces */
@@ -150,7 +159,8 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const int32_t *seq, size_t seq_rows, int window, const uint16_t *k_cache,
+                    const int32_t *seq, size_t seq_rows, int window, const float *sinks,
+                    const uint16_t *k_cache,
                     const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
                     float scale)
 {
@@ -167,6 +177,7 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
         piece = (piece + 1) / 2;
     struct attn_job J = {
         .out = out, .q = q, .pos = pos, .seq = seq, .seq_rows = seq_rows, .window = window,
+        .sinks = sinks,
         .k = k_cache, .v = v_cache,
         .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .group = group,
         .piece = piece, .pieces_per_group = (group + piece - 1) / piece, .scale = scale,

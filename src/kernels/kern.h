@@ -54,6 +54,8 @@ void kern_add(float *y, const float *x, int n);              /* y += x */
 void kern_silu_mul(float *gate, const float *up, int n);     /* gate = silu(gate) * up */
 /* gate = gelu(gate) * up, GELU's tanh approximation */
 void kern_gelu_mul(float *gate, const float *up, int n);
+/* gate = g sigmoid(1.702 g) (u + 1), g = min(gate, 7), u = up clamped to [-7, 7] (gpt-oss) */
+void kern_swiglu_oai_mul(float *gate, const float *up, int n);
 void kern_softmax(float *x, int n);                          /* numerically stable, in place */
 
 typedef struct rope_params {
@@ -62,6 +64,13 @@ typedef struct rope_params {
     float freq_scale;           /* linear scaling: 1/factor */
     bool neox;                  /* NeoX ordering: pairs (i, i + n_rot/2) instead of (2i, 2i+1) */
     const float *freq_factors;  /* Llama-3 rope_freqs (n_rot/2 divisors), or NULL */
+    /* YaRN (ext_factor > 0): each pair's angle mixes the interpolated (freq_scale) and the
+     * original one by a ramp between the dimensions whose wavelengths fit beta_fast and
+     * beta_slow turns in n_ctx_orig positions, and cos/sin are scaled by
+     * 1 + 0.1 ln(1/freq_scale) — unless rotate_only, for re-rotating keys already scaled. */
+    float ext_factor, beta_fast, beta_slow;
+    int n_ctx_orig;
+    bool rotate_only;
 } rope_params;
 
 /* The rotation kern_rope applies at position pos: cos and sin of the angle of each of the
@@ -71,16 +80,18 @@ void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn);
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
 
 /* Grouped-query attention over an F16 KV cache for a batch of tokens of one or more sequences.
- * q: n_tokens x (n_head*head_dim); out likewise. The cache of sequence s starts at row
+ * q: n_tokens x (n_head*head_dim), rounded to F16 where it meets the keys; out likewise. The cache of sequence s starts at row
  * s * seq_rows of k_cache/v_cache ([rows][n_head_kv*head_dim] F16); its row j % seq_rows holds
  * position j (a ring when the sequence outgrows it; seq_rows 0: row j, for one sequence).
  * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's positions
  * 0..pos[t] (causal), or only the last `window` of them (window > 0: sliding attention; a ring
- * must hold them). One pass with a running max (numerically stable), work split by (token,
+ * must hold them). sinks (NULL: none): a logit per query head that joins its softmax's
+ * denominator only. One pass with a running max (numerically stable), work split by (token,
  * head); a token's result depends neither on the other tokens of the batch nor on the ring's
  * size. */
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const int32_t *seq, size_t seq_rows, int window, const uint16_t *k_cache,
+                    const int32_t *seq, size_t seq_rows, int window, const float *sinks,
+                    const uint16_t *k_cache,
                     const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
                     float scale);
 

@@ -21,20 +21,29 @@ enum lop_kind {
     LOP_MATMUL,     /* dst = W · src (+ b): W is w, an n_out x n_in matrix, b a bias or none */
     LOP_ADD,        /* dst += src */
     LOP_ROPE,       /* Q and K rotated for their positions by the layer's rotation */
-    LOP_ATTENTION,  /* K and V into the layer's cache; dst = softmax(scale Q·K) V over it */
+    /* K and V into the layer's cache; dst = softmax(scale Q·K) V over it; w (unless LOP_NONE)
+     * holds a sink logit per head, which joins each softmax's denominator only */
+    LOP_ATTENTION,
     LOP_SILU_MUL,   /* dst = silu(dst) * src */
     LOP_GELU_MUL,   /* dst = gelu(dst) * src, GELU's tanh approximation */
-    /* dst = sum over the router's top k experts e of p_e * down_e(silu(gate_e src) * up_e src):
+    /* dst = g' sigmoid(1.702 g') (u' + 1) with g' = min(dst, 7), u' = src clamped to [-7, 7]
+     * (gpt-oss's clamped SwiGLU) */
+    LOP_SWIGLU_OAI_MUL,
+    /* dst = sum over the router's top k experts e of p_e * down_e(act(gate_e src) * up_e src):
      * w is the router (n_expert x n_embd), w + 1..3 the experts' gate, up and down (3-D, expert
-     * e the e-th slice); p = softmax of the router's scores over all experts, the top k kept
-     * and renormalized to sum 1. Uses XG, GATE and UP as scratch. */
+     * e the e-th slice), b (unless LOP_NONE) the router's bias and b + 1..3 the experts' biases
+     * (2-D, expert e the e-th row); act is the op's act (LOP_SILU_MUL, LOP_SWIGLU_OAI_MUL);
+     * p = softmax of the router's scores over all experts, the top k kept and renormalized to
+     * sum 1 (the softmax over the k chosen). Uses XG, GATE and UP as scratch. */
     LOP_MOE,
     LOP_KINDS
 };
 
 #define LOP_NONE 0xff      /* no weight (or bias) */
+/* A backend's capabilities beside its ops (1u << LOP_* bits): LOP_ATTENTION with sinks. */
+#define LOP_CAP_SINKS (1u << 31)
 #define LOP_MAX 24         /* ops in one layer */
-#define LOP_MAX_TENSORS 24 /* weight slots of one layer */
+#define LOP_MAX_TENSORS 32 /* weight slots of one layer */
 #define LOP_ROPES 2        /* distinct rotations a model uses (e.g. global and sliding layers) */
 #define LOP_MAX_EXPERTS 512
 
@@ -43,6 +52,7 @@ typedef struct layer_op {
     uint8_t dst, src;  /* enum lop_buf */
     uint8_t w, b;      /* weight slots, or LOP_NONE */
     uint8_t per_head;  /* LOP_NORM over each head of Q or K */
+    uint8_t act;       /* LOP_MOE: its experts' gate (an element-wise lop_kind) */
 } layer_op;
 
 /* The sizes the buffers' widths come from. */

@@ -68,6 +68,16 @@ void kern_gelu_mul(float *gate, const float *up, int n)
     }
 }
 
+void kern_swiglu_oai_mul(float *gate, const float *up, int n)
+{
+    const float alpha = 1.702f, limit = 7.0f;
+    for (int i = 0; i < n; i++) {
+        float g = gate[i] < limit ? gate[i] : limit;
+        float u = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        gate[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+}
+
 void kern_softmax(float *x, int n)
 {
     float max = -INFINITY;
@@ -89,12 +99,29 @@ void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn)
      * stays near 1e-14, far below float resolution. */
     const int half = rp->n_rot / 2;
     double step = pow(rp->freq_base, -2.0 / rp->n_rot), freq = 1.0;
+    double low = 0, high = 0, mscale = 1;
+    if (rp->ext_factor > 0) {
+        /* the pair index at which a frequency makes r turns in n_ctx_orig positions */
+        const double n = rp->n_rot, lb = 2 * log(rp->freq_base), two_pi = 2 * M_PI;
+        low = floor(n * log(rp->n_ctx_orig / (rp->beta_fast * two_pi)) / lb);
+        high = ceil(n * log(rp->n_ctx_orig / (rp->beta_slow * two_pi)) / lb);
+        low = low > 0 ? low : 0;
+        high = high < n - 1 ? high : n - 1;
+        if (!rp->rotate_only)
+            mscale = 1 + 0.1 * log(1.0 / rp->freq_scale);
+    }
     for (int i = 0; i < half; i++, freq *= step) {
         double theta = pos * freq * rp->freq_scale;
         if (rp->freq_factors)
             theta /= rp->freq_factors[i];
-        cs[i] = (float)cos(theta);
-        sn[i] = (float)sin(theta);
+        if (rp->ext_factor > 0) {
+            double extrap = theta / rp->freq_scale;
+            double ramp = (i - low) / (high - low > 0.001 ? high - low : 0.001);
+            double mix = (1 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp)) * rp->ext_factor;
+            theta = theta * (1 - mix) + extrap * mix;
+        }
+        cs[i] = (float)(cos(theta) * mscale);
+        sn[i] = (float)(sin(theta) * mscale);
     }
 }
 

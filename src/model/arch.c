@@ -17,6 +17,8 @@
 #define FFN_DENSE (BIT(LT_FFN_GATE) | BIT(LT_FFN_UP) | BIT(LT_FFN_DOWN))
 #define EXPERTS (BIT(LT_FFN_GATE_INP) | BIT(LT_FFN_GATE_EXPS) | BIT(LT_FFN_UP_EXPS) | \
                  BIT(LT_FFN_DOWN_EXPS))
+#define EXPERT_BIASES (BIT(LT_FFN_GATE_INP_B) | BIT(LT_FFN_GATE_EXPS_B) | \
+                       BIT(LT_FFN_UP_EXPS_B) | BIT(LT_FFN_DOWN_EXPS_B))
 
 static const slot_desc slots[LT_COUNT] = {
     [LT_ATTN_NORM] = {"attn_norm.weight", DIM_EMBD, DIM_ONE, false},
@@ -39,6 +41,12 @@ static const slot_desc slots[LT_COUNT] = {
     [LT_FFN_GATE_EXPS] = {"ffn_gate_exps.weight", DIM_EMBD, DIM_FF, true, DIM_EXPERT},
     [LT_FFN_UP_EXPS] = {"ffn_up_exps.weight", DIM_EMBD, DIM_FF, true, DIM_EXPERT},
     [LT_FFN_DOWN_EXPS] = {"ffn_down_exps.weight", DIM_FF, DIM_EMBD, true, DIM_EXPERT},
+    [LT_FFN_GATE_INP_B] = {"ffn_gate_inp.bias", DIM_EXPERT, DIM_ONE, false},
+    [LT_FFN_GATE_EXPS_B] = {"ffn_gate_exps.bias", DIM_FF, DIM_EXPERT, false},
+    [LT_FFN_UP_EXPS_B] = {"ffn_up_exps.bias", DIM_FF, DIM_EXPERT, false},
+    [LT_FFN_DOWN_EXPS_B] = {"ffn_down_exps.bias", DIM_EMBD, DIM_EXPERT, false},
+    [LT_BO] = {"attn_output.bias", DIM_EMBD, DIM_ONE, false},
+    [LT_ATTN_SINKS] = {"attn_sinks.weight", DIM_HEADS, DIM_ONE, false},
 };
 
 static void emit(layer_prog *p, enum lop_kind kind, enum lop_buf dst, enum lop_buf src, int w,
@@ -53,15 +61,10 @@ static int opt(const bool has[LT_COUNT], enum layer_slot s)
     return has[s] ? (int)s : LOP_NONE;
 }
 
-/* A pre-norm block of attention and a gated FFN, with what the layer has of optional biases,
- * QK norms and post-norms (Llama, Qwen2/3, Gemma 3), or a block of experts in place of the FFN
- * when the layer has a router (Mixtral's llama files, Qwen3-MoE):
- *   h += post_norm(Wo · attention(rope(qk_norm(Wq x + bq)), rope(qk_norm(Wk x + bk)), Wv x + bv))
- *   h += post_norm(Wdown · (act(Wgate x') * Wup x'))        x = norm(h), x' = norm(h)
- *   or h += moe(x') */
-static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog *p)
+/* Q, K and V (with what the layer has of biases and QK norms), rotated, attended (with the
+ * sinks if it has them), and the output product into X. */
+static void emit_attention(const bool has[LT_COUNT], layer_prog *p)
 {
-    emit(p, LOP_NORM, LB_X, LB_H, LT_ATTN_NORM, LOP_NONE);
     emit(p, LOP_MATMUL, LB_Q, LB_X, LT_WQ, opt(has, LT_BQ));
     emit(p, LOP_MATMUL, LB_K, LB_X, LT_WK, opt(has, LT_BK));
     emit(p, LOP_MATMUL, LB_V, LB_X, LT_WV, opt(has, LT_BV));
@@ -72,16 +75,35 @@ static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog
         p->op[p->n_op - 1].per_head = 1;
     }
     emit(p, LOP_ROPE, LB_Q, LB_K, LOP_NONE, LOP_NONE);
-    emit(p, LOP_ATTENTION, LB_ATT, LB_Q, LOP_NONE, LOP_NONE);
-    emit(p, LOP_MATMUL, LB_X, LB_ATT, LT_WO, LOP_NONE);
+    emit(p, LOP_ATTENTION, LB_ATT, LB_Q, opt(has, LT_ATTN_SINKS), LOP_NONE);
+    emit(p, LOP_MATMUL, LB_X, LB_ATT, LT_WO, opt(has, LT_BO));
+}
+
+/* The block of experts on X into Y, added to the residual stream. */
+static void emit_experts(const arch_desc *a, const bool has[LT_COUNT], layer_prog *p)
+{
+    emit(p, LOP_MOE, LB_Y, LB_X, LT_FFN_GATE_INP, opt(has, LT_FFN_GATE_INP_B));
+    p->op[p->n_op - 1].act = (uint8_t)a->glu;
+    emit(p, LOP_ADD, LB_H, LB_Y, LOP_NONE, LOP_NONE);
+}
+
+/* A pre-norm block of attention and a gated FFN, with what the layer has of optional biases,
+ * QK norms and post-norms (Llama, Qwen2/3, Gemma 3), or a block of experts in place of the FFN
+ * when the layer has a router (Mixtral's llama files, Qwen3-MoE):
+ *   h += post_norm(Wo · attention(rope(qk_norm(Wq x + bq)), rope(qk_norm(Wk x + bk)), Wv x + bv))
+ *   h += post_norm(Wdown · (act(Wgate x') * Wup x'))        x = norm(h), x' = norm(h)
+ *   or h += moe(x') */
+static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog *p)
+{
+    emit(p, LOP_NORM, LB_X, LB_H, LT_ATTN_NORM, LOP_NONE);
+    emit_attention(has, p);
     if (has[LT_ATTN_POST_NORM])
         emit(p, LOP_NORM, LB_X, LB_X, LT_ATTN_POST_NORM, LOP_NONE);
     emit(p, LOP_ADD, LB_H, LB_X, LOP_NONE, LOP_NONE);
 
     emit(p, LOP_NORM, LB_X, LB_H, LT_FFN_NORM, LOP_NONE);
     if (has[LT_FFN_GATE_INP]) {
-        emit(p, LOP_MOE, LB_Y, LB_X, LT_FFN_GATE_INP, LOP_NONE);
-        emit(p, LOP_ADD, LB_H, LB_Y, LOP_NONE, LOP_NONE);
+        emit_experts(a, has, p);
         return;
     }
     emit(p, LOP_MATMUL, LB_GATE, LB_X, LT_FFN_GATE, LOP_NONE);
@@ -91,6 +113,18 @@ static void build_dense(const arch_desc *a, const bool has[LT_COUNT], layer_prog
     if (has[LT_FFN_POST_NORM])
         emit(p, LOP_NORM, LB_X, LB_X, LT_FFN_POST_NORM, LOP_NONE);
     emit(p, LOP_ADD, LB_H, LB_X, LOP_NONE, LOP_NONE);
+}
+
+/* gpt-oss: biased attention with sinks, and the norm after it (its GGUF name says
+ * post_attention_norm) is the input norm of a block of experts with biases and a clamped SwiGLU:
+ *   h += Wo attention(...) + bo;  h += moe(norm(h)) */
+static void build_gptoss(const arch_desc *a, const bool has[LT_COUNT], layer_prog *p)
+{
+    emit(p, LOP_NORM, LB_X, LB_H, LT_ATTN_NORM, LOP_NONE);
+    emit_attention(has, p);
+    emit(p, LOP_ADD, LB_H, LB_X, LOP_NONE, LOP_NONE);
+    emit(p, LOP_NORM, LB_X, LB_H, LT_ATTN_POST_NORM, LOP_NONE);
+    emit_experts(a, has, p);
 }
 
 /* Gemma 3 27B scales queries by 1/sqrt(n_embd / n_head) (its query_pre_attn_scalar), the
@@ -117,6 +151,13 @@ static const arch_desc archs[ARCH_COUNT] = {
                      .build = build_dense},
     [ARCH_QWEN3MOE] = {.name = "qwen3moe", .required = (DENSE & ~FFN_DENSE) | QK_NORM | EXPERTS,
                        .neox = true, .glu = LOP_SILU_MUL, .build = build_dense},
+    /* sliding and global layers alternate, all with the same (YaRN) rotation */
+    [ARCH_GPTOSS] = {.name = "gpt-oss",
+                     .required = (DENSE & ~FFN_DENSE & ~BIT(LT_FFN_NORM)) | QKV_BIAS | BIT(LT_BO) |
+                                 BIT(LT_ATTN_SINKS) | BIT(LT_ATTN_POST_NORM) | EXPERTS |
+                                 EXPERT_BIASES,
+                     .neox = true, .glu = LOP_SWIGLU_OAI_MUL, .swa_pattern = 2,
+                     .build = build_gptoss},
 };
 
 const arch_desc *arch_get(enum model_arch a)

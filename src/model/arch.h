@@ -15,7 +15,9 @@
 #include "kernels/layer_ops.h"
 
 /* Index of a row in the table. */
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN3MOE, ARCH_COUNT };
+enum model_arch {
+    ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_GEMMA3, ARCH_QWEN3MOE, ARCH_GPTOSS, ARCH_COUNT
+};
 
 /* The weight slots of a layer: every tensor any architecture's layer may hold. */
 enum layer_slot {
@@ -24,12 +26,15 @@ enum layer_slot {
     /* a layer of experts: the router, then the experts' gate, up and down (in this order:
      * LOP_MOE names the router's slot) */
     LT_FFN_GATE_INP, LT_FFN_GATE_EXPS, LT_FFN_UP_EXPS, LT_FFN_DOWN_EXPS,
+    /* their biases, in the same order (LOP_MOE names the first) */
+    LT_FFN_GATE_INP_B, LT_FFN_GATE_EXPS_B, LT_FFN_UP_EXPS_B, LT_FFN_DOWN_EXPS_B,
+    LT_BO, LT_ATTN_SINKS,
     LT_COUNT
 };
 _Static_assert(LT_COUNT <= LOP_MAX_TENSORS, "layer slots exceed the ops' weight slots");
 
 /* The sizes a tensor's dimensions are given in. */
-enum arch_dim { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_HEAD, DIM_EXPERT };
+enum arch_dim { DIM_ONE, DIM_EMBD, DIM_Q, DIM_KV, DIM_FF, DIM_HEAD, DIM_EXPERT, DIM_HEADS };
 
 typedef struct slot_desc {
     const char *name;          /* GGUF name after "blk.N." */
@@ -45,7 +50,7 @@ typedef struct arch_desc {
     uint32_t required;         /* slots (1u << LT_*) every layer has */
     uint32_t optional;         /* slots a layer may have */
     bool neox;                 /* rotate pairs (i, i + n_rot/2), not (2i, 2i+1) */
-    enum lop_kind glu;         /* LOP_SILU_MUL or LOP_GELU_MUL: the gated FFN's activation */
+    enum lop_kind glu;         /* the gated FFN's (or experts') activation: an element-wise op */
     bool embd_scale;           /* token embeddings scaled by sqrt(n_embd) */
     /* With an ARCH.attention.sliding_window key: layer il slides iff il % pattern <
      * pattern - 1 (pattern 1: every layer; 0: none, the key is ignored);

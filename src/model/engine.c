@@ -292,7 +292,7 @@ static void note_filled(engine *e, int il, int n, const int32_t *pos, const int3
 }
 
 /* LOP_ATTENTION: the batch's K and V rows into the cache, then every query over it. */
-static void attention(engine *e, int il, float *out, int n, const int32_t *pos,
+static void attention(engine *e, int il, int sinks_slot, float *out, int n, const int32_t *pos,
                       const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
@@ -307,9 +307,29 @@ static void attention(engine *e, int il, float *out, int n, const int32_t *pos,
         }
     }
     const layer_prog *p = &e->m->layers[il].prog;
+    const gguf_tensor *sinks = sinks_slot == LOP_NONE ? NULL : e->m->layers[il].t[sinks_slot];
     kern_attention(e->kc, out, e->buf[LB_Q], n, pos, seq, (size_t)e->kv_rows[il], p->window,
-                   e->k_cache[il], e->v_cache[il], hp->n_head, hp->n_head_kv, hp->head_dim,
-                   hp->attn_scale);
+                   sinks ? sinks->data : NULL, e->k_cache[il], e->v_cache[il], hp->n_head,
+                   hp->n_head_kv, hp->head_dim, hp->attn_scale);
+}
+
+/* An element-wise gate: gate = act(gate) * up. */
+static void gate_op(int kind, float *gate, const float *up, int n)
+{
+    if (kind == LOP_GELU_MUL)
+        kern_gelu_mul(gate, up, n);
+    else if (kind == LOP_SWIGLU_OAI_MUL)
+        kern_swiglu_oai_mul(gate, up, n);
+    else
+        kern_silu_mul(gate, up, n);
+}
+
+/* Row x of a 2-D bias (an expert's) added to n rows of y. */
+static void add_expert_bias(float *y, const gguf_tensor *b, int x, int n)
+{
+    const int dim = (int)b->ne[0];
+    for (int r = 0; r < n; r++)
+        kern_add(y + (size_t)r * (size_t)dim, (const float *)b->data + (size_t)x * (size_t)dim, dim);
 }
 
 /* The router's choice for one row: softmax over every expert's score, the k most probable
@@ -349,11 +369,16 @@ static int moe(engine *e, int il, const layer_op *op, int n)
 {
     const model_hparams *hp = &e->m->hp;
     const gguf_tensor *const *w = (const gguf_tensor *const *)e->m->layers[il].t + op->w;
+    /* biases: the router's, then the experts' gate, up and down (NULL: none) */
+    const gguf_tensor *const *b =
+        op->b == LOP_NONE ? NULL : (const gguf_tensor *const *)e->m->layers[il].t + op->b;
     const int n_x = hp->n_expert, k = hp->n_expert_used, d = hp->n_embd, ff = hp->n_ff;
     const float *in = e->buf[op->src];
     float *out = e->buf[op->dst], *xg = e->buf[LB_XG], *gate = e->buf[LB_GATE];
     if (matmul(e, w[0], in, n, e->scores))
         return -1;
+    if (b)
+        add_bias_rows(e->scores, b[0], n, n_x);
     for (int t = 0; t < n; t++)
         route(e->scores + (size_t)t * (size_t)n_x, n_x, k, e->chosen + (size_t)t * (size_t)k,
               e->chosen_w + (size_t)t * (size_t)k);
@@ -372,9 +397,15 @@ static int moe(engine *e, int il, const layer_op *op, int n)
             continue;
         if (expert_matmul(e, w[1], x, xg, c, gate) || expert_matmul(e, w[2], x, xg, c, e->buf[LB_UP]))
             return -1;
-        kern_silu_mul(gate, e->buf[LB_UP], c * ff);
+        if (b) {
+            add_expert_bias(gate, b[1], x, c);
+            add_expert_bias(e->buf[LB_UP], b[2], x, c);
+        }
+        gate_op(op->act, gate, e->buf[LB_UP], c * ff);
         if (expert_matmul(e, w[3], x, gate, c, xg))
             return -1;
+        if (b)
+            add_expert_bias(xg, b[3], x, c);
         for (int r = 0; r < c; r++) {
             float *o = out + (size_t)e->rows[r] * (size_t)d;
             const float *y = xg + (size_t)r * (size_t)d;
@@ -422,13 +453,12 @@ static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *p
         return 0;
     }
     case LOP_ATTENTION:
-        attention(e, il, dst, n, pos, seq);
+        attention(e, il, op->w, dst, n, pos, seq);
         return 0;
     case LOP_SILU_MUL:
-        kern_silu_mul(dst, src, (int)((size_t)n * width));
-        return 0;
     case LOP_GELU_MUL:
-        kern_gelu_mul(dst, src, (int)((size_t)n * width));
+    case LOP_SWIGLU_OAI_MUL:
+        gate_op(op->kind, dst, src, (int)((size_t)n * width));
         return 0;
     case LOP_MOE:
         return moe(e, il, op, n);
@@ -594,7 +624,10 @@ static void move_row(engine *e, const rope_params *rp, const uint16_t *ks, const
 static int shift_rows(engine *e, int il, uint16_t *kc, uint16_t *vc, int p0, int end, int filled,
                       int delta)
 {
-    const rope_params *rp = &e->m->hp.rope[e->m->layers[il].prog.rope];
+    /* a pure rotation: the keys carry their YaRN scale already */
+    rope_params rot = e->m->hp.rope[e->m->layers[il].prog.rope];
+    rot.rotate_only = true;
+    const rope_params *rp = &rot;
     const size_t kv_dim = buf_width(&e->m->hp, LB_K), rows = (size_t)e->kv_rows[il];
     if (rows >= (size_t)e->n_ctx) {
         for (int p = p0; p < end; p++)

@@ -168,6 +168,21 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
             factor = arch_float(ld, "rope.scale_linear", 0.0);
         if (!strcmp(type, "linear") || factor > 0.0)
             rope->freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
+    } else if (!strcmp(type, "yarn")) {
+        if (factor <= 0.0) {
+            fail(ld, "rope scaling 'yarn' needs %s.rope.scaling.factor > 0", ld->arch);
+            return;
+        }
+        rope->freq_scale = (float)(1.0 / factor);
+        rope->ext_factor = (float)arch_float(ld, "rope.scaling.yarn_ext_factor", 1.0);
+        rope->beta_fast = (float)arch_float(ld, "rope.scaling.yarn_beta_fast", 32.0);
+        rope->beta_slow = (float)arch_float(ld, "rope.scaling.yarn_beta_slow", 1.0);
+        rope->n_ctx_orig = (int)arch_int(ld, "rope.scaling.original_context_length",
+                                         hp->n_ctx_train, false);
+        if (!(rope->beta_fast > rope->beta_slow) || rope->beta_slow <= 0 || rope->n_ctx_orig < 1) {
+            fail(ld, "rope scaling 'yarn' has invalid parameters");
+            return;
+        }
     } else if (!strcmp(type, "llama3")) {
         if (factor <= 0.0) {
             fail(ld, "rope scaling 'llama3' needs %s.rope.scaling.factor > 0", ld->arch);
@@ -266,6 +281,7 @@ static uint64_t dim_size(const model_hparams *hp, enum arch_dim d)
     case DIM_FF: return (uint64_t)hp->n_ff;
     case DIM_HEAD: return (uint64_t)hp->head_dim;
     case DIM_EXPERT: return (uint64_t)hp->n_expert;
+    case DIM_HEADS: return (uint64_t)hp->n_head;
     case DIM_ONE: break;
     }
     return 1;
@@ -312,13 +328,15 @@ static void load_layers(loader *ld, model *m)
          * without one of them, say) */
         for (int i = 0; i < L->prog.n_op; i++) {
             const layer_op *op = &L->prog.op[i];
-            int n_w = op->kind == LOP_MOE ? 4 : 1;
-            for (int k = 0; op->w != LOP_NONE && k < n_w; k++)
-                if (!L->t[op->w + k]) {
-                    fail(ld, "missing tensor 'blk.%d.%s'", il,
-                         arch_slot((enum layer_slot)(op->w + k))->name);
+            const int n_w = op->kind == LOP_MOE ? 4 : 1;
+            for (int k = 0; k < 2 * n_w; k++) {
+                int s = k < n_w ? (op->w == LOP_NONE ? -1 : op->w + k)
+                                : (op->b == LOP_NONE ? -1 : op->b + k - n_w);
+                if (s >= 0 && !L->t[s]) {
+                    fail(ld, "missing tensor 'blk.%d.%s'", il, arch_slot((enum layer_slot)s)->name);
                     return;
                 }
+            }
             if (op->kind == LOP_MOE && !hp->n_expert_used) {
                 fail(ld, "layer %d has experts, but %s.expert_count or %s.expert_used_count is "
                          "missing", il, ld->arch, ld->arch);

@@ -264,10 +264,12 @@ static tlist make_tensors(const synth_params *p, int n_vocab)
     bool used[LT_COUNT] = {false};
     for (int i = 0; i < prog.n_op; i++) {
         const layer_op *op = &prog.op[i];
-        for (int k = 0; op->w != LOP_NONE && k < (op->kind == LOP_MOE ? 4 : 1); k++)
-            used[op->w + k] = true;
-        if (op->b != LOP_NONE)
-            used[op->b] = true;
+        for (int k = 0; k < (op->kind == LOP_MOE ? 4 : 1); k++) {
+            if (op->w != LOP_NONE)
+                used[op->w + k] = true;
+            if (op->b != LOP_NONE)
+                used[op->b + k] = true;
+        }
     }
     tlist l = {calloc(3 + (size_t)p->n_layer * LT_COUNT, sizeof(tspec)), 0};
     if (!l.t)
