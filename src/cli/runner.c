@@ -54,6 +54,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         ring_opts ro = ring_args_opts(&r->ra);
         const offload_opts go = gpu_offload_opts(&r->o);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
+        cli_progress_planner(&r->prog, &r->sp);
         r->sp.stats = r->ra.stats;
         r->sp.gpu = go;
         r->sp.profile_cache = r->ra.profile_cache;
@@ -61,6 +62,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         ro.n_seq = r->n_seq > 1 ? r->n_seq : 1;
         r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,
                                  errlen);
+        cli_progress_end(&r->prog);
         r->plan_s = r->sp.seconds;
         if (r->s)
             gpu_offload_report_ring(&r->rh);
