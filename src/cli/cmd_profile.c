@@ -69,8 +69,8 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     printf("device     %s (%s)\n", p->name, os_class_name(p->os));
-    printf("cpu        %d usable cores, measured with %d threads, SIMD path %s\n", p->cores,
-           p->threads, p->simd);
+    printf("cpu        %d usable core%s, measured with %d thread%s, SIMD path %s\n", p->cores,
+           p->cores > 1 ? "s" : "", p->threads, p->threads > 1 ? "s" : "", p->simd);
     if (p->cpu_quota > 0)
         printf("           CPU quota %.2f CPUs\n", p->cpu_quota);
     for (int t = 0; t < DT_COUNT; t++)
