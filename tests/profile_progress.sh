@@ -31,14 +31,18 @@ done <"$work/err"
     fail "parts: $(IFS='|'; echo "${got[*]}"), want $parts"
 ((prev_pct == 100)) || fail "the last line is not at 100 %: $(tail -1 "$work/err")"
 
-# On a terminal: one line, rewritten for every part, ended once the measurement is over.
+# On a terminal: one line, rewritten for every part and as the seconds go on, ended once the
+# measurement is over.
 script -qec "'$prima' profile -m '$model' -t 1 --json 2>&1 >/dev/null" /dev/null \
     >"$work/tty" </dev/null || fail "profile on a terminal: $(cat -A "$work/tty")"
 [[ $(grep -c "prima: profiling" "$work/tty") == 1 ]] ||
     fail "more than one line on a terminal: $(cat -A "$work/tty")"
 tr '\r' '\n' <"$work/tty" | grep -v '^$' | sed 's/ *$//' >"$work/parts"
-got=$(sed -E "s/$line_re/\\1/" "$work/parts" | paste -sd '|')
+got=$(sed -E "s/$line_re/\\1/" "$work/parts" | uniq | paste -sd '|')
 [[ $got == "$parts" ]] || fail "terminal parts: $got, want $parts ($(cat -A "$work/tty"))"
+# the seconds go on within a part (redrawn 4 times a second): more lines than parts
+(($(wc -l <"$work/parts") > $(tr '|' '\n' <<<"$parts" | wc -l) + 4)) ||
+    fail "the terminal line is not redrawn within parts: $(cat -A "$work/tty")"
 grep -Eq "done, 100 %, [0-9.]+ s *"$'\r'"?\$" "$work/tty" ||
     fail "the terminal line does not end at done: $(cat -A "$work/tty")"
 echo "profile_progress: all passed"

@@ -302,7 +302,6 @@ static int run_logits(logits_job *j)
         sp.profile_cache = j->ra.profile_cache;
         ro.planner = &sp.rp;
         s = ring_head_session(&rh, &ro, &go, m, kc, n_ctx, n_batch, err, sizeof err);
-        cli_progress_end(&prog);
         if (s)
             gpu_offload_report_ring(&rh);
         if (s && ring_args_failover(&j->ra, &rh, s, &sp, err, sizeof err)) {

@@ -62,7 +62,6 @@ int runner_session(runner *r, char *err, size_t errlen)
         ro.n_seq = r->n_seq > 1 ? r->n_seq : 1;
         r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,
                                  errlen);
-        cli_progress_end(&r->prog);
         r->plan_s = r->sp.seconds;
         if (r->s)
             gpu_offload_report_ring(&r->rh);

@@ -283,6 +283,7 @@ static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, 
     sched_planner *sp = ctx;
     double t0 = now_s();
     int rc = plan_ring(sp, r, q, out, drop, err, errlen);
+    progress(sp, 0, NULL, rc ? 0 : 1);   /* a part a failure cut short ends too */
     sp->seconds += now_s() - t0;
     return rc;
 }

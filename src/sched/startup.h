@@ -36,7 +36,8 @@ typedef struct sched_known {
 /* Progress of a plan, for a caller that shows it: device d (0 the head) and what is done to it
  * now (the head's profile: the parts of measure.h's progress; a worker: "measuring itself",
  * "probing its link"), with the share of the device's part done (0 to 1; -1: unknown, a worker
- * measures itself). what NULL: the device's part is over. */
+ * measures itself). what NULL: the device's part is over, or the plan (also after a failure,
+ * which may cut a part short). */
 typedef void (*sched_progress_fn)(void *ctx, int device, const char *what, double done);
 
 typedef struct sched_planner {
