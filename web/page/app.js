@@ -345,9 +345,10 @@ form.oninput = () => {
 };
 // ---- the API key: asked for when the server answers 401, kept with the settings
 function askKey() {
-  $('#key-why').textContent = settings.apiKey
-    ? 'The server refused this API key: enter the one it was started with (prima serve --api-key).'
-    : 'This server wants an API key (prima serve --api-key): enter it to chat.';
+  const flag = document.createElement('code');
+  flag.textContent = 'prima serve --api-key';
+  $('#key-why').replaceChildren(settings.apiKey ? 'The server refused this API key: enter the one it was started with (' : 'This server wants an API key (',
+    flag, settings.apiKey ? ').' : '): enter it to chat.');
   if (!$('#key-dialog').open) $('#key-dialog').showModal();
 }
 $('#key-form').onsubmit = () => {
