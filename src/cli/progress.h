@@ -40,7 +40,8 @@ void cli_progress_end(cli_progress *p);
 
 /* profile_opts.progress, with ctx a cli_progress. */
 void cli_progress_profile(void *ctx, const char *what, double done);
-/* The planner's progress on stderr through p (ended by cli_progress_end after the plan). */
+/* The planner's progress on stderr through p (the planner ends each device's work, and the
+ * plan's after every plan). */
 void cli_progress_planner(cli_progress *p, sched_planner *sp);
 
 #endif
