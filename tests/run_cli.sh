@@ -29,6 +29,7 @@ want_ids=$(sed -n 's/^  "greedy_tokens": \[\(.*\)\],$/\1/p' "$ref" | tr -d ',')
 grep -q "prompt 5 tokens" "$tmp/err" || fail "prompt stats"
 grep -Eq "generation 32 tokens in .* ms/token, .* tokens/s" "$tmp/err" || fail "generation stats"
 grep -q "KV cache" "$tmp/err" || fail "memory stats"
+grep -q ", 2 threads, seed" "$tmp/err" || fail "threads: $(cat "$tmp/err")"
 grep -qx "prima: stopped: 32 tokens generated, as -n asked" "$tmp/err" || fail "-n reason: $(cat "$tmp/err")"
 
 # the prompt from a file, weights locked in RAM

@@ -21,6 +21,9 @@ for i in 1 2; do
         >"$tmp/ring$i.txt" 2>"$tmp/err$i" || fail "scheduled ring run $i: $(cat "$tmp/err$i")"
     cmp -s "$tmp/one.txt" "$tmp/ring$i.txt" || fail "run $i: text differs from one device's"
     for want in "scheduler: profiling this device (the head)" "scheduler: profiling device 2" \
+        "^prima: profiling the head: [A-Z0-9_]* kernels, [0-9]* %, [0-9.]* s$" \
+        "^prima: profiling the head: done, 100 %" "^prima: profiling device 2: measuring itself" \
+        "^prima: profiling device 2: probing its link" \
         "^plan: 5 layers on 3 devices" "TPOT terms: compute" "(head)"; do
         grep -q -- "$want" "$tmp/err$i" || fail "run $i: no '$want' in: $(cat "$tmp/err$i")"
     done

@@ -1,8 +1,9 @@
 #!/bin/bash
 # prima serve's web page in headless Chromium (Debian's chromium, driven by playwright-core
 # from web/test): chat with streaming, markdown, stop, conversations kept in local storage,
-# and the cluster view of a 3-device loopback ring. The screenshots are test artifacts:
-# BUILD/test-artifacts/serve_web.png and serve_web-chat.png (not committed).
+# the layout at a phone's width, the cluster view of a 3-device loopback ring, and a server with
+# an API key. The screenshots are test artifacts: BUILD/test-artifacts/serve_web*.png, at
+# 1280x800 and 390x844 (-phone*) (not committed).
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-web
 source "$(dirname "$0")/support/serve.sh"
@@ -24,5 +25,10 @@ HOME=$tmp timeout 180 node "$web/page.test.mjs" "http://127.0.0.1:$sport" "$arti
     fail "page checks (above); server log: $(tail -5 "$tmp/serve.log")"
 grep -q "cancelled" "$tmp/serve.log" || fail "the stop button did not cancel the generation on the server"
 stop_server "$tmp/serve.log"
-[ "$fails" = 0 ] && echo "serve_web: all passed (screenshot: $artifacts/serve_web.png)"
+# with an API key: the page asks for it
+start_server "$tmp/serve-key.log" -m "$model" --api-key "web-test-key" || exit 1
+HOME=$tmp timeout 120 node "$web/key.test.mjs" "http://127.0.0.1:$sport" web-test-key "$artifacts/serve_web-key.png" ||
+    fail "API key checks (above); server log: $(tail -5 "$tmp/serve-key.log")"
+stop_server "$tmp/serve-key.log"
+[ "$fails" = 0 ] && echo "serve_web: all passed (screenshots: $artifacts/serve_web*.png)"
 exit $((fails > 0))

@@ -8,6 +8,7 @@
 
 #include "cli/cli.h"
 #include "cli/gpu_offload.h"
+#include "cli/progress.h"
 #include "cli/ring_args.h"
 #include "sched/startup.h"
 #include "cli/run_opts.h"
@@ -252,6 +253,7 @@ static int run_logits(logits_job *j)
     gpu_dev *gpu = NULL;
     ring_head rh = {0};
     sched_planner sp;   /* plans the ring at the start and after a loss */
+    cli_progress prog;  /* its progress */
     model *m = model_load(j->o.model, err, sizeof err);
     if (!m)
         return cli_fail("%s", err);
@@ -294,6 +296,7 @@ static int run_logits(logits_job *j)
         ring_opts ro = ring_args_opts(&j->ra);
         const offload_opts go = gpu_offload_opts(&j->o);
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
+        cli_progress_planner(&prog, &sp);
         sp.stats = j->ra.stats;
         sp.gpu = go;
         sp.profile_cache = j->ra.profile_cache;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/progress.h"
 #include "cli/run_opts.h"
 #include "sched/measure.h"
 
@@ -52,6 +53,8 @@ static const char usage_text[] =
     "time the quota grants (cpu.quota in the JSON; cpu.quota_period its period in\n"
     "seconds, which the scheduler needs to tell when the device computes at full\n"
     "speed within it).\n"
+    "While it measures, stderr says what (one line rewritten in place on a terminal, a line\n"
+    "per part otherwise): \"prima: profiling this device: Q4_K kernels, 42 %, 2.1 s\".\n"
     "\n"
     "  -m FILE     the GGUF model to plan for (weight types, disk holding it)\n"
     "  -t N        threads for the kernel measurements (default: every usable CPU)\n"
@@ -75,8 +78,8 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
     printf("device     %s (%s)\n", p->name, os_class_name(p->os));
-    printf("cpu        %d usable cores, measured with %d threads, SIMD path %s\n", p->cores,
-           p->threads, p->simd);
+    printf("cpu        %d usable core%s, measured with %d thread%s, SIMD path %s\n", p->cores,
+           p->cores > 1 ? "s" : "", p->threads, p->threads > 1 ? "s" : "", p->simd);
     if (p->cpu_quota > 0)
         printf("           CPU quota %.2f CPUs\n", p->cpu_quota);
     print_rates(p->cpu);
@@ -147,7 +150,13 @@ static int run(int argc, char **argv)
     char err[512], gpu_why[256] = "";
     o.gpu_why = gpu_why;
     o.gpu_why_len = sizeof gpu_why;
-    if (profile_measure(&o, &p, err, sizeof err))
+    cli_progress prog;
+    cli_progress_init(&prog, stderr, "this device");
+    o.progress = cli_progress_profile;
+    o.progress_ctx = &prog;
+    int rc = profile_measure(&o, &p, err, sizeof err);
+    cli_progress_end(&prog);
+    if (rc)
         return cli_fail("%s", err);
     if (json) {
         cJSON *j = profile_to_json(&p);

@@ -67,9 +67,9 @@ static void print_ring(const runner *r)
     int batches = ring_batches(rg);
     if (!batches)
         return;
-    fprintf(stderr, "prima: ring: %d devices, %d round%s a token; per batch (%d batches: the "
+    fprintf(stderr, "prima: ring: %d device%s, %d round%s a token; per batch (%d batches: the "
                     "prompt's chunks and one a generated token):\n",
-            p->n_dev, p->k, p->k > 1 ? "s" : "", batches);
+            p->n_dev, p->n_dev > 1 ? "s" : "", p->k, p->k > 1 ? "s" : "", batches);
     fprintf(stderr, "prima:   device  address                layers       compute ms  wait ms"
                     "  sent KiB\n");
     for (int d = 0; d < p->n_dev; d++) {
@@ -95,9 +95,10 @@ static void print_stats(const runner *r)
     const double mib = 1024.0 * 1024.0;
     const model_hparams *hp = &r->m->hp;
     fprintf(stderr, "\nprima: %s: %d layers, n_embd %d, %d heads / %d kv, vocab %d; context %d, "
-                    "batch %d, %d threads, seed %" PRIu64 "\n",
+                    "batch %d, %d thread%s, seed %" PRIu64 "\n",
             r->o.model, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->n_vocab,
-            r->s->n_ctx, r->s->n_batch, r->o.n_threads, r->o.sp.seed);
+            r->s->n_ctx, r->s->n_batch, r->o.n_threads, r->o.n_threads > 1 ? "s" : "",
+            r->o.sp.seed);
     if (r->plan_s > 0)
         fprintf(stderr, "prima: load %.2f s; scheduler %.2f s (profiling the devices, probing "
                         "the links, planning)\n", r->load_s - r->plan_s, r->plan_s);

@@ -154,10 +154,10 @@ int serve_worker(const serve_opts *o)
         rc = cli_fail("%s", err);
     } else {
         if (!o->quiet)
-            fprintf(stderr, "prima worker: %s: %d layers; listening on %s:%d; %d threads, %.1f GiB "
-                            "free for weights%s\n",
+            fprintf(stderr, "prima worker: %s: %d layers; listening on %s:%d; %d thread%s, %.1f "
+                            "GiB free for weights%s\n",
                     o->model_path, m->hp.n_layer, o->host ? o->host : "*", worker_port(w),
-                    o->threads, (double)sysmem_budget() / (1u << 30),
+                    o->threads, o->threads > 1 ? "s" : "", (double)sysmem_budget() / (1u << 30),
                     key.set ? "; links keyed and encrypted" : "; plaintext links (--insecure)");
         if (!key.set && !loopback(o->host))
             fprintf(stderr, "prima worker: WARNING: no cluster key, and listening on %s: anyone who "

@@ -57,6 +57,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         ring_opts ro = ring_args_opts(&r->ra);
         const offload_opts go = gpu_offload_opts(&r->o);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
+        cli_progress_planner(&r->prog, &r->sp);
         r->sp.stats = r->ra.stats;
         r->sp.gpu = go;
         r->sp.profile_cache = r->ra.profile_cache;

@@ -6,6 +6,7 @@
 #define PRIMA_RUNNER_H
 
 #include "cli/generate.h"
+#include "cli/progress.h"
 #include "gpu/gpu.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
@@ -16,6 +17,7 @@ typedef struct runner {
     ring_args ra;
     ring_head rh;
     sched_planner sp;   /* plans the ring at the start and after a loss */
+    cli_progress prog;  /* the planner's progress */
     model *m;
     model *draft;     /* -md */
     spec *spec;       /* -md or --spec (go.spec) */

@@ -746,6 +746,30 @@ done:
     return rc;
 }
 
+/* ---- progress ---- */
+
+/* The seconds of the parts not given a time of their own, roughly (the 2-core VM, one thread:
+ * the FMA peak's runs PART_FMA; a model's three disk tests PART_DISK; the GPU's tests, on its
+ * software driver, PART_GPU and PART_GPU_TYPE a weight type: 1.2 s for 2 types, 4.2 s for 11). */
+#define PART_FMA 0.6
+#define PART_DISK 2.0
+#define PART_GPU 0.5
+#define PART_GPU_TYPE 0.33
+
+typedef struct progress {
+    const profile_opts *o;
+    double done, total;   /* seconds */
+} progress;
+
+/* A part starts: the caller is told what it measures and the share done before it (the last,
+ * "done", at 1). */
+static void part(progress *pr, const char *what, double seconds)
+{
+    if (pr->o->progress)
+        pr->o->progress(pr->o->progress_ctx, what, pr->done / pr->total);
+    pr->done += seconds;
+}
+
 bool profile_matches(const dev_profile *p, const profile_opts *o)
 {
     char host[64] = "";
@@ -809,30 +833,51 @@ int profile_measure(const profile_opts *o, dev_profile *p, char *err, size_t err
     quota_ctx q = {.stat = ""};
     p->cpu_quota = cpu_quota(&p->cpu_quota_period, q.stat, sizeof q.stat);
     double share = q.share = profile_quota_share(p);
+    int n_types = 0;
+    for (int t = 0; t < DT_COUNT; t++)
+        n_types += types[t];
+    double gpu_seconds = PART_GPU + PART_GPU_TYPE * n_types;
+    progress pr = {.o = o, .total = PART_FMA + BW_SECONDS + DISPATCH_SECONDS + VECTOR_SECONDS +
+                                    RATES_SECONDS + (o->model_path ? PART_DISK : 0) +
+                                    (o->gpu ? gpu_seconds : 0)};
+    part(&pr, "FMA peak", PART_FMA);
     double fmas[3];
     for (int i = 0; i < 3; i++)
         fmas[i] = probe_fma_peak(c, share < 1 ? 2 : 3);
     /* a peak, and only a sanity bound for the kernel rates: the fastest */
     double fma = best_rate(fmas, 3, &p->noise) * (share < 1 ? share : 1);
+    part(&pr, "memory bandwidth", BW_SECONDS);
     p->mem_bw = measure_bandwidth(c, &q, &p->noise);
+    part(&pr, "thread pool", DISPATCH_SECONDS);
     p->dispatch = measure_dispatch(c, &q, &p->noise);
+    part(&pr, "layer work", VECTOR_SECONDS);
     p->vector = measure_vector(c, &q, &p->noise);
     if (!(p->mem_bw > 0) || !(fma > 0) || !(p->dispatch > 0) || !(p->vector > 0)) {
         snprintf(err, errlen, "profile: out of memory for the bandwidth, pool or vector test "
                  "(%.0f MiB buffer)", BW_BYTES / MIB);
         goto done;
     }
-    int n_types = 0;
-    for (int t = 0; t < DT_COUNT; t++)
-        n_types += types[t];
-    for (int t = 0; t < DT_COUNT; t++)
-        if (types[t] && measure_type(c, (enum dtype)t, &fma, RATES_SECONDS / n_types, &q,
-                                     &p->cpu[t], &p->noise, err, errlen))
+    for (int t = 0; t < DT_COUNT; t++) {
+        if (!types[t])
+            continue;
+        char what[32];
+        snprintf(what, sizeof what, "%s kernels", dtype_get((uint32_t)t)->name);
+        part(&pr, what, RATES_SECONDS / n_types);
+        if (measure_type(c, (enum dtype)t, &fma, RATES_SECONDS / n_types, &q, &p->cpu[t],
+                         &p->noise, err, errlen))
             goto done;
-    if (o->model_path && measure_disk(o->model_path, p, err, errlen))
-        goto done;
-    if (o->gpu && profile_measure_gpu(o, types, p, err, errlen))
-        goto done;
+    }
+    if (o->model_path) {
+        part(&pr, "disk", PART_DISK);
+        if (measure_disk(o->model_path, p, err, errlen))
+            goto done;
+    }
+    if (o->gpu) {
+        part(&pr, "GPU", gpu_seconds);
+        if (profile_measure_gpu(o, types, p, err, errlen))
+            goto done;
+    }
+    part(&pr, "done", 0);
     rc = 0;
 done:
     kern_ctx_free(c);

@@ -19,6 +19,12 @@
 
 #include "sched/profile.h"
 
+/* Progress of a measurement, for a caller that shows it: called as each part starts, with what
+ * it measures ("memory bandwidth", "Q4_K kernels", "disk", "GPU") and the share of the whole
+ * measurement's time done before it (0 to 1, from the time each part is given); at last with
+ * "done" and 1 when the measurement succeeded. */
+typedef void (*profile_progress_fn)(void *ctx, const char *what, double done);
+
 typedef struct profile_opts {
     const char *model_path;  /* NULL: no disk test, CPU rates for every type the kernels compute */
     int threads;             /* 0: every CPU this process may run on */
@@ -26,6 +32,8 @@ typedef struct profile_opts {
     int gpu_index;
     char *gpu_why;           /* gpu and none usable: why, gpu_why_len bytes (may be NULL) */
     size_t gpu_why_len;
+    profile_progress_fn progress;   /* NULL: none */
+    void *progress_ctx;
 } profile_opts;
 
 /* Runs a figure may have (more are not counted under a quota). */

@@ -32,6 +32,18 @@ static void say(const sched_planner *sp, const char *fmt, ...)
     va_end(ap);
 }
 
+static void progress(const sched_planner *sp, int d, const char *what, double done)
+{
+    if (sp->progress)
+        sp->progress(sp->progress_ctx, d, what, done);
+}
+
+/* profile_opts.progress for the head's own profile. */
+static void head_progress(void *ctx, const char *what, double done)
+{
+    progress(ctx, 0, what, done);
+}
+
 /* The head's link to worker d: round-trip delay, and throughput from how much longer a large
  * payload takes than a tiny one (each goes there and back). */
 static int probe_link(ring *r, int d, double hop_bytes, double *rtt, double *bw)
@@ -153,12 +165,14 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     }
     if (!sp->head_measured) {
         profile_opts po = {.model_path = sp->model_path, .threads = sp->head_threads,
-                           .gpu = sp->gpu.use, .gpu_index = sp->gpu.index};
+                           .gpu = sp->gpu.use, .gpu_index = sp->gpu.index,
+                           .progress = head_progress, .progress_ctx = sp};
         bool cached;
         if (!sp->profile_cache)
             say(sp, "scheduler: profiling this device (the head)");
         if (profile_get(sp->profile_cache, &po, &sp->head, &cached, err, errlen))
             goto done;
+        progress(sp, 0, NULL, 1);
         if (sp->profile_cache)
             say(sp, "scheduler: this device's profile (the head) %s %s",
                 cached ? "from" : "measured and saved in", sp->profile_cache);
@@ -179,6 +193,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
             continue;
         }
         say(sp, "scheduler: profiling device %d", d);
+        progress(sp, d, "measuring itself", -1);
         if (ring_worker_profile(r, d, q->worker_threads, json, RING_PROFILE_MAX)) {
             snprintf(err, errlen, "%s", ring_error(r));
             goto done;
@@ -192,10 +207,12 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         cJSON_Delete(j);
         if (bad)
             goto done;
+        progress(sp, d, "probing its link", -1);
         if (probe_link(r, d, sm.hop_bytes, &rtt[d], &bw[d])) {
             snprintf(err, errlen, "%s", ring_error(r));
             goto done;
         }
+        progress(sp, d, NULL, 1);
         if (sp->n_known < PRIMA_MAX_DEVICES) {
             k = &sp->known[sp->n_known++];
             snprintf(k->addr, sizeof k->addr, "%s", addr);
@@ -265,6 +282,7 @@ static int plan(void *ctx, ring *r, const ring_plan_request *q, ring_plan *out, 
     sched_planner *sp = ctx;
     double t0 = now_s();
     int rc = plan_ring(sp, r, q, out, drop, err, errlen);
+    progress(sp, 0, NULL, rc ? 0 : 1);   /* a part a failure cut short ends too */
     sp->seconds += now_s() - t0;
     return rc;
 }

@@ -33,6 +33,13 @@ typedef struct sched_known {
     double rtt, bw;             /* of the head's link to it */
 } sched_known;
 
+/* Progress of a plan, for a caller that shows it: device d (0 the head) and what is done to it
+ * now (the head's profile: the parts of measure.h's progress; a worker: "measuring itself",
+ * "probing its link"), with the share of the device's part done (0 to 1; -1: unknown, a worker
+ * measures itself). what NULL: the device's part is over, or the plan (also after a failure,
+ * which may cut a part short). */
+typedef void (*sched_progress_fn)(void *ctx, int device, const char *what, double done);
+
 typedef struct sched_planner {
     ring_planner rp;            /* give &rp to ring_opts.planner */
     bool head_measured;
@@ -53,6 +60,8 @@ typedef struct sched_planner {
     } left_out[PRIMA_MAX_DEVICES];
     int n_left_out;
     const char *profile_cache;  /* the head's profile cache file; NULL: none */
+    sched_progress_fn progress; /* NULL: none */
+    void *progress_ctx;
 } sched_planner;
 
 void sched_planner_init(sched_planner *sp, const model *m, const char *model_path,

@@ -14,6 +14,8 @@ let conversations = store.get('prima.conversations', []);
 let current = store.get('prima.current', null);
 let controller = null;
 
+const plural = (n, word) => `${n} ${word}${n === 1 ? '' : 's'}`;
+
 function headers() {
   const h = { 'Content-Type': 'application/json' };
   if (settings.apiKey) h.Authorization = `Bearer ${settings.apiKey}`;
@@ -70,7 +72,7 @@ function showConversations() {
       save();
       showAll();
     };
-    li.onclick = () => { if (!controller) { current = c.id; save(); showAll(); } };
+    li.onclick = () => { if (!controller) { current = c.id; save(); showAll(); sidebar(false); } };
     li.append(span, del);
     ul.append(li);
   }
@@ -128,6 +130,10 @@ async function send(text) {
   const t0 = performance.now();
   try {
     const res = await fetch('/v1/chat/completions', { method: 'POST', headers: headers(), body: JSON.stringify(request(history)), signal: controller.signal });
+    if (res.status === 401) {
+      askKey();
+      throw new Error('the server wants an API key: enter it, then send again');
+    }
     if (!res.ok) {
       const e = await res.json().catch(() => ({}));
       throw new Error(e.error?.message ?? `HTTP ${res.status}`);
@@ -180,7 +186,7 @@ function deviceElement(d, prev, k) {
   div.dataset.testid = 'device';
   const h = document.createElement('h3');
   h.textContent = `${d.rank}: ${d.addr}`;
-  const lines = [`window ${d.window} layer(s) × ${k} round(s)${d.layers ? ` (layers ${d.layers})` : ''}`, `GPU layers ${d.gpu_layers}`];
+  const lines = [`window ${plural(d.window, 'layer')} × ${plural(k, 'round')}${d.layers ? ` (layers ${d.layers})` : ''}`, `GPU layers ${d.gpu_layers}`];
   if (d.compute_seconds !== undefined && last.batches > 0) {
     // per step (a batch round the ring: one token when decoding) since the last poll; when
     // nothing ran since, the average over the ring's life
@@ -214,34 +220,62 @@ function deviceElement(d, prev, k) {
   }
   return div;
 }
-function chart(canvas, ys, unit) {
+// A chart of timed samples ({t: seconds, v}) over the last CHART_SECONDS: the values' axis in
+// unit, the time axis in seconds before now; a dot a sample, and a line only between samples
+// that follow each other (a poll missed or a decode idle leaves a gap, one sample a dot).
+const CHART_SECONDS = 120, CHART_GAP = 3;
+function niceMax(v) {
+  const p = 10 ** Math.floor(Math.log10(v));
+  return [1, 2, 5, 10].map((m) => m * p).find((x) => x >= v);
+}
+function chart(canvas, samples, unit, now) {
   const g = canvas.getContext('2d');
-  const w = canvas.width, h = canvas.height;
+  const w = canvas.width, h = canvas.height, left = 64, right = 12, top = 10, bottom = 24;
+  const max = niceMax(Math.max(1e-3, ...samples.map((p) => p.v)) * 1.1);
+  const X = (t) => left + (w - left - right) * (1 - (now - t) / CHART_SECONDS);
+  const Y = (v) => h - bottom - ((h - top - bottom) * v) / max;
   g.clearRect(0, 0, w, h);
-  g.strokeStyle = '#ddd';
-  g.strokeRect(0.5, 0.5, w - 1, h - 1);
-  const max = Math.max(1e-9, ...ys) * 1.15;
-  g.fillStyle = '#777';
   g.font = '11px sans-serif';
-  g.fillText(`${max.toFixed(max < 10 ? 2 : 0)} ${unit}`, 4, 12);
-  if (ys.length < 2) return;
-  g.strokeStyle = '#2f6fdf';
+  g.fillStyle = '#777';
+  g.strokeStyle = '#e4e4e4';
+  g.lineWidth = 1;
+  g.textAlign = 'right';
+  g.textBaseline = 'middle';
+  for (const v of [0, max / 2, max]) {
+    g.beginPath();
+    g.moveTo(left, Math.round(Y(v)) + 0.5);
+    g.lineTo(w - right, Math.round(Y(v)) + 0.5);
+    g.stroke();
+    g.fillText(`${+v.toPrecision(3)} ${unit}`, left - 6, Y(v));
+  }
+  g.textAlign = 'center';
+  g.textBaseline = 'top';
+  for (let ago = 0; ago <= CHART_SECONDS; ago += 30)
+    g.fillText(ago ? `−${ago} s` : 'now', Math.min(X(now - ago), w - right - 10), h - bottom + 6);
+  g.fillStyle = g.strokeStyle = '#2f6fdf';
   g.lineWidth = 2;
-  g.beginPath();
-  ys.forEach((y, i) => {
-    const x = (i / (ys.length - 1)) * (w - 8) + 4, yy = h - 4 - (y / max) * (h - 20);
-    if (i) g.lineTo(x, yy); else g.moveTo(x, yy);
+  samples.forEach((p, i) => {
+    const q = samples[i - 1];
+    if (q && p.t - q.t <= CHART_GAP) {
+      g.beginPath();
+      g.moveTo(X(q.t), Y(q.v));
+      g.lineTo(X(p.t), Y(p.v));
+      g.stroke();
+    }
+    g.beginPath();
+    g.arc(X(p.t), Y(p.v), 2.5, 0, 2 * Math.PI);
+    g.fill();
   });
-  g.stroke();
 }
 async function poll() {
   try {
     const res = await fetch('/cluster', { headers: headers() });
+    if (res.status === 401) askKey();
     const c = await res.json();
     if (!res.ok) throw new Error(c.error?.message ?? `HTTP ${res.status}`);
     const prev = last;
     last = c;
-    $('#cluster-state').textContent = `${c.ring ? `ring of ${c.devices.length} device(s), ${c.rounds} round(s) per token` : 'one device'}, ${c.n_layer} layers, context ${c.n_ctx}; ${c.state}${c.detail ? `: ${c.detail}` : ''}; slots busy ${c.slots.busy}/${c.slots.total}, queued ${c.slots.queued}; ${c.generated_tokens} tokens generated`;
+    $('#cluster-state').textContent = `${c.ring ? `ring of ${plural(c.devices.length, 'device')}, ${plural(c.rounds, 'round')} per token` : 'one device'}, ${c.n_layer} layers, context ${c.n_ctx}; ${c.state}${c.detail ? `: ${c.detail}` : ''}; slots busy ${c.slots.busy}/${c.slots.total}, queued ${c.slots.queued}; ${c.generated_tokens} tokens generated`;
     const ring = $('#ring');
     ring.replaceChildren();
     c.devices.forEach((d, i) => {
@@ -251,16 +285,16 @@ async function poll() {
       arrow.textContent = i + 1 < c.devices.length ? '→' : '↩';
       ring.append(arrow);
     });
+    c.at = performance.now() / 1000;
     if (prev) {
-      const dt = Math.max(1e-3, (performance.now() - prev.at) / 1000);
       const dtok = c.generated_tokens - prev.generated_tokens;
-      series.tps.push(dtok / dt);
-      series.tpot.push(dtok > 0 ? (1e3 * (c.decode_seconds - prev.decode_seconds)) / dtok : series.tpot.at(-1) ?? 0);
-      for (const k of ['tps', 'tpot']) if (series[k].length > 120) series[k].shift();
-      chart($('#chart-tpot'), series.tpot, 'ms');
-      chart($('#chart-tps'), series.tps, 'tok/s');
+      series.tps.push({ t: c.at, v: dtok / Math.max(1e-3, c.at - prev.at) });
+      // a time per token only where tokens were generated
+      if (dtok > 0) series.tpot.push({ t: c.at, v: (1e3 * (c.decode_seconds - prev.decode_seconds)) / dtok });
+      for (const k of ['tps', 'tpot']) series[k] = series[k].filter((p) => p.t > c.at - CHART_SECONDS);
+      chart($('#chart-tpot'), series.tpot, 'ms', c.at);
+      chart($('#chart-tps'), series.tps, 'tok/s', c.at);
     }
-    c.at = performance.now();
     const lo = $('#left-out');
     lo.replaceChildren();
     for (const d of c.left_out) {
@@ -293,12 +327,44 @@ $('#input').onkeydown = (e) => {
   if (e.key === 'Enter' && !e.shiftKey) { e.preventDefault(); $('#composer').requestSubmit(); }
 };
 $('#stop').onclick = () => controller?.abort();
-$('#new-chat').onclick = () => { if (!controller) { current = null; showAll(); save(); } };
+$('#new-chat').onclick = () => { if (!controller) { current = null; showAll(); save(); sidebar(false); } };
+// On a narrow screen the conversations are a menu over the chat.
+function sidebar(open) {
+  document.body.classList.toggle('sidebar-open', open);
+  $('#menu').setAttribute('aria-expanded', String(open));
+}
+$('#menu').onclick = () => {
+  $('[data-view=chat]').click();
+  sidebar(!document.body.classList.contains('sidebar-open'));
+};
 const form = $('#settings');
 for (const [k, v] of Object.entries(settings)) if (form.elements[k]) form.elements[k].value = v;
 form.oninput = () => {
   for (const k of Object.keys(defaults)) settings[k] = form.elements[k].value;
   store.set('prima.settings', settings);
 };
-fetch('/v1/models', { headers: headers() }).then((r) => r.json()).then((m) => { $('#model').textContent = m.data?.[0]?.id ?? ''; }).catch(() => {});
+// ---- the API key: asked for when the server answers 401, kept with the settings
+function askKey() {
+  const flag = document.createElement('code');
+  flag.textContent = 'prima serve --api-key';
+  $('#key-why').replaceChildren(settings.apiKey ? 'The server refused this API key: enter the one it was started with (' : 'This server wants an API key (',
+    flag, settings.apiKey ? ').' : '): enter it to chat.');
+  if (!$('#key-dialog').open) $('#key-dialog').showModal();
+}
+$('#key-form').onsubmit = () => {
+  settings.apiKey = form.elements.apiKey.value = $('#key-input').value;
+  store.set('prima.settings', settings);
+  $('#key-input').value = '';
+  loadModels();
+};
+async function loadModels() {
+  try {
+    const res = await fetch('/v1/models', { headers: headers() });
+    if (res.status === 401) return askKey();
+    $('#model').textContent = (await res.json()).data?.[0]?.id ?? '';
+  } catch {
+    $('#model').textContent = '';
+  }
+}
+loadModels();
 showAll();

@@ -1,19 +1,16 @@
 // prima serve's web page in headless Chromium: node page.test.mjs BASE_URL SCREENSHOT.png
 // Loads the page, chats (the reply streams in, equals the API's answer), stops a long reply,
-// keeps the conversation across a reload, opens the cluster view and takes a screenshot.
+// keeps the conversation across a reload, works at a phone's width (the conversations a menu),
+// opens the cluster view, draws its charts, and takes screenshots at 1280x800 and 390x844. Any
+// error in the console (a favicon's 404) fails it.
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
-import { check, fail, failures } from './check.mjs';
+import { check, failures, openPage } from './check.mjs';
 
 const [base, shot] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu'],
-});
-const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+const desktop = { width: 1280, height: 800 }, phone = { width: 390, height: 844 };
+const { browser, page } = await openPage(desktop);
 const foreign = [];
 page.on('request', (r) => { if (!r.url().startsWith(base) && !r.url().startsWith('data:')) foreign.push(r.url()); });
-page.on('pageerror', (e) => fail(`page error: ${e}`));
 await page.addInitScript(() => {
   if (!localStorage.getItem('prima.settings'))
     localStorage.setItem('prima.settings', JSON.stringify({ temperature: 0, max_tokens: 40 }));
@@ -74,6 +71,56 @@ await check('the conversation survives a reload', async () => {
   await page.screenshot({ path: shot.replace(/\.png$/, '-chat.png') });
 });
 
+const width = (sel) => page.locator(sel).first().evaluate((e) => e.getBoundingClientRect().width);
+await check('at a phone\'s width the conversations are a menu and the composer is full width', async () => {
+  assert.ok(await page.isVisible('[data-testid=sidebar]'), 'the sidebar shows on a wide screen');
+  assert.ok(!(await page.isVisible('[data-testid=menu]')), 'no menu button on a wide screen');
+  await page.setViewportSize(phone);
+  await page.waitForTimeout(300);
+  assert.ok(!(await page.isVisible('[data-testid=sidebar]')), 'the sidebar is hidden');
+  assert.ok(await width('[data-testid=input]') > 0.6 * phone.width, `message box ${await width('[data-testid=input]')} px wide`);
+  assert.ok(await width('[data-testid=msg-user]') > 0.8 * phone.width, `messages ${await width('[data-testid=msg-user]')} px wide`);
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.equal(overflow, 0, 'the page scrolls sideways');
+  await page.screenshot({ path: shot.replace(/\.png$/, '-phone.png') });
+  await page.click('[data-testid=menu]');
+  await page.waitForTimeout(300);
+  assert.ok(await page.isVisible('[data-testid=sidebar]'), 'the menu opens the conversations');
+  await page.screenshot({ path: shot.replace(/\.png$/, '-phone-menu.png') });
+  await page.click('#conversations li span');
+  await page.waitForTimeout(300);
+  assert.ok(!(await page.isVisible('[data-testid=sidebar]')), 'choosing a conversation closes the menu');
+  assert.equal(await page.locator('[data-testid=msg-user]').count(), 2);
+  await page.setViewportSize(desktop);
+});
+
+await check('a chart has a time axis and units, and one sample is a dot, not a line', async () => {
+  const drawn = await page.evaluate(() => {
+    // the horizontal extent of the samples' colour (#2f6fdf) on a chart
+    const extent = (samples) => {
+      const c = document.createElement('canvas');
+      c.width = 520;
+      c.height = 180;
+      chart(c, samples, 'ms', 1000);
+      const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+      let lo = c.width, hi = -1;
+      for (let i = 0; i < px.length; i += 4)
+        if (px[i] < 90 && px[i + 1] > 80 && px[i + 1] < 140 && px[i + 2] > 190) {
+          const x = (i / 4) % c.width;
+          lo = Math.min(lo, x);
+          hi = Math.max(hi, x);
+        }
+      return hi - lo;
+    };
+    return { one: extent([{ t: 990, v: 5 }]), two: extent([{ t: 990, v: 5 }, { t: 992, v: 7 }]),
+             apart: extent([{ t: 900, v: 5 }, { t: 990, v: 7 }]) };
+  });
+  assert.ok(drawn.one < 8, `one sample spans ${drawn.one} px`);
+  assert.ok(drawn.two > 8, `two samples 2 s apart span ${drawn.two} px`);
+  assert.ok(drawn.apart > 200, `samples 90 s apart span ${drawn.apart} px`);
+  assert.match(await page.textContent('#view-cluster'), /Time per output token \(ms\)/);
+});
+
 await check('the cluster view shows the ring', async () => {
   await page.click('[data-testid=cluster-tab]');
   await page.waitForFunction(() => document.querySelectorAll('[data-testid=device]').length > 0);
@@ -85,11 +132,18 @@ await check('the cluster view shows the ring', async () => {
   await page.waitForTimeout(3500);
   const devices = await page.locator('[data-testid=device]').allTextContents();
   assert.equal(devices.length, Number(process.env.DEVICES ?? 3), devices.join(' | '));
-  assert.match(devices[0], /window 2 layer/);
+  assert.match(devices[0], /window 2 layers × 1 round/);
+  const state = await page.textContent('#cluster-state');
+  assert.match(state, /ring of 3 devices, 1 round per token/);
+  assert.doesNotMatch(state + devices.join(' '), /\(s\)/);
   assert.match(devices[1], /compute .* ms, wait .* ms, disk .* per step(?! \(average\))/); // live
   // memory in use from the counters (resident window pages), not a zero, against the budget
   assert.match(devices[1], /in memory (?!0\.0 MiB)[\d.]+ [MG]iB of [\d.]+ [MG]iB budget \(weights/);
   await page.screenshot({ path: shot, fullPage: true });
+  await page.setViewportSize(phone);
+  await page.waitForTimeout(1200);
+  await page.screenshot({ path: shot.replace(/\.png$/, '-phone-cluster.png'), fullPage: true });
+  await page.setViewportSize(desktop);
   await busy;
 });
 
