@@ -199,10 +199,10 @@ static void chat_free(chat *c)
 /* Tokenize the conversation (its messages as plain text: chat_tokenize); if it no longer fits,
  * drop the oldest turns after the system message (with --context-shift). Returns the token count, CHAT_FULL, or a TOK_ERR_* code
  * (tokenizer_strerror says which). */
-static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **toks)
+static int chat_tokens(runner *r, chat *c, int32_t **toks, char *err, size_t errlen)
 {
     for (;;) {
-        int n = chat_tokenize(r->tk, tpl, c->msgs, c->n, true, toks);
+        int n = chat_format_tokenize(r->chat, r->tk, c->msgs, c->n, true, toks, err, errlen);
         if (n < 0 || n < r->s->n_ctx)
             return n;
         free(*toks);
@@ -225,9 +225,11 @@ static int run_chat(runner *r)
 {
     char err[512];
     bool warned = false;
-    enum chat_template tpl = chat_template_detect(r->m->file, &warned);
+    const char *format = chat_format_describe(r->chat, &warned);
     if (warned)
         fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
+    else
+        fprintf(stderr, "prima: chat format: %s\n", format);
     chat c = {0};
     int rc = 0;
     if (r->o.prompt && *r->o.prompt && chat_add(&c, "system", (char *)r->o.prompt, false))
@@ -259,11 +261,15 @@ static int run_chat(runner *r)
             break;
         }
         int32_t *toks = NULL;
-        int n = chat_tokens(r, tpl, &c, &toks);
+        int n = chat_tokens(r, &c, &toks, err, sizeof err);
         if (n == CHAT_FULL) {
             fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
                             "enlarge it, or --context-shift)\n",
                     r->s->n_ctx);
+            break;
+        }
+        if (n == CHAT_ERR_TEMPLATE) {
+            rc = cli_fail("%s", err);
             break;
         }
         if (n < 0) {
@@ -308,8 +314,8 @@ static int run_chat(runner *r)
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
-    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN, argc,
-                          argv, usage, NULL, NULL);
+    unsigned groups = RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_CHAT;
+    int arc = runner_args(&r, groups, argc, argv, usage, NULL, NULL);
     if (arc)
         return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {

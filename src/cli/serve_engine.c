@@ -68,9 +68,11 @@ int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, c
     se->r = r;
     se->max_mbs = in_flight;
     bool warned;
-    se->tpl = chat_template_detect(r->m->file, &warned);
+    const char *format = chat_format_describe(r->chat, &warned);
     if (warned)
         fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
+    else
+        fprintf(stderr, "prima: chat format: %s\n", format);
     pthread_mutex_init(&se->mu, NULL);
     se->ring = ring_args_active(&r->ra);
     se->state = r->s ? "ready" : "loading";

@@ -845,7 +845,7 @@ static jnode *parse_tuple(parser *P)
 
 /* ---- statements ---- */
 
-static jnode *parse_body(parser *P, const char *const *ends, const char *in);
+static jnode *parse_body(parser *P, const char *const *ends, const char *in, int in_line);
 
 /* The names of `for a, b in` or `set a, b =`. */
 static void parse_targets(parser *P, jnode *n)
@@ -874,7 +874,7 @@ static jnode *parse_if(parser *P, int line)
     jnode *n = node(P, N_IF, line);
     n->a = parse_expr(P);
     expect_type(P, T_BEND, "'%}'");
-    n->b = parse_body(P, ends, "if");
+    n->b = parse_body(P, ends, "if", line);
     if (is_name(P, "elif")) {
         int l = next(P)->line;
         n->c = parse_if(P, l);
@@ -882,7 +882,7 @@ static jnode *parse_if(parser *P, int line)
     }
     if (is_name(P, "else")) {
         end_tag(P);
-        n->c = parse_body(P, endif, "if");
+        n->c = parse_body(P, endif, "if", line);
     }
     end_tag(P);
     return n;
@@ -906,11 +906,11 @@ static jnode *parse_for(parser *P, int line)
         jfail(P->c, line, "recursive loops are not supported");
     expect_type(P, T_BEND, "'%}'");
     P->loops++;
-    n->b = parse_body(P, ends, "for");
+    n->b = parse_body(P, ends, "for", line);
     P->loops--;
     if (is_name(P, "else")) {
         end_tag(P);
-        n->c = parse_body(P, endfor, "for");
+        n->c = parse_body(P, endfor, "for", line);
     }
     end_tag(P);
     return n;
@@ -937,7 +937,7 @@ static jnode *parse_set(parser *P, int line)
         unexpected(P, "'='");
     /* {% set x %}...{% endset %}: the body's text */
     expect_type(P, T_BEND, "'%}'");
-    n->b = parse_body(P, endset, "set");
+    n->b = parse_body(P, endset, "set", line);
     end_tag(P);
     return n;
 }
@@ -968,7 +968,7 @@ static jnode *parse_macro(parser *P, int line)
     n->n_kids = defaults.n;
     int loops = P->loops;
     P->loops = 0;
-    n->b = parse_body(P, endmacro, "macro");
+    n->b = parse_body(P, endmacro, "macro", line);
     P->loops = loops;
     next(P);
     if (peek(P)->t == T_NAME)   /* {% endmacro name %} */
@@ -1007,14 +1007,14 @@ static jnode *parse_statement(parser *P)
         if (is_op(P, '('))
             parse_args(P, n);
         expect_type(P, T_BEND, "'%}'");
-        n->b = parse_body(P, endfilter, "filter");
+        n->b = parse_body(P, endfilter, "filter", line);
         end_tag(P);
         return n;
     }
     if (tok_is_name(t, "generation")) {
         /* transformers' assistant-mask tag: with the mask off its body renders as it is */
         expect_type(P, T_BEND, "'%}'");
-        jnode *n = parse_body(P, endgen, "generation");
+        jnode *n = parse_body(P, endgen, "generation", line);
         end_tag(P);
         return n;
     }
@@ -1022,8 +1022,9 @@ static jnode *parse_statement(parser *P)
 }
 
 /* Statements up to a {% END %} whose name is in ends (left next, after its '{%'), or to the
- * end of the template when ends is NULL. in: the statement being parsed, for errors. */
-static jnode *parse_body(parser *P, const char *const *ends, const char *in)
+ * end of the template when ends is NULL. in: the statement being parsed and its line, for
+ * errors. */
+static jnode *parse_body(parser *P, const char *const *ends, const char *in, int in_line)
 {
     int line = peek(P)->line;
     jdepth_enter(P->c, line);
@@ -1033,7 +1034,7 @@ static jnode *parse_body(parser *P, const char *const *ends, const char *in)
         jtok *t = peek(P);
         if (t->t == T_EOF) {
             if (ends)
-                jfail(P->c, t->line, "unexpected end of template: '%s' (line %d) is not closed", in, line);
+                jfail(P->c, t->line, "unexpected end of template: '%s' (line %d) is not closed", in, in_line);
             break;
         }
         next(P);
@@ -1087,5 +1088,5 @@ jnode *jparse(jctx *c, const char *src, size_t len)
     lexer L = {.c = c, .s = s, .n = n, .line = 1};
     lex_all(&L);
     parser P = {.c = c, .t = L.t};
-    return parse_body(&P, NULL, NULL);
+    return parse_body(&P, NULL, NULL, 0);
 }
