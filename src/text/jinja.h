@@ -33,7 +33,7 @@ typedef struct jinja_error {
 
 /* Bounds on one render: what a template may not exceed. */
 #define JINJA_MAX_OUTPUT ((size_t)64 << 20)   /* bytes of rendered text */
-#define JINJA_MAX_MEMORY ((size_t)512 << 20)  /* bytes of values made while rendering */
+#define JINJA_MAX_MEMORY ((size_t)256 << 20)  /* bytes of values made while rendering */
 #define JINJA_MAX_STEPS 50000000L             /* expressions and statements evaluated */
 
 /* Parses len bytes of template source. NULL and *err on a syntax error (or out of memory). */

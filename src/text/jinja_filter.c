@@ -697,14 +697,17 @@ static jv range(jrender *r, const jnode *at, const fargs *a)
     }
     if (!st)
         jfail(r->c, at->line, "range() arg 3 must not be zero");
+    /* the list is made whole: one longer than the steps left could not be walked anyway */
+    double count = st > 0 ? ((double)stop - (double)start) / (double)st : ((double)start - (double)stop) / (double)-st;
+    if (count > (double)r->c->steps)
+        jfail(r->c, at->line, "the template runs too long (more than %ld steps)", JINJA_MAX_STEPS);
     jv out = jv_newlist(r->c);
     for (int64_t i = start; st > 0 ? i < stop : i > stop; i += st) {
-        if (--r->c->steps < 0)
-            jfail(r->c, at->line, "the template runs too long (more than %ld steps)", JINJA_MAX_STEPS);
         jlist_push(r->c, out.u.l, jv_int(i));
         if ((st > 0 && i > INT64_MAX - st) || (st < 0 && i < INT64_MIN - st))
             break;
     }
+    r->c->steps -= (long)out.u.l->n;
     return out;
 }
 
