@@ -297,8 +297,20 @@ static void *se_cluster(void *ctx)
     return o;
 }
 
+/* POST /apply-template (a connection's thread): the chat format is read-only once loaded. */
+static char *se_apply_template(void *ctx, const void *vars, size_t *len, char *err, size_t errlen)
+{
+    serve_engine *se = ctx;
+    jinja_error je;
+    char *text = chat_format_apply(se->r->chat, vars, time(NULL), len, &je);
+    if (!text)
+        snprintf(err, errlen, "chat template: %s%s", je.raised ? "the template raised an error: " : "", je.msg);
+    return text;
+}
+
 srv_engine serve_engine_iface(serve_engine *se)
 {
     return (srv_engine){.ctx = se, .serve = se_serve, .slots = se->n_slots,
-                        .health = se_health, .metrics = se_metrics, .cluster = se_cluster};
+                        .health = se_health, .metrics = se_metrics, .cluster = se_cluster,
+                        .apply_template = se_apply_template};
 }

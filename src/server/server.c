@@ -209,7 +209,8 @@ static void *engine_main(void *arg)
 
 /* ---- HTTP ------------------------------------------------------------------------------- */
 
-enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER };
+enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER,
+             R_TEMPLATE };
 
 typedef struct conn_ctx {
     enum route route;
@@ -397,6 +398,33 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
     return respond_json(s, c, 200, answer);
 }
 
+/* POST /apply-template: {"prompt": the text}, rendered on this connection's thread (templates
+ * are read-only once parsed; nothing is generated, so the queue is not involved). */
+static enum MHD_Result apply_template(srv *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    cJSON *vars = cJSON_ParseWithLength(cc->body.p ? cc->body.p : "", cc->body.len);
+    if (!cJSON_IsObject(vars)) {
+        cJSON_Delete(vars);
+        return respond_error(s, c, 400, NULL, "the body is not a JSON object");
+    }
+    char err[512];
+    size_t len = 0;
+    char *text = s->e.apply_template(s->e.ctx, vars, &len, err, sizeof err);
+    cJSON_Delete(vars);
+    if (!text)
+        return respond_error(s, c, 400, "messages", err);
+    cJSON *answer = cJSON_CreateObject();
+    /* cJSON strings end at a NUL: a template that writes one is cut there */
+    if (answer && !cJSON_AddStringToObject(answer, "prompt", text)) {
+        cJSON_Delete(answer);
+        answer = NULL;
+    }
+    free(text);
+    if (!answer)
+        return respond_error(s, c, 500, NULL, "out of memory");
+    return respond_json(s, c, 200, answer);
+}
+
 static void slots_json(srv *s, cJSON *obj)
 {
     pthread_mutex_lock(&s->mu);
@@ -465,6 +493,7 @@ static enum route find_route(const char *url, const char *method, bool *bad_meth
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
         {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},
         {"/index.html", "GET", R_PAGE},           {"/cluster", "GET", R_CLUSTER},
+        {"/apply-template", "POST", R_TEMPLATE},
     };
     *bad_method = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -525,7 +554,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc
     if (cc->route != R_HEALTH && cc->route != R_PAGE && !authorized(s, c))
         return respond_error(s, c, 401, NULL,
                              "missing or wrong API key (send Authorization: Bearer KEY)");
-    if (cc->route != R_CHAT && cc->route != R_COMPLETION)
+    if (cc->route != R_CHAT && cc->route != R_COMPLETION && cc->route != R_TEMPLATE)
         return get_route(s, c, cc->route);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl && strtoull(cl, NULL, 10) > s->c.max_body)
@@ -570,6 +599,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         too_big_message(s, msg, sizeof msg);
         return respond_error(s, c, 413, NULL, msg);
     }
+    if (cc->route == R_TEMPLATE)
+        return apply_template(s, c, cc);
     return run_request(s, c, cc);
 }
 
