@@ -50,15 +50,7 @@ printf '{{ strftime_now("%%d %%b %%Y") }}' >"$tmp/date.jinja"
 got=$("$prima" template --chat-template "$tmp/date.jinja" --input "$tmp/case.json" --now 2026-07-26T13:00:00)
 [ "$got" = "26 Jul 2026" ] || fail "--now: got '$got'"
 
-error() { # STATUS PATTERN COMMAND...
-    local want=$1 pat=$2
-    shift 2
-    "$@" >/dev/null 2>"$tmp/err"
-    local rc=$?
-    [ $rc -eq "$want" ] || fail "$*: exit status $rc, expected $want"
-    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$*: stderr is not one line: $(cat "$tmp/err")"
-    grep -Eq -e "$pat" "$tmp/err" || fail "$*: error lacks '$pat': $(cat "$tmp/err")"
-}
+source "$(dirname "$0")/support/cli_error.sh"
 "$prima" template --help | grep -q "usage: prima template" || fail "--help"
 error 2 "no template" "$prima" template --input "$tmp/case.json"
 error 2 "no conversation" "$prima" template --chat-template "$tmp/t.jinja"

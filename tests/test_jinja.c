@@ -248,6 +248,10 @@ static void check_errors(void)
              "{\"messages\": [{\"role\": \"system\"}]}", &err);
     CHECK(err.raised && !strcmp(err.msg, "System role not supported") && err.line == 2, "raised %d line %d: %s",
           err.raised, err.line, err.msg);
+    /* one line, whatever the message holds */
+    error_of("{{ raise_exception('two\nlines') }}", "{}", &err);
+    CHECK(err.raised && !strcmp(err.msg, "two lines"), "%s", err.msg);
+    CHECK(!strchr(error_of("{{ d['a\nb'].c }}", "{\"d\": {}}", &err), '\n'), "%s", err.msg);
 }
 
 /* A hostile template ends with an error, not a hang, a crash or all the memory. */

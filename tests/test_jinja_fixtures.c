@@ -8,37 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "support/slurp.h"
 #include "test.h"
 #include "text/jinja.h"
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap + 1);
-    for (size_t k; p && (k = fread(p + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *q = realloc(p, 2 * cap + 1);
-            if (!q) {
-                free(p);
-                p = NULL;
-                break;
-            }
-            p = q;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (p) {
-        p[n] = '\0';
-        if (len)
-            *len = n;
-    }
-    return p;
-}
 
 /* The first byte where a and b differ, for the failure message. */
 static size_t diff_at(const char *a, size_t na, const char *b, size_t nb)
@@ -92,7 +64,8 @@ int main(void)
         char *src = slurp(path, &tlen);
         REQUIRE(src, "%s: cannot read", path);
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        char *json = slurp(path, NULL);
+        size_t jlen;
+        char *json = slurp(path, &jlen);
         REQUIRE(json, "%s: cannot read", path);
         cJSON *vars = cJSON_Parse(json);
         REQUIRE(vars, "%s: not JSON", path);
@@ -100,7 +73,8 @@ int main(void)
         size_t want_len = 0;
         char *want = slurp(path, &want_len);
         snprintf(path, sizeof path, "%s/%s.error.txt", dir, base);
-        char *want_err = want ? NULL : slurp(path, NULL);
+        size_t elen;
+        char *want_err = want ? NULL : slurp(path, &elen);
         REQUIRE(want || want_err, "%s: neither .txt nor .error.txt", base);
 
         jinja_error err;

@@ -30,14 +30,6 @@ static const char usage_text[] =
     "Exit status: 0 on success; 1 if a file cannot be read, the template does not parse, or\n"
     "it raises an error (its message on stderr); 2 on a usage error.\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fputs("prima: template: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (see prima template --help)\n", stderr);
-    return 2;
-}
-
 static bool parse_time(const char *s, time_t *out)
 {
     struct tm tm = {0};
@@ -108,18 +100,18 @@ static int run(int argc, char **argv)
                           : !strcmp(a, "--input") ? &input
                           : !strcmp(a, "--now") ? &now_s : NULL;
         if (!slot)
-            return usage_error("unknown option '%s'", a);
+            return cli_usage_error("template", "unknown option '%s'", a);
         if (i + 1 == argc)
-            return usage_error("%s needs a value", a);
+            return cli_usage_error("template", "%s needs a value", a);
         *slot = argv[++i];
     }
     if (!model && !tpl)
-        return usage_error("%s", "no template (-m FILE or --chat-template FILE)");
+        return cli_usage_error("template", "%s", "no template (-m FILE or --chat-template FILE)");
     if (!input)
-        return usage_error("%s", "no conversation (--input CASE.json)");
+        return cli_usage_error("template", "%s", "no conversation (--input CASE.json)");
     time_t now = time(NULL);
     if (now_s && !parse_time(now_s, &now))
-        return usage_error("--now: expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, got '%s'", now_s);
+        return cli_usage_error("template", "--now: expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, got '%s'", now_s);
     return render(model, tpl, input, now);
 }
 

@@ -23,8 +23,9 @@
 
 typedef struct jinja_template jinja_template;
 
-/* Why parsing or rendering failed. raised: the template called raise_exception(msg), and msg
- * is its message as it gave it; otherwise msg says what went wrong ("line N: ..."). */
+/* Why parsing or rendering failed, in one line. raised: the template called
+ * raise_exception(msg), and msg is its message as it gave it (control characters as spaces);
+ * otherwise msg says what went wrong ("line N: ..."). */
 typedef struct jinja_error {
     bool raised;
     int line;          /* the template line (from 1), 0 if none applies */
@@ -34,7 +35,9 @@ typedef struct jinja_error {
 /* Bounds on one render: what a template may not exceed. */
 #define JINJA_MAX_OUTPUT ((size_t)64 << 20)   /* bytes of rendered text */
 #define JINJA_MAX_MEMORY ((size_t)256 << 20)  /* bytes of values made while rendering */
+#ifndef JINJA_MAX_STEPS                       /* (the fuzzing build sets a smaller one) */
 #define JINJA_MAX_STEPS 50000000L             /* expressions and statements evaluated */
+#endif
 
 /* Parses len bytes of template source. NULL and *err on a syntax error (or out of memory). */
 jinja_template *jinja_parse(const char *src, size_t len, jinja_error *err);

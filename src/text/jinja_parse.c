@@ -224,7 +224,7 @@ static void lex_tag(lexer *L, bool block, int open_line)
             jfail(L->c, open_line, "unclosed '%s'", block ? "{%" : "{{");
         const char *end = block ? "%}" : "}}";
         char sign = L->s[L->pos];
-        if (!depth && (sign == '-' || (block && sign == '+')) && L->pos + 1 < L->n &&
+        if (!depth && (sign == '-' || (block && sign == '+')) && L->pos + 3 <= L->n &&
             !memcmp(L->s + L->pos + 1, end, 2)) {
             emit(L, block ? T_BEND : T_VEND, L->line);
             advance(L, L->pos + 3);
@@ -442,7 +442,6 @@ static void nvec_push(jctx *c, nvec *a, void *x)
 }
 
 static jnode *parse_expr(parser *P);
-static jnode *parse_or(parser *P);
 static jnode *parse_unary(parser *P, bool with_filter);
 
 /* Arguments of a call, filter or test: (a, b, key=value, ...); the '(' is next. */
@@ -472,6 +471,14 @@ static void parse_args(parser *P, jnode *n)
     n->kw_names = (const char **)kwn.v;
     n->kw_vals = (jnode **)kwv.v;
     n->n_kw = kwn.n;
+}
+
+/* A node of kind over e (its a). */
+static jnode *wrap(parser *P, int kind, jnode *e, int line)
+{
+    jnode *n = node(P, kind, line);
+    n->a = e;
+    return n;
 }
 
 static jnode *literal(parser *P, int line, jv v)
@@ -506,6 +513,8 @@ static jnode *parse_paren(parser *P, int line)
 
 static jnode *parse_primary(parser *P)
 {
+    if (peek(P)->t == T_EOF)
+        unexpected(P, "an expression");
     jtok *t = next(P);
     int line = t->line;
     switch (t->t) {
@@ -585,16 +594,9 @@ static jnode *parse_subscript(parser *P, jnode *obj, int line)
         parts[k] = parse_expr(P);
     }
     next(P);
-    if (!slice) {
-        if (!parts[0])
-            jfail(P->c, line, "empty subscript");
-        jnode *n = node(P, N_ITEM, line);
-        n->a = obj;
-        n->b = parts[0];
-        return n;
-    }
-    jnode *n = node(P, N_SLICE, line);
-    n->a = obj;
+    if (!slice && !parts[0])
+        jfail(P->c, line, "empty subscript");
+    jnode *n = wrap(P, slice ? N_SLICE : N_ITEM, obj, line);
     n->b = parts[0];
     n->c = parts[1];
     n->d = parts[2];
@@ -607,25 +609,19 @@ static jnode *parse_postfix(parser *P, jnode *e)
         int line = peek(P)->line;
         if (is_op(P, '.')) {
             next(P);
-            if (peek(P)->t == T_INT) {
-                jnode *n = node(P, N_ITEM, line);
-                n->a = e;
-                n->b = literal(P, line, jv_int(next(P)->i));
-                e = n;
+            if (peek(P)->t == T_INT) {   /* x.0 is x[0] */
+                e = wrap(P, N_ITEM, e, line);
+                e->b = literal(P, line, jv_int(next(P)->i));
                 continue;
             }
-            jnode *n = node(P, N_ATTR, line);
-            n->a = e;
-            n->name = expect_ident(P);
-            e = n;
+            e = wrap(P, N_ATTR, e, line);
+            e->name = expect_ident(P);
         } else if (is_op(P, '[')) {
             next(P);
             e = parse_subscript(P, e, line);
         } else if (is_op(P, '(')) {
-            jnode *n = node(P, N_CALL, line);
-            n->a = e;
-            parse_args(P, n);
-            e = n;
+            e = wrap(P, N_CALL, e, line);
+            parse_args(P, e);
         } else {
             return e;
         }
@@ -639,12 +635,10 @@ static jnode *parse_filters(parser *P, jnode *e)
         int line = peek(P)->line;
         if (is_op(P, '|')) {
             next(P);
-            jnode *n = node(P, N_FILTER, line);
-            n->a = e;
-            n->name = expect_ident(P);
+            e = wrap(P, N_FILTER, e, line);
+            e->name = expect_ident(P);
             if (is_op(P, '('))
-                parse_args(P, n);
-            e = n;
+                parse_args(P, e);
         } else if (is_name(P, "is")) {
             next(P);
             jnode *n = node(P, N_TEST, line);
@@ -667,10 +661,8 @@ static jnode *parse_filters(parser *P, jnode *e)
             }
             e = n;
         } else if (is_op(P, '(')) {
-            jnode *n = node(P, N_CALL, line);
-            n->a = e;
-            parse_args(P, n);
-            e = n;
+            e = wrap(P, N_CALL, e, line);
+            parse_args(P, e);
         } else {
             return e;
         }
@@ -705,55 +697,49 @@ static jnode *binary(parser *P, int kind, char op, jnode *a, jnode *b, int line)
     return n;
 }
 
-static jnode *parse_pow(parser *P)
+/* The left-associative binary levels, loosest first (`not` and the comparisons sit between
+ * `and` and `+`): an operator of a level is a keyword or one of its operator characters. */
+static const struct level {
+    uint8_t kind;
+    const char *word;
+    char ops[5];
+} levels[] = {
+    {N_OR, "or", ""}, {N_AND, "and", ""}, {N_BIN, NULL, "+-"}, {N_BIN, NULL, "~"},
+    {N_BIN, NULL, {'*', '/', OP_FLOORDIV, '%', 0}}, {N_BIN, NULL, {OP_POW, 0}},
+};
+enum { LEVEL_OR, LEVEL_AND, LEVEL_ADD, LEVEL_POW = 5 };
+
+static jnode *parse_level(parser *P, int k);
+static jnode *parse_not(parser *P);
+
+static jnode *operand(parser *P, int k)
 {
-    jnode *e = parse_unary(P, true);
-    while (is_op(P, OP_POW)) {
-        int line = next(P)->line;
-        e = binary(P, N_BIN, OP_POW, e, parse_unary(P, true), line);
-    }
-    return e;
+    return k == LEVEL_AND ? parse_not(P) : k == LEVEL_POW ? parse_unary(P, true) : parse_level(P, k + 1);
 }
 
-static jnode *parse_mul(parser *P)
+static jnode *parse_level(parser *P, int k)
 {
-    jnode *e = parse_pow(P);
-    while (is_op(P, '*') || is_op(P, '/') || is_op(P, OP_FLOORDIV) || is_op(P, '%')) {
-        jtok *t = next(P);
-        e = binary(P, N_BIN, t->op, e, parse_pow(P), t->line);
+    jnode *e = operand(P, k);
+    for (;;) {
+        jtok *t = peek(P);
+        bool hit = levels[k].word ? tok_is_name(t, levels[k].word) : t->t == T_OP && t->op && strchr(levels[k].ops, t->op);
+        if (!hit)
+            return e;
+        next(P);
+        e = binary(P, levels[k].kind, t->t == T_OP ? t->op : 0, e, operand(P, k), t->line);
     }
-    return e;
-}
-
-static jnode *parse_concat(parser *P)
-{
-    jnode *e = parse_mul(P);
-    while (is_op(P, '~')) {
-        int line = next(P)->line;
-        e = binary(P, N_BIN, '~', e, parse_mul(P), line);
-    }
-    return e;
-}
-
-static jnode *parse_add(parser *P)
-{
-    jnode *e = parse_concat(P);
-    while (is_op(P, '+') || is_op(P, '-')) {
-        jtok *t = next(P);
-        e = binary(P, N_BIN, t->op, e, parse_concat(P), t->line);
-    }
-    return e;
 }
 
 /* a < b < c is (a < b) and (b < c), b evaluated twice (expressions have no side effects). */
 static jnode *parse_compare(parser *P)
 {
-    jnode *e = parse_add(P), *chain = NULL, *left = e;
+    static const char cmp_ops[] = {'<', '>', OP_EQ, OP_NE, OP_LE, OP_GE, 0};
+    jnode *e = parse_level(P, LEVEL_ADD), *chain = NULL, *left = e;
     for (;;) {
         jtok *t = peek(P);
         char op = 0;
-        if (t->t == T_OP && strchr("<>" "\x45\x4e\x4c\x47", t->op) && t->op)
-            op = t->op;   /* < > == != <= >= */
+        if (t->t == T_OP && strchr(cmp_ops, t->op))
+            op = t->op;
         else if (tok_is_name(t, "in"))
             op = OP_IN;
         else if (tok_is_name(t, "not") && tok_is_name(&P->t[P->pos + 1], "in"))
@@ -763,7 +749,7 @@ static jnode *parse_compare(parser *P)
         next(P);
         if (op == OP_NOTIN)
             next(P);
-        jnode *right = parse_add(P);
+        jnode *right = parse_level(P, LEVEL_ADD);
         jnode *cmp = binary(P, N_CMP, op, left, right, t->line);
         chain = chain ? binary(P, N_AND, 0, chain, cmp, t->line) : cmp;
         left = right;
@@ -785,35 +771,15 @@ static jnode *parse_not(parser *P)
     return parse_compare(P);
 }
 
-static jnode *parse_and(parser *P)
-{
-    jnode *e = parse_not(P);
-    while (is_name(P, "and")) {
-        int line = next(P)->line;
-        e = binary(P, N_AND, 0, e, parse_not(P), line);
-    }
-    return e;
-}
-
-static jnode *parse_or(parser *P)
-{
-    jnode *e = parse_and(P);
-    while (is_name(P, "or")) {
-        int line = next(P)->line;
-        e = binary(P, N_OR, 0, e, parse_and(P), line);
-    }
-    return e;
-}
-
 static jnode *parse_expr(parser *P)
 {
     jdepth_enter(P->c, peek(P)->line);
-    jnode *e = parse_or(P);
+    jnode *e = parse_level(P, LEVEL_OR);
     while (is_name(P, "if")) {
         int line = next(P)->line;
         jnode *n = node(P, N_COND, line);
         n->a = e;
-        n->b = parse_or(P);
+        n->b = parse_level(P, LEVEL_OR);
         if (is_name(P, "else")) {
             next(P);
             n->c = parse_expr(P);
@@ -867,10 +833,30 @@ static void end_tag(parser *P)
     expect_type(P, T_BEND, "'%}'");
 }
 
+/* The '%}' of a block's opening tag, its statements, and its {% END %}. */
+static jnode *body_until(parser *P, const char *end, const char *in, int line)
+{
+    const char *const ends[] = {end, NULL};
+    expect_type(P, T_BEND, "'%}'");
+    jnode *body = parse_body(P, ends, in, line);
+    end_tag(P);
+    return body;
+}
+
+/* After a body: {% else %}, its statements and the {% END %}; or the {% END %} alone (NULL). */
+static jnode *else_or_end(parser *P, const char *end, const char *in, int line)
+{
+    if (!is_name(P, "else")) {
+        end_tag(P);
+        return NULL;
+    }
+    next(P);
+    return body_until(P, end, in, line);
+}
+
 static jnode *parse_if(parser *P, int line)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
-    static const char *const endif[] = {"endif", NULL};
     jnode *n = node(P, N_IF, line);
     n->a = parse_expr(P);
     expect_type(P, T_BEND, "'%}'");
@@ -880,24 +866,19 @@ static jnode *parse_if(parser *P, int line)
         n->c = parse_if(P, l);
         return n;
     }
-    if (is_name(P, "else")) {
-        end_tag(P);
-        n->c = parse_body(P, endif, "if", line);
-    }
-    end_tag(P);
+    n->c = else_or_end(P, "endif", "if", line);
     return n;
 }
 
 static jnode *parse_for(parser *P, int line)
 {
     static const char *const ends[] = {"else", "endfor", NULL};
-    static const char *const endfor[] = {"endfor", NULL};
     jnode *n = node(P, N_FOR, line);
     parse_targets(P, n);
     if (!is_name(P, "in"))
         unexpected(P, "'in'");
     next(P);
-    n->a = parse_or(P);
+    n->a = parse_level(P, LEVEL_OR);
     if (is_name(P, "if")) {
         next(P);
         n->d = parse_expr(P);
@@ -908,17 +889,12 @@ static jnode *parse_for(parser *P, int line)
     P->loops++;
     n->b = parse_body(P, ends, "for", line);
     P->loops--;
-    if (is_name(P, "else")) {
-        end_tag(P);
-        n->c = parse_body(P, endfor, "for", line);
-    }
-    end_tag(P);
+    n->c = else_or_end(P, "endfor", "for", line);
     return n;
 }
 
 static jnode *parse_set(parser *P, int line)
 {
-    static const char *const endset[] = {"endset", NULL};
     jnode *n = node(P, N_SET, line);
     if (peek(P)->t == T_NAME && P->t[P->pos + 1].t == T_OP && P->t[P->pos + 1].op == '.') {
         n->name = expect_ident(P);
@@ -936,9 +912,7 @@ static jnode *parse_set(parser *P, int line)
     if (n->n_targets > 1 || n->attr)
         unexpected(P, "'='");
     /* {% set x %}...{% endset %}: the body's text */
-    expect_type(P, T_BEND, "'%}'");
-    n->b = parse_body(P, endset, "set", line);
-    end_tag(P);
+    n->b = body_until(P, "endset", "set", line);
     return n;
 }
 
@@ -980,8 +954,6 @@ static jnode *parse_macro(parser *P, int line)
 /* One {% statement %}; the '{%' has been consumed and its name is next. */
 static jnode *parse_statement(parser *P)
 {
-    static const char *const endfilter[] = {"endfilter", NULL};
-    static const char *const endgen[] = {"endgeneration", NULL};
     jtok *t = peek(P);
     int line = t->line;
     if (t->t != T_NAME)
@@ -1006,17 +978,12 @@ static jnode *parse_statement(parser *P)
         n->name = expect_ident(P);
         if (is_op(P, '('))
             parse_args(P, n);
-        expect_type(P, T_BEND, "'%}'");
-        n->b = parse_body(P, endfilter, "filter", line);
-        end_tag(P);
+        n->b = body_until(P, "endfilter", "filter", line);
         return n;
     }
     if (tok_is_name(t, "generation")) {
         /* transformers' assistant-mask tag: with the mask off its body renders as it is */
-        expect_type(P, T_BEND, "'%}'");
-        jnode *n = parse_body(P, endgen, "generation", line);
-        end_tag(P);
-        return n;
+        return body_until(P, "endgeneration", "generation", line);
     }
     jfail(P->c, line, "unknown or unsupported statement '%.*s'", (int)t->n, t->p);
 }

@@ -82,6 +82,15 @@ void jarena_free(jctx *c)
     c->used = 0;
 }
 
+/* An error is one line: the line breaks and other control characters a message picks up from
+ * the template (a raise_exception text, a key named in it) become spaces. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = ' ';
+}
+
 void jfail(jctx *c, int line, const char *fmt, ...)
 {
     jinja_error *e = c->err;
@@ -96,6 +105,7 @@ void jfail(jctx *c, int line, const char *fmt, ...)
         snprintf(e->msg, sizeof e->msg, "line %d: %s", line, msg);
     else
         snprintf(e->msg, sizeof e->msg, "%s", msg);
+    one_line(e->msg);
     longjmp(c->jb, 1);
 }
 
@@ -104,7 +114,8 @@ void jraise(jctx *c, int line, const char *msg, size_t n)
     jinja_error *e = c->err;
     e->raised = true;
     e->line = line;
-    snprintf(e->msg, sizeof e->msg, "%.*s", (int)n, msg);
+    snprintf(e->msg, sizeof e->msg, "%.*s", n < sizeof e->msg ? (int)n : (int)sizeof e->msg - 1, msg);
+    one_line(e->msg);
     longjmp(c->jb, 1);
 }
 
