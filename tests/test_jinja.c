@@ -177,6 +177,22 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{{ tools | tojson(indent=4) }}",
      "{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"a\": [1, {\"b\": \"\\u00fc\"}], \"e\": []}}}]}",
      "[\n    {\n        \"type\": \"function\",\n        \"function\": {\n            \"name\": \"f\",\n            \"parameters\": {\n                \"a\": [\n                    1,\n                    {\n                        \"b\": \"\xc3""\xbc""\"\n                    }\n                ],\n                \"e\": []\n            }\n        }\n    }\n]"},
+    {"{% for x in [1].append %}x{% endfor %}ok {{ d.update is defined }} {{ d.items is defined }}",
+     "{\"d\": {}}",
+     "ok False True"},
+    {"{% set x = {0: 'a', 512: 'b'} %}{% for k, v in x | dictsort %}{{ k }}{{ v }}{% endfor %}{{ x[512] }} {{ 'n' in ('a', 'n') }}",
+     "{}",
+     "0a512bb True"},
+    {"{{ 2.5 | round }} {{ 3.5 | round }} {{ 1.2345 | round(2) }} {{ 1.5 | round(method='floor') }} {{ 1.21 | round(1, 'ceil') }} {{ 7 | round }} {{ -2.5 | round }}",
+     "{}",
+     "2.0 4.0 1.23 1.0 1.3 7 -2.0"},
+    {"{{ '%s-%d' | format('a', 3) }} {{ '%r' % ('x',) }} {{ '%s' % none }}",
+     "{}",
+     "a-3 'x' None"},
+    /* TypeError: type list doesn't define __round__ method */
+    {"{{ [1, 2, 3] | round }}",
+     "{}",
+     NULL},
 };
 
 static void check_against_jinja2(void)

@@ -55,6 +55,8 @@ static jv lookup(jrender *r, const char *name)
 
 static _Noreturn void undefined_error(jrender *r, int line, jv v)
 {
+    if (v.u.undef && !strncmp(v.u.undef, "SecurityError: ", 15))
+        jfail(r->c, line, "%s", v.u.undef);
     if (v.u.undef && v.u.undef[0] == '\'')
         jfail(r->c, line, "UndefinedError: %s", v.u.undef);
     jfail(r->c, line, "UndefinedError: '%s' is undefined", v.u.undef ? v.u.undef : "value");
@@ -63,16 +65,10 @@ static _Noreturn void undefined_error(jrender *r, int line, jv v)
 /* An Undefined that says what was missing when it is used. */
 static jv missing(jrender *r, jv obj, jv key)
 {
-    strbuf *b = jtmp_open(r->c, 0);
-    jbuf_add(r->c, b, "'", 1);
-    const char *tn = jv_typename(obj);
-    jbuf_add(r->c, b, tn, strlen(tn));
-    const char *mid = key.t == JV_STR ? " object' has no attribute '" : " object' has no element ";
-    jbuf_add(r->c, b, mid, strlen(mid));
-    jv_str_to(r->c, b, key);
-    if (key.t == JV_STR)
-        jbuf_add(r->c, b, "'", 1);
-    return jv_undef(jtmp_close(r->c).u.s.p);
+    jv k = jv_to_str(r->c, key);
+    bool attr = key.t == JV_STR;
+    return jv_undef(jformat(r->c, "'%s object' has no %s%s%.*s%s", jv_typename(obj), attr ? "attribute" : "element",
+                            attr ? " '" : " ", (int)k.u.s.n, k.u.s.p, attr ? "'" : ""));
 }
 
 /* Code point offsets of a string (n + 1 of them). */
@@ -119,7 +115,11 @@ jv jgetattr(jrender *r, int line, jv obj, const char *name)
 {
     if (obj.t == JV_UNDEF)
         undefined_error(r, line, obj);
-    if (jmethod_exists(obj, name)) {
+    int kind = jmethod_kind(obj, name);
+    if (kind < 0)   /* jinja2's sandbox: an Undefined that fails when used */
+        return jv_undef(jformat(r->c, "SecurityError: access to attribute '%s' of '%s' object is unsafe.", name,
+                                jv_typename(obj)));
+    if (kind > 0) {
         jv v = {.t = JV_METHOD};
         v.u.m = jalloc(r->c, sizeof *v.u.m);
         v.u.m->self = obj;
@@ -236,8 +236,7 @@ static jv repeat(jrender *r, jv s, int64_t n)
     return jv_str(p, s.u.s.n * (size_t)n);
 }
 
-/* "%s" % value: the printf-style formatting of Python's str, for %s, %d, %r and %%. */
-static jv format_percent(jrender *r, int line, jv fmt, jv args)
+jv jformat_percent(jrender *r, int line, jv fmt, jv args)
 {
     jlist *l = args.t == JV_LIST && args.u.l->tuple ? args.u.l : NULL;
     size_t next = 0;
@@ -264,7 +263,10 @@ static jv format_percent(jrender *r, int line, jv fmt, jv args)
                 jfail(r->c, line, "%%d format: a real number is required, not %s", jv_typename(v));
             v = jv_int(v.t == JV_FLOAT ? (int64_t)v.u.f : ival(v));
         }
-        jv_str_to(r->c, b, v);
+        if (conv == 'r')
+            jv_repr_to(r->c, b, v);
+        else
+            jv_str_to(r->c, b, v);
     }
     if (l ? next < l->n : next == 0)
         jfail(r->c, line, "not all arguments converted during string formatting");
@@ -291,7 +293,7 @@ jv jarith(jrender *r, int line, char op, jv a, jv b)
     if (op == '*' && (b.t == JV_STR || b.t == JV_LIST) && is_int(a))
         return repeat(r, b, ival(a));
     if (op == '%' && a.t == JV_STR)
-        return format_percent(r, line, a, b);
+        return jformat_percent(r, line, a, b);
     if (!is_number(a) || !is_number(b))
         bad_operands(r, line, opname, a, b);
     if ((op == '/' || op == OP_FLOORDIV || op == '%') && fval(b) == 0)

@@ -3,6 +3,7 @@
  * (namespace, range, dict), and the methods of Python's str, dict and list that templates call.
  * Methods that would change a list or dict are refused, as jinja2's immutable sandbox (the one
  * transformers renders in) refuses them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,30 @@ static jv to_number(jrender *r, const jnode *at, jv v, jv def, bool want_float)
     return def;
 }
 
+/* round(precision, method): 'common' is Python's round() (halves to even, on the exact binary
+ * value, which printf's rounding also follows), 'floor' and 'ceil' as math's; an int stays one. */
+static jv round_number(jrender *r, const jnode *at, jv v, const fargs *a)
+{
+    if (v.t == JV_INT || v.t == JV_BOOL)
+        return jv_int(v.t == JV_INT ? v.u.i : v.u.b);
+    if (v.t != JV_FLOAT)
+        jfail(r->c, at->line, "type %s doesn't define __round__ method", jv_typename(v));
+    int64_t prec = want_int(r, at, arg(a, 0, "precision", jv_int(0)), "round");
+    jv method = want_str(r, at, arg(a, 1, "method", jv_cstr("common")), "round");
+    if (prec < 0 || prec > 17)
+        jfail(r->c, at->line, "round: precision %lld out of range", (long long)prec);
+    double scale = pow(10.0, (double)prec);
+    if (method.u.s.n == 5 && !memcmp(method.u.s.p, "floor", 5))
+        return jv_float(floor(v.u.f * scale) / scale);
+    if (method.u.s.n == 4 && !memcmp(method.u.s.p, "ceil", 4))
+        return jv_float(ceil(v.u.f * scale) / scale);
+    if (method.u.s.n != 6 || memcmp(method.u.s.p, "common", 6))
+        jfail(r->c, at->line, "round: method must be 'common', 'ceil' or 'floor'");
+    char buf[400];
+    snprintf(buf, sizeof buf, "%.*f", (int)prec, v.u.f);
+    return jv_float(strtod(buf, NULL));
+}
+
 static jv first_or_last(jrender *r, const jnode *at, jv v, bool last)
 {
     jlist *l = jv_iter(r->c, at->line, v);
@@ -546,6 +571,15 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
             return jv_float(v.u.f < 0 ? -v.u.f : v.u.f);
         jfail(r->c, at->line, "bad operand type for abs(): '%s'", jv_typename(v));
     }
+    if (!strcmp(name, "format")) {   /* fmt|format(a, b) is fmt % (a, b) */
+        jv t = jv_newlist(r->c);
+        t.u.l->tuple = true;
+        for (int i = 0; i < n_args; i++)
+            jlist_push(r->c, t.u.l, args[i]);
+        return jformat_percent(r, at->line, jv_to_str(r->c, v), t);
+    }
+    if (!strcmp(name, "round"))
+        return round_number(r, at, v, &a);
     if (!strcmp(name, "unique")) {
         jlist *l = jv_iter(r->c, at->line, v);
         jv out = jv_newlist(r->c);
@@ -751,10 +785,12 @@ jv jglobal_call(jrender *r, const jnode *at, int fn, jv *args, int n_args, const
 
 static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith",
     "replace", "upper", "lower", "title", "capitalize", "find", "count", "join", "splitlines", NULL};
-static const char *const dict_methods[] = {"get", "items", "keys", "values",
-    "update", "pop", "popitem", "setdefault", "clear", NULL};
-static const char *const list_methods[] = {"index", "count",
-    "append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse", NULL};
+static const char *const dict_methods[] = {"get", "items", "keys", "values", NULL};
+static const char *const list_methods[] = {"index", "count", NULL};
+/* What the immutable sandbox refuses: methods that change the list or dict. */
+static const char *const dict_unsafe[] = {"update", "pop", "popitem", "setdefault", "clear", NULL};
+static const char *const list_unsafe[] = {"append", "extend", "insert", "pop", "remove", "clear", "sort",
+                                          "reverse", NULL};
 
 static int method_index(const char *const *names, const char *name)
 {
@@ -764,11 +800,14 @@ static int method_index(const char *const *names, const char *name)
     return -1;
 }
 
-bool jmethod_exists(jv v, const char *name)
+int jmethod_kind(jv v, const char *name)
 {
-    const char *const *names = v.t == JV_STR ? str_methods : v.t == JV_LIST ? list_methods
-                             : v.t == JV_DICT && !v.u.d->ns ? dict_methods : NULL;
-    return names && method_index(names, name) >= 0;
+    bool dict = v.t == JV_DICT && !v.u.d->ns;
+    const char *const *safe = v.t == JV_STR ? str_methods : v.t == JV_LIST ? list_methods : dict ? dict_methods : NULL;
+    const char *const *unsafe = v.t == JV_LIST ? list_unsafe : dict ? dict_unsafe : NULL;
+    if (safe && method_index(safe, name) >= 0)
+        return 1;
+    return unsafe && method_index(unsafe, name) >= 0 ? -1 : 0;
 }
 
 static jv str_method(jrender *r, const jnode *at, jv s, const char *name, const fargs *a)
@@ -847,7 +886,7 @@ jv jmethod_call(jrender *r, const jnode *at, const jmethod *m, jv *args, int n_a
     jv self = m->self;
     if (self.t == JV_STR)
         return str_method(r, at, self, m->name, &a);
-    if (self.t == JV_DICT && method_index(dict_methods, m->name) < 4) {
+    if (self.t == JV_DICT) {
         if (!strcmp(m->name, "get")) {
             jv *v = jdict_get(self.u.d, arg(&a, 0, "key", jv_none()));
             return v ? *v : arg(&a, 1, "default", jv_none());
@@ -859,19 +898,16 @@ jv jmethod_call(jrender *r, const jnode *at, const jmethod *m, jv *args, int n_a
             jlist_push(r->c, out.u.l, m->name[0] == 'k' ? self.u.d->k[i] : self.u.d->v[i]);
         return out;
     }
-    if (self.t == JV_LIST && method_index(list_methods, m->name) < 2) {
-        jv x = arg(&a, 0, "value", jv_undef(NULL));
-        int64_t count = 0;
-        for (size_t i = 0; i < self.u.l->n; i++)
-            if (jv_equal(self.u.l->v[i], x)) {
-                if (m->name[0] == 'i')
-                    return jv_int((int64_t)i);
-                count++;
-            }
-        if (m->name[0] == 'i')
-            jfail(r->c, at->line, "ValueError: value is not in list");
-        return jv_int(count);
-    }
-    jfail(r->c, at->line, "SecurityError: access to attribute '%s' of '%s' object is unsafe.", m->name,
-          jv_typename(self));
+    /* a list's index() or count() */
+    jv x = arg(&a, 0, "value", jv_undef(NULL));
+    int64_t count = 0;
+    for (size_t i = 0; i < self.u.l->n; i++)
+        if (jv_equal(self.u.l->v[i], x)) {
+            if (m->name[0] == 'i')
+                return jv_int((int64_t)i);
+            count++;
+        }
+    if (m->name[0] == 'i')
+        jfail(r->c, at->line, "ValueError: value is not in list");
+    return jv_int(count);
 }

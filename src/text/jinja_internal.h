@@ -38,6 +38,7 @@ typedef struct jctx {
 
 void *jalloc(jctx *c, size_t n);               /* zeroed; fails the render when over limit */
 char *jstrdup(jctx *c, const char *s, size_t n);
+char *jformat(jctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void jarena_free(jctx *c);
 /* Stops the parse or render with "line N: message" in c->err. */
 _Noreturn void jfail(jctx *c, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -108,6 +109,8 @@ const char *jv_typename(jv v);
 /* Python's str(v) appended to b (repr for the items of lists and dicts). */
 void jv_str_to(jctx *c, strbuf *b, jv v);
 jv jv_to_str(jctx *c, jv v);
+/* Python's repr(v) appended to b. */
+void jv_repr_to(jctx *c, strbuf *b, jv v);
 /* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) appended to b; indent < 0 is
  * None. */
 void jv_json_to(jctx *c, int line, strbuf *b, jv v, int indent, const char *item_sep,
@@ -176,6 +179,9 @@ jv jcall(jrender *r, const jnode *at, jv fn, jv *args, int n_args, const char **
 jv jgetattr(jrender *r, int line, jv obj, const char *name);
 /* a op b for + - * / // % ** (OP_ codes for the two-character ones), as Python computes it. */
 jv jarith(jrender *r, int line, char op, jv a, jv b);
+/* fmt % args (a tuple, or one value): Python's printf-style formatting for %s, %d, %i, %r and
+ * %%. */
+jv jformat_percent(jrender *r, int line, jv fmt, jv args);
 /* item in seq: a substring, a dict's key, or an element. */
 bool jcontains(jrender *r, int line, jv item, jv seq);
 jv jgetitem(jrender *r, int line, jv obj, jv key);
@@ -190,7 +196,8 @@ jv jglobal_call(jrender *r, const jnode *at, int fn, jv *args, int n_args, const
                 jv *kw_vals, int n_kw);
 jv jmethod_call(jrender *r, const jnode *at, const jmethod *m, jv *args, int n_args,
                 const char **kw_names, jv *kw_vals, int n_kw);
-/* Whether name is a method of values of v's type (so that v.name gives a bound method). */
-bool jmethod_exists(jv v, const char *name);
+/* Whether name is a method of values of v's type (1: v.name gives a bound method), one the
+ * sandbox refuses (-1), or neither (0). */
+int jmethod_kind(jv v, const char *name);
 
 #endif

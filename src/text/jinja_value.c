@@ -70,6 +70,19 @@ jv jtmp_close(jctx *c)
     return jv_str(p, n);
 }
 
+char *jformat(jctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = jalloc(c, n > 0 ? (size_t)n + 1 : 1);
+    va_start(ap, fmt);
+    vsnprintf(p, n > 0 ? (size_t)n + 1 : 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
 void jarena_free(jctx *c)
 {
     while (c->n_tmp > 0)
@@ -452,7 +465,7 @@ static void repr_str(jctx *c, strbuf *b, const char *s, size_t n)
 
 static void jv_seq_to(jctx *c, strbuf *b, jv v);
 
-static void repr_to(jctx *c, strbuf *b, jv v)
+void jv_repr_to(jctx *c, strbuf *b, jv v)
 {
     if (v.t == JV_STR)
         repr_str(c, b, v.u.s.p, v.u.s.n);
@@ -490,7 +503,7 @@ static void jv_seq_to(jctx *c, strbuf *b, jv v)
         for (size_t i = 0; i < l->n; i++) {
             if (i)
                 add_s(c, b, ", ");
-            repr_to(c, b, l->v[i]);
+            jv_repr_to(c, b, l->v[i]);
         }
         add_s(c, b, l->tuple ? (l->n == 1 ? ",)" : ")") : "]");
         return;
@@ -503,9 +516,9 @@ static void jv_seq_to(jctx *c, strbuf *b, jv v)
         for (size_t i = 0; i < d->n; i++) {
             if (i)
                 add_s(c, b, ", ");
-            repr_to(c, b, d->k[i]);
+            jv_repr_to(c, b, d->k[i]);
             add_s(c, b, ": ");
-            repr_to(c, b, d->v[i]);
+            jv_repr_to(c, b, d->v[i]);
         }
         add_s(c, b, d->ns ? "}>" : "}");
         return;
