@@ -189,6 +189,20 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{{ '%s-%d' | format('a', 3) }} {{ '%r' % ('x',) }} {{ '%s' % none }}",
      "{}",
      "a-3 'x' None"},
+    {"{{ \"they're x-ray (a) {'k': 'v w'}\" | title }}|{{ \"they're x-ray\".title() }}|{{ '\xc3""\x89""VIAN \xc3""\x9f""tra\xc3""\x9f""e' | lower }}|{{ '\xc3""\xa9""vian' | capitalize }}|{{ '' is upper }}{{ '1' is lower }}{{ 'AB1' is upper }}",
+     "{}",
+     "They're X-Ray (A) {'k': 'v W'}|They'Re X-Ray|\xc3""\xa9""vian \xc3""\x9f""tra\xc3""\x9f""e|\xc3""\x89""vian|FalseFalseTrue"},
+    {"{{ (1, 2, 3)[::-1] }} {{ (1, 2, 3)[1:] }} {{ x is eq 1 is false }} {{ {'a': 1} | safe }} {{ true | abs }} {{ 3.0 is odd }}",
+     "{\"x\": 2}",
+     "(3, 2, 1) (2, 3) True {'a': 1} 1 True"},
+    /* TemplateSyntaxError: You cannot chain multiple tests with is */
+    {"{{ x is defined is string }}",
+     "{}",
+     NULL},
+    /* TemplateSyntaxError: expected token 'end of statement block', got 'if' */
+    {"{% if 1 if true else 0 %}x{% endif %}",
+     "{}",
+     NULL},
     /* TypeError: type list doesn't define __round__ method */
     {"{{ [1, 2, 3] | round }}",
      "{}",

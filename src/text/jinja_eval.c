@@ -53,7 +53,7 @@ static jv lookup(jrender *r, const char *name)
 
 /* ---- access ---- */
 
-static _Noreturn void undefined_error(jrender *r, int line, jv v)
+_Noreturn void jundefined_fail(jrender *r, int line, jv v)
 {
     if (v.u.undef && !strncmp(v.u.undef, "SecurityError: ", 15))
         jfail(r->c, line, "%s", v.u.undef);
@@ -89,7 +89,7 @@ static size_t *cp_offsets(jctx *c, jv s, size_t *n)
 jv jgetitem(jrender *r, int line, jv obj, jv key)
 {
     if (obj.t == JV_UNDEF)
-        undefined_error(r, line, obj);
+        jundefined_fail(r, line, obj);
     if (obj.t == JV_DICT) {
         jv *v = jdict_get(obj.u.d, key);
         if (v)
@@ -114,7 +114,7 @@ jv jgetitem(jrender *r, int line, jv obj, jv key)
 jv jgetattr(jrender *r, int line, jv obj, const char *name)
 {
     if (obj.t == JV_UNDEF)
-        undefined_error(r, line, obj);
+        jundefined_fail(r, line, obj);
     int kind = jmethod_kind(obj, name);
     if (kind < 0)   /* jinja2's sandbox: an Undefined that fails when used */
         return jv_undef(jformat(r->c, "SecurityError: access to attribute '%s' of '%s' object is unsafe.", name,
@@ -144,8 +144,8 @@ static jv slice(jrender *r, const jnode *n, jv obj)
         if (parts[k].t != JV_NONE && parts[k].t != JV_INT)
             jfail(r->c, n->line, "slice indices must be integers or None");
     }
-    if (obj.t != JV_LIST && obj.t != JV_STR)
-        jfail(r->c, n->line, "'%s' object is not subscriptable", jv_typename(obj));
+    if (obj.t != JV_LIST && obj.t != JV_STR)   /* jinja2: what cannot be sliced is Undefined */
+        return jv_undef(jformat(r->c, "'%s' object is not subscriptable", jv_typename(obj)));
     int64_t len = jv_length(obj), st = parts[2].t == JV_INT ? parts[2].u.i : 1;
     if (st == 0)
         jfail(r->c, n->line, "slice step cannot be zero");
@@ -161,6 +161,7 @@ static jv slice(jrender *r, const jnode *n, jv obj)
     }
     if (obj.t == JV_LIST) {
         jv out = jv_newlist(r->c);
+        out.u.l->tuple = obj.u.l->tuple;
         for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
             jlist_push(r->c, out.u.l, obj.u.l->v[i]);
         return out;
@@ -210,9 +211,9 @@ static double fval(jv v)
 static _Noreturn void bad_operands(jrender *r, int line, const char *op, jv a, jv b)
 {
     if (a.t == JV_UNDEF)
-        undefined_error(r, line, a);
+        jundefined_fail(r, line, a);
     if (b.t == JV_UNDEF)
-        undefined_error(r, line, b);
+        jundefined_fail(r, line, b);
     jfail(r->c, line, "unsupported operand type(s) for %s: '%s' and '%s'", op, jv_typename(a), jv_typename(b));
 }
 
@@ -441,7 +442,7 @@ jv jcall(jrender *r, const jnode *at, jv fn, jv *args, int n_args, const char **
     case JV_MACRO: return call_macro(r, at, fn.u.mac, args, n_args, kw_names, kw_vals, n_kw);
     case JV_FUNC: return jglobal_call(r, at, fn.u.fn, args, n_args, kw_names, kw_vals, n_kw);
     case JV_METHOD: return jmethod_call(r, at, fn.u.m, args, n_args, kw_names, kw_vals, n_kw);
-    case JV_UNDEF: undefined_error(r, at->line, fn);
+    case JV_UNDEF: jundefined_fail(r, at->line, fn);
     default: jfail(r->c, at->line, "'%s' object is not callable", jv_typename(fn));
     }
 }
@@ -461,7 +462,7 @@ static jv eval_inner(jrender *r, const jnode *n)
     case N_SLICE: {
         jv obj = jeval(r, n->a);
         if (obj.t == JV_UNDEF)
-            undefined_error(r, n->line, obj);
+            jundefined_fail(r, n->line, obj);
         return slice(r, n, obj);
     }
     case N_CALL: {

@@ -183,23 +183,80 @@ static jv replace(jrender *r, const jnode *at, jv s, jv old, jv new, int64_t cou
     return jtmp_close(r->c);
 }
 
-/* ASCII case mapping: 'u' upper, 'l' lower, 'c' capitalize, 't' title (what Python does for
- * ASCII letters; other scripts are left as they are). */
+/* Case mapping of the scripts whose two forms have the same UTF-8 length: ASCII, Latin-1,
+ * Latin Extended-A, Greek, Cyrillic (others, and ß's "SS", stay as they are). */
+static uint32_t cp_upper(uint32_t c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) ||
+        (c >= 0x430 && c <= 0x44F))
+        return c - 32;
+    if (c >= 0x450 && c <= 0x45F)
+        return c - 80;
+    if (c == 0x3C2)
+        return 0x3A3;
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    bool even_upper = (c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177);
+    if ((odd_upper && c % 2 == 0) || (even_upper && c % 2 == 1))
+        return c - 1;
+    return c;
+}
+
+static uint32_t cp_lower(uint32_t c)
+{
+    if ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7) || (c >= 0x391 && c <= 0x3A9 && c != 0x3A2) ||
+        (c >= 0x410 && c <= 0x42F))
+        return c + 32;
+    if (c >= 0x400 && c <= 0x40F)
+        return c + 80;
+    bool odd_upper = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
+    bool even_upper = (c >= 0x100 && c <= 0x137) || (c >= 0x14A && c <= 0x177);
+    if ((odd_upper && c % 2 == 1) || (even_upper && c % 2 == 0))
+        return c + 1;
+    return c;
+}
+
+static bool cp_cased(uint32_t c)
+{
+    return cp_upper(c) != c || cp_lower(c) != c || c == 0x3A3;
+}
+
+/* Case changes: 'u' upper, 'l' lower, 'c' capitalize (Python's: the first character upper, the
+ * rest lower), 't' Python's str.title() (upper after a character that has no case, lower
+ * after one that has), 'T' jinja2's title filter (upper at the start and after - ( { [ < or
+ * whitespace, lower elsewhere). */
 static jv change_case(jrender *r, jv s, char how)
 {
     char *p = jstrdup(r->c, s.u.s.p, s.u.s.n);
-    bool word = false;
-    for (size_t i = 0; i < s.u.s.n; i++) {
-        char ch = p[i];
-        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-        bool up = how == 'u' || (how == 'c' && i == 0) || (how == 't' && alpha && !word);
-        if (up && ch >= 'a' && ch <= 'z')
-            p[i] = (char)(ch - 32);
-        else if (!up && how != 'u' && ch >= 'A' && ch <= 'Z')
-            p[i] = (char)(ch + 32);
-        word = alpha || ((unsigned char)ch >= 0x80 && word);
+    bool prev_cased = false, word_start = true;
+    for (size_t i = 0, len; i < s.u.s.n; i += len) {
+        uint32_t c = decode(p + i, s.u.s.n - i, &len);
+        bool up = how == 'u' || (how == 'c' && i == 0) || (how == 't' && !prev_cased) || (how == 'T' && word_start);
+        uint32_t m = up ? cp_upper(c) : cp_lower(c);
+        if (m < 0x80 && len == 1)
+            p[i] = (char)m;
+        else if (m != c && m < 0x800 && len == 2) {
+            p[i] = (char)(0xC0 | m >> 6);
+            p[i + 1] = (char)(0x80 | (m & 0x3F));
+        }
+        prev_cased = cp_cased(c);
+        word_start = py_space(c) || (c < 0x80 && c && strchr("-({[<", (int)c));
     }
     return jv_str(p, s.u.s.n);
+}
+
+/* str.isupper() / str.islower(): some cased character, and every one in that case. */
+static bool case_is(jv s, bool upper)
+{
+    bool any = false;
+    for (size_t i = 0, len; i < s.u.s.n; i += len) {
+        uint32_t c = decode(s.u.s.p + i, s.u.s.n - i, &len);
+        if (!cp_cased(c))
+            continue;
+        any = true;
+        if ((upper ? cp_upper(c) : cp_lower(c)) != c)
+            return false;
+    }
+    return any;
 }
 
 /* Python's str.splitlines() line breaks: its length at p, or 0. */
@@ -525,12 +582,12 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     }
     if (!strcmp(name, "string"))
         return jv_to_str(r->c, v);
-    if (!strcmp(name, "safe"))
-        return v;
+    if (!strcmp(name, "safe"))   /* jinja2's Markup: a string */
+        return jv_to_str(r->c, v);
     if (!strcmp(name, "trim"))
         return strip(jv_to_str(r->c, v), arg(&a, 0, "chars", jv_none()), 'b');
     if (!strcmp(name, "upper") || !strcmp(name, "lower") || !strcmp(name, "capitalize") || !strcmp(name, "title"))
-        return change_case(r, jv_to_str(r->c, v), name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 'c' ? 'c' : 't');
+        return change_case(r, jv_to_str(r->c, v), name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 'c' ? 'c' : 'T');
     if (!strcmp(name, "replace")) {
         jv old = jv_to_str(r->c, arg(&a, 0, "old", jv_cstr(""))), new = jv_to_str(r->c, arg(&a, 1, "new", jv_cstr("")));
         jv count = arg(&a, 2, "count", jv_none());
@@ -552,7 +609,7 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     if (!strcmp(name, "map"))
         return map_items(r, at, v, &a);
     if (!strcmp(name, "indent"))
-        return indent(r, at, jv_to_str(r->c, v), arg(&a, 0, "width", jv_int(4)),
+        return indent(r, at, want_str(r, at, v, "indent"), arg(&a, 0, "width", jv_int(4)),
                       jv_truthy(arg(&a, 1, "first", jv_bool(false))), jv_truthy(arg(&a, 2, "blank", jv_bool(false))));
     if (!strcmp(name, "first") || !strcmp(name, "last"))
         return first_or_last(r, at, v, name[0] == 'l');
@@ -565,6 +622,8 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     if (!strcmp(name, "float"))
         return to_number(r, at, v, arg(&a, 0, "default", jv_float(0)), true);
     if (!strcmp(name, "abs")) {
+        if (v.t == JV_BOOL)
+            return jv_int(v.u.b);
         if (v.t == JV_INT && v.u.i != INT64_MIN)
             return jv_int(v.u.i < 0 ? -v.u.i : v.u.i);
         if (v.t == JV_FLOAT)
@@ -594,6 +653,8 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     }
     if (!strcmp(name, "sort") || !strcmp(name, "dictsort")) {
         bool dict = name[0] == 'd';
+        if (dict && v.t == JV_UNDEF)
+            jundefined_fail(r, at->line, v);
         jv out = {.t = JV_LIST};
         out.u.l = dict ? items_of(r, at, v).u.l : copy_items(r, at, v);
         bool reverse = jv_truthy(arg(&a, dict ? 2 : 0, "reverse", jv_bool(false)));
@@ -657,6 +718,8 @@ bool jtest(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
         int c = jv_compare(r->c, at->line, v, x);
         return op == '<' ? c < 0 : op == '>' ? c > 0 : op == OP_LE ? c <= 0 : c >= 0;
     }
+    if (n_args > 0 && strcmp(name, "sameas") && strcmp(name, "in") && strcmp(name, "divisibleby"))
+        jfail(r->c, at->line, "test '%s' takes no argument", name);
     if (!strcmp(name, "defined"))
         return v.t != JV_UNDEF;
     if (!strcmp(name, "undefined"))
@@ -687,9 +750,9 @@ bool jtest(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
                               (v.t == JV_INT && v.u.i == x.u.i));
     if (!strcmp(name, "in"))
         return jcontains(r, at->line, v, x);
-    if (!strcmp(name, "odd") || !strcmp(name, "even")) {
-        int64_t i = want_int(r, at, v, name);
-        return (i % 2 != 0) == (name[0] == 'o');
+    if (!strcmp(name, "odd") || !strcmp(name, "even")) {   /* value % 2, as Python computes it */
+        jv rem = jarith(r, at->line, '%', v, jv_int(2));
+        return jv_equal(rem, jv_int(1)) == (name[0] == 'o');
     }
     if (!strcmp(name, "divisibleby")) {
         int64_t d = want_int(r, at, x, name);
@@ -697,10 +760,8 @@ bool jtest(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
             jfail(r->c, at->line, "division by zero");
         return want_int(r, at, v, name) % d == 0;
     }
-    if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
-        jv s = jv_to_str(r->c, v);
-        return jv_equal(s, change_case(r, s, name[0]));
-    }
+    if (!strcmp(name, "lower") || !strcmp(name, "upper"))
+        return case_is(jv_to_str(r->c, v), name[0] == 'u');
     jfail(r->c, at->line, "no test named '%s'", name);
 }
 

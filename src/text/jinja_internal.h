@@ -185,6 +185,8 @@ jv jformat_percent(jrender *r, int line, jv fmt, jv args);
 /* item in seq: a substring, a dict's key, or an element. */
 bool jcontains(jrender *r, int line, jv item, jv seq);
 jv jgetitem(jrender *r, int line, jv obj, jv key);
+/* Fails as using the Undefined v does: what it stands for, in jinja2's words. */
+_Noreturn void jundefined_fail(jrender *r, int line, jv v);
 
 /* Filters, tests, globals and methods (jinja_filter.c). */
 jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_args,

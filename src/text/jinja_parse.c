@@ -649,6 +649,8 @@ static jnode *parse_filters(parser *P, jnode *e)
             }
             n->name = expect_ident(P);
             jtok *t = peek(P);
+            if (is_name(P, "is"))   /* where an argument could be: `x is defined is string` */
+                jfail(P->c, t->line, "tests cannot be chained with 'is' (x is a is b)");
             if (is_op(P, '(')) {
                 parse_args(P, n);
             } else if ((t->t == T_NAME || t->t == T_STR || t->t == T_INT || t->t == T_FLOAT ||
@@ -858,7 +860,7 @@ static jnode *parse_if(parser *P, int line)
 {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     jnode *n = node(P, N_IF, line);
-    n->a = parse_expr(P);
+    n->a = parse_level(P, LEVEL_OR);   /* jinja2 takes no `x if c else y` here */
     expect_type(P, T_BEND, "'%}'");
     n->b = parse_body(P, ends, "if", line);
     if (is_name(P, "elif")) {
