@@ -335,11 +335,39 @@ static void check_whitespace(void)
     }
 }
 
+/* Which bytes came from user text (jinja_render_marked): a message's content, through trim,
+ * concatenation and slicing, is marked; the template's own text and bos_token (not named as user
+ * text) are not; in JSON the string's whole quoted form is. */
+static void check_marks(void)
+{
+    const char *src = "{{ bos_token }}<|s|>{{ messages[0].content | trim }}<|e|>{{ (messages[0].content ~ '!')[2:] }}"
+                      "{{ messages[0].content | tojson }}";
+    jinja_error err;
+    jinja_template *t = jinja_parse(src, strlen(src), &err);
+    REQUIRE(t, "%s", err.msg);
+    cJSON *v = cJSON_Parse("{\"messages\": [{\"role\": \"user\", \"content\": \" a<|x|>\"}], \"bos_token\": \"<B>\"}");
+    static const char *const user_text[] = {"messages", NULL};
+    size_t len = 0;
+    uint8_t *plain = NULL;
+    char *text = jinja_render_marked(t, v, user_text, pinned_now(), &len, &plain, &err);
+    REQUIRE(text && plain, "%s", err.msg);
+    const char *want = "<B><|s|>a<|x|><|e|><|x|>!\" a<|x|>\"";
+    const char *want_marks = "00000000111111000001111101111111111";
+    CHECK(len == strlen(want) && !memcmp(text, want, len), "got \"%s\"", text);
+    for (size_t i = 0; i < len && i < strlen(want_marks); i++)
+        CHECK(plain[i] == (want_marks[i] == '1'), "byte %zu ('%c') marked %d", i, text[i], plain[i]);
+    free(text);
+    free(plain);
+    cJSON_Delete(v);
+    jinja_free(t);
+}
+
 int main(void)
 {
     check_against_jinja2();
     check_errors();
     check_bounds();
     check_whitespace();
+    check_marks();
     return test_done();
 }

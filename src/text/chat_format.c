@@ -118,8 +118,10 @@ static char *apply_builtin(const chat_format *cf, const cJSON *vars, size_t *len
     return text;
 }
 
-char *chat_format_apply(const chat_format *cf, const cJSON *vars, time_t now, size_t *len,
-                        jinja_error *err)
+/* chat_format_apply, and with a Jinja template the marks of the bytes that came from the
+ * messages and tools (jinja_render_marked; NULL plain: not wanted). */
+static char *apply(const chat_format *cf, const cJSON *vars, time_t now, size_t *len, uint8_t **plain,
+                   jinja_error *err)
 {
     *err = (jinja_error){0};
     if (!cJSON_IsObject(vars)) {
@@ -134,11 +136,18 @@ char *chat_format_apply(const chat_format *cf, const cJSON *vars, time_t now, si
         ok = cJSON_AddStringToObject(all, "bos_token", cf->bos) != NULL;
     if (ok && cf->eos && !cJSON_HasObjectItem(all, "eos_token"))
         ok = cJSON_AddStringToObject(all, "eos_token", cf->eos) != NULL;
-    char *text = ok ? jinja_render(cf->jinja, all, now, len, err) : NULL;
+    static const char *const user_text[] = {"messages", "tools", NULL};
+    char *text = ok ? jinja_render_marked(cf->jinja, all, user_text, now, len, plain, err) : NULL;
     if (!ok)
         snprintf(err->msg, sizeof err->msg, "out of memory");
     cJSON_Delete(all);
     return text;
+}
+
+char *chat_format_apply(const chat_format *cf, const cJSON *vars, time_t now, size_t *len,
+                        jinja_error *err)
+{
+    return apply(cf, vars, now, len, NULL, err);
 }
 
 /* {"messages": [{"role", "content"}...], "add_generation_prompt": add_assistant} */
@@ -169,15 +178,19 @@ int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_m
         return TOK_ERR_NOMEM;
     jinja_error je;
     size_t len = 0;
-    char *text = chat_format_apply(cf, vars, time(NULL), &len, &je);
+    uint8_t *plain = NULL;
+    char *text = apply(cf, vars, time(NULL), &len, &plain, &je);
     cJSON_Delete(vars);
     if (!text) {
         snprintf(err, errlen, "chat template: %s", je.msg);
         return CHAT_ERR_TEMPLATE;
     }
-    /* Templates that write bos_token themselves (Llama 3's) must not get a second one. */
+    /* Templates that write bos_token themselves (Llama 3's) must not get a second one. The
+     * template's control-token text becomes control tokens; the messages' contents stay plain
+     * text, so a user typing "<|eot_id|>" cannot end a turn. */
     bool has_bos = cf->bos && *cf->bos && !strncmp(text, cf->bos, strlen(cf->bos));
-    int rc = tokenizer_encode(t, text, len, !has_bos, true, out);
+    int rc = tokenizer_encode_marked(t, text, len, !has_bos, plain, out);
     free(text);
+    free(plain);
     return rc;
 }

@@ -32,9 +32,10 @@ char *chat_format_apply(const chat_format *cf, const cJSON *vars, time_t now, si
                         jinja_error *err);
 
 /* Renders msgs (with the assistant-turn opener when add_assistant) and tokenizes the prompt.
- * A Jinja template's text is tokenized with its control tokens (<|im_start|>, ...) as such;
- * BOS is added as the vocabulary says unless the text starts with it. The count and a malloc'd
- * array in *out, or a TOK_ERR_* code, or CHAT_ERR_TEMPLATE with err. */
+ * The template's control-token text (<|im_start|>, ...) becomes control tokens, the messages'
+ * contents stay plain text whatever they contain (jinja_render_marked tells them apart); BOS is
+ * added as the vocabulary says unless the text starts with it. The count and a malloc'd array
+ * in *out, or a TOK_ERR_* code, or CHAT_ERR_TEMPLATE with err. */
 int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_msg *msgs, int n,
                          bool add_assistant, int32_t **out, char *err, size_t errlen);
 

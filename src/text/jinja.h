@@ -17,6 +17,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <time.h>
 
 #include <cjson/cJSON.h>
@@ -48,5 +49,11 @@ void jinja_free(jinja_template *t);
  * A malloc'd, NUL-terminated text (its length in *len) or NULL and *err. */
 char *jinja_render(const jinja_template *t, const cJSON *vars, time_t now, size_t *len,
                    jinja_error *err);
+/* jinja_render, telling the bytes that came from user text: the strings of the variables named
+ * in plain_vars (NULL-terminated; messages, tools), and what the template made of them (trimmed,
+ * sliced, joined, in JSON). *plain: malloc'd, a byte per byte of the text, 1 for those. So a
+ * prompt's control-token text can be told from a message that merely contains it. */
+char *jinja_render_marked(const jinja_template *t, const cJSON *vars, const char *const *plain_vars,
+                          time_t now, size_t *len, uint8_t **plain, jinja_error *err);
 
 #endif

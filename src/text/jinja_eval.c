@@ -103,7 +103,7 @@ jv jgetitem(jrender *r, int line, jv obj, jv key)
             if (obj.t == JV_LIST)
                 return obj.u.l->v[i];
             size_t cnt, *off = cp_offsets(r->c, obj, &cnt);
-            return jv_str(obj.u.s.p + off[i], off[i + 1] - off[i]);
+            return jv_sub(obj, off[i], off[i + 1] - off[i]);
         }
     }
     if (key.t == JV_STR && obj.t != JV_DICT)
@@ -167,25 +167,21 @@ static jv slice(jrender *r, const jnode *n, jv obj)
         return out;
     }
     size_t cnt, *off = cp_offsets(r->c, obj, &cnt);
-    char *p = jalloc(r->c, obj.u.s.n + 1);
-    size_t k = 0;
-    for (int64_t i = a; st > 0 ? i < b : i > b; i += st) {
-        memcpy(p + k, obj.u.s.p + off[i], off[i + 1] - off[i]);
-        k += off[i + 1] - off[i];
-    }
-    return jv_str(p, k);
+    jbuf *t = jtmp_open(r->c, n->line);
+    for (int64_t i = a; st > 0 ? i < b : i > b; i += st)
+        jbuf_add_str(r->c, t, jv_sub(obj, off[i], off[i + 1] - off[i]));
+    return jtmp_close(r->c);
 }
 
 /* ---- operators ---- */
 
+/* str(a) + str(b), the marks of user text with them. */
 static jv concat(jrender *r, jv a, jv b)
 {
-    a = jv_to_str(r->c, a);
-    b = jv_to_str(r->c, b);
-    char *p = jalloc(r->c, a.u.s.n + b.u.s.n + 1);
-    memcpy(p, a.u.s.p, a.u.s.n);
-    memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
-    return jv_str(p, a.u.s.n + b.u.s.n);
+    jbuf *t = jtmp_open(r->c, 0);
+    jv_str_to(r->c, t, a);
+    jv_str_to(r->c, t, b);
+    return jtmp_close(r->c);
 }
 
 static bool is_int(jv v)
@@ -231,17 +227,17 @@ static jv repeat(jrender *r, jv s, int64_t n)
     }
     if (s.u.s.n && (uint64_t)n > JINJA_MAX_OUTPUT / s.u.s.n)
         jfail(r->c, 0, "a string repeated past %zu MiB", JINJA_MAX_OUTPUT >> 20);
-    char *p = jalloc(r->c, s.u.s.n * (size_t)n + 1);
-    for (int64_t i = 0; i < n; i++)
-        memcpy(p + (size_t)i * s.u.s.n, s.u.s.p, s.u.s.n);
-    return jv_str(p, s.u.s.n * (size_t)n);
+    jbuf *t = jtmp_open(r->c, 0);
+    for (int64_t i = 0; i < n && s.u.s.n; i++)
+        jbuf_add_str(r->c, t, s);
+    return jtmp_close(r->c);
 }
 
 jv jformat_percent(jrender *r, int line, jv fmt, jv args)
 {
     jlist *l = args.t == JV_LIST && args.u.l->tuple ? args.u.l : NULL;
     size_t next = 0;
-    strbuf *b = jtmp_open(r->c, line);
+    jbuf *b = jtmp_open(r->c, line);
     for (size_t i = 0; i < fmt.u.s.n; i++) {
         char ch = fmt.u.s.p[i];
         if (ch != '%') {
@@ -425,7 +421,7 @@ static jv call_macro(jrender *r, const jnode *at, const jnode *m, jv *args, int 
         else if (!jdict_gets(&r->scope->vars, m->targets[k]))
             scope_set(r, m->targets[k], m->kids[k] ? jeval(r, m->kids[k]) : jv_undef(m->targets[k]));
     }
-    strbuf *saved_out = r->out;
+    jbuf *saved_out = r->out;
     r->out = jtmp_open(r->c, at->line);
     exec_body(r, m->b);
     jv out = jtmp_close(r->c);
@@ -563,7 +559,7 @@ static void assign(jrender *r, const jnode *n, jv v)
 
 static jv render_body(jrender *r, const jnode *body, int line)
 {
-    strbuf *saved = r->out;
+    jbuf *saved = r->out;
     r->out = jtmp_open(r->c, line);
     exec_body(r, body);
     r->out = saved;
@@ -702,7 +698,15 @@ void jinja_free(jinja_template *t)
     free(t);
 }
 
-static bool render_guarded(jrender *r, const jnode *root, const cJSON *vars)
+static bool is_plain(const char *name, const char *const *plain_vars)
+{
+    for (int i = 0; plain_vars && plain_vars[i]; i++)
+        if (!strcmp(plain_vars[i], name))
+            return true;
+    return false;
+}
+
+static bool render_guarded(jrender *r, const jnode *root, const cJSON *vars, const char *const *plain_vars)
 {
     if (setjmp(r->c->jb))
         return false;
@@ -710,16 +714,19 @@ static bool render_guarded(jrender *r, const jnode *root, const cJSON *vars)
     if (cJSON_IsObject(vars))
         for (const cJSON *e = vars->child; e; e = e->next)
             if (e->string)
-                scope_set(r, jstrdup(r->c, e->string, strlen(e->string)), jv_from_json(r->c, e));
+                scope_set(r, jstrdup(r->c, e->string, strlen(e->string)),
+                          jv_from_json(r->c, e, is_plain(e->string, plain_vars)));
     r->out = jtmp_open(r->c, 0);
     exec_body(r, root);
     return true;
 }
 
-char *jinja_render(const jinja_template *t, const cJSON *vars, time_t now, size_t *len,
-                   jinja_error *err)
+char *jinja_render_marked(const jinja_template *t, const cJSON *vars, const char *const *plain_vars,
+                          time_t now, size_t *len, uint8_t **plain, jinja_error *err)
 {
     *err = (jinja_error){0};
+    if (plain)
+        *plain = NULL;
     jctx *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err->msg, sizeof err->msg, "out of memory");
@@ -729,19 +736,34 @@ char *jinja_render(const jinja_template *t, const cJSON *vars, time_t now, size_
     c->err = err;
     c->steps = JINJA_MAX_STEPS;
     jrender r = {.c = c, .now = now};
-    if (!render_guarded(&r, t->root, vars)) {
+    if (!render_guarded(&r, t->root, vars, plain_vars)) {
         jarena_free(c);
         free(c);
         return NULL;
     }
-    /* the text leaves the arena's bookkeeping as the caller's */
-    strbuf out = c->tmp[--c->n_tmp];
+    /* the text (and its marks) leave the arena's bookkeeping as the caller's */
+    jbuf out = c->tmp[--c->n_tmp];
     jarena_free(c);
     free(c);
-    if (!out.p && !(out.p = calloc(1, 1))) {
+    size_t n = out.s.len;
+    char *text = out.s.p ? out.s.p : calloc(1, 1);
+    uint8_t *m = plain ? (out.marked ? (uint8_t *)out.m.p : calloc(n + 1, 1)) : NULL;
+    if (!plain || !out.marked)
+        free(out.m.p);
+    if (!text || (plain && !m)) {
+        free(text);
+        free(m);
         snprintf(err->msg, sizeof err->msg, "out of memory");
         return NULL;
     }
-    *len = out.len;
-    return out.p;
+    *len = n;
+    if (plain)
+        *plain = m;
+    return text;
+}
+
+char *jinja_render(const jinja_template *t, const cJSON *vars, time_t now, size_t *len,
+                   jinja_error *err)
+{
+    return jinja_render_marked(t, vars, NULL, now, len, NULL, err);
 }

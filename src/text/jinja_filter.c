@@ -102,7 +102,7 @@ static jv strip(jv s, jv chars, char which)
                 break;
             b = p;
         }
-    return jv_str(s.u.s.p + a, b - a);
+    return jv_sub(s, a, b - a);
 }
 
 static bool find_at(jv s, size_t i, jv sub)
@@ -122,7 +122,7 @@ static jv split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
         size_t start = 0;
         while (i + sep.u.s.n <= n && maxsplit != 0) {
             if (find_at(s, i, sep)) {
-                jlist_push(r->c, out.u.l, jv_str(p + start, i - start));
+                jlist_push(r->c, out.u.l, jv_sub(s, start, i - start));
                 i += sep.u.s.n;
                 start = i;
                 maxsplit--;
@@ -130,7 +130,7 @@ static jv split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
                 i++;
             }
         }
-        jlist_push(r->c, out.u.l, jv_str(p + start, n - start));
+        jlist_push(r->c, out.u.l, jv_sub(s, start, n - start));
         return out;
     }
     for (;;) {
@@ -140,13 +140,13 @@ static jv split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
             break;
         size_t start = i;
         if (maxsplit == 0) {
-            jv rest = strip(jv_str(p + start, n - start), jv_none(), 'r');
+            jv rest = strip(jv_sub(s, start, n - start), jv_none(), 'r');
             jlist_push(r->c, out.u.l, rest);
             break;
         }
         while (i < n && !py_space(decode(p + i, n - i, &len)))
             i += len;
-        jlist_push(r->c, out.u.l, jv_str(p + start, i - start));
+        jlist_push(r->c, out.u.l, jv_sub(s, start, i - start));
         maxsplit--;
     }
     return out;
@@ -154,32 +154,32 @@ static jv split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
 
 static jv replace(jrender *r, const jnode *at, jv s, jv old, jv new, int64_t count)
 {
-    strbuf *b = jtmp_open(r->c, at->line);
+    jbuf *b = jtmp_open(r->c, at->line);
     size_t i = 0;
     for (; i <= s.u.s.n && count != 0;) {
         if (!old.u.s.n) {   /* Python puts new between every character */
-            jbuf_add(r->c, b, new.u.s.p, new.u.s.n);
+            jbuf_add_str(r->c, b, new);
             count--;
             if (i == s.u.s.n)
                 break;
             size_t k = utf8_len((unsigned char)s.u.s.p[i]);
-            jbuf_add(r->c, b, s.u.s.p + i, k);
+            jbuf_add_str(r->c, b, jv_sub(s, i, k));
             i += k;
             continue;
         }
         if (i + old.u.s.n > s.u.s.n)
             break;
         if (find_at(s, i, old)) {
-            jbuf_add(r->c, b, new.u.s.p, new.u.s.n);
+            jbuf_add_str(r->c, b, new);
             i += old.u.s.n;
             count--;
         } else {
-            jbuf_add(r->c, b, s.u.s.p + i, 1);
+            jbuf_add_str(r->c, b, jv_sub(s, i, 1));
             i++;
         }
     }
     if (i < s.u.s.n)
-        jbuf_add(r->c, b, s.u.s.p + i, s.u.s.n - i);
+        jbuf_add_str(r->c, b, jv_sub(s, i, s.u.s.n - i));
     return jtmp_close(r->c);
 }
 
@@ -241,7 +241,9 @@ static jv change_case(jrender *r, jv s, char how)
         prev_cased = cp_cased(c);
         word_start = py_space(c) || (c < 0x80 && c && strchr("-({[<", (int)c));
     }
-    return jv_str(p, s.u.s.n);
+    jv out = jv_str(p, s.u.s.n);
+    out.u.s.m = s.u.s.m;   /* every character keeps its length */
+    return out;
 }
 
 /* str.isupper() / str.islower(): some cased character, and every one in that case. */
@@ -286,9 +288,9 @@ static jv spaces(jrender *r, const jnode *at, int64_t n)
 static jv indent(jrender *r, const jnode *at, jv s, jv width, bool first, bool blank)
 {
     jv ind = width.t == JV_STR ? width : spaces(r, at, want_int(r, at, width, "indent"));
-    strbuf *b = jtmp_open(r->c, at->line);
+    jbuf *b = jtmp_open(r->c, at->line);
     if (first)
-        jbuf_add(r->c, b, ind.u.s.p, ind.u.s.n);
+        jbuf_add_str(r->c, b, ind);
     bool ends_cr = s.u.s.n && s.u.s.p[s.u.s.n - 1] == '\r';   /* "\r" + the added "\n" is one break */
     size_t i = 0, start = 0;
     for (int line = 0;; line++) {
@@ -300,9 +302,9 @@ static jv indent(jrender *r, const jnode *at, jv s, jv width, bool first, bool b
         if (line > 0) {
             jbuf_add(r->c, b, "\n", 1);
             if (blank || i > start)
-                jbuf_add(r->c, b, ind.u.s.p, ind.u.s.n);
+                jbuf_add_str(r->c, b, ind);
         }
-        jbuf_add(r->c, b, s.u.s.p + start, i - start);
+        jbuf_add_str(r->c, b, jv_sub(s, start, i - start));
         if (i >= s.u.s.n)
             break;
         i += br;
@@ -333,7 +335,7 @@ static jv tojson(jrender *r, const jnode *at, jv v, const fargs *a)
         key_sep = jstrdup(r->c, seps.u.l->v[1].u.s.p, seps.u.l->v[1].u.s.n);
     }
     bool sort = jv_truthy(arg(a, -1, "sort_keys", jv_bool(false)));
-    strbuf *b = jtmp_open(r->c, at->line);
+    jbuf *b = jtmp_open(r->c, at->line);
     jv_json_to(r->c, at->line, b, v, indent, item_sep, key_sep, sort, 0);
     return jtmp_close(r->c);
 }
@@ -343,7 +345,7 @@ static jv join(jrender *r, const jnode *at, jv v, const fargs *a)
     jv sep = jv_to_str(r->c, arg(a, 0, "d", jv_cstr("")));
     jv attr = arg(a, 1, "attribute", jv_none());
     jlist *l = jv_iter(r->c, at->line, v);
-    strbuf *b = jtmp_open(r->c, at->line);
+    jbuf *b = jtmp_open(r->c, at->line);
     for (size_t i = 0; i < l->n; i++) {
         if (i)
             jbuf_add(r->c, b, sep.u.s.p, sep.u.s.n);
@@ -540,12 +542,12 @@ static jv first_or_last(jrender *r, const jnode *at, jv v, bool last)
 static jv html_escape(jrender *r, const jnode *at, jv v)
 {
     jv s = jv_to_str(r->c, v);
-    strbuf *b = jtmp_open(r->c, at->line);
+    jbuf *b = jtmp_open(r->c, at->line);
     for (size_t i = 0; i < s.u.s.n; i++) {
         char ch = s.u.s.p[i];
         const char *e = ch == '&' ? "&amp;" : ch == '<' ? "&lt;" : ch == '>' ? "&gt;" : ch == '"' ? "&#34;"
                       : ch == '\'' ? "&#39;" : NULL;
-        jbuf_add(r->c, b, e ? e : &ch, e ? strlen(e) : 1);
+        jbuf_add_flag(r->c, b, e ? e : &ch, e ? strlen(e) : 1, s.u.s.m && s.u.s.m[i]);
     }
     return jtmp_close(r->c);
 }
@@ -670,9 +672,9 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     if (!strcmp(name, "reverse")) {
         if (v.t == JV_STR) {
             jlist *chars = jv_iter(r->c, at->line, v);
-            strbuf *b = jtmp_open(r->c, at->line);
+            jbuf *b = jtmp_open(r->c, at->line);
             for (size_t i = chars->n; i-- > 0;)
-                jbuf_add(r->c, b, chars->v[i].u.s.p, chars->v[i].u.s.n);
+                jbuf_add_str(r->c, b, chars->v[i]);
             return jtmp_close(r->c);
         }
         jlist *src = jv_iter(r->c, at->line, v);
@@ -929,12 +931,12 @@ static jv str_method(jrender *r, const jnode *at, jv s, const char *name, const 
                 i += k < s.u.s.n - i ? k : s.u.s.n - i;
                 continue;
             }
-            jlist_push(r->c, out.u.l, jv_str(s.u.s.p + start, i - start));
+            jlist_push(r->c, out.u.l, jv_sub(s, start, i - start));
             i += br;
             start = i;
         }
         if (start < s.u.s.n)
-            jlist_push(r->c, out.u.l, jv_str(s.u.s.p + start, s.u.s.n - start));
+            jlist_push(r->c, out.u.l, jv_sub(s, start, s.u.s.n - start));
         return out;
     }
     return change_case(r, s, name[0] == 'u' ? 'u' : name[0] == 'l' ? 'l' : name[0] == 'c' ? 'c' : 't');

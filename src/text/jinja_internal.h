@@ -20,6 +20,13 @@
 
 typedef struct jv jv;
 
+/* Text being built, and which of its bytes came from the render variables' user text (mask,
+ * kept only once such a byte is added: marked). */
+typedef struct jbuf {
+    strbuf s, m;
+    bool marked;
+} jbuf;
+
 typedef struct jchunk jchunk;
 typedef struct jctx {
     jchunk *chunks;
@@ -30,7 +37,7 @@ typedef struct jctx {
     int depth;                  /* current recursion depth (parser or evaluator) */
     /* Text being built (a macro's output, a str() of a list): malloc'd, so an error frees
      * what is open. */
-    strbuf tmp[256];
+    jbuf tmp[256];
     int n_tmp;
 } jctx;
 
@@ -46,7 +53,7 @@ _Noreturn void jfail(jctx *c, int line, const char *fmt, ...) __attribute__((for
 _Noreturn void jraise(jctx *c, int line, const char *msg, size_t n);
 void jdepth_enter(jctx *c, int line);
 /* A new empty text buffer, and its text moved into the arena (closing the newest buffer). */
-strbuf *jtmp_open(jctx *c, int line);
+jbuf *jtmp_open(jctx *c, int line);
 jv jtmp_close(jctx *c);
 #define jdepth_leave(c) ((c)->depth--)
 
@@ -68,7 +75,8 @@ struct jv {
         bool b;
         int64_t i;
         double f;
-        struct { const char *p; size_t n; } s;
+        /* m: per byte, 1 where it came from the variables' user text; NULL: none did */
+        struct { const char *p; size_t n; const uint8_t *m; } s;
         jlist *l;
         jdict *d;
         const jnode *mac;
@@ -90,6 +98,13 @@ static inline jv jv_bool(bool b) { jv v = {.t = JV_BOOL}; v.u.b = b; return v; }
 static inline jv jv_int(int64_t i) { jv v = {.t = JV_INT}; v.u.i = i; return v; }
 static inline jv jv_float(double f) { jv v = {.t = JV_FLOAT}; v.u.f = f; return v; }
 static inline jv jv_str(const char *p, size_t n) { jv v = {.t = JV_STR}; v.u.s.p = p; v.u.s.n = n; return v; }
+/* n bytes of string s from off, their marks with them. */
+static inline jv jv_sub(jv s, size_t off, size_t n)
+{
+    jv v = jv_str(s.u.s.p + off, n);
+    v.u.s.m = s.u.s.m ? s.u.s.m + off : NULL;
+    return v;
+}
 jv jv_cstr(const char *s);
 jv jv_newlist(jctx *c);
 jv jv_newdict(jctx *c);
@@ -100,22 +115,27 @@ void jdict_set(jctx *c, jdict *d, jv k, jv v);
 jv *jdict_get(const jdict *d, jv k);
 jv *jdict_gets(const jdict *d, const char *key);
 
-jv jv_from_json(jctx *c, const cJSON *j);
+/* plain: its strings are user text (marked as such). */
+jv jv_from_json(jctx *c, const cJSON *j, bool plain);
 bool jv_truthy(jv v);
 bool jv_equal(jv a, jv b);
 /* Python's ordering of a and b (<0, 0, >0); fails on values that do not order. */
 int jv_compare(jctx *c, int line, jv a, jv b);
 const char *jv_typename(jv v);
 /* Python's str(v) appended to b (repr for the items of lists and dicts). */
-void jv_str_to(jctx *c, strbuf *b, jv v);
+void jv_str_to(jctx *c, jbuf *b, jv v);
 jv jv_to_str(jctx *c, jv v);
 /* Python's repr(v) appended to b. */
-void jv_repr_to(jctx *c, strbuf *b, jv v);
+void jv_repr_to(jctx *c, jbuf *b, jv v);
 /* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) appended to b; indent < 0 is
  * None. */
-void jv_json_to(jctx *c, int line, strbuf *b, jv v, int indent, const char *item_sep,
+void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_sep,
                 const char *key_sep, bool sort_keys, int level);
-void jbuf_add(jctx *c, strbuf *b, const char *s, size_t n);
+/* Appends n bytes of template text (plain: of user text). */
+void jbuf_add(jctx *c, jbuf *b, const char *s, size_t n);
+void jbuf_add_flag(jctx *c, jbuf *b, const char *s, size_t n, bool plain);
+/* Appends a string, its marks with it. */
+void jbuf_add_str(jctx *c, jbuf *b, jv s);
 /* Counts the elements of an iterable (strings count code points); -1 if v has no length. */
 int64_t jv_length(jv v);
 /* The elements v iterates over (dict: its keys; string: its characters) as a list; fails when
@@ -167,7 +187,7 @@ typedef struct jrender {
     jctx *c;
     jscope *globals;       /* the render variables and top-level assignments */
     jscope *scope;
-    strbuf *out;
+    jbuf *out;
     time_t now;            /* what strftime_now formats */
     int brk;               /* 1: break, 2: continue pending */
 } jrender;

@@ -529,15 +529,13 @@ static jnode *parse_primary(parser *P)
     }
     case T_STR: {
         /* adjacent literals join, as in Python */
-        strbuf b = {0};
-        jbuf_add(P->c, &b, t->p, t->n);
+        jbuf *b = jtmp_open(P->c, line);
+        jbuf_add(P->c, b, t->p, t->n);
         while (peek(P)->t == T_STR) {
             jtok *u = next(P);
-            jbuf_add(P->c, &b, u->p, u->n);
+            jbuf_add(P->c, b, u->p, u->n);
         }
-        jv v = jv_str(jstrdup(P->c, b.p ? b.p : "", b.len), b.len);
-        free(b.p);
-        return literal(P, line, v);
+        return literal(P, line, jtmp_close(P->c));
     }
     case T_INT: return literal(P, line, jv_int(t->i));
     case T_FLOAT: return literal(P, line, jv_float(t->f));

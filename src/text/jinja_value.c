@@ -52,22 +52,25 @@ char *jstrdup(jctx *c, const char *s, size_t n)
     return p;
 }
 
-strbuf *jtmp_open(jctx *c, int line)
+jbuf *jtmp_open(jctx *c, int line)
 {
     if (c->n_tmp == (int)(sizeof c->tmp / sizeof *c->tmp))
         jfail(c, line, "nested more than %d deep", c->n_tmp);
-    c->tmp[c->n_tmp] = (strbuf){0};
+    c->tmp[c->n_tmp] = (jbuf){0};
     return &c->tmp[c->n_tmp++];
 }
 
 jv jtmp_close(jctx *c)
 {
-    strbuf *b = &c->tmp[c->n_tmp - 1];
-    size_t n = b->len;
-    char *p = jstrdup(c, b->p ? b->p : "", n);
-    free(b->p);
+    jbuf *b = &c->tmp[c->n_tmp - 1];
+    size_t n = b->s.len;
+    jv v = jv_str(jstrdup(c, b->s.p ? b->s.p : "", n), n);
+    if (b->marked && memchr(b->m.p, 1, n))
+        v.u.s.m = (const uint8_t *)jstrdup(c, b->m.p, n);
+    free(b->s.p);
+    free(b->m.p);
     c->n_tmp--;
-    return jv_str(p, n);
+    return v;
 }
 
 char *jformat(jctx *c, const char *fmt, ...)
@@ -85,8 +88,11 @@ char *jformat(jctx *c, const char *fmt, ...)
 
 void jarena_free(jctx *c)
 {
-    while (c->n_tmp > 0)
-        free(c->tmp[--c->n_tmp].p);
+    while (c->n_tmp > 0) {
+        jbuf *b = &c->tmp[--c->n_tmp];
+        free(b->s.p);
+        free(b->m.p);
+    }
     for (jchunk *k = c->chunks, *nx; k; k = nx) {
         nx = k->next;
         free(k);
@@ -205,7 +211,20 @@ void jdict_set(jctx *c, jdict *d, jv k, jv v)
     d->v[d->n++] = v;
 }
 
-jv jv_from_json(jctx *c, const cJSON *j)
+/* A copy of s, all of it marked as user text when plain. */
+static jv json_string(jctx *c, const char *s, bool plain)
+{
+    size_t n = strlen(s);
+    jv v = jv_str(jstrdup(c, s, n), n);
+    if (plain && n) {
+        uint8_t *m = jalloc(c, n);
+        memset(m, 1, n);
+        v.u.s.m = m;
+    }
+    return v;
+}
+
+jv jv_from_json(jctx *c, const cJSON *j, bool plain)
 {
     if (cJSON_IsBool(j))
         return jv_bool(cJSON_IsTrue(j));
@@ -218,18 +237,17 @@ jv jv_from_json(jctx *c, const cJSON *j)
         return jv_float(d);
     }
     if (cJSON_IsString(j))
-        return jv_cstr(jstrdup(c, j->valuestring, strlen(j->valuestring)));
+        return json_string(c, j->valuestring, plain);
     if (cJSON_IsArray(j)) {
         jv l = jv_newlist(c);
         for (const cJSON *e = j->child; e; e = e->next)
-            jlist_push(c, l.u.l, jv_from_json(c, e));
+            jlist_push(c, l.u.l, jv_from_json(c, e, plain));
         return l;
     }
     if (cJSON_IsObject(j)) {
         jv d = jv_newdict(c);
         for (const cJSON *e = j->child; e; e = e->next)
-            jdict_set(c, d.u.d, jv_cstr(jstrdup(c, e->string ? e->string : "", e->string ? strlen(e->string) : 0)),
-                      jv_from_json(c, e));
+            jdict_set(c, d.u.d, json_string(c, e->string ? e->string : "", plain), jv_from_json(c, e, plain));
         return d;
     }
     return jv_none();
@@ -349,21 +367,74 @@ int jv_compare(jctx *c, int line, jv a, jv b)
     jfail(c, line, "'<' not supported between instances of '%s' and '%s'", jv_typename(a), jv_typename(b));
 }
 
-void jbuf_add(jctx *c, strbuf *b, const char *s, size_t n)
+static _Noreturn void buf_fail(jctx *c, jbuf *b, const char *fmt)
 {
-    if (b->len + n > JINJA_MAX_OUTPUT) {
-        free(b->p);
-        *b = (strbuf){0};
-        jfail(c, 0, "the rendering is longer than %zu MiB", JINJA_MAX_OUTPUT >> 20);
-    }
-    if (strbuf_add(b, s, n)) {
-        free(b->p);
-        *b = (strbuf){0};
-        jfail(c, 0, "out of memory");
+    free(b->s.p);
+    free(b->m.p);
+    *b = (jbuf){0};
+    jfail(c, 0, fmt, JINJA_MAX_OUTPUT >> 20);
+}
+
+/* n mask bytes of value v. */
+static void mask_add(jctx *c, jbuf *b, int v, size_t n)
+{
+    char chunk[256];
+    memset(chunk, v, sizeof chunk);
+    for (size_t k; n; n -= k) {
+        k = n < sizeof chunk ? n : sizeof chunk;
+        if (strbuf_add(&b->m, chunk, k))
+            buf_fail(c, b, "out of memory");
     }
 }
 
-static void add_s(jctx *c, strbuf *b, const char *s)
+/* Keeps the mask from now on: zeros for the template text so far. */
+static void start_mask(jctx *c, jbuf *b)
+{
+    if (!b->marked) {
+        b->marked = true;
+        mask_add(c, b, 0, b->s.len);
+    }
+}
+
+void jbuf_add_flag(jctx *c, jbuf *b, const char *s, size_t n, bool plain)
+{
+    if (b->s.len + n > JINJA_MAX_OUTPUT)
+        buf_fail(c, b, "the rendering is longer than %zu MiB");
+    if (plain && n)
+        start_mask(c, b);
+    if (strbuf_add(&b->s, s, n))
+        buf_fail(c, b, "out of memory");
+    if (b->marked)
+        mask_add(c, b, plain, n);
+}
+
+void jbuf_add(jctx *c, jbuf *b, const char *s, size_t n)
+{
+    jbuf_add_flag(c, b, s, n, false);
+}
+
+void jbuf_add_str(jctx *c, jbuf *b, jv s)
+{
+    if (!s.u.s.m) {
+        jbuf_add(c, b, s.u.s.p, s.u.s.n);
+        return;
+    }
+    start_mask(c, b);
+    size_t at = b->s.len;
+    jbuf_add_flag(c, b, s.u.s.p, s.u.s.n, false);
+    memcpy(b->m.p + at, s.u.s.m, s.u.s.n);
+}
+
+/* Marks what was added since from as user text (an escaped form of it: repr, JSON). */
+static void mark_from(jctx *c, jbuf *b, size_t from)
+{
+    if (b->s.len == from)
+        return;
+    start_mask(c, b);
+    memset(b->m.p + from, 1, b->s.len - from);
+}
+
+static void add_s(jctx *c, jbuf *b, const char *s)
 {
     jbuf_add(c, b, s, strlen(s));
 }
@@ -435,8 +506,10 @@ static void float_repr(double f, char *out, size_t cap)
 #undef PUT
 }
 
-static void repr_str(jctx *c, strbuf *b, const char *s, size_t n)
+static void repr_str(jctx *c, jbuf *b, jv str)
 {
+    const char *s = str.u.s.p;
+    size_t n = str.u.s.n, from = b->s.len;
     bool sq = memchr(s, '\'', n) != NULL, dq = memchr(s, '"', n) != NULL;
     char q = sq && !dq ? '"' : '\'';
     jbuf_add(c, b, &q, 1);
@@ -461,19 +534,21 @@ static void repr_str(jctx *c, strbuf *b, const char *s, size_t n)
         }
     }
     jbuf_add(c, b, &q, 1);
+    if (str.u.s.m)
+        mark_from(c, b, from);
 }
 
-static void jv_seq_to(jctx *c, strbuf *b, jv v);
+static void jv_seq_to(jctx *c, jbuf *b, jv v);
 
-void jv_repr_to(jctx *c, strbuf *b, jv v)
+void jv_repr_to(jctx *c, jbuf *b, jv v)
 {
     if (v.t == JV_STR)
-        repr_str(c, b, v.u.s.p, v.u.s.n);
+        repr_str(c, b, v);
     else
         jv_str_to(c, b, v);
 }
 
-void jv_str_to(jctx *c, strbuf *b, jv v)
+void jv_str_to(jctx *c, jbuf *b, jv v)
 {
     char tmp[64];
     if (v.t == JV_LIST || v.t == JV_DICT) {
@@ -488,13 +563,13 @@ void jv_str_to(jctx *c, strbuf *b, jv v)
     case JV_BOOL: add_s(c, b, v.u.b ? "True" : "False"); return;
     case JV_INT: snprintf(tmp, sizeof tmp, "%" PRId64, v.u.i); add_s(c, b, tmp); return;
     case JV_FLOAT: float_repr(v.u.f, tmp, sizeof tmp); add_s(c, b, tmp); return;
-    case JV_STR: jbuf_add(c, b, v.u.s.p, v.u.s.n); return;
+    case JV_STR: jbuf_add_str(c, b, v); return;
     default: add_s(c, b, "<function>"); return;
     }
 }
 
 /* str() of a list, tuple, dict or namespace: its items' repr. */
-static void jv_seq_to(jctx *c, strbuf *b, jv v)
+static void jv_seq_to(jctx *c, jbuf *b, jv v)
 {
     switch (v.t) {
     case JV_LIST: {
@@ -535,8 +610,10 @@ jv jv_to_str(jctx *c, jv v)
     return jtmp_close(c);
 }
 
-static void json_str(jctx *c, strbuf *b, const char *s, size_t n)
+static void json_str(jctx *c, jbuf *b, jv str)
 {
+    const char *s = str.u.s.p;
+    size_t n = str.u.s.n, from = b->s.len;
     add_s(c, b, "\"");
     size_t run = 0;   /* bytes copied as they are, in one append */
     for (size_t i = 0; i < n; i++) {
@@ -558,9 +635,11 @@ static void json_str(jctx *c, strbuf *b, const char *s, size_t n)
     }
     jbuf_add(c, b, s + n - run, run);
     add_s(c, b, "\"");
+    if (str.u.s.m)
+        mark_from(c, b, from);
 }
 
-static void json_newline(jctx *c, strbuf *b, int indent, int level)
+static void json_newline(jctx *c, jbuf *b, int indent, int level)
 {
     add_s(c, b, "\n");
     for (int i = 0; i < indent * level; i++)
@@ -568,20 +647,20 @@ static void json_newline(jctx *c, strbuf *b, int indent, int level)
 }
 
 /* A dict key as json.dumps writes it: strings as they are, numbers, booleans and None as text. */
-static void json_key(jctx *c, int line, strbuf *b, jv k)
+static void json_key(jctx *c, int line, jbuf *b, jv k)
 {
     if (k.t == JV_STR) {
-        json_str(c, b, k.u.s.p, k.u.s.n);
+        json_str(c, b, k);
         return;
     }
     if (k.t != JV_BOOL && k.t != JV_NONE && k.t != JV_INT && k.t != JV_FLOAT)
         jfail(c, line, "keys must be str, int, float, bool or None, not %s", jv_typename(k));
     const char *text = k.t == JV_BOOL ? (k.u.b ? "true" : "false") : k.t == JV_NONE ? "null" : NULL;
     jv s = text ? jv_cstr(text) : jv_to_str(c, k);
-    json_str(c, b, s.u.s.p, s.u.s.n);
+    json_str(c, b, s);
 }
 
-void jv_json_to(jctx *c, int line, strbuf *b, jv v, int indent, const char *item_sep,
+void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_sep,
                 const char *key_sep, bool sort_keys, int level)
 {
     jdepth_enter(c, line);
@@ -594,7 +673,7 @@ void jv_json_to(jctx *c, int line, strbuf *b, jv v, int indent, const char *item
         if (isfinite(v.u.f))
             jv_str_to(c, b, v);
         break;
-    case JV_STR: json_str(c, b, v.u.s.p, v.u.s.n); break;
+    case JV_STR: json_str(c, b, v); break;
     case JV_LIST: {
         const jlist *l = v.u.l;
         add_s(c, b, "[");
@@ -676,7 +755,7 @@ jlist *jv_iter(jctx *c, int line, jv v)
             size_t k = utf8_len((unsigned char)v.u.s.p[i]);
             if (k > v.u.s.n - i)
                 k = v.u.s.n - i;
-            jlist_push(c, l, jv_str(v.u.s.p + i, k));
+            jlist_push(c, l, jv_sub(v, i, k));
             i += k;
         }
         return l;
