@@ -1,8 +1,9 @@
 /* libFuzzer target for the Jinja interpreter: the input is a template, rendered with a
  * conversation like those of the fixtures (system, user, an assistant tool call and its
  * result, tools, generation prompt, BOS/EOS). Any template must parse or fail with a one-line
- * message, render or fail the same way, and render the same text twice (no state leaks from
- * one render into the next). The build gives the interpreter a smaller step bound
+ * message, and render (or fail) the same twice: once marking the messages' and tools' text
+ * (jinja_render_marked), once not — the marks never change the text, and no state leaks from
+ * one render into the next. The build gives the interpreter a smaller step bound
  * (CMakeLists.txt), so that a looping template ends well within libFuzzer's timeout. */
 #include <stdint.h>
 #include <stdio.h>
@@ -50,15 +51,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_error(&err);
         return 0;
     }
+    static const char *const user_text[] = {"messages", "tools", NULL};
     size_t n1 = 0, n2 = 0;
-    char *a = jinja_render(t, vars, 1785024000, &n1, &err);
+    uint8_t *plain = NULL;
+    char *a = jinja_render_marked(t, vars, user_text, 1785024000, &n1, &plain, &err);
     if (!a)
         check_error(&err);
+    else if (n1 && (plain[0] > 1 || plain[n1 - 1] > 1))   /* the marks cover the text */
+        abort();
     char *b = jinja_render(t, vars, 1785024000, &n2, &err);
     if (!a != !b || (a && (n1 != n2 || memcmp(a, b, n1))))
         abort();
     free(a);
     free(b);
+    free(plain);
     jinja_free(t);
     return 0;
 }
