@@ -250,6 +250,8 @@ static void check_errors(void)
         {"{# never closed", "line 1: unclosed comment"},
         {"{{ a | }}", "line 1: expected a name, found '}}'"},
         {"{{ '\\u12' }}", "line 1: truncated \\u escape in a string"},
+        {"{{ 1.00000000000000000000000000000000000000000000000000000000000000000001 }}",
+         "line 1: number literal too long"},
     };
     for (size_t i = 0; i < sizeof syntax / sizeof *syntax; i++) {
         jinja_template *t = jinja_parse(syntax[i].src, strlen(syntax[i].src), &err);

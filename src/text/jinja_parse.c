@@ -173,18 +173,15 @@ static void lex_string(lexer *L)
 
 static void lex_number(lexer *L)
 {
+    /* the extent first: digits (with _), a fraction, an exponent */
     size_t p = L->pos;
-    char buf[64];
-    size_t k = 0;
     bool is_float = false;
-    for (; p < L->n && (is_digit(L->s[p]) || L->s[p] == '_'); p++)
-        if (L->s[p] != '_' && k < sizeof buf - 1)
-            buf[k++] = L->s[p];
+    while (p < L->n && (is_digit(L->s[p]) || L->s[p] == '_'))
+        p++;
     if (p + 1 < L->n && L->s[p] == '.' && is_digit(L->s[p + 1]) && !(L->pos > 0 && L->s[L->pos - 1] == '.')) {
         is_float = true;
-        for (buf[k++] = L->s[p++]; p < L->n && (is_digit(L->s[p]) || L->s[p] == '_'); p++)
-            if (L->s[p] != '_' && k < sizeof buf - 1)
-                buf[k++] = L->s[p];
+        for (p++; p < L->n && (is_digit(L->s[p]) || L->s[p] == '_'); p++) {
+        }
     }
     if (p < L->n && (L->s[p] == 'e' || L->s[p] == 'E')) {
         size_t q = p + 1;
@@ -192,13 +189,18 @@ static void lex_number(lexer *L)
             q++;
         if (q < L->n && is_digit(L->s[q])) {
             is_float = true;
-            for (; p < q; p++)
-                if (k < sizeof buf - 1)
-                    buf[k++] = L->s[p];
-            for (; p < L->n && is_digit(L->s[p]); p++)
-                if (k < sizeof buf - 1)
-                    buf[k++] = L->s[p];
+            for (p = q; p < L->n && is_digit(L->s[p]); p++) {
+            }
         }
+    }
+    char buf[64];
+    size_t k = 0;
+    for (size_t i = L->pos; i < p; i++) {
+        if (L->s[i] == '_')
+            continue;
+        if (k == sizeof buf - 1)
+            jfail(L->c, L->line, "number literal too long");
+        buf[k++] = L->s[i];
     }
     buf[k] = '\0';
     jtok *t = emit(L, is_float ? T_FLOAT : T_INT, L->line);
