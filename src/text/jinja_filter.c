@@ -393,6 +393,7 @@ static jv select_items(jrender *r, const jnode *at, jv v, const fargs *a, bool b
         want_str(r, at, test, at->name);
     jlist *l = jv_iter(r->c, at->line, v);
     jv out = jv_newlist(r->c);
+    out.u.l->gen = true;
     int n_rest = a->n - first - 1 > 0 ? a->n - first - 1 : 0;
     for (size_t i = 0; i < l->n; i++) {
         jv x = by_attr ? attr_of(r, at, l->v[i], attr) : l->v[i];
@@ -413,6 +414,7 @@ static jv map_items(jrender *r, const jnode *at, jv v, const fargs *a)
 {
     jlist *l = jv_iter(r->c, at->line, v);
     jv out = jv_newlist(r->c);
+    out.u.l->gen = true;
     jv attr = arg(a, -1, "attribute", jv_undef(NULL));
     jv def = arg(a, -1, "default", jv_undef(NULL));
     jv filter = arg(a, 0, NULL, jv_undef(NULL));
@@ -595,8 +597,11 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
         jv count = arg(&a, 2, "count", jv_none());
         return replace(r, at, jv_to_str(r->c, v), old, new, count.t == JV_NONE ? -1 : want_int(r, at, count, "replace"));
     }
-    if (!strcmp(name, "items"))
-        return items_of(r, at, v);
+    if (!strcmp(name, "items")) {
+        jv out = items_of(r, at, v);
+        out.u.l->gen = true;
+        return out;
+    }
     if (!strcmp(name, "list")) {
         jv out = {.t = JV_LIST};
         out.u.l = copy_items(r, at, v);
@@ -644,6 +649,7 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     if (!strcmp(name, "unique")) {
         jlist *l = jv_iter(r->c, at->line, v);
         jv out = jv_newlist(r->c);
+        out.u.l->gen = true;
         for (size_t i = 0; i < l->n; i++) {
             bool seen = false;
             for (size_t k = 0; k < out.u.l->n && !seen; k++)
@@ -679,6 +685,7 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
         }
         jlist *src = jv_iter(r->c, at->line, v);
         jv out = jv_newlist(r->c);
+        out.u.l->gen = true;   /* an iterator */
         for (size_t i = src->n; i-- > 0;)
             jlist_push(r->c, out.u.l, src->v[i]);
         return out;
@@ -744,8 +751,8 @@ bool jtest(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
         return v.t == JV_DICT && !v.u.d->ns;
     if (!strcmp(name, "iterable") || !strcmp(name, "sequence"))
         return v.t == JV_STR || v.t == JV_LIST || (v.t == JV_DICT && !v.u.d->ns) || v.t == JV_UNDEF;
-    if (!strcmp(name, "callable"))
-        return v.t == JV_MACRO || v.t == JV_FUNC || v.t == JV_METHOD;
+    if (!strcmp(name, "callable"))   /* jinja2's Undefined can be called (to fail) */
+        return v.t == JV_MACRO || v.t == JV_FUNC || v.t == JV_METHOD || v.t == JV_UNDEF;
     if (!strcmp(name, "sameas"))
         return v.t == x.t && (v.t == JV_NONE || v.t == JV_UNDEF || (v.t == JV_BOOL && v.u.b == x.u.b) ||
                               ((v.t == JV_LIST || v.t == JV_DICT) && v.u.l == x.u.l) ||

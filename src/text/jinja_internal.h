@@ -86,7 +86,9 @@ struct jv {
     } u;
 };
 
-struct jlist { jv *v; size_t n, cap; bool tuple; };
+/* gen: what jinja2 gives as a generator (select, map, unique, ...): true however many items it
+ * has, and without a length. */
+struct jlist { jv *v; size_t n, cap; bool tuple, gen; };
 /* Keys in insertion order (Python's dicts, and what tojson and items() follow). ns: a
  * namespace(), whose attributes `set` may assign. */
 struct jdict { jv *k, *v; size_t n, cap; bool ns; };

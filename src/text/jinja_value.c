@@ -265,7 +265,7 @@ bool jv_truthy(jv v)
     case JV_INT: return v.u.i != 0;
     case JV_FLOAT: return v.u.f != 0;
     case JV_STR: return v.u.s.n > 0;
-    case JV_LIST: return v.u.l->n > 0;
+    case JV_LIST: return v.u.l->n > 0 || v.u.l->gen;
     case JV_DICT: return v.u.d->n > 0 || v.u.d->ns;
     case JV_MACRO: case JV_FUNC: case JV_METHOD: return true;
     default: return false;
@@ -334,7 +334,7 @@ const char *jv_typename(jv v)
     case JV_INT: return "int";
     case JV_FLOAT: return "float";
     case JV_STR: return "str";
-    case JV_LIST: return v.u.l->tuple ? "tuple" : "list";
+    case JV_LIST: return v.u.l->gen ? "generator" : v.u.l->tuple ? "tuple" : "list";
     case JV_DICT: return v.u.d->ns ? "Namespace" : "dict";
     case JV_MACRO: return "Macro";
     case JV_FUNC: return "function";
@@ -676,6 +676,8 @@ void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_s
     case JV_STR: json_str(c, b, v); break;
     case JV_LIST: {
         const jlist *l = v.u.l;
+        if (l->gen)
+            jfail(c, line, "Object of type generator is not JSON serializable");
         add_s(c, b, "[");
         for (size_t i = 0; i < l->n; i++) {
             if (i)
@@ -732,7 +734,7 @@ int64_t jv_length(jv v)
             n++;
         return n;
     }
-    case JV_LIST: return (int64_t)v.u.l->n;
+    case JV_LIST: return v.u.l->gen ? -1 : (int64_t)v.u.l->n;
     case JV_DICT: return (int64_t)v.u.d->n;
     default: return -1;
     }
