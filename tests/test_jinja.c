@@ -203,6 +203,9 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{% if 1 if true else 0 %}x{% endif %}",
      "{}",
      NULL},
+    {"{{ d | tojson(ensure_ascii=true) }} {{ d | tojson(ensure_ascii=false) }}",
+     "{\"d\": {\"a\": \"\\u00e9\\ud83d\\ude00x\"}}",
+     "{\"a\": \"\\u00e9\\ud83d\\ude00x\"} {\"a\": \"\xc3\xa9\xf0\x9f\x98\x80x\"}"},
     /* TypeError: type list doesn't define __round__ method */
     {"{{ [1, 2, 3] | round }}",
      "{}",

@@ -317,26 +317,28 @@ static jv indent(jrender *r, const jnode *at, jv s, jv width, bool first, bool b
 
 /* ---- filters ---- */
 
-/* tojson(indent=None, separators=None, sort_keys=False), ensure_ascii ignored: Hugging Face's
- * tojson keeps non-ASCII text as it is. */
+/* tojson(indent=None, separators=None, sort_keys=False, ensure_ascii=False): Hugging Face's,
+ * which keeps non-ASCII text as it is unless asked. */
 static jv tojson(jrender *r, const jnode *at, jv v, const fargs *a)
 {
     jv ind = arg(a, 0, "indent", jv_none());
-    int indent = ind.t == JV_NONE ? -1 : (int)want_int(r, at, ind, "tojson indent");
-    if (indent > 64)
-        jfail(r->c, at->line, "tojson: indent %d out of range", indent);
-    indent = indent < -1 ? 0 : indent;
-    const char *item_sep = indent >= 0 ? "," : ", ", *key_sep = ": ";
+    jjson_opts o = {.indent = ind.t == JV_NONE ? -1 : (int)want_int(r, at, ind, "tojson indent")};
+    if (o.indent > 64)
+        jfail(r->c, at->line, "tojson: indent %d out of range", o.indent);
+    o.indent = o.indent < -1 ? 0 : o.indent;
+    o.item_sep = o.indent >= 0 ? "," : ", ";
+    o.key_sep = ": ";
     jv seps = arg(a, -1, "separators", jv_none());
     if (seps.t == JV_LIST) {
         if (seps.u.l->n != 2 || seps.u.l->v[0].t != JV_STR || seps.u.l->v[1].t != JV_STR)
             jfail(r->c, at->line, "tojson: separators must be two strings");
-        item_sep = jstrdup(r->c, seps.u.l->v[0].u.s.p, seps.u.l->v[0].u.s.n);
-        key_sep = jstrdup(r->c, seps.u.l->v[1].u.s.p, seps.u.l->v[1].u.s.n);
+        o.item_sep = jstrdup(r->c, seps.u.l->v[0].u.s.p, seps.u.l->v[0].u.s.n);
+        o.key_sep = jstrdup(r->c, seps.u.l->v[1].u.s.p, seps.u.l->v[1].u.s.n);
     }
-    bool sort = jv_truthy(arg(a, -1, "sort_keys", jv_bool(false)));
+    o.sort_keys = jv_truthy(arg(a, -1, "sort_keys", jv_bool(false)));
+    o.ascii = jv_truthy(arg(a, -1, "ensure_ascii", jv_bool(false)));
     jbuf *b = jtmp_open(r->c, at->line);
-    jv_json_to(r->c, at->line, b, v, indent, item_sep, key_sep, sort, 0);
+    jv_json_to(r->c, at->line, b, v, &o, 0);
     return jtmp_close(r->c);
 }
 

@@ -129,10 +129,14 @@ void jv_str_to(jctx *c, jbuf *b, jv v);
 jv jv_to_str(jctx *c, jv v);
 /* Python's repr(v) appended to b. */
 void jv_repr_to(jctx *c, jbuf *b, jv v);
-/* json.dumps(v, ensure_ascii=False, indent, separators, sort_keys) appended to b; indent < 0 is
- * None. */
-void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_sep,
-                const char *key_sep, bool sort_keys, int level);
+/* json.dumps's arguments: indent (< 0: None), separators, sort_keys, ensure_ascii. */
+typedef struct jjson_opts {
+    int indent;
+    const char *item_sep, *key_sep;
+    bool sort_keys, ascii;
+} jjson_opts;
+/* json.dumps(v, ...) appended to b. */
+void jv_json_to(jctx *c, int line, jbuf *b, jv v, const jjson_opts *o, int level);
 /* Appends n bytes of template text (plain: of user text). */
 void jbuf_add(jctx *c, jbuf *b, const char *s, size_t n);
 void jbuf_add_flag(jctx *c, jbuf *b, const char *s, size_t n, bool plain);

@@ -610,19 +610,32 @@ jv jv_to_str(jctx *c, jv v)
     return jtmp_close(c);
 }
 
-static void json_str(jctx *c, jbuf *b, jv str)
+/* A JSON string; ascii: characters past ASCII as \\uXXXX (surrogate pairs past U+FFFF), as
+ * json.dumps's ensure_ascii does. */
+static void json_str(jctx *c, jbuf *b, jv str, bool ascii)
 {
     const char *s = str.u.s.p;
     size_t n = str.u.s.n, from = b->s.len;
     add_s(c, b, "\"");
     size_t run = 0;   /* bytes copied as they are, in one append */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, len = 1; i < n; i += len) {
         unsigned char ch = (unsigned char)s[i];
         const char *esc = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\n' ? "\\n" : ch == '\r' ? "\\r"
                         : ch == '\t' ? "\\t" : ch == '\b' ? "\\b" : ch == '\f' ? "\\f" : NULL;
-        char u[8];
+        char u[16];
+        len = 1;
         if (!esc && ch < 0x20) {
             snprintf(u, sizeof u, "\\u%04x", ch);
+            esc = u;
+        } else if (ascii && ch >= 0x80) {
+            len = utf8_len(ch) <= n - i ? utf8_len(ch) : 1;
+            uint32_t cp = len == 1 ? ch : ch & (0xFF >> (len + 1));
+            for (size_t k = 1; k < len; k++)
+                cp = cp << 6 | ((unsigned char)s[i + k] & 0x3F);
+            if (cp > 0xFFFF)
+                snprintf(u, sizeof u, "\\u%04x\\u%04x", 0xD800 + ((cp - 0x10000) >> 10), 0xDC00 + ((cp - 0x10000) & 0x3FF));
+            else
+                snprintf(u, sizeof u, "\\u%04x", cp);
             esc = u;
         }
         if (!esc) {
@@ -647,22 +660,22 @@ static void json_newline(jctx *c, jbuf *b, int indent, int level)
 }
 
 /* A dict key as json.dumps writes it: strings as they are, numbers, booleans and None as text. */
-static void json_key(jctx *c, int line, jbuf *b, jv k)
+static void json_key(jctx *c, int line, jbuf *b, jv k, bool ascii)
 {
     if (k.t == JV_STR) {
-        json_str(c, b, k);
+        json_str(c, b, k, ascii);
         return;
     }
     if (k.t != JV_BOOL && k.t != JV_NONE && k.t != JV_INT && k.t != JV_FLOAT)
         jfail(c, line, "keys must be str, int, float, bool or None, not %s", jv_typename(k));
     const char *text = k.t == JV_BOOL ? (k.u.b ? "true" : "false") : k.t == JV_NONE ? "null" : NULL;
     jv s = text ? jv_cstr(text) : jv_to_str(c, k);
-    json_str(c, b, s);
+    json_str(c, b, s, ascii);
 }
 
-void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_sep,
-                const char *key_sep, bool sort_keys, int level)
+void jv_json_to(jctx *c, int line, jbuf *b, jv v, const jjson_opts *o, int level)
 {
+    int indent = o->indent;
     jdepth_enter(c, line);
     switch (v.t) {
     case JV_NONE: add_s(c, b, "null"); break;
@@ -673,7 +686,7 @@ void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_s
         if (isfinite(v.u.f))
             jv_str_to(c, b, v);
         break;
-    case JV_STR: json_str(c, b, v); break;
+    case JV_STR: json_str(c, b, v, o->ascii); break;
     case JV_LIST: {
         const jlist *l = v.u.l;
         if (l->gen)
@@ -681,10 +694,10 @@ void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_s
         add_s(c, b, "[");
         for (size_t i = 0; i < l->n; i++) {
             if (i)
-                add_s(c, b, item_sep);
+                add_s(c, b, o->item_sep);
             if (indent >= 0)
                 json_newline(c, b, indent, level + 1);
-            jv_json_to(c, line, b, l->v[i], indent, item_sep, key_sep, sort_keys, level + 1);
+            jv_json_to(c, line, b, l->v[i], o, level + 1);
         }
         if (indent >= 0 && l->n)
             json_newline(c, b, indent, level);
@@ -696,7 +709,7 @@ void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_s
         size_t *order = jalloc(c, (d->n + 1) * sizeof *order);
         for (size_t i = 0; i < d->n; i++)
             order[i] = i;
-        if (sort_keys)   /* insertion sort: dicts in templates are small */
+        if (o->sort_keys)   /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < d->n; i++)
                 for (size_t j = i; j > 0 && jv_compare(c, line, d->k[order[j - 1]], d->k[order[j]]) > 0; j--) {
                     size_t t = order[j];
@@ -706,12 +719,12 @@ void jv_json_to(jctx *c, int line, jbuf *b, jv v, int indent, const char *item_s
         add_s(c, b, "{");
         for (size_t i = 0; i < d->n; i++) {
             if (i)
-                add_s(c, b, item_sep);
+                add_s(c, b, o->item_sep);
             if (indent >= 0)
                 json_newline(c, b, indent, level + 1);
-            json_key(c, line, b, d->k[order[i]]);
-            add_s(c, b, key_sep);
-            jv_json_to(c, line, b, d->v[order[i]], indent, item_sep, key_sep, sort_keys, level + 1);
+            json_key(c, line, b, d->k[order[i]], o->ascii);
+            add_s(c, b, o->key_sep);
+            jv_json_to(c, line, b, d->v[order[i]], o, level + 1);
         }
         if (indent >= 0 && d->n)
             json_newline(c, b, indent, level);
