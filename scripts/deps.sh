@@ -8,7 +8,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
-      libmicrohttpd-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl
+      libmicrohttpd-dev libedit-dev clang libclang-rt-14-dev gnuplot-nox iproute2 jq curl
       libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then

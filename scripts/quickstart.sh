@@ -6,4 +6,6 @@ set -eu
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh build
-exec build/prima cluster --devices 3 -n 32 "$@"
+# --ignore-eos: the demo model's weights are random, and an end-of-generation token drawn
+# early would cut the demo short; the ring's work shows in the table of devices at the end.
+exec build/prima cluster --devices 3 -n 32 --ignore-eos "$@"

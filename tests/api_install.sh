@@ -4,8 +4,8 @@
 # greedy continuation must be the reference's, read through a 4-byte piece buffer); the shared
 # library exports the functions of prima.h and nothing else.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 build=$(dirname "$prima")
 tmp=$(mktemp -d /tmp/prima-api-install.XXXXXX)
@@ -62,7 +62,7 @@ C
 export PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig:$tmp/prefix/lib64/pkgconfig:$tmp/prefix/lib/x86_64-linux-gnu/pkgconfig"
 flags=$(pkg-config --define-variable=prefix="$tmp/prefix" --cflags --libs prima) || { echo "FAIL: pkg-config prima"; exit 1; }
 libdir=$(pkg-config --define-variable=prefix="$tmp/prefix" --variable=libdir prima)
-# Only the public API is exported: internal names (model_load, send_error, ...) would clash with
+# Only the public API is exported: internal names (model_load, conn_send, ...) would clash with
 # the embedding program's own.
 [ -f "$libdir/libprima.so" ] || { echo "FAIL: no libprima.so in $libdir"; exit 1; }
 exported=$(nm -D --defined-only "$libdir/libprima.so" | awk '{print $3}' | sort)

@@ -1,9 +1,10 @@
 #!/bin/bash
 # prima bench tables as text: one header row, and every column where the header puts it, for
-# bench plan, bench pages and bench ring (the JSON lines are checked with each benchmark).
+# bench plan, bench pages and bench ring (the JSON lines are checked with each benchmark; bench
+# kernels' here).
 set -u
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
+. "$(dirname "$0")/support/needs.sh"
 tmp=$(mktemp -d /tmp/prima-bench-cli.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -35,12 +36,15 @@ table "$tmp/pages" "bench pages"
 "$prima" bench kernels -t 1 --reps 1 --type q8_0 >"$tmp/kernels" 2>"$tmp/err" ||
     fail "bench kernels: $(cat "$tmp/err")"
 table "$tmp/kernels" "bench kernels"
-if [ -f "$fixtures/README.md" ]; then
+# its JSON lines, all through cJSON (the CPU's features included)
+"$prima" bench kernels -t 1 --reps 1 --type q8_0 --json >"$tmp/kernels.json" 2>"$tmp/err" ||
+    fail "bench kernels --json: $(cat "$tmp/err")"
+jq -e -s 'length > 3 and .[0].op == "path" and (.[0].cpu | type) == "string"' \
+    "$tmp/kernels.json" >/dev/null || fail "bench kernels --json: $(head -3 "$tmp/kernels.json")"
+if have_fixtures "bench ring"; then
     "$prima" bench ring -m "$fixtures/models/stories260K.gguf" --devices 3 -lw 1,2,2 -t 1 \
         --decode 4 --reps 1 >"$tmp/ring" 2>"$tmp/err" || fail "bench ring: $(cat "$tmp/err")"
     table "$tmp/ring" "bench ring"
-else
-    echo "fixtures not found at $fixtures: bench ring is left out"
 fi
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }

@@ -2,8 +2,8 @@
 # prima gguf info end to end: a fixture described in text and JSON; damaged copies (made in a
 # temporary directory) give exactly one line on stderr naming the file, and exit status 1.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 model=$fixtures/models/synth-spm512-l4-e256-q4_k_m.gguf
 tmp=$(mktemp -d /tmp/prima-gguf-cli.XXXXXX)

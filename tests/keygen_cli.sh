@@ -1,7 +1,7 @@
 # prima keygen and --key end to end: a key file of mode 0600 that is never overwritten unless
 # told to; a key file that is a directory (or missing) is refused by name, by head and worker.
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
+. "$(dirname "$0")/support/needs.sh"
 tmp=$(mktemp -d /tmp/prima-keygen.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fails=0
@@ -19,7 +19,7 @@ cmp -s "$tmp/cluster.key" "$tmp/first" && fail "--force wrote the same key"
 "$prima" keygen 2>"$tmp/err"
 [ $? = 2 ] || fail "keygen without -o: $(cat "$tmp/err")"
 
-if [ -f "$fixtures/README.md" ]; then
+if have_fixtures "the --key checks of head and worker"; then
     model=$fixtures/models/stories260K.gguf
     # the old option name and the new one, on worker and head alike
     for opt in --secret-file --key; do
@@ -33,8 +33,6 @@ if [ -f "$fixtures/README.md" ]; then
     "$prima" worker -m "$model" --port 0 --key "$tmp/missing" 2>"$tmp/err"
     [ $? = 1 ] && grep -q "key file $tmp/missing: No such file" "$tmp/err" ||
         fail "worker --key MISSING: $(cat "$tmp/err")"
-else
-    echo "fixtures not found at $fixtures: the --key checks of head and worker are left out"
 fi
 [ $fails = 0 ] && echo "keygen_cli: all passed"
 exit $((fails > 0))

@@ -4,9 +4,9 @@
 # whose plan is known, deterministic output, and an infeasible set-up reported as such.
 set -uo pipefail
 prima=${PRIMA_BIN:?}
-fx=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-}}
-[[ -f $fx/README.md ]] || { echo "SKIP: fixtures not found at '$fx'"; exit 77; }
-model=$fx/models/synth-spm512-l4-e256-q4_k_m.gguf
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
+model=$fixtures/models/synth-spm512-l4-e256-q4_k_m.gguf
 work=$(mktemp -d) || exit 1
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }

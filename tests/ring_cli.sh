@@ -166,6 +166,22 @@ alive && fail "cluster workers outlived it"
 XDG_CACHE_HOME=$tmp/cache env -u PRIMA_KEY_FILE "$prima" cluster --devices 2 -n 4 >/dev/null 2>"$tmp/err" ||
     fail "cluster with its generated model: $(cat "$tmp/err")"
 [ -f "$tmp/cache/prima/cluster-demo-llama-l8-e256-q8_0.gguf" ] || fail "no demo model in the cache"
+# --ignore-eos (what scripts/quickstart.sh runs): a seed whose reply ends with an end-of-
+# generation token goes on to all of -n; and the ring's table of devices closes the run
+demo=$tmp/cache/prima/cluster-demo-llama-l8-e256-q8_0.gguf
+eos_seed=
+for s in $(seq 12); do
+    "$prima" run -m "$demo" -p "Once upon a time" --seed "$s" -t 1 -n 200 2>&1 >/dev/null |
+        grep -q "stopped: the model produced an end-of-generation token" && { eos_seed=$s; break; }
+done
+[ -n "$eos_seed" ] || fail "no seed of 1..12 ends the demo model's reply early (this test needs one)"
+XDG_CACHE_HOME=$tmp/cache "$prima" cluster --devices 2 -n 200 --seed "${eos_seed:-1}" --ignore-eos \
+    >/dev/null 2>"$tmp/err" || fail "cluster --ignore-eos: $(cat "$tmp/err")"
+grep -q "stopped: 200 tokens generated, as -n asked" "$tmp/err" ||
+    fail "--ignore-eos (seed $eos_seed): $(grep stopped "$tmp/err")"
+grep -q "^prima: ring: 2 devices, 1 round a token; per batch" "$tmp/err" &&
+    grep -Eq "^prima:   1 +127\.0\.0\.1:[0-9]+ +[0-9]-[0-9] +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$tmp/err" ||
+    fail "the ring's table: $(tail -4 "$tmp/err")"
 
 # prima bench ring: a ring and one device, with every device's counters
 "$prima" bench ring -m "$model" --devices 3 -lw 1,2,2 -t 1 --decode 4 --reps 1 --json \

@@ -1,15 +1,17 @@
 #!/bin/bash
 # prima run / prima logits end to end on the fixture models: greedy output equal to the
 # reference's, stop strings, a full context (stop, or shift and go on), seeded sampling,
-# chat mode, and one-line errors with the documented exit statuses.
+# chat mode (its commands, Ctrl-C, line editing at a terminal), and one-line errors with the
+# documented exit statuses.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 model=$fixtures/models/stories260K.gguf
 ref=$fixtures/reference/stories260K.once.json
 tmp=$(mktemp -d /tmp/prima-run-cli.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+chat=
+trap '[ -n "$chat" ] && kill -9 "$chat" 2>/dev/null; rm -rf "$tmp"' EXIT
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 
@@ -73,6 +75,54 @@ printf 'Hello\nTell me a story\n/exit\n' |
     "$prima" run -m "$fixtures/models/synth-qwen2-l2-e64-q8_0.gguf" -cnv -n 6 --temp 0 >"$tmp/out" 2>"$tmp/err" || fail "chat exit status"
 [ "$(grep -c '^> ' "$tmp/out")" -ge 2 ] || fail "chat: expected two prompts"
 grep -q "generation 12 tokens" "$tmp/err" || fail "chat: 2 x 6 tokens"
+[ "$(grep -c "the reply was cut off at 6 tokens (-n)" "$tmp/err")" = 2 ] ||
+    fail "chat: replies cut off by -n say so: $(cat "$tmp/err")"
+
+# the chat's commands: /help, /save FILE (the conversation as JSON), /clear, an unknown one
+printf 'Hello\n/help\n/save %s\n/clear\n/nonsense\n/save %s\n' "$tmp/chat1.json" "$tmp/chat2.json" |
+    "$prima" run -m "$model" -cnv -p "Be brief." -n 4 --temp 0 -t 1 >"$tmp/out" 2>"$tmp/err" ||
+    fail "chat commands: exit status"
+grep -q "^prima: /help this list" "$tmp/err" && grep -q "^prima: /nonsense: no such command" "$tmp/err" ||
+    fail "chat commands: $(cat "$tmp/err")"
+[ "$(jq -r 'map(.role) | join(",")' "$tmp/chat1.json")" = system,user,assistant ] &&
+    [ "$(jq -r '.[1].content' "$tmp/chat1.json")" = Hello ] &&
+    [ "$(jq -r 'map(.role) | join(",")' "$tmp/chat2.json")" = system ] ||
+    fail "chat /save and /clear: $(cat "$tmp/chat1.json" "$tmp/chat2.json")"
+
+# Ctrl-C stops a reply and the chat goes on with it in the conversation; Ctrl-C at an empty
+# prompt ends the chat, with the statistics, exit status 0
+mkfifo "$tmp/chat_in"
+"$prima" run -m "$model" -cnv --temp 0 -n 100000 --ignore-eos -c 100000 -t 1 <"$tmp/chat_in" \
+    >"$tmp/out" 2>"$tmp/err" &
+chat=$!
+exec 7>"$tmp/chat_in"
+echo "Tell me a story" >&7
+for _ in $(seq 100); do [ "$(wc -c <"$tmp/out")" -gt 100 ] && break; sleep 0.05; done
+kill -INT $chat
+for _ in $(seq 100); do grep -q "reply stopped (Ctrl-C)" "$tmp/err" && break; sleep 0.05; done
+echo "/save $tmp/stopped.json" >&7
+for _ in $(seq 100); do [ -s "$tmp/stopped.json" ] && break; sleep 0.05; done
+kill -INT $chat
+for _ in $(seq 100); do kill -0 $chat 2>/dev/null || break; sleep 0.05; done
+kill -0 $chat 2>/dev/null && { fail "Ctrl-C at an empty prompt did not end the chat"; kill -9 $chat; }
+wait $chat
+st=$?
+exec 7>&-
+[ $st = 0 ] && grep -q "^prima: generation [0-9]* tokens" "$tmp/err" ||
+    fail "Ctrl-C at the prompt: status $st, $(tail -3 "$tmp/err")"
+[ "$(jq -r 'map(.role) | join(",")' "$tmp/stopped.json" 2>/dev/null)" = user,assistant ] &&
+    [ -n "$(jq -r '.[1].content' "$tmp/stopped.json")" ] &&
+    grep -qF -- "$(jq -r '.[1].content' "$tmp/stopped.json" | head -1)" "$tmp/out" ||
+    fail "the stopped reply in the conversation: $(head -c 300 "$tmp/stopped.json")"
+
+# at a terminal (a pseudo-terminal here): line editing (a backspace) and history (up arrow)
+if command -v script >/dev/null; then
+    (sleep 1; printf 'hellp\177o\r'; sleep 1; printf '\033[A\r'; sleep 1
+     printf '/save %s\r' "$tmp/tty.json"; sleep 1; printf '\004') |
+        timeout 30 script -qc "$prima run -m $model -cnv --temp 0 -n 4 -t 1" /dev/null >/dev/null 2>&1
+    [ "$(jq -r '[.[] | select(.role == "user") | .content] | join(",")' "$tmp/tty.json" 2>/dev/null)" = hello,hello ] ||
+        fail "chat at a terminal: $(cat "$tmp/tty.json" 2>&1)"
+fi
 
 # logits: file size, the reference's greedy ids, and identical bits at 1 and 2 threads
 "$prima" logits -m "$model" -p "Once upon a time" -o "$tmp/l1.f32" -n 32 -t 1 >"$tmp/out" ||
@@ -90,6 +140,8 @@ for op in load read_bandwidth first_token prefill prefill_roofline decode decode
     grep -q "\"op\":\"$op\"" "$tmp/bench" || fail "bench run: no $op"
 done
 [ "$(grep -c '"op":"prefill"' "$tmp/bench")" -eq 2 ] || fail "bench run: prefill at 64 and 512"
+jq -e -s 'all(.[]; type == "object") and .[0] == {op: "path", path: .[0].path}' "$tmp/bench" \
+    >/dev/null || fail "bench run: not JSON lines, or no path line first: $(head -2 "$tmp/bench")"
 
 # errors: one line naming the problem; 1 for errors, 2 for usage
 expect() { # STATUS TEXT COMMAND...

@@ -3,7 +3,7 @@
 # across token boundaries, streaming equal to non-streaming, a chat's next turn from the cache),
 # log-probabilities, OpenAI errors with the right status (malformed JSON, wrong types, unknown
 # paths, a huge body, a prompt over the context, API keys, a full queue, the connection limit:
-# 503, not a reset), a slow client, clients that disconnect (generation stops, the slot is free),
+# 503, not a reset; CORS, Host and Content-Type for browsers), a slow client, clients that disconnect (generation stops, the slot is free),
 # 64 concurrent clients (nothing lost or mixed, memory back to its level), control-token text
 # typed by a user (plain text), and a 3-device loopback ring that loses a worker (500 naming it,
 # health says so) and serves again once the worker is back, with the cluster view's memory in
@@ -107,7 +107,7 @@ head -c $((9 << 20)) /dev/zero | tr '\0' ' ' >"$tmp/huge"
 post /v1/completions "@$tmp/huge"
 [ "$code" = 413 ] || fail "huge body: $code"
 { printf '{"prompt":"'; head -c $((8 << 20)) /dev/zero | tr '\0' ' '; printf '"}'; } >"$tmp/huge"
-code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'Transfer-Encoding: chunked' \
+code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'Transfer-Encoding: chunked' -H 'Content-Type: application/json' \
     --data-binary "@$tmp/huge" "http://127.0.0.1:$sport/v1/completions")
 [ "$code" = 413 ] || fail "huge chunked body: $code"
 long=$(printf 'Once upon a time %.0s' $(seq 700))
@@ -118,7 +118,7 @@ post /v1/completions "{\"prompt\":\"$long\",\"max_tokens\":2}"
 # a slow client (one byte a second) holds its connection, not the server
 body='{"prompt":"Once upon a time","max_tokens":8,"temperature":0}'
 exec 3<>"/dev/tcp/127.0.0.1/$sport"
-printf 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+printf 'POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
     ${#body} "${body:0:$((${#body} - 4))}" >&3
 for i in 4 3 2 1; do
     sleep 1
@@ -185,7 +185,19 @@ post /v1/completions '{"prompt":"Once","max_tokens":2}' --max-time 10
 stop_server "$tmp/cancel.log"
 
 # at the connection limit (--queue 0: 64) a client gets 503 in OpenAI's error JSON, not a reset
-start_server "$tmp/limit.log" -m "$model" --queue 0 || exit 1
+start_server "$tmp/limit.log" -m "$model" --queue 0 --cors-origin http://app.example || exit 1
+# (first, the browser's rules: a page of the allowed origin may call, after its preflight; a
+# website whose name resolves here may not, nor may a text/plain body)
+curl -sS -o /dev/null -D "$tmp/headers" -X OPTIONS -H 'Origin: http://app.example' \
+    -H 'Access-Control-Request-Method: POST' "http://127.0.0.1:$sport/v1/completions"
+grep -qi '^access-control-allow-origin: http://app.example' "$tmp/headers" ||
+    fail "preflight of an allowed origin: $(cat "$tmp/headers")"
+post /v1/completions '{"prompt":"Once","max_tokens":2}' -H 'Origin: http://elsewhere.example'
+[ "$code" = 403 ] || fail "a foreign origin: $code $(cat "$tmp/body")"
+code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'Host: evil.example' "http://127.0.0.1:$sport/cluster")
+[ "$code" = 403 ] || fail "Host evil.example: $code $(cat "$tmp/body")"
+code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -d '{"prompt":"Once","max_tokens":2}' "http://127.0.0.1:$sport/v1/completions")
+[ "$code" = 415 ] || fail "a form-encoded body: $code $(cat "$tmp/body")"
 held=()
 for _ in $(seq 64); do exec {fd}<>"/dev/tcp/127.0.0.1/$sport"; held+=("$fd"); done
 sleep 0.3

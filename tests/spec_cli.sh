@@ -5,8 +5,8 @@
 # across context shifts, with stop strings, a full context and chat, and the server's answers
 # with their log-probabilities; the statistics line; refusals.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 stories=$fixtures/models/stories260K.gguf
 f16=$fixtures/models/tinystories-656k-f16.gguf

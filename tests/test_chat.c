@@ -55,6 +55,7 @@ static void check_detect(void)
     struct { const char *tpl; enum chat_template want; } cases[] = {
         {llama3_tpl, CHAT_LLAMA3}, {chatml_tpl, CHAT_CHATML}, {llama2_tpl, CHAT_LLAMA2},
         {mistral_tpl, CHAT_MISTRAL}, {deepseek_r1_tpl, CHAT_DEEPSEEK_R1},
+        {"{{ '<start_of_turn>' + role + '\n' }}", CHAT_GEMMA},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool warned = true;
@@ -131,6 +132,12 @@ static void check_rendering(void)
                  "[INST] <<SYS>>\nYou are helpful.\n<</SYS>>\n\nHi! [/INST] Hello! How can I help? </s>"
                  "<s>[INST] Tell me a joke. [/INST]");
     check_render(CHAT_LLAMA2, conv + 1, 1, true, "[INST] Hi! [/INST]");
+    /* Gemma 3: the system prompt opens the first user turn; the assistant is "model" */
+    check_render(CHAT_GEMMA, conv, 4, true,
+                 "<start_of_turn>user\nYou are helpful.\n\nHi!<end_of_turn>\n"
+                 "<start_of_turn>model\nHello! How can I help?<end_of_turn>\n"
+                 "<start_of_turn>user\nTell me a joke.<end_of_turn>\n"
+                 "<start_of_turn>model\n");
     check_render(CHAT_MISTRAL, conv, 4, true,
                  "[INST] You are helpful.\n\nHi! [/INST]Hello! How can I help?</s>[INST] Tell me a joke. [/INST]");
     /* DeepSeek-R1 drops the reasoning of earlier answers */

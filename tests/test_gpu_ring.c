@@ -105,7 +105,7 @@ int main(void)
     char why[256], err[512], path[4096];
     gpu_dev *g = gpu_open(-1, why, sizeof why);
     if (!g)
-        SKIP("no GPU: %s", why);
+        SKIP_NO_GPU("no GPU: %s", why);
     gpu_close(g);
     fid_case c;
     snprintf(path, sizeof path, "%s/reference", fx);

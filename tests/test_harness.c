@@ -3,7 +3,8 @@
  * exit 77, so ctest reported failed checks as "skipped" on a machine without fixtures), a
  * REQUIRE stops with 1 and says why (its condition evaluated once: a measurement that failed
  * and would pass when run again for the message left a silent exit 1), a plain skip is 77, and
- * a clean run is 0. */
+ * a clean run is 0. A missing GPU or missing fixtures skip, unless PRIMA_REQUIRE_GPU or
+ * PRIMA_REQUIRE_FIXTURES asks for them (as CI does): then they fail. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -12,7 +13,8 @@
 #include "test.h"
 
 enum scenario { PASS, CHECK_FAILS, CHECK_THEN_SKIP, SKIP_ONLY, REQUIRE_FAILS, REQUIRE_ONCE,
-                FIXTURES_MISSING };
+                FIXTURES_MISSING, NO_GPU, NO_GPU_REQUIRED, NO_GPU_NOT_REQUIRED, NO_FIXTURES,
+                NO_FIXTURES_REQUIRED };
 
 /* Fails the first time it is called, passes after. */
 static int flaky(void)
@@ -43,6 +45,24 @@ static int child(enum scenario s)
         return 0;
     case FIXTURES_MISSING:
         CHECK(0, "an expected failure before looking for the fixtures");
+        setenv("PRIMA_FIXTURES", "/nonexistent/prima-fixtures", 1);
+        test_fixtures();
+        return 0;
+    case NO_GPU:
+        unsetenv("PRIMA_REQUIRE_GPU");
+        SKIP_NO_GPU("no GPU (a skip here)");
+    case NO_GPU_REQUIRED:
+        setenv("PRIMA_REQUIRE_GPU", "1", 1);
+        SKIP_NO_GPU("no GPU (a failure here: one is required)");
+    case NO_GPU_NOT_REQUIRED:
+        setenv("PRIMA_REQUIRE_GPU", "0", 1);
+        SKIP_NO_GPU("no GPU (a skip here: 0 requires none)");
+    case NO_FIXTURES:
+    case NO_FIXTURES_REQUIRED:
+        if (s == NO_FIXTURES)
+            unsetenv("PRIMA_REQUIRE_FIXTURES");
+        else
+            setenv("PRIMA_REQUIRE_FIXTURES", "1", 1);
         setenv("PRIMA_FIXTURES", "/nonexistent/prima-fixtures", 1);
         test_fixtures();
         return 0;
@@ -89,6 +109,11 @@ int main(void)
         {REQUIRE_FAILS, 1, "a failed requirement"},
         {REQUIRE_ONCE, 1, "a requirement that fails once"},
         {FIXTURES_MISSING, 1, "a failed check, then missing fixtures"},
+        {NO_GPU, 77, "no GPU"},
+        {NO_GPU_REQUIRED, 1, "no GPU under PRIMA_REQUIRE_GPU=1"},
+        {NO_GPU_NOT_REQUIRED, 77, "no GPU under PRIMA_REQUIRE_GPU=0"},
+        {NO_FIXTURES, 77, "no fixtures"},
+        {NO_FIXTURES_REQUIRED, 1, "no fixtures under PRIMA_REQUIRE_FIXTURES=1"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char err[1024];

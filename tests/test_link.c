@@ -5,6 +5,7 @@
  * one-line reason; no plaintext of a frame's body is on the wire. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@ typedef struct link_pair {
     int a_wire, b_wire;        /* the test's ends: what a sends arrives on a_wire, and so on */
     int rc_a, rc_b;
     char err_a[512], err_b[512];
+    atomic_bool vouched;       /* the listener found the greeting's tag right */
 } link_pair;
 
 typedef struct listener_arg {
@@ -47,20 +49,27 @@ static int64_t deadline(void)
 static void *listener_main(void *arg)
 {
     listener_arg *l = arg;
-    l->p->rc_b = conn_handshake(&l->p->b, false, l->key, deadline(), l->p->err_b,
+    l->p->rc_b = link_handshake(l->p->b.fd, false, l->key, PROTO_VERSION, deadline(),
+                                l->p->b.name, &l->p->vouched, &l->p->b.sec, l->p->err_b,
                                 sizeof l->p->err_b);
     if (l->p->rc_b)   /* as the worker does: a failed handshake closes the link */
         shutdown(l->p->b.fd, SHUT_RDWR);
     return NULL;
 }
 
-/* Carry message `which` of n bytes; *mode gets its mode byte as sent, before any change. */
+/* Carry message `which` of n bytes (a greeting's n grows by the tag when its mode is keyed);
+ * *mode gets its mode byte as sent, before any change. */
 static bool move(int from, int to, uint8_t *m, size_t n, int which, const relay_arg *r,
                  uint8_t *mode)
 {
     if (recv(from, m, n, MSG_WAITALL) != (ssize_t)n)
         return false;
     *mode = m[6];
+    if (which == 1 && *mode == LINK_KEYED) {
+        if (recv(from, m + n, LINK_TAG_BYTES, MSG_WAITALL) != LINK_TAG_BYTES)
+            return false;
+        n += LINK_TAG_BYTES;
+    }
     for (int i = 0; i < r->n_edit; i++)
         if (r->e[i].msg == which)
             m[r->e[i].off] ^= r->e[i].xor;
@@ -73,7 +82,7 @@ static void *relay_main(void *arg)
 {
     relay_arg *r = arg;
     link_pair *p = r->p;
-    uint8_t m1[40], m2[40], m3[56], m4[56], mode1 = 0, mode2 = 0, ignored;
+    uint8_t m1[40 + LINK_TAG_BYTES], m2[40], m3[56], m4[56], mode1 = 0, mode2 = 0, ignored;
     bool ok = move(p->a_wire, p->b_wire, m1, 40, 1, r, &mode1) &&
               move(p->b_wire, p->a_wire, m2, 40, 2, r, &mode2);
     /* Both sides keyed (whatever the relay made them say): proofs follow. Otherwise the
@@ -137,6 +146,7 @@ static void handshakes(void)
     pair_open(&p, &key_a, &key_a, NULL, 0);
     CHECK(p.rc_a == 0 && p.rc_b == 0, "same key: '%s' / '%s'", p.err_a, p.err_b);
     CHECK(p.a.sec && p.b.sec, "same key but a plaintext link");
+    CHECK(p.vouched, "same key, but the greeting's tag was not found right");
     pair_close(&p);
 
     pair_open(&p, NULL, NULL, NULL, 0);
@@ -145,8 +155,10 @@ static void handshakes(void)
     pair_close(&p);
 
     pair_open(&p, &key_a, &key_b, NULL, 0);
-    CHECK(p.rc_b && strstr(p.err_b, "does not hold this cluster key"), "wrong key, listener: '%s'",
-          p.err_b);
+    /* the listener's first, cheap check: the tag of the greeting, before any key exchange */
+    CHECK(p.rc_b && strstr(p.err_b, "does not hold this cluster key (the tag of its greeting"),
+          "wrong key, listener: '%s'", p.err_b);
+    CHECK(!p.vouched, "wrong key, but the greeting's tag was found right");
     CHECK(p.rc_a && strstr(p.err_a, "does not hold this cluster key"), "wrong key, dialer: '%s'",
           p.err_a);
     pair_close(&p);
@@ -187,6 +199,7 @@ static void handshakes(void)
         {{1, 8, 0x01}, "the dialer's ephemeral key"}, {{2, 39, 0x80}, "the listener's ephemeral key"},
         {{3, 0, 0x01}, "the dialer's proof"},         {{4, 31, 0x01}, "the listener's proof"},
         {{3, 40, 0x01}, "the dialer's stream header"}, {{1, 4, 0x03}, "the dialer's version"},
+        {{1, 40, 0x01}, "the tag of the dialer's greeting"},
     };
     for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
         pair_open(&p, &key_a, &key_a, &changes[i].e, 1);

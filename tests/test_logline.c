@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
 #include "test.h"
+#include "util/logline.h"
 
 #define RECORD_MAX 65536
 

@@ -37,10 +37,11 @@ static void typical_rate(void)
     double z[] = {4, 10, 1, 3, 2};
     r = profile_typical_rate(z, hit, 5, 1, &spread);
     CHECK(r == 3, "no quota: %g, not the median of all", r);
-    CHECK(parse_cpu_throttled_ns("nr_periods 10\nnr_throttled 2\nthrottled_time 12345\n") ==
-              12345 &&
-              parse_cpu_throttled_ns("usage_usec 9\nnr_throttled 1\nthrottled_usec 7\n") == 7000 &&
-              parse_cpu_throttled_ns("usage_usec 9\n") == 0,
+    CHECK(profile_parse_cpu_throttled_ns("nr_periods 10\nnr_throttled 2\nthrottled_time 12345\n")
+                  == 12345 &&
+              profile_parse_cpu_throttled_ns("usage_usec 9\nnr_throttled 1\nthrottled_usec 7\n")
+                  == 7000 &&
+              profile_parse_cpu_throttled_ns("usage_usec 9\n") == 0,
           "cpu.stat throttled time misread");
 }
 

@@ -243,7 +243,7 @@ static void check_attention(int n_head, int n_kv, int hd, int n_tokens, int firs
     attention_reference(ref, q, n_tokens, pos, k, v, n_head, n_kv, hd, scale);
     for (int nt = 1; nt <= 3; nt++) {
         out[nt] = malloc(sizeof(float) * (size_t)n_q);
-        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, k, v, n_head, n_kv, hd, scale);
+        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, 0, k, v, n_head, n_kv, hd, scale);
         if (nt > 1)
             CHECK(!memcmp(out[nt], out[1], sizeof(float) * (size_t)n_q),
                   "attention differs between 1 and %d threads", nt);

@@ -23,7 +23,7 @@ static double resident_fraction(uint64_t b, uint64_t e)
 {
     byte_range r = {b, e};
     uint64_t res, tot;
-    pages_resident(map, FILE_BYTES, &r, 1, &res, &tot);
+    pager_resident_pages(map, FILE_BYTES, &r, 1, &res, &tot);
     return tot ? (double)res / (double)tot : 0;
 }
 
@@ -70,7 +70,7 @@ int main(void)
         evict();
         CHECK(resident_fraction(28 * MIB, 32 * MIB) < 0.1, "%s: not cold after eviction",
               prefetch_method_name(methods[i]));
-        uint64_t disk0 = process_disk_read_bytes();
+        uint64_t disk0 = pager_disk_read_bytes();
         byte_range want = {28 * MIB + 100, 32 * MIB - 100};
         pager_request(p, NULL, 0, &want, 1);
         pager_wait_idle(p);
@@ -78,7 +78,7 @@ int main(void)
                                                 : wait_resident(want.begin, want.end);
         CHECK(f == 1.0, "%s: %.0f%% of the window resident", prefetch_method_name(methods[i]),
               100 * f);
-        uint64_t disk = process_disk_read_bytes() - disk0;
+        uint64_t disk = pager_disk_read_bytes() - disk0;
         CHECK(disk >= 3 * MIB, "%s: %llu bytes read from disk for a 4 MiB window",
               prefetch_method_name(methods[i]), (unsigned long long)disk);
         /* The hints ask for exactly the window: no kernel readahead past its end. Touch faults

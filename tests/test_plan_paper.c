@@ -123,7 +123,7 @@ static void paper_case(const char *rec)
     /* every budget is filled: what a device leaves unused is less than a layer beside its
      * streaming room; and only the overflow is read: an overloaded device reads its streamed
      * layers, and stalls the ring for those beyond the room */
-    double b = sm.layer_bytes, room = DEVICE_STREAM_ROOM_LAYERS * b;
+    double b = sm.layer_bytes, room = PLAN_STREAM_ROOM_LAYERS * b;
     for (int m = 0; m < N_DEV; m++) {
         const dev_result *d = &h.cost.dev[m];
         double used = d->anon + dc[m].fixed_page + d->resident_layers * b;
@@ -131,11 +131,11 @@ static void paper_case(const char *rec)
         CHECK(unused < b && unused > -1, "%s: %s leaves %.0f MiB of its %.0f MiB unused", rec,
               names[m], unused / MIB, d->budget / MIB);
         double streamed = d->layers - d->resident_layers;
-        CHECK(d->overloaded ? streamed > DEVICE_STREAM_ROOM_LAYERS : streamed == 0,
+        CHECK(d->overloaded ? streamed > PLAN_STREAM_ROOM_LAYERS : streamed == 0,
               "%s: %s streams %.2f layers", rec, names[m], streamed);
         if (d->overloaded)
             CHECK(fabs(d->disk_bytes - streamed * b) < 1 &&
-                      fabs(d->t_disk - (streamed - DEVICE_STREAM_ROOM_LAYERS) * b /
+                      fabs(d->t_disk - (streamed - PLAN_STREAM_ROOM_LAYERS) * b /
                                            dc[m].disk_bps) < 1e-9,
                   "%s: %s reads %.0f MiB per token for %.2f streamed layers", rec, names[m],
                   d->disk_bytes / MIB, streamed);

@@ -1,149 +1,23 @@
-/* Device profiles: parsing recorded /proc/meminfo, /proc/self/cgroup, mountinfo and cgroup
- * v1/v2 memory files; the JSON round trip and its validation; the available-memory rule. */
+/* Device profiles: parsing recorded cgroup CPU quota files; the JSON round trip and its
+ * validation; the available-memory rule (util/sysmem.h) applied to a profile's figures. */
 #include <string.h>
 
 #include "sched/profile.h"
 #include "test.h"
 
-/* A Linux 6.x desktop (values in kB). */
-static const char meminfo_modern[] =
-    "MemTotal:       16318412 kB\n"
-    "MemFree:         1204388 kB\n"
-    "MemAvailable:    9874120 kB\n"
-    "Buffers:          402116 kB\n"
-    "Cached:          8391780 kB\n"
-    "SwapCached:         1024 kB\n"
-    "Active:          6012332 kB\n"
-    "Inactive:        6873316 kB\n"
-    "SwapTotal:       2097148 kB\n"
-    "SwapFree:        2061052 kB\n"
-    "Shmem:            612440 kB\n"
-    "KReclaimable:     390284 kB\n"
-    "SReclaimable:     390284 kB\n"
-    "SUnreclaim:       160072 kB\n"
-    "HugePages_Total:       0\n"
-    "Hugepagesize:       2048 kB\n";
-
-/* A 3.10 kernel: no MemAvailable line. */
-static const char meminfo_old[] =
-    "MemTotal:        2048000 kB\n"
-    "MemFree:          100000 kB\n"
-    "Buffers:           20000 kB\n"
-    "Cached:           300000 kB\n"
-    "SwapTotal:             0 kB\n"
-    "SwapFree:              0 kB\n"
-    "Shmem:             50000 kB\n"
-    "SReclaimable:      30000 kB\n";
-
-static void meminfo_parsing(void)
+/* The CPU quota of a cgroup v2 cpu.max or v1 cfs files (the memory files: test_sysmem). */
+static void cpu_quota_parsing(void)
 {
-    meminfo mi;
-    char err[256];
-    REQUIRE(parse_meminfo(meminfo_modern, &mi, err, sizeof err) == 0, "%s", err);
-    CHECK(mi.total == 16318412ULL * 1024, "total %llu", (unsigned long long)mi.total);
-    CHECK(mi.available == 9874120ULL * 1024, "available %llu", (unsigned long long)mi.available);
-    CHECK(mi.swap_total == 2097148ULL * 1024 && mi.swap_free == 2061052ULL * 1024, "swap");
-    /* Cached + Buffers + SReclaimable - Shmem */
-    CHECK(mi.reclaimable == (8391780ULL + 402116 + 390284 - 612440) * 1024, "reclaimable %llu",
-          (unsigned long long)mi.reclaimable);
-
-    REQUIRE(parse_meminfo(meminfo_old, &mi, err, sizeof err) == 0, "%s", err);
-    CHECK(mi.available == (100000ULL + 300000 + 20000 + 30000 - 50000) * 1024,
-          "estimated available %llu", (unsigned long long)mi.available);
-
-    CHECK(parse_meminfo("MemFree: 100 kB\n", &mi, err, sizeof err) == -1 && strstr(err, "MemTotal"),
-          "missing MemTotal accepted");
-    CHECK(parse_meminfo("", &mi, err, sizeof err) == -1, "empty meminfo accepted");
-    /* "MemTotalX" must not be taken for MemTotal */
-    CHECK(parse_meminfo("MemTotalX: 5 kB\n", &mi, err, sizeof err) == -1, "prefix key accepted");
-}
-
-/* This machine's layout: cgroup v1 memory controller next to an unused unified hierarchy. */
-static const char cgroup_v1[] =
-    "9:name=systemd:/\n"
-    "8:pids:/\n"
-    "4:memory:/process_api/6c09c6bac4f99f9b5207d94bb1ce4255\n"
-    "2:cpuacct:/\n"
-    "1:cpu:/\n"
-    "0::/\n";
-static const char mountinfo_v1[] =
-    "22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
-    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
-    "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
-    "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
-    "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-static const char stat_v1[] =
-    "cache 148148224\n"
-    "rss 31449088\n"
-    "inactive_file 98447360\n"
-    "active_file 49700864\n"
-    "hierarchical_memory_limit 536870912\n"
-    "total_cache 148148224\n"
-    "total_inactive_file 98447361\n"
-    "total_active_file 49700865\n";
-
-/* systemd with the unified hierarchy only. */
-static const char cgroup_v2[] = "0::/user.slice/user-1000.slice/session-2.scope\n";
-static const char mountinfo_v2[] =
-    "24 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
-    "30 24 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
-    "rw,nsdelegate,memory_recursiveprot\n";
-static const char stat_v2[] =
-    "anon 1183744000\n"
-    "file 3921178624\n"
-    "active_anon 1073741824\n"
-    "inactive_anon 110002176\n"
-    "active_file 2147483648\n"
-    "inactive_file 1773694976\n";
-
-/* A container: the cgroup namespace root is the container's own cgroup. */
-static const char cgroup_container[] = "0::/docker/4f1c2a\n";
-static const char mountinfo_container[] =
-    "500 400 0:70 /docker/4f1c2a /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n";
-
-static void cgroup_parsing(void)
-{
-    char dir[512];
-    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "memory", dir, sizeof dir) == 1 &&
-          !strcmp(dir, "/sys/fs/cgroup/memory/process_api/6c09c6bac4f99f9b5207d94bb1ce4255"),
-          "v1 dir %s", dir);
-    CHECK(cgroup_dir(cgroup_v2, mountinfo_v2, "memory", dir, sizeof dir) == 2 &&
-          !strcmp(dir, "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"), "v2 dir %s", dir);
-    CHECK(cgroup_dir(cgroup_container, mountinfo_container, "memory", dir, sizeof dir) == 2 &&
-          !strcmp(dir, "/sys/fs/cgroup"), "container dir %s", dir);
-    CHECK(cgroup_dir("0::/elsewhere\n", mountinfo_container, "memory", dir, sizeof dir) == 0,
-          "a cgroup outside the mounted subtree was resolved to %s", dir);
-    CHECK(cgroup_dir("", "", "memory", dir, sizeof dir) == 0, "no cgroup resolved to %s", dir);
-    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "memory", dir, 8) == 0, "truncated dir returned");
-
-    /* the cpu controller of the same v1 layout, and of v2 */
-    CHECK(cgroup_dir(cgroup_v1, mountinfo_v1, "cpu", dir, sizeof dir) == 1 &&
-          !strcmp(dir, "/sys/fs/cgroup/cpu"), "v1 cpu dir %s", dir);
-    CHECK(cgroup_dir(cgroup_v2, mountinfo_v2, "cpu", dir, sizeof dir) == 2 &&
-          !strcmp(dir, "/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope"), "v2 cpu dir %s", dir);
-    CHECK(parse_cpu_quota("50000 100000\n", NULL, NULL) == 0.5, "v2 cpu.max half a CPU");
-    CHECK(parse_cpu_quota("max 100000\n", NULL, NULL) == 0, "v2 cpu.max unlimited");
-    CHECK(parse_cpu_quota("250000\n", "100000\n", NULL) == 2.5, "v1 two and a half CPUs");
-    CHECK(parse_cpu_quota("-1\n", "100000\n", NULL) == 0, "v1 unlimited");
-    CHECK(parse_cpu_quota("", NULL, NULL) == 0, "empty cpu.max");
+    CHECK(profile_parse_cpu_quota("50000 100000\n", NULL, NULL) == 0.5, "v2 cpu.max half a CPU");
+    CHECK(profile_parse_cpu_quota("max 100000\n", NULL, NULL) == 0, "v2 cpu.max unlimited");
+    CHECK(profile_parse_cpu_quota("250000\n", "100000\n", NULL) == 2.5, "v1 two and a half CPUs");
+    CHECK(profile_parse_cpu_quota("-1\n", "100000\n", NULL) == 0, "v1 unlimited");
+    CHECK(profile_parse_cpu_quota("", NULL, NULL) == 0, "empty cpu.max");
     double period = 0;
-    CHECK(parse_cpu_quota("20000 50000\n", NULL, &period) == 0.4 && period == 0.05,
+    CHECK(profile_parse_cpu_quota("20000 50000\n", NULL, &period) == 0.4 && period == 0.05,
           "v2 cpu.max period %g s", period);
-    CHECK(parse_cpu_quota("100000\n", "200000\n", &period) == 0.5 && period == 0.2,
+    CHECK(profile_parse_cpu_quota("100000\n", "200000\n", &period) == 0.5 && period == 0.2,
           "v1 period %g s", period);
-
-    CHECK(parse_cgroup_limit("max\n") == 0, "v2 max");
-    CHECK(parse_cgroup_limit("9223372036854771712\n") == 0, "v1 unlimited");
-    CHECK(parse_cgroup_limit("1073741824\n") == 1073741824ULL, "1 GiB");
-    CHECK(parse_cgroup_limit("garbage") == 0, "garbage");
-
-    cgroup_stat cs;
-    parse_cgroup_stat(stat_v1, &cs);
-    CHECK(cs.reclaimable == 98447361ULL + 49700865ULL, "v1 reclaimable uses the total_ keys: %llu",
-          (unsigned long long)cs.reclaimable);
-    CHECK(cs.hier_limit == 536870912ULL, "v1 hierarchical limit %llu", (unsigned long long)cs.hier_limit);
-    parse_cgroup_stat(stat_v2, &cs);
-    CHECK(cs.reclaimable == 2147483648ULL + 1773694976ULL && cs.hier_limit == 0, "v2 stat");
 }
 
 static void available_rule(void)
@@ -264,8 +138,7 @@ static void json_round_trip(void)
 
 int main(void)
 {
-    meminfo_parsing();
-    cgroup_parsing();
+    cpu_quota_parsing();
     available_rule();
     json_round_trip();
     return test_done();

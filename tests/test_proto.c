@@ -42,7 +42,7 @@ static void stats_layout(void)
                          .pages = 105, .pages_resident = 106, .bytes_sent = 107, .bytes_recv = 108,
                          .hops = 109}};
     char err[512];
-    REQUIRE(send_stats(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_stats(&a, &m, err, sizeof err) == 0, "%s", err);
     frame f;
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
     CHECK(f.type == RM_STATS && f.len == 8 + 9 * 8, "STATS of %u bytes", f.len);
@@ -53,12 +53,12 @@ static void stats_layout(void)
                   (unsigned long long)get64(f.body + 8 + 8 * i));
     }
     msg_stats d;
-    REQUIRE(decode_stats(&f, &d, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_decode_stats(&f, &d, err, sizeof err) == 0, "%s", err);
     CHECK(!memcmp(&d, &m, sizeof d), "decoded STATS differ");
     /* one byte more or less is malformed */
     frame g = f;
     g.len = f.len - 1;
-    CHECK(decode_stats(&g, &d, err, sizeof err) == -1, "short STATS accepted");
+    CHECK(proto_decode_stats(&g, &d, err, sizeof err) == -1, "short STATS accepted");
     conn_close(&a);
     conn_close(&b);
 }
@@ -81,41 +81,44 @@ static void plan_layout(void)
     char err[512];
     frame f;
     msg_plan d;
-    REQUIRE(send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
     CHECK(f.len == old_len, "a PLAN without GPU layers has %u bytes, not %u", f.len, old_len);
-    CHECK(decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
+    CHECK(proto_decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
           "PLAN without GPU layers: %s", err);
 
     m.gpu_layers[1] = 2;
     m.gpu_layers[2] = 1;
-    REQUIRE(send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
     CHECK(f.len == old_len + 3 * 4, "a PLAN with GPU layers has %u bytes", f.len);
     if (f.len == old_len + 12)
         CHECK(get32(f.body + old_len) == 0 && get32(f.body + old_len + 4) == 2 &&
                   get32(f.body + old_len + 8) == 1,
               "GPU layers after the sequences, head first");
-    CHECK(decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
+    CHECK(proto_decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
           "PLAN with GPU layers: %s", err);
     frame g = f;
     g.len = f.len - 1;
-    CHECK(decode_plan(&g, &d, err, sizeof err) == -1, "a cut GPU section accepted");
+    CHECK(proto_decode_plan(&g, &d, err, sizeof err) == -1, "a cut GPU section accepted");
     g.len = old_len + 4;
-    CHECK(decode_plan(&g, &d, err, sizeof err) == -1, "GPU layers for 1 of 3 devices accepted");
+    CHECK(proto_decode_plan(&g, &d, err, sizeof err) == -1,
+          "GPU layers for 1 of 3 devices accepted");
 
     char note[PROTO_NOTE_MAX];
-    REQUIRE(send_ready(&a, "", err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_ready(&a, "", err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
     CHECK(f.type == RM_READY && f.len == 0, "an empty READY has %u bytes", f.len);
-    CHECK(decode_ready(&f, note, sizeof note, err, sizeof err) == 0 && !note[0], "empty READY");
-    REQUIRE(send_ready(&a, "GPU: none\nhere", err, sizeof err) == 0, "%s", err);
+    CHECK(proto_decode_ready(&f, note, sizeof note, err, sizeof err) == 0 && !note[0],
+          "empty READY");
+    REQUIRE(proto_send_ready(&a, "GPU: none\nhere", err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_ready(&f, note, sizeof note, err, sizeof err) == 0 &&
+    CHECK(proto_decode_ready(&f, note, sizeof note, err, sizeof err) == 0 &&
               !strcmp(note, "GPU: none here"), "READY note '%s'", note);
     g = f;
     g.len = f.len - 1;
-    CHECK(decode_ready(&g, note, sizeof note, err, sizeof err) == -1, "a cut READY note accepted");
+    CHECK(proto_decode_ready(&g, note, sizeof note, err, sizeof err) == -1,
+          "a cut READY note accepted");
     conn_close(&a);
     conn_close(&b);
 }
@@ -171,7 +174,7 @@ static void sequences(void)
     for (int n_seq = 3; n_seq >= 2; n_seq--) {
         REQUIRE(hop_send(&hb, &a, RM_BATCH, &m, h, pos, seq, err, sizeof err) == 0, "%s", err);
         REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-        REQUIRE(decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
+        REQUIRE(proto_decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
         lim.n_seq = n_seq;
         int rc = hop_unpack(&hb, &d, &lim, got, gpos, gseq, err, sizeof err);
         if (n_seq == 3)
@@ -184,31 +187,31 @@ static void sequences(void)
     const int32_t neg[3] = {0, -1, 0};
     REQUIRE(hop_send(&hb, &a, RM_BATCH, &m, h, pos, neg, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    REQUIRE(decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_decode_batch(&f, 4, &d, err, sizeof err) == 0, "%s", err);
     CHECK(hop_unpack(&hb, &d, &lim, got, gpos, gseq, err, sizeof err) == -1 &&
               strstr(err, "sequence -1"), "a negative sequence id: %s", err);
 
     msg_kvop k = {.op = KVOP_SHIFT, .seq = 5, .p0 = 2, .p1 = 9, .delta = -1}, kd;
-    REQUIRE(send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_kvop(&f, &kd, err, sizeof err) == 0 && kd.seq == 5 && kd.p0 == 2 &&
+    CHECK(proto_decode_kvop(&f, &kd, err, sizeof err) == 0 && kd.seq == 5 && kd.p0 == 2 &&
               kd.p1 == 9 && kd.delta == -1, "KVOP names its sequence");
     k.seq = -3;
-    REQUIRE(send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_kvop(&a, &k, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_kvop(&f, &kd, err, sizeof err) == -1 && strstr(err, "sequence -3"),
+    CHECK(proto_decode_kvop(&f, &kd, err, sizeof err) == -1 && strstr(err, "sequence -3"),
           "KVOP of a negative sequence: %s", err);
 
     msg_plan p = {.rank = 1, .n_dev = 2, .k = 1, .n_layer = 2, .window = {1, 1}, .n_ctx = 16,
                   .max_batch = 8, .n_seq = 4}, pd;
-    REQUIRE(send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_plan(&f, &pd, err, sizeof err) == 0 && pd.n_seq == 4, "PLAN's sequences: %s",
+    CHECK(proto_decode_plan(&f, &pd, err, sizeof err) == 0 && pd.n_seq == 4, "PLAN's sequences: %s",
           err);
     p.n_seq = 0;
-    REQUIRE(send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_plan(&a, &p, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_plan(&f, &pd, err, sizeof err) == -1 && strstr(err, "0 sequences"),
+    CHECK(proto_decode_plan(&f, &pd, err, sizeof err) == -1 && strstr(err, "0 sequences"),
           "a PLAN for no sequence: %s", err);
     hop_buffers_free(&hb);
     conn_close(&a);
@@ -234,10 +237,10 @@ static void decode_messages(void)
     q->sp.repeat_penalty = 1.25f;
     q->sp.presence_penalty = -0.5f;
     q->sp.seed = 0;   /* not sent */
-    REQUIRE(send_decode(&a, q, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_decode(&a, q, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_decode(&f, d, err, sizeof err) == 0 && d->serial == 7 && d->max_steps == 300 &&
-              d->seq == 2 && d->pos == 41 && d->token == 99 &&
+    CHECK(proto_decode_decode(&f, d, err, sizeof err) == 0 && d->serial == 7 &&
+              d->max_steps == 300 && d->seq == 2 && d->pos == 41 && d->token == 99 &&
               !memcmp(&d->sp, &q->sp, sizeof d->sp) && !memcmp(d->rng, q->rng, sizeof d->rng) &&
               d->n_window == 3 && !memcmp(d->window, q->window, 3 * sizeof *d->window),
           "DECODE through the wire: %s", err);
@@ -261,27 +264,28 @@ static void decode_messages(void)
             x.max_steps = 0;
         else
             x.pos = -1;
-        REQUIRE(send_decode(&a, &x, err, sizeof err) == 0, "%s", err);
+        REQUIRE(proto_send_decode(&a, &x, err, sizeof err) == 0, "%s", err);
         REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-        CHECK(decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, bad[i].want),
+        CHECK(proto_decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, bad[i].want),
               "DECODE with a bad %s: %s", bad[i].what, err);
     }
-    REQUIRE(send_decode(&a, q, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_decode(&a, q, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
     f.len -= 4;   /* the window's last token cut off */
-    CHECK(decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, "malformed DECODE"),
+    CHECK(proto_decode_decode(&f, d, err, sizeof err) == -1 && strstr(err, "malformed DECODE"),
           "a DECODE cut short: %s", err);
 
     msg_token t = {.serial = 9, .token = 511, .rng = {~0ull, 0, 42, 7}}, td;
-    REQUIRE(send_token(&a, &t, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_token(&a, &t, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_token(&f, &td, err, sizeof err) == 0 && !memcmp(&t, &td, sizeof t),
+    CHECK(proto_decode_token(&f, &td, err, sizeof err) == 0 && !memcmp(&t, &td, sizeof t),
           "TOKEN through the wire: %s", err);
     uint32_t steps = 0;
-    REQUIRE(send_done(&a, 12, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_done(&a, 12, err, sizeof err) == 0, "%s", err);
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(decode_done(&f, &steps, err, sizeof err) == 0 && steps == 12, "DONE: %s", err);
-    CHECK(decode_token(&f, &td, err, sizeof err) == -1 && strstr(err, "expected TOKEN, got DONE"),
+    CHECK(proto_decode_done(&f, &steps, err, sizeof err) == 0 && steps == 12, "DONE: %s", err);
+    CHECK(proto_decode_token(&f, &td, err, sizeof err) == -1 &&
+              strstr(err, "expected TOKEN, got DONE"),
           "a DONE for a TOKEN: %s", err);
     free(q);
     free(d);

@@ -88,7 +88,7 @@ static double rt_resident(uint64_t b, uint64_t e)
 {
     byte_range r = {b, e};
     uint64_t res, tot;
-    pages_resident(rt_map, (uint64_t)RT_LAYERS * RT_LAYER, &r, 1, &res, &tot);
+    pager_resident_pages(rt_map, (uint64_t)RT_LAYERS * RT_LAYER, &r, 1, &res, &tot);
     return tot ? (double)res / (double)tot : 0;
 }
 
@@ -199,7 +199,7 @@ int main(void)
         for (int il = 0; il < 12; il++)
             if (il % 3 == 0 ? rank == 0 : rank == 1)
                 mine[owned++] = il;
-        uint64_t room = DEVICE_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
+        uint64_t room = PLAN_STREAM_ROOM_LAYERS * (rank == 0 ? 300 : 100);
         for (int quarter = 0; quarter <= 4 * owned; quarter++) {
             double want = quarter / 4.0;
             int whole = quarter / 4, cut;

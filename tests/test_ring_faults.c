@@ -171,7 +171,7 @@ int main(void)
             "%s", err);
     msg_hello hello = {.role = ROLE_HEAD};
     memcpy(hello.identity, fm.rm.identity, sizeof hello.identity);
-    REQUIRE(send_hello(&c, &hello, err, sizeof err) == 0, "%s", err);
+    REQUIRE(proto_send_hello(&c, &hello, err, sizeof err) == 0, "%s", err);
     list_of((int[]){0}, 1, list, sizeof list);
     CHECK(head_open(&h, list, 2, err, sizeof err) != 0 && strstr(err, "busy"),
           "a second head while the silent one holds the worker: '%s'", err);

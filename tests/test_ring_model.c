@@ -1,4 +1,5 @@
-/* The ring on real models (the trained fixtures and a synthetic Q4_K_M one): rings of 1 to 4
+/* The ring on real models (the trained fixtures, a synthetic Q4_K_M one, a synthetic Gemma 3
+ * with sliding-window layers and synthetic mixtures of experts): rings of 1 to 4
  * devices with uneven windows, forward-only devices, k = 1, 2, 3 and partial last rounds must
  * produce the single device's logits bit for bit and its greedy tokens, through a prefill split
  * into batches, decoding, a truncation and a context shift. Workers run in threads of this
@@ -202,5 +203,26 @@ int main(void)
         {3, {1, 1, 2}, 0, WIRE_F16},
     };
     check_model(fx, "synth-spm512-l4-e256-q4_k_m.mixed.json", synth, sizeof synth / sizeof synth[0]);
+    /* Gemma 3: 6 layers, five sliding (window 8: rings of 14 rows here) and a global one */
+    const plan_case gemma[] = {
+        {2, {2, 4}, 0, WIRE_F32},
+        {3, {1, 2, 1}, 2, WIRE_F32},            /* 2 rounds, the global layer on the head */
+        {4, {2, 1, 1, 2}, 0, WIRE_F32},
+    };
+    check_model(fx, "synth-gemma3-l6-e64-f32.window.json", gemma, sizeof gemma / sizeof gemma[0]);
+    /* experts: Mixtral (3 layers) and Qwen3-MoE (2 layers) */
+    const plan_case mixtral[] = {
+        {2, {1, 2}, 0, WIRE_F32},
+        {3, {1, 1, 1}, 0, WIRE_F32},
+        {2, {1, 1}, 2, WIRE_F32},               /* 2 rounds, partial */
+    };
+    check_model(fx, "synth-mixtral-l3-e64-q8_0.experts.json", mixtral,
+                sizeof mixtral / sizeof mixtral[0]);
+    const plan_case qwen3moe[] = {
+        {2, {1, 1}, 0, WIRE_F32},
+        {3, {1, 0, 1}, 0, WIRE_F32},
+    };
+    check_model(fx, "synth-qwen3moe-l2-e64-q8_0.route.json", qwen3moe,
+                sizeof qwen3moe / sizeof qwen3moe[0]);
     return test_done();
 }

@@ -142,32 +142,6 @@ static size_t hello_body(uint8_t *b, const uint8_t *identity)
     return n + 16 + 4;
 }
 
-/* A head through the real API; returns 0 when a short ring run works. */
-static int run_head(const char *workers, const ring_key *key, char *err, size_t errlen)
-{
-    int n_dev = 2;
-    for (const char *p = workers; *p; p++)
-        n_dev += *p == ',';
-    int lw[4] = {1, 1, 1, 1};
-    ring_opts o = {.workers = workers, .lw = lw, .n_lw = n_dev, .n_ctx = N_CTX, .max_batch = 4,
-                   .key = key};
-    ring *r = ring_connect(&o, &fm.rm, err, errlen);
-    if (!r)
-        return -1;
-    bool owns[N_LAYER];
-    plan_owned_layers(ring_get_plan(r), 0, owns);
-    ring_layers head;
-    fake_layers_open(&fm, owns, N_CTX, &head);
-    int rc = ring_start(r, &head, err, errlen);
-    float h[N_EMBD] = {0.5f};
-    int32_t pos = 0;
-    if (rc == 0 && (rc = ring_eval(r, h, 1, &pos, NULL)) != 0)
-        snprintf(err, errlen, "%s", ring_error(r));
-    ring_close(r);
-    fake_layers_close(&head);
-    return rc;
-}
-
 static void worker_refusals(void)
 {
     fake_worker w;
@@ -238,12 +212,12 @@ static void worker_refusals(void)
     /* After all that, the worker serves a real head. */
     char list[64], err[512] = "";
     fake_worker_list(&w, 1, list, sizeof list);
-    CHECK(run_head(list, NULL, err, sizeof err) == 0, "worker after the refusals: %s", err);
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) == 0, "worker after the refusals: %s", err);
 
     /* The same worker twice in one ring. */
     char twice[128];
     snprintf(twice, sizeof twice, "%s,%s", list, list);
-    CHECK(run_head(twice, NULL, err, sizeof err) != 0 && strstr(err, "same worker as device 1"),
+    CHECK(fake_head_once(&fm, twice, NULL, err, sizeof err) != 0 && strstr(err, "same worker as device 1"),
           "worker listed twice: '%s'", err);
 
     /* A second head while the first is connected. */
@@ -255,7 +229,7 @@ static void worker_refusals(void)
     CHECK(!second && strstr(err, "busy: serving the head at"), "second head: '%s'", err);
     ring_close(second);
     ring_close(first);
-    CHECK(run_head(list, NULL, err, sizeof err) == 0, "worker after the first head left: %s", err);
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) == 0, "worker after the first head left: %s", err);
 
     /* The model mismatch, seen from the head. */
     ring_opts om = o;
@@ -289,19 +263,19 @@ static void key_refusals(void)
     char list[128];
     fake_worker w[2] = {w1, w2};
     fake_worker_list(w, 2, list, sizeof list);
-    CHECK(run_head(list, &good, err, sizeof err) == 0, "same key everywhere: %s", err);
-    CHECK(run_head(list, NULL, err, sizeof err) != 0 && strstr(err, "requires a cluster key"),
+    CHECK(fake_head_once(&fm, list, &good, err, sizeof err) == 0, "same key everywhere: %s", err);
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) != 0 && strstr(err, "requires a cluster key"),
           "head without the key: '%s'", err);
-    CHECK(run_head(list, &bad, err, sizeof err) != 0 && strstr(err, "does not hold this cluster key"),
+    CHECK(fake_head_once(&fm, list, &bad, err, sizeof err) != 0 && strstr(err, "does not hold this cluster key"),
           "head with another key: '%s'", err);
-    CHECK(run_head(list, &good, err, sizeof err) == 0, "after the refusals: %s", err);
+    CHECK(fake_head_once(&fm, list, &good, err, sizeof err) == 0, "after the refusals: %s", err);
     fake_worker_stop(&w1);
     fake_worker_stop(&w2);
 
     fake_worker open;
     REQUIRE(fake_worker_start(&open, &fm, NULL) == 0, "worker without a key");
     fake_worker_list(&open, 1, list, sizeof list);
-    CHECK(run_head(list, &good, err, sizeof err) != 0 && strstr(err, "has no cluster key"),
+    CHECK(fake_head_once(&fm, list, &good, err, sizeof err) != 0 && strstr(err, "has no cluster key"),
           "worker without the key: '%s'", err);
     fake_worker_stop(&open);
 }
@@ -357,7 +331,7 @@ static void dawdlers(void)
     pthread_create(&d.t, NULL, drip_main, &d);
     struct timespec settle = {0, 300 * 1000000};
     nanosleep(&settle, NULL);
-    CHECK(run_head(list, NULL, err, sizeof err) == 0, "head beside two dawdlers: %s", err);
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) == 0, "head beside two dawdlers: %s", err);
     CHECK(still_open(idle), "the idle connection was dropped before the head was served");
     CHECK(!d.closed && d.sent < d.max, "the trickle ended (%d bytes, %s) before the head was served",
           d.sent, d.closed ? "closed" : "done");
@@ -382,7 +356,7 @@ static void dawdlers(void)
     CHECK(recv(idle, &c, 1, 0) <= 0, "an idle connection was kept past the deadline");
     close(idle);
     fake_worker_list(&w, 1, list, sizeof list);
-    CHECK(run_head(list, NULL, err, sizeof err) == 0, "after the dawdlers: %s", err);
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) == 0, "after the dawdlers: %s", err);
     fake_worker_stop(&w);
 }
 
@@ -424,7 +398,7 @@ static void expect_head_refusal(const uint8_t *reply, size_t n, bool silent, con
     char list[64];
     snprintf(list, sizeof list, "127.0.0.1:%d", im.port);
     int64_t t0 = net_now_ns();
-    CHECK(run_head(list, NULL, err, sizeof err) != 0 && strstr(err, want),
+    CHECK(fake_head_once(&fm, list, NULL, err, sizeof err) != 0 && strstr(err, want),
           "%s: '%s' (wanted '%s')", what, err, want);
     CHECK(net_now_ns() - t0 < 7000000000ll, "%s: took %.1f s", what, (net_now_ns() - t0) / 1e9);
     pthread_join(im.t, NULL);
@@ -453,7 +427,7 @@ static void head_refusals(void)
     /* nobody listens on port 1 */
     ring_opts o = {.workers = "127.0.0.1:1", .lw = lw, .n_lw = 2, .n_ctx = N_CTX, .max_batch = 4};
     ring *r = ring_connect(&o, &fm.rm, err, sizeof err);
-    CHECK(!r && strstr(err, "device 1: connect to 127.0.0.1:1"), "nobody listening: '%s'", err);
+    CHECK(!r && strstr(err, "device 1 (127.0.0.1:1): connect to 127.0.0.1:1"), "nobody listening: '%s'", err);
     o.workers = "127.0.0.1:99999";
     r = ring_connect(&o, &fm.rm, err, sizeof err);
     CHECK(!r && strstr(err, "port must be 1..65535"), "bad port: '%s'", err);

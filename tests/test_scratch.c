@@ -31,10 +31,8 @@ static double rss_anon(void)
 
 int main(void)
 {
-    if (rss_anon() < 0) {
-        printf("SKIP: no RssAnon in /proc/self/status on this system\n");
-        return test_done();
-    }
+    if (rss_anon() < 0)
+        SKIP("no RssAnon in /proc/self/status on this system");
     /* one layer whose feed-forward rows are wide: gate and up of a 256-row batch are 16 MiB */
     char err[512];
     synth_params q;

@@ -2,8 +2,8 @@
 # prima tokenize end to end: ids with and without BOS, special-token parsing, pieces, input from
 # a file, and one-line errors with the documented exit status.
 set -u
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "$0")/support/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 stories=$fixtures/models/stories260K.gguf
 qwen=$fixtures/tokenizer/qwen2.gguf

@@ -2,7 +2,8 @@
 # The rules every command shares, end to end: one thread limit (the kernels' pool size), checked
 # when the command line is read by every command that takes a thread count; a malformed --workers
 # address is a usage error (2) found before anything is loaded; a file the command line names
-# that cannot be read is an error (1), the model and the prompt file alike.
+# that cannot be read is an error (1), the model and the prompt file alike; --version says the
+# version CMakeLists.txt declares.
 set -u
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 tmp=$(mktemp -d /tmp/prima-usage-cli.XXXXXX)
@@ -50,6 +51,12 @@ expect 2 "prima: --workers: address 'h': expected host:port" \
 expect 1 "prima: $none: cannot open: No such file or directory" "$prima" run -m "$none" -p hi
 expect 1 "prima: $tmp/none.txt: No such file or directory" \
     "$prima" run -m "$none" -f "$tmp/none.txt"
+
+# --version says the version that project() in CMakeLists.txt declares, its one place.
+want=$(sed -n 's/^project(prima VERSION \([0-9.]*\) .*/\1/p' "$(dirname "$0")/../CMakeLists.txt")
+[ -n "$want" ] || fail "no project version found in CMakeLists.txt"
+got=$("$prima" --version)
+[ "$got" = "prima $want" ] || fail "--version: '$got', expected 'prima $want'"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all usage checks passed"

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "kernels/types.h"
 
 struct bench_sub {
@@ -37,6 +39,12 @@ typedef struct bench_result {
 
 /* Print as a text row, or with json as one JSON object on its own line. */
 void bench_print(const bench_result *r, bool json);
+/* Print o as one JSON line and free it: every JSON line goes through cJSON, so names that come
+ * from the machine (a driver's, a CPU's) are escaped. */
+void bench_print_json(cJSON *o);
+/* The JSON line that opens a benchmark's output: the SIMD path, and the CPU's features when
+ * cpu is not NULL. */
+void bench_print_path_json(const char *path, const char *cpu);
 
 /* Parse a thread count for -t: 1..max; returns -1 (after a one-line error) otherwise. */
 int bench_parse_threads(const char *s);
@@ -64,7 +72,8 @@ int bench_kernels_gpu(const bench_gpu_args *a);
 /* Uniform in [-1, 1), from a fixed seed. */
 float bench_rand(void);
 
-/* Median and relative spread of n timings (sorts v). */
+/* Median and relative spread of n timings (sorts v); the spread is -1 below 4 timings, too few
+ * for quartiles. */
 double bench_median_spread(double *v, int n, double *spread);
 
 #endif

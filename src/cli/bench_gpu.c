@@ -23,11 +23,16 @@ int bench_kernels_gpu(const bench_gpu_args *a)
     const gpu_info *gi = gpu_get_info(g);
     const char *kind = gi->software ? "software driver: these are CPU figures"
                        : gi->discrete ? "discrete" : "unified memory";
-    if (a->json)
-        printf("{\"op\":\"gpu\",\"name\":\"%s\",\"index\":%d,\"software\":%s,\"unified\":%s,"
-               "\"vram_total\":%llu}\n", gi->name, gi->index, gi->software ? "true" : "false",
-               gi->unified ? "true" : "false", (unsigned long long)gi->vram_total);
-    else
+    if (a->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "op", "gpu");
+        cJSON_AddStringToObject(o, "name", gi->name);
+        cJSON_AddNumberToObject(o, "index", gi->index);
+        cJSON_AddBoolToObject(o, "software", gi->software);
+        cJSON_AddBoolToObject(o, "unified", gi->unified);
+        cJSON_AddNumberToObject(o, "vram_total", (double)gi->vram_total);
+        bench_print_json(o);
+    } else
         printf("GPU %d: %s (%s), %.0f MiB VRAM\n%-7s %-28s %-11s %6s %3s %9s %-7s %7s %6s\n",
                gi->index, gi->name, kind, (double)gi->vram_total / 1048576.0, "type", "op",
                "shape", "tokens", "thr", "value", "unit", "bound", "spread");

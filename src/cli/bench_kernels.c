@@ -258,7 +258,7 @@ static int run(int argc, char **argv)
     char cpu[256];
     cpu_features_str(cpu_features_get(), cpu, sizeof cpu);
     if (o.json)
-        printf("{\"op\":\"path\",\"path\":\"%s\",\"cpu\":\"%s\"}\n", path, cpu);
+        bench_print_path_json(path, cpu);
     else
         printf("SIMD path: %s (CPU: %s), %d threads\n", path, cpu, o.threads);
 

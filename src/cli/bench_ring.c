@@ -338,7 +338,7 @@ static int measure(const struct opts *o, const model *m, const ring_set *plain,
             *(keyed ? &ms_keyed[r] : &ms[r]) = t;
         }
         for (int d = 0; d < o->n_dev; d++)
-            counters_add(&sum[d], &one[d]);
+            ring_counters_add(&sum[d], &one[d]);
     }
     if (!o->no_single) {
         single = bench_median_spread(ms_one, o->reps, &spread);

@@ -97,13 +97,13 @@ static void report(const struct opts *o, bench_result r)
     bench_print(&r, o->json);
 }
 
-/* Bytes of weights one decode step reads: every layer, the final norm and output matrix, and
- * one embedding row. */
+/* Bytes of weights one decode step reads: every layer (of a layer of experts, the share of the
+ * experts a token is routed to), the final norm and output matrix, and one embedding row. */
 static double decode_bytes(const model *m)
 {
     double b = (double)m->output->nbytes + (double)m->output_norm->nbytes;
     for (int il = 0; il < m->hp.n_layer; il++)
-        b += (double)model_layer_bytes(m, il);
+        b += model_layer_token_bytes(m, il);
     return b + (double)m->tok_embd->nbytes / m->hp.n_vocab;
 }
 
@@ -275,7 +275,7 @@ static int run(int argc, char **argv)
     } else {
         const char *path = kern_path_name(kern_active_path());
         if (o.json)
-            printf("{\"op\":\"path\",\"path\":\"%s\"}\n", path);
+            bench_print_path_json(path, NULL);
         else
             printf("%s: %d layers, n_embd %d, vocab %d; SIMD path %s, %d threads\n"
                    "%-7s %-22s %-11s %6s %3s %9s %-7s %7s %6s\n",

@@ -125,7 +125,7 @@ static int stream_once(client *c, int k, double *tpot)
                       "%d,\"temperature\":0,\"stream\":true}",
                       c->id, k, c->tokens);
     int rl = snprintf(req, sizeof req,
-                      "POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Type: "
+                      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                       "application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
                       bl, body);
     if (write(fd, req, (size_t)rl) != rl) {

@@ -47,6 +47,24 @@ static int run(int argc, char **argv)
 
 const struct cli_command cli_cmd_bench = {"bench", "measure kernels and the machine's bounds", run};
 
+void bench_print_json(cJSON *o)
+{
+    char *s = cJSON_PrintUnformatted(o);
+    puts(s);
+    free(s);
+    cJSON_Delete(o);
+}
+
+void bench_print_path_json(const char *path, const char *cpu)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "op", "path");
+    cJSON_AddStringToObject(o, "path", path);
+    if (cpu)
+        cJSON_AddStringToObject(o, "cpu", cpu);
+    bench_print_json(o);
+}
+
 void bench_print(const bench_result *r, bool json)
 {
     if (json) {
@@ -67,10 +85,7 @@ void bench_print(const bench_result *r, bool json)
             cJSON_AddNumberToObject(o, "fraction", r->fraction);
         if (r->spread >= 0)
             cJSON_AddNumberToObject(o, "spread", r->spread);
-        char *s = cJSON_PrintUnformatted(o);
-        puts(s);
-        free(s);
-        cJSON_Delete(o);
+        bench_print_json(o);
         return;
     }
     /* Fixed-width columns under one header row (printed before the first row); the free-text
@@ -137,7 +152,8 @@ void bench_fill_weights(enum dtype t, uint8_t *w, int n_in, long n_rows)
 
 double bench_median_spread(double *v, int n, double *spread)
 {
-    double m = probe_median(v, n);
-    *spread = n >= 4 && m > 0 ? (v[(3 * n) / 4] - v[n / 4]) / m : -1;
+    double m = probe_median_spread(v, n, spread);
+    if (n < 4 || m <= 0)
+        *spread = -1;
     return m;
 }

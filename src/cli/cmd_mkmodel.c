@@ -14,16 +14,19 @@ static const char usage_text[] =
     "usage: prima mkmodel -o OUT.gguf [options]\n"
     "\n"
     "Write a model with random weights as a GGUF file that prima (and llama.cpp) can load: the\n"
-    "tensor and key names of a converted llama / qwen2 / qwen3 model, weights scaled so that\n"
-    "activations stay sane (token_embd ~ N(0,1), matrices ~ N(0,1/n_in), norms ~ N(1,0.05^2),\n"
-    "qwen2 q/k/v biases ~ N(0,0.1^2)). The file is a pure function of the options (the seed\n"
+    "tensor and key names of a converted llama / qwen2 / qwen3 / gemma3 model, weights scaled so\n"
+    "that activations stay sane (token_embd ~ N(0,1), matrices ~ N(0,1/n_in), norms ~\n"
+    "N(1,0.05^2), qwen2 q/k/v biases ~ N(0,0.1^2)). The file is a pure function of the options (the seed\n"
     "included), whatever --threads says. It is streamed to disk in constant memory.\n"
     "\n"
     "  -o, --output FILE     the GGUF file to write (required)\n"
     "  --preset NAME         shape, vocabulary size and hyper-parameters of a published model:\n"
-    "                        llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b; any\n"
+    "                        llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b\n"
+    "                        qwen3-30b-a3b qwen3-235b-a22b (128 experts, 8 used); any\n"
     "                        option below overrides it (e.g. --layers 4 for a smaller file)\n"
-    "  --arch A              llama | qwen2 (q/k/v biases) | qwen3 (q/k norms)   [llama]\n"
+    "  --arch A              llama | qwen2 (q/k/v biases) | qwen3 (q/k norms) |\n"
+    "                        gemma3 (q/k norms, post-norms, GELU, sliding layers) |\n"
+    "                        qwen3moe (q/k norms, experts)                      [llama]\n"
     "  --layers N            transformer blocks                                 [2]\n"
     "  --embd N              embedding width n_embd                             [256]\n"
     "  --ff N                feed-forward width n_ff                            [768]\n"
@@ -31,6 +34,11 @@ static const char usage_text[] =
     "  --kv-heads N          key/value heads (divides --heads)                  [4]\n"
     "  --head-dim N          size of one head                                   [embd/heads]\n"
     "  --ctx N               training context length (metadata)                 [4096]\n"
+    "  --experts N           experts per layer (llama: Mixtral-style; qwen3moe needs them);\n"
+    "                        --ff is then an expert's width              [qwen3moe 8, else 0]\n"
+    "  --experts-used K      experts a token is routed to                       [2]\n"
+    "  --swa N               sliding window of the sliding layers (llama: every layer;\n"
+    "                        gemma3: five of every six)             [gemma3 1024, else 0]\n"
     "  --rope-base F         rotary embedding frequency base      [llama 500000, qwen 1000000]\n"
     "  --rms-eps F           RMS norm epsilon                     [llama 1e-5, qwen 1e-6]\n"
     "  --vocab N             size of the built-in vocabulary, >= 258            [512]\n"
@@ -87,7 +95,9 @@ static const struct int_opt {
     {"--ff", offsetof(synth_params, n_ff)},          {"--heads", offsetof(synth_params, n_head)},
     {"--kv-heads", offsetof(synth_params, n_head_kv)}, {"--head-dim", offsetof(synth_params, head_dim)},
     {"--ctx", offsetof(synth_params, n_ctx)},        {"--vocab", offsetof(synth_params, n_vocab)},
-    {"--threads", offsetof(synth_params, n_threads)},
+    {"--threads", offsetof(synth_params, n_threads)}, {"--swa", offsetof(synth_params, n_swa)},
+    {"--experts", offsetof(synth_params, n_expert)},
+    {"--experts-used", offsetof(synth_params, n_expert_used)},
 };
 #define N_INT_OPTS (sizeof int_opts / sizeof int_opts[0])
 
@@ -154,18 +164,19 @@ static int mkmodel_main(int argc, char **argv)
     if (preset && synth_preset(&p, preset))
         return cli_fail("mkmodel: unknown preset '%s' (one of: %s)", preset, synth_preset_names()), 2;
     if (arch) {
-        if (!strcmp(arch, "llama"))
-            p.arch = ARCH_LLAMA;
-        else if (!strcmp(arch, "qwen2"))
-            p.arch = ARCH_QWEN2;
-        else if (!strcmp(arch, "qwen3"))
-            p.arch = ARCH_QWEN3;
-        else
-            return cli_fail("mkmodel: unknown --arch '%s' (llama, qwen2 or qwen3)", arch), 2;
+        const arch_desc *ad = arch_find(arch);
+        if (!ad)
+            return cli_fail("mkmodel: unknown --arch '%s' (llama, qwen2, qwen3, gemma3 or "
+                            "qwen3moe)", arch), 2;
+        p.arch = arch_id(ad);
         if (!preset && p.arch != ARCH_LLAMA) {
             p.rope_base = 1000000.0f;
             p.rms_eps = 1e-6f;
         }
+        if (p.arch == ARCH_GEMMA3)
+            p.n_swa = 1024;   /* Gemma 3's published window */
+        if (p.arch == ARCH_QWEN3MOE)
+            p.n_expert = 8;
     }
     int ft = synth_ftype_from_name(type);
     if (ft < 0)

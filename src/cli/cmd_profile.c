@@ -62,6 +62,15 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 on success, 1 if a measurement fails, 2 on a usage error.\n";
 
+/* The measured weight types of a CPU's or GPU's kernels, a line each. */
+static void print_rates(const type_rate *r)
+{
+    for (int t = 0; t < DT_COUNT; t++)
+        if (r[t].matvec > 0)
+            printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
+                   dtype_get((uint32_t)t)->name, r[t].matvec / 1e9, r[t].matmul / 1e9);
+}
+
 static void print_text(const dev_profile *p, const char *model_path, const char *gpu_why)
 {
     const double gib = 1024.0 * 1024.0 * 1024.0;
@@ -70,10 +79,7 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
            p->threads, p->simd);
     if (p->cpu_quota > 0)
         printf("           CPU quota %.2f CPUs\n", p->cpu_quota);
-    for (int t = 0; t < DT_COUNT; t++)
-        if (p->cpu[t].matvec > 0)
-            printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
-                   dtype_get((uint32_t)t)->name, p->cpu[t].matvec / 1e9, p->cpu[t].matmul / 1e9);
+    print_rates(p->cpu);
     printf("           %.1f us per parallel job, layer work besides matrices %.0f Mvalues/s\n",
            p->dispatch * 1e6, p->vector / 1e6);
     printf("memory     total %.2f GiB, available %.2f GiB, reclaimable %.2f GiB, swap %.2f of "
@@ -99,11 +105,7 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
         printf("           copy %.2f GB/s, upload %.2f GB/s, download %.2f GB/s, submit %.0f us, "
                "dispatch %.0f us\n", p->gpu_bw / 1e9, p->gpu_upload / 1e9, p->gpu_download / 1e9,
                p->gpu_submit * 1e6, p->gpu_dispatch * 1e6);
-        for (int t = 0; t < DT_COUNT; t++)
-            if (p->gpu[t].matvec > 0)
-                printf("  %-8s matvec %7.2f Gweights/s   matmul %7.2f Gweights/s\n",
-                       dtype_get((uint32_t)t)->name, p->gpu[t].matvec / 1e9,
-                       p->gpu[t].matmul / 1e9);
+        print_rates(p->gpu);
     }
     printf("noise      %.0f%%\n", 100 * p->noise);
 }

@@ -1,10 +1,12 @@
 /* prima run — generate text with a model on this device, or chat with it (-cnv). */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 
+#include "cli/chat_input.h"
 #include "cli/cli.h"
 #include "cli/runner.h"
 #include "cluster/stats.h"
@@ -55,6 +57,34 @@ static void emit_times(FILE *stats, const char *event, int tokens, double second
     stats_emit(stats, event, o);
 }
 
+/* The ring's plan and each device's part in it, per batch evaluated (a prompt's chunk or a
+ * generated token): what shows a ring at work whatever the model says. */
+static void print_ring(const runner *r)
+{
+    ring *rg = r->rh.r;
+    ring_finish(rg);   /* the workers' last counters */
+    const ring_plan *p = ring_get_plan(rg);
+    int batches = ring_batches(rg);
+    if (!batches)
+        return;
+    fprintf(stderr, "prima: ring: %d devices, %d round%s a token; per batch (%d batches: the "
+                    "prompt's chunks and one a generated token):\n",
+            p->n_dev, p->k, p->k > 1 ? "s" : "", batches);
+    fprintf(stderr, "prima:   device  address                layers       compute ms  wait ms"
+                    "  sent KiB\n");
+    for (int d = 0; d < p->n_dev; d++) {
+        ring_counters c;
+        char addr[NET_HOST_MAX + 8], layers[256];
+        uint64_t budget;
+        ring_totals(rg, d, &c);
+        ring_device(rg, d, addr, sizeof addr, &budget);
+        plan_format_layers(p, d, layers, sizeof layers);
+        fprintf(stderr, "prima:   %-6d  %-21s  %-11s  %10.3f  %7.3f  %8.2f\n", d,
+                d ? addr : "(the head)", layers, c.compute_ns / 1e6 / batches,
+                c.wait_ns / 1e6 / batches, c.bytes_sent / 1024.0 / batches);
+    }
+}
+
 static void print_stats(const runner *r)
 {
     const gen_stats *st = &r->st;
@@ -95,6 +125,8 @@ static void print_stats(const runner *r)
                     "peak resident %.1f MiB\n",
             (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,
             (double)ru.ru_maxrss / 1024.0);
+    if (r->rh.r)
+        print_ring(r);
 }
 
 /* Say why generation ended (one line on stderr); returns the exit status. */
@@ -112,7 +144,7 @@ static int report_end(const runner *r, enum gen_end end, const char *err)
     case GEN_LIMIT:
         fprintf(stderr, "\nprima: stopped: %d tokens generated, as -n asked\n", r->o.n_predict);
         break;
-    case GEN_CANCELLED: /* only a caller's on_token hook cancels; prima run has none */
+    case GEN_CANCELLED: /* a chat's Ctrl-C (which says so itself) or a caller's hook */
         fprintf(stderr, "\nprima: stopped: cancelled\n");
         break;
     case GEN_CONTEXT_FULL:
@@ -221,9 +253,130 @@ static int chat_tokens(runner *r, chat *c, int32_t **toks, char *err, size_t err
     }
 }
 
-static int run_chat(runner *r)
+static const char chat_help[] =
+    "prima: /help this list; /clear forget the conversation (the system message stays);\n"
+    "prima: /save FILE write the conversation to FILE as JSON; /exit end the chat (or Ctrl-D,\n"
+    "prima: or Ctrl-C at an empty prompt). Ctrl-C while a reply comes stops the reply.\n";
+
+/* The conversation as JSON: [{"role": ..., "content": ...}, ...]. */
+static int chat_save(const chat *c, const char *path)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < c->n; i++) {
+        cJSON *m = cJSON_CreateObject();
+        if (!m || !cJSON_AddStringToObject(m, "role", c->msgs[i].role) ||
+            !cJSON_AddStringToObject(m, "content", c->msgs[i].content)) {
+            cJSON_Delete(m);
+            cJSON_Delete(a);
+            a = NULL;
+            break;
+        }
+        cJSON_AddItemToArray(a, m);
+    }
+    char *text = a ? cJSON_Print(a) : NULL;
+    cJSON_Delete(a);
+    if (!text) {
+        fprintf(stderr, "prima: /save: out of memory\n");
+        return -1;
+    }
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f))
+        ok = false;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "prima: /save %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    fprintf(stderr, "prima: the conversation (%d messages) is in %s\n", c->n, path);
+    return 0;
+}
+
+/* A line that starts with '/': one of the chat's commands. 1: the chat ends. */
+static int chat_command(chat *c, const char *line)
+{
+    if (!strcmp(line, "/exit"))
+        return 1;
+    if (!strcmp(line, "/help")) {
+        fputs(chat_help, stderr);
+    } else if (!strcmp(line, "/clear")) {
+        int first = c->n > 0 && !strcmp(c->msgs[0].role, "system") ? 1 : 0;
+        for (int i = first; i < c->n; i++)
+            free(c->owned[i]);
+        c->n = first;
+        fprintf(stderr, "prima: the conversation is forgotten%s\n",
+                first ? " (the system message stays)" : "");
+    } else if (!strncmp(line, "/save ", 6) && line[6]) {
+        chat_save(c, line + 6);
+    } else {
+        fprintf(stderr, "prima: %s: no such command (/help lists them)\n", line);
+    }
+    return 0;
+}
+
+/* One turn: the user's line in, the model's reply out. 0, 1 when the chat must end, or an
+ * exit status with a message printed. */
+static int chat_turn(runner *r, chat *c, const char *line)
 {
     char err[512];
+    /* A worker lost earlier that answers again takes part in this turn. */
+    if (runner_rejoin(r, err, sizeof err))
+        return cli_fail("%s", err);
+    char *msg = strdup(line);
+    if (!msg || chat_add(c, "user", msg, true)) {
+        free(msg);
+        return cli_fail("out of memory");
+    }
+    int32_t *toks = NULL;
+    int n = chat_tokens(r, c, &toks, err, sizeof err);
+    if (n == CHAT_FULL) {
+        fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
+                        "enlarge it, or --context-shift)\n",
+                r->s->n_ctx);
+        return -1;
+    }
+    if (n == CHAT_ERR_TEMPLATE)
+        return cli_fail("%s", err);
+    if (n < 0)
+        return cli_fail("cannot tokenize the conversation: %s", tokenizer_strerror(n));
+    int common = 0;
+    while (common < n && common < r->s->n_past && toks[common] == r->s->tokens[common])
+        common++;
+    if (common == n) /* at least one token must be evaluated to get fresh logits */
+        common--;
+    session_truncate(r->s, common);
+    common = r->s->n_past;   /* fewer when sliding layers cannot resume there */
+    sampler_reset(r->smp);
+    for (int i = 0; i < common; i++)
+        sampler_accept(r->smp, toks[i]);
+    int frc = gen_feed(r->s, r->smp, &r->go, toks + common, n - common, &r->st, err,
+                       sizeof err);
+    free(toks);
+    if (frc)
+        return cli_fail("%s", err);
+    char *reply = NULL;
+    enum gen_end end = gen_reply(r->s, r->tk, r->smp, &r->go, emit_stdout, NULL, &reply,
+                                 &r->st, err, sizeof err);
+    fputc('\n', stdout);
+    fflush(stdout);
+    /* a reply stopped or cut off stays in the conversation as far as it went */
+    if (!reply || chat_add(c, "assistant", reply, true)) {
+        free(reply);
+        return cli_fail("out of memory");
+    }
+    if (end == GEN_CANCELLED)
+        fprintf(stderr, "prima: reply stopped (Ctrl-C)\n");
+    else if (end == GEN_LIMIT)
+        fprintf(stderr, "prima: the reply was cut off at %d tokens (-n)\n", r->o.n_predict);
+    if (end == GEN_ERROR || end == GEN_CONTEXT_FULL) {
+        int rc = report_end(r, end, err);
+        return rc ? rc : -1;
+    }
+    return 0;
+}
+
+static int run_chat(runner *r)
+{
     bool warned = false;
     const char *format = chat_format_describe(r->chat, &warned);
     if (warned)
@@ -231,82 +384,29 @@ static int run_chat(runner *r)
     else
         fprintf(stderr, "prima: chat format: %s\n", format);
     chat c = {0};
-    int rc = 0;
     if (r->o.prompt && *r->o.prompt && chat_add(&c, "system", (char *)r->o.prompt, false))
         return cli_fail("out of memory");
-    fprintf(stderr, "prima: chat mode: type a message, /exit or Ctrl-D to quit\n");
-    char *line = NULL;
-    size_t line_cap = 0;
-    for (;;) {
-        fputs("\n> ", stdout);
-        fflush(stdout);
-        ssize_t len = getline(&line, &line_cap, stdin);
-        if (len < 0)
-            break;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            line[--len] = '\0';
-        if (!strcmp(line, "/exit"))
-            break;
-        if (len == 0)
-            continue;
-        /* A worker lost earlier that answers again takes part in this turn. */
-        if (runner_rejoin(r, err, sizeof err)) {
-            rc = cli_fail("%s", err);
-            break;
-        }
-        char *msg = strdup(line);
-        if (!msg || chat_add(&c, "user", msg, true)) {
-            free(msg);
-            rc = cli_fail("out of memory");
-            break;
-        }
-        int32_t *toks = NULL;
-        int n = chat_tokens(r, &c, &toks, err, sizeof err);
-        if (n == CHAT_FULL) {
-            fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
-                            "enlarge it, or --context-shift)\n",
-                    r->s->n_ctx);
-            break;
-        }
-        if (n == CHAT_ERR_TEMPLATE) {
-            rc = cli_fail("%s", err);
-            break;
-        }
-        if (n < 0) {
-            rc = cli_fail("cannot tokenize the conversation: %s", tokenizer_strerror(n));
-            break;
-        }
-        int common = 0;
-        while (common < n && common < r->s->n_past && toks[common] == r->s->tokens[common])
-            common++;
-        if (common == n) /* at least one token must be evaluated to get fresh logits */
-            common--;
-        session_truncate(r->s, common);
-        sampler_reset(r->smp);
-        for (int i = 0; i < common; i++)
-            sampler_accept(r->smp, toks[i]);
-        int frc = gen_feed(r->s, r->smp, &r->go, toks + common, n - common, &r->st, err,
-                           sizeof err);
-        free(toks);
-        if (frc) {
-            rc = cli_fail("%s", err);
-            break;
-        }
-        char *reply = NULL;
-        enum gen_end end = gen_reply(r->s, r->tk, r->smp, &r->go, emit_stdout, NULL, &reply,
-                                     &r->st, err, sizeof err);
-        fputc('\n', stdout);
-        if (!reply || chat_add(&c, "assistant", reply, true)) {
-            free(reply);
-            rc = cli_fail("out of memory");
-            break;
-        }
-        if (end == GEN_ERROR || end == GEN_CONTEXT_FULL) {
-            rc = report_end(r, end, err);
+    chat_input *in = chat_input_open();
+    if (!in) {
+        chat_free(&c);
+        return cli_fail("out of memory");
+    }
+    r->go.cancel = chat_input_cancel();
+    fprintf(stderr, "prima: chat mode: type a message; /help for commands, /exit or Ctrl-D to "
+                    "quit\n");
+    int rc = 0;
+    const char *line;
+    while (chat_input_read(in, &line) == CHAT_LINE) {
+        if (line[0] == '/') {
+            if (chat_command(&c, line))
+                break;
+        } else if (line[0] && (rc = chat_turn(r, &c, line)) != 0) {
+            rc = rc < 0 ? 0 : rc;   /* -1: the chat ends, without an error */
             break;
         }
     }
-    free(line);
+    r->go.cancel = NULL;
+    chat_input_close(in);
     chat_free(&c);
     return rc;
 }

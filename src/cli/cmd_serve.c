@@ -52,7 +52,14 @@ static void usage(FILE *out, const run_opts *o)
           "                          compute together; 1: every step one batch)\n"
           "  --queue N               requests that may wait beyond those being generated\n"
           "                          (default 64; more are answered 429)\n"
-          "  --timeout S             close a connection idle for S seconds (default 60)\n"
+          "  --timeout S             close a connection idle for S seconds (default 60);\n"
+          "                          a request's headers and body must come within 10 s\n"
+          "  --cors-origin ORIGIN    let web pages of ORIGIN (http://host:port; several\n"
+          "                          separated by commas; * for any) call the API from a\n"
+          "                          browser (CORS); by default only the server's own page\n"
+          "                          may. Without an API key the server answers only\n"
+          "                          requests that name it by an address, localhost or\n"
+          "                          this machine's name (Host), against DNS rebinding\n"
           "  -h, --help              show this help\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on an error, 2 on a usage error.\n",
@@ -60,7 +67,7 @@ static void usage(FILE *out, const run_opts *o)
 }
 
 typedef struct serve_args {
-    const char *host, *api_key, *api_key_file;
+    const char *host, *api_key, *api_key_file, *cors_origins;
     int port, queue, timeout, slots, in_flight;
     char *key_owned;
 } serve_args;
@@ -69,7 +76,8 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
 {
     serve_args *a = ctx;
     static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
-                                        "--queue", "--timeout", "-np", "--in-flight", NULL};
+                                        "--queue", "--timeout", "-np", "--in-flight",
+                                        "--cors-origin", NULL};
     const char *f = argv[*i];
     int k = 0;
     while (flags[k] && strcmp(f, flags[k]))
@@ -89,6 +97,7 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
     case 4: return parse_int_arg(f, v, 0, 1 << 16, &a->queue) ? -1 : 1;
     case 5: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
     case 6: return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &a->slots) ? -1 : 1;
+    case 8: a->cors_origins = v; return 1;
     default: return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &a->in_flight) ? -1 : 1;
     }
 }
@@ -162,7 +171,8 @@ static int serve(runner *r, const serve_args *a)
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
                     .model_id = base_name(r->o.model), .queue_max = a->queue,
                     .max_connections = a->queue + 64, .max_body = 8u << 20,
-                    .timeout_s = (unsigned)a->timeout, .defaults = r->o.sp, .log = stderr,
+                    .timeout_s = (unsigned)a->timeout, .cors_origins = a->cors_origins,
+                    .defaults = r->o.sp, .log = stderr,
                     .page = prima_page_len ? (const char *)prima_page : NULL,
                     .page_len = prima_page_len};
     srv *s = srv_start(&c, &e, err, sizeof err);

@@ -10,8 +10,8 @@
 #include "cli/worker_serve.h"
 #include "cluster/discover.h"
 #include "cluster/ring_engine.h"
-#include "cluster/sysmem.h"
 #include "sched/startup.h"
+#include "util/sysmem.h"
 
 #define DEFAULT_PORT 9500
 

@@ -1,3 +1,6 @@
+/* generate.c — the token loop that `prima run`, `prima serve` and the ring's head share
+ * (generate.h): feeding the prompt, sampling and printing token by token, and holding back text
+ * that may yet become a stop string, so that every command stops and prints alike. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +81,11 @@ bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end 
                     size_t errlen)
 {
     const gen_opts *o = g->o;
-    if (tokenizer_is_eog(g->tk, tok)) {
+    if (o->cancel && *o->cancel) {
+        *end = GEN_CANCELLED;
+        return false;
+    }
+    if (!o->ignore_eos && tokenizer_is_eog(g->tk, tok)) {
         *end = GEN_EOG;
         return false;
     }

@@ -5,6 +5,7 @@
 #ifndef PRIMA_GENERATE_H
 #define PRIMA_GENERATE_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,10 @@
 
 typedef struct gen_opts {
     int n_predict;              /* tokens per reply; -1: no limit */
+    bool ignore_eos;            /* an end-of-generation token does not end the reply */
+    /* Non-zero (set by a signal handler, say) ends the reply before its next token with
+     * GEN_CANCELLED. NULL: none. (A chat's Ctrl-C.) */
+    volatile sig_atomic_t *cancel;
     const char *const *stop;    /* stop strings (not printed) */
     int n_stop;
     bool context_shift;

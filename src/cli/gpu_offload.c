@@ -1,3 +1,6 @@
+/* gpu_offload.c — the GPU options applied to a session or checked against a ring's windows
+ * (gpu_offload.h). A GPU that will not open is reported in one line and the session stays on the
+ * CPU: the command's answer does not depend on it. */
 #include <stdio.h>
 
 #include "cli/cli.h"

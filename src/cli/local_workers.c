@@ -1,3 +1,6 @@
+/* local_workers.c — ring workers forked from this process on loopback (local_workers.h). Each
+ * child gets its listening socket already bound, so the head knows every port before any worker
+ * runs, and dies with its parent (PR_SET_PDEATHSIG), so none outlives a killed head. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,3 +1,6 @@
+/* ring_args.c — parsing and checking a head's ring options (ring_args.h), and turning them into
+ * ring options, discovery and failover for the commands that run a ring. Every check happens
+ * while the command line is read, before a model is loaded or a worker contacted. */
 #include <errno.h>
 #include <sodium.h>
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* run_opts.c — the options every model-running command shares (run_opts.h), and the number
+ * parsers all commands use, so that one flag means and is checked the same everywhere. */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -143,6 +145,7 @@ static const struct opt_desc opts[] = {
     {"-f", "--file", RUN_OPT_GEN, OPT_STR, F(prompt_file), 0, 0},
     {"-n", "--n-predict", RUN_OPT_GEN, OPT_INT, F(n_predict), -1, INT_MAX},
     {"--stop", NULL, RUN_OPT_GEN, OPT_STOP, 0, 0, 0},
+    {"--ignore-eos", NULL, RUN_OPT_GEN, OPT_FLAG, F(ignore_eos), 0, 0},
     {"--context-shift", NULL, RUN_OPT_GEN, OPT_FLAG, F(context_shift), 0, 0},
     {"--keep", NULL, RUN_OPT_GEN, OPT_INT, F(n_keep), -1, INT_MAX},
     {"-cnv", "--conversation", RUN_OPT_GEN, OPT_FLAG, F(conversation), 0, 0},
@@ -335,7 +338,7 @@ void run_opts_usage(const run_opts *o, FILE *out)
 {
     if (o->groups & RUN_OPT_MODEL)
         fputs("model and compute:\n"
-              "  -m, --model FILE        GGUF model (llama, qwen2 or qwen3 architecture)\n"
+              "  -m, --model FILE        GGUF model (llama, qwen2, qwen3 or gemma3 architecture)\n"
               "  -t, --threads N         compute threads (default: the online CPUs)\n"
               "  -c, --ctx-size N        context size in tokens (default: the model's training\n"
               "                          context, at most 4096)\n"
@@ -376,14 +379,19 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "  -f, --file FILE         read the prompt from FILE\n"
               "  -n, --n-predict N       tokens to generate (default -1: until an end-of-\n"
               "                          generation token or a full context)\n"
+              "  --ignore-eos            an end-of-generation token does not end the reply:\n"
+              "                          it is generated like any other (random weights,\n"
+              "                          benchmarks: exactly -n tokens)\n"
               "  --stop STR              stop when the output contains STR (not printed);\n"
               "                          repeatable, up to 16\n"
               "  --context-shift         when the context is full, drop the oldest half of it\n"
               "                          after the kept tokens and go on (default: stop)\n"
               "  --keep N                tokens kept at the start on a context shift (default:\n"
               "                          the BOS token if any; -1 = that default)\n"
-              "  -cnv, --conversation    interactive chat with the model's chat template; type\n"
-              "                          /exit or end the input (Ctrl-D) to quit\n"
+              "  -cnv, --conversation    interactive chat with the model's chat template (line\n"
+              "                          editing and history at a terminal); Ctrl-C stops a\n"
+              "                          reply; /help lists the commands (/clear, /save FILE);\n"
+              "                          /exit, Ctrl-D or Ctrl-C at an empty prompt quits\n"
               "  --no-display-prompt     do not echo the prompt before the answer\n",
               out);
     if (o->groups & RUN_OPT_CHAT)

@@ -42,6 +42,7 @@ typedef struct run_opts {
     const char *prompt_file;
     char *prompt_owned;  /* contents of prompt_file */
     int n_predict;       /* -1: until end of generation or a full context */
+    bool ignore_eos;     /* an end-of-generation token is generated like any other */
     const char *stop[RUN_OPTS_MAX_STOP];
     int n_stop;
     bool context_shift;

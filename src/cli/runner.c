@@ -1,3 +1,6 @@
+/* runner.c — opening what a text-generating command holds (runner.h): the model, tokenizer,
+ * threads and a session on this device or round a ring; serve reopens the session through the
+ * same calls after a ring failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +165,8 @@ int runner_load(runner *r)
         return cli_fail("out of memory");
     if (r->o.speculate && open_spec(r))
         return 1;
-    r->go = (gen_opts){.n_predict = r->o.n_predict, .stop = r->o.stop, .n_stop = r->o.n_stop,
+    r->go = (gen_opts){.n_predict = r->o.n_predict, .ignore_eos = r->o.ignore_eos,
+                       .stop = r->o.stop, .n_stop = r->o.n_stop,
                        .context_shift = r->o.context_shift, .n_keep = r->o.n_keep,
                        .spec = r->spec};
     if (r->go.n_keep < 0)

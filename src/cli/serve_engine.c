@@ -1,3 +1,7 @@
+/* serve_engine.c — `prima serve`'s engine (serve_engine.h): the state the server reports
+ * (health, /metrics, the ring's devices and their counters), the thread that connects the ring
+ * again after a failure, and the interface server/ calls into; the slots themselves are in
+ * serve_sched.c. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>

@@ -348,6 +348,7 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     if (common == n) /* at least one token is evaluated, for fresh logits */
         common--;
     session_truncate(s, common);
+    common = s->n_past;
     for (int i = 0; i < common; i++)
         sampler_accept(smp, toks[i]);
     *sl = (serve_slot){.id = sl->id, .s = sl->s, .job = job,

@@ -1,3 +1,6 @@
+/* device.c — one ring device's work (device.h): which rounds visit it, its window's compute,
+ * the pager's release and prefetch around it, and the counters of where the time went. Head and
+ * workers share it, so both sides of the ring count the same way. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,7 +141,7 @@ int device_streamed_layers(const ring_model *m, const ring_plan *p, int rank,
      * device the part of a layer left over is a large share of it); from there on everything
      * is streamed, so streaming never evicts a resident byte. */
     uint64_t fixed = (rank == 0 ? m->head_bytes : 0) +
-                     DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+                     PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     uint64_t room = mem_budget > fixed ? mem_budget - fixed : 0;
     int n = 0;
     for (int r = 0; r < p->k; r++) {
@@ -178,7 +181,7 @@ uint64_t device_weight_budget(const ring_model *m, const ring_plan *p, int rank,
     }
     if (resident >= n)
         return all;
-    uint64_t budget = kept + DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+    uint64_t budget = kept + PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     return budget < all ? budget : all;
 }
 
@@ -202,7 +205,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
     d->n_streamed = device_streamed_layers(m, p, rank, o->release, o->mem_budget, &d->cut, &keep);
     if (d->cut < m->n_layer) {
         d->cut_offset = m->layer_begin[d->cut] + keep;   /* the pager drops whole pages only */
-        d->room_bytes = DEVICE_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
+        d->room_bytes = PLAN_STREAM_ROOM_LAYERS * largest_owned(m, p, rank);
     }
     int windows = 0;
     for (int r = 0; r < p->k; r++)
@@ -219,7 +222,7 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
         }
     }
     d->idle_since = net_now_ns();
-    d->disk_mark = process_disk_read_bytes();
+    d->disk_mark = pager_disk_read_bytes();
     return 0;
 }
 
@@ -260,7 +263,7 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
     if (d->n_streamed > 0 || d->n_computed % RESIDENCY_EVERY == 0) {
         int nr = layer_ranges(d, first, last, d->scratch);
         uint64_t res, tot;
-        pages_resident(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
+        pager_resident_pages(d->m->map, d->m->map_size, d->scratch, nr, &res, &tot);
         d->cur.pages += tot;
         d->cur.pages_resident += res;
     }
@@ -312,14 +315,14 @@ void device_handed_on(device *d, int round)
 
 void device_take_counters(device *d, ring_counters *out)
 {
-    uint64_t disk = process_disk_read_bytes();
+    uint64_t disk = pager_disk_read_bytes();
     d->cur.disk_bytes = disk - d->disk_mark;
     d->disk_mark = disk;
     *out = d->cur;
     memset(&d->cur, 0, sizeof d->cur);
 }
 
-void counters_add(ring_counters *dst, const ring_counters *src)
+void ring_counters_add(ring_counters *dst, const ring_counters *src)
 {
     uint64_t *a = &dst->compute_ns;
     const uint64_t *b = &src->compute_ns;
@@ -339,7 +342,7 @@ static void human_bytes(uint64_t b, char *out, size_t cap)
         snprintf(out, cap, "%llu B", (unsigned long long)b);
 }
 
-void counters_format(const ring_counters *c, char *out, size_t cap)
+void ring_counters_format(const ring_counters *c, char *out, size_t cap)
 {
     char disk[32], sent[32], recv[32], hit[16];
     human_bytes(c->disk_bytes, disk, sizeof disk);

@@ -31,9 +31,12 @@ typedef struct ring_layers {
     bool (*in_vram)(void *ctx, int il);
     /* For a device that decodes on its own (DECODE), and so computes the head's part as well:
      * the embedding of n tokens into hidden (n x n_embd), and the final norm and output
-     * projection of one row into n_vocab logits (0 or -1). NULL: this device cannot. */
+     * projection of one row, at position pos, into n_vocab logits: 0, or -1 with err (the
+     * layers failed, or the logits are not finite, which nothing may sample). NULL: this
+     * device cannot. */
     void (*embed)(void *ctx, const int32_t *tokens, int n, float *hidden);
-    int (*output)(void *ctx, const float *hidden, float *logits);
+    int (*output)(void *ctx, const float *hidden, int pos, float *logits, int n_vocab, char *err,
+                  size_t errlen);
 } ring_layers;
 
 /* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */
@@ -63,7 +66,7 @@ typedef struct device {
     bool prefetch;
     int cut;                       /* owned layers from this one on are streamed (n_layer: none) */
     uint64_t cut_offset;           /* ... from this file offset on: the cut layer's start stays */
-    uint64_t room_bytes;           /* streamed bytes in memory at a time: DEVICE_STREAM_ROOM_LAYERS
+    uint64_t room_bytes;           /* streamed bytes in memory at a time: PLAN_STREAM_ROOM_LAYERS
                                     * of its largest layers */
     int n_streamed;                /* how many layers are streamed */
     uint64_t n_computed;           /* windows computed so far (device.c: RESIDENCY_EVERY) */
@@ -78,18 +81,13 @@ typedef struct device {
  * layer, which sends it to the head.) */
 bool device_visits(const ring_plan *p, int rank, int round);
 
-/* Streamed layers of a device that cannot hold all of them are in memory at most this many at
- * a time: the one being computed and the next one being read. The scheduler's cost model
- * (sched/cost.h) keeps the same room. */
-#define DEVICE_STREAM_ROOM_LAYERS 2
-
 /* The layers of device `rank` that the release policy streams (drops after computing, so they
  * are read again next token): those from *cut on (n_layer: none), except the first *keep
  * bytes of layer *cut, which stay; returns how many layers stream, whole or in part.
  * never: none. always: all, when the device has more than one window. auto: none when its
  * layers (and, on the head, the head's own weights) fit in mem_budget; otherwise its first
  * layers in ring order stay resident while they fit beside the head's weights and room for
- * DEVICE_STREAM_ROOM_LAYERS of its largest layers, then the start of the next one as far as
+ * PLAN_STREAM_ROOM_LAYERS of its largest layers, then the start of the next one as far as
  * the budget reaches, and the rest is streamed one layer at a time: the pager reads the room's
  * worth while the token is on the other devices, compute's own faults (with the kernel's
  * readahead) the rest, and each is dropped once computed. */
@@ -115,8 +113,8 @@ void device_handed_on(device *d, int round);
 /* The counters of the batch just finished (disk bytes included); starts a new batch. */
 void device_take_counters(device *d, ring_counters *out);
 /* Accumulate src into dst. */
-void counters_add(ring_counters *dst, const ring_counters *src);
+void ring_counters_add(ring_counters *dst, const ring_counters *src);
 /* One line: "compute 1.2 ms, wait 3.4 ms, ..." */
-void counters_format(const ring_counters *c, char *out, size_t cap);
+void ring_counters_format(const ring_counters *c, char *out, size_t cap);
 
 #endif

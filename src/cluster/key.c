@@ -1,3 +1,6 @@
+/* key.c — the cluster key (key.h): reading and writing key files and deriving the per-use
+ * subkeys with libsodium, so that no use of the key (links, discovery, the cluster id) can be
+ * turned against another. */
 #include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>

@@ -1,4 +1,9 @@
+/* link.c — the link handshake and frame sealing (link.h): X25519 session keys proven with the
+ * cluster key, then libsodium secretstreams, so that every frame is authenticated and in order
+ * and a device without the key learns only that the port speaks prima. */
+#include <errno.h>
 #include <sodium.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +84,7 @@ static int parse_hello(const uint8_t m[LINK_HELLO_BYTES], int16_t version, const
         return -1;
     }
     *mode = m[6] | m[7] << 8;
-    if (*mode != LINK_PLAIN && *mode != LINK_KEYED) {
+    if (*mode != LINK_PLAIN && *mode != LINK_KEYED && *mode != LINK_BUSY) {
         snprintf(err, errlen, "%s: handshake with unknown mode %d", name, *mode);
         return -1;
     }
@@ -102,7 +107,13 @@ static int xfer(int fd, bool send, void *buf, size_t n, int64_t deadline, const 
         snprintf(err, errlen, "%s: the handshake did not finish in time (%s)", name, what);
     else
         snprintf(err, errlen, "%s: %s during the handshake (%s)", name, net_strerror(rc), what);
-    return -1;
+    return rc < 0 ? rc : -1;
+}
+
+/* The net code of a transfer that failed because the peer hung up or reset. */
+static bool hung_up(int rc)
+{
+    return rc == NET_EOF || rc == -ECONNRESET || rc == -EPIPE;
 }
 
 /* BLAKE2b keyed with the link key over label | m1 | m2 (| extra). */
@@ -120,35 +131,108 @@ static void transcript_mac(const uint8_t lk[32], const char *label, const uint8_
     crypto_generichash_final(&st, out, outlen);
 }
 
+/* The tag on a keyed m1: BLAKE2b(L, "prima m1" | m1), checked before the listener spends
+ * anything on the connection. */
+static void first_tag(const uint8_t lk[32], const uint8_t m1[LINK_HELLO_BYTES],
+                      uint8_t tag[LINK_TAG_BYTES])
+{
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, lk, 32, LINK_TAG_BYTES);
+    crypto_generichash_update(&st, (const unsigned char *)"prima m1", 9);
+    crypto_generichash_update(&st, m1, LINK_HELLO_BYTES);
+    crypto_generichash_final(&st, tag, LINK_TAG_BYTES);
+}
+
+void link_send_busy(int fd, int16_t version)
+{
+    uint8_t m[LINK_HELLO_BYTES];
+    hello_msg(m, version, LINK_BUSY, NULL);
+    /* Best effort and never blocking: the peer may be a stranger that reads nothing. */
+    ssize_t n = send(fd, m, sizeof m, MSG_DONTWAIT | MSG_NOSIGNAL);
+    (void)n;
+}
+
 int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, int64_t deadline_ns,
-                   const char *name, link_crypto **out, char *err, size_t errlen)
+                   const char *name, atomic_bool *vouched, link_crypto **out, char *err,
+                   size_t errlen)
 {
     *out = NULL;
     bool keyed = key && key->set;
-    uint8_t mine[LINK_HELLO_BYTES], theirs[LINK_HELLO_BYTES];
-    uint8_t pk[crypto_kx_PUBLICKEYBYTES], sk[crypto_kx_SECRETKEYBYTES];
-    if (keyed) {
-        if (sodium_init() < 0) {
-            snprintf(err, errlen, "libsodium failed to initialise");
-            return -1;
-        }
-        crypto_kx_keypair(pk, sk);
+    if (keyed && sodium_init() < 0) {
+        snprintf(err, errlen, "libsodium failed to initialise");
+        return -1;
     }
-    hello_msg(mine, version, keyed ? LINK_KEYED : LINK_PLAIN, keyed ? pk : NULL);
+    uint8_t mine[LINK_HELLO_BYTES + LINK_TAG_BYTES], theirs[LINK_HELLO_BYTES];
+    uint8_t tag[LINK_TAG_BYTES], want_tag[LINK_TAG_BYTES];
+    uint8_t pk[crypto_kx_PUBLICKEYBYTES] = {0}, sk[crypto_kx_SECRETKEYBYTES] = {0};
+    uint8_t lk[32] = {0}, ktx[32] = {0}, krx[32] = {0};
+    link_crypto *l = NULL;
     int mode = 0;
-    /* The dialer speaks first; the listener answers whatever it was sent, so that a peer of the
-     * other kind learns why it is refused. */
-    if (dialer && xfer(fd, true, mine, sizeof mine, deadline_ns, name, "sending", err, errlen))
-        goto fail;
-    if (xfer(fd, false, theirs, sizeof theirs, deadline_ns, name, "waiting for its greeting",
-             err, errlen))
-        goto fail;
-    if (parse_hello(theirs, version, name, &mode, err, errlen)) {
-        sodium_memzero(sk, sizeof sk);
-        return LINK_FOREIGN;
+    if (keyed)
+        ring_key_derive(key, RING_KEY_LINK, lk, sizeof lk);
+    if (dialer) {
+        if (keyed)
+            crypto_kx_keypair(pk, sk);
+        hello_msg(mine, version, keyed ? LINK_KEYED : LINK_PLAIN, keyed ? pk : NULL);
+        if (keyed)
+            first_tag(lk, mine, mine + LINK_HELLO_BYTES);
+        int rc = xfer(fd, true, mine, LINK_HELLO_BYTES + (keyed ? LINK_TAG_BYTES : 0),
+                      deadline_ns, name, "sending", err, errlen);
+        if (!rc)
+            rc = xfer(fd, false, theirs, sizeof theirs, deadline_ns, name,
+                      "waiting for its greeting", err, errlen);
+        /* A listener hangs up unanswered only when it is too busy to greet (a worker of this
+         * version answers every greeting it reads otherwise): as busy as a LINK_BUSY. */
+        if (rc && !hung_up(rc))
+            goto fail;
+        if (!rc && parse_hello(theirs, version, name, &mode, err, errlen))
+            goto foreign;
+        if (rc || mode == LINK_BUSY) {
+            if (!rc)
+                snprintf(err, errlen, "%s turned the connection away: too many connections in "
+                         "their handshake", name);
+            sodium_memzero(sk, sizeof sk);
+            sodium_memzero(lk, sizeof lk);
+            return LINK_BUSY_RC;
+        }
+    } else {
+        if (xfer(fd, false, theirs, sizeof theirs, deadline_ns, name, "waiting for its greeting",
+                 err, errlen))
+            goto fail;
+        if (parse_hello(theirs, version, name, &mode, err, errlen) || mode == LINK_BUSY) {
+            if (mode == LINK_BUSY)
+                snprintf(err, errlen, "%s: a listener's answer as its first message", name);
+            goto foreign;
+        }
+        /* A keyed greeting's tag is read whatever this side holds, so that a refusal is not
+         * turned into a reset by bytes left unread. */
+        if (mode == LINK_KEYED && xfer(fd, false, tag, sizeof tag, deadline_ns, name,
+                                       "waiting for its greeting", err, errlen))
+            goto fail;
+        bool tag_ok = false;
+        if (keyed && mode == LINK_KEYED) {
+            first_tag(lk, theirs, want_tag);
+            tag_ok = sodium_memcmp(tag, want_tag, sizeof tag) == 0;
+        }
+        /* Past the cheap check (the key's tag, or a plaintext prima greeting where plaintext is
+         * agreed): only now does the connection get a key pair of its own. */
+        if (vouched && (tag_ok || (!keyed && mode == LINK_PLAIN)))
+            atomic_store(vouched, true);
+        if (tag_ok)
+            crypto_kx_keypair(pk, sk);
+        else if (keyed)
+            randombytes_buf(pk, sizeof pk);   /* a refusal looks like any other answer */
+        hello_msg(mine, version, keyed ? LINK_KEYED : LINK_PLAIN, keyed ? pk : NULL);
+        /* The listener answers whatever it was sent, so that a peer of the other kind learns
+         * why it is refused. */
+        if (xfer(fd, true, mine, LINK_HELLO_BYTES, deadline_ns, name, "answering", err, errlen))
+            goto fail;
+        if (keyed && mode == LINK_KEYED && !tag_ok) {
+            snprintf(err, errlen, "%s does not hold this cluster key (the tag of its greeting is "
+                     "wrong)", name);
+            goto fail;
+        }
     }
-    if (!dialer && xfer(fd, true, mine, sizeof mine, deadline_ns, name, "answering", err, errlen))
-        goto fail;
     if (!keyed && mode == LINK_PLAIN)
         return 0;
     if (!keyed) {
@@ -162,8 +246,6 @@ int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, in
     }
 
     const uint8_t *m1 = dialer ? mine : theirs, *m2 = dialer ? theirs : mine;
-    uint8_t lk[32];
-    ring_key_derive(key, RING_KEY_LINK, lk, sizeof lk);
     /* session keys: X25519 of both ephemeral keys, bound to the link key and the transcript */
     uint8_t rx[32], tx[32];
     int kx = dialer ? crypto_kx_client_session_keys(rx, tx, pk, sk, theirs + 8)
@@ -171,20 +253,17 @@ int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, in
     sodium_memzero(sk, sizeof sk);
     if (kx) {
         snprintf(err, errlen, "%s: handshake with an invalid public key", name);
-        sodium_memzero(lk, sizeof lk);
         goto fail;
     }
-    uint8_t ktx[32], krx[32];
     transcript_mac(lk, dialer ? "prima d->l" : "prima l->d", m1, m2, tx, sizeof tx, ktx, 32);
     transcript_mac(lk, dialer ? "prima l->d" : "prima d->l", m1, m2, rx, sizeof rx, krx, 32);
     sodium_memzero(rx, sizeof rx);
     sodium_memzero(tx, sizeof tx);
 
-    link_crypto *l = calloc(1, sizeof *l);
+    l = calloc(1, sizeof *l);
     if (!l) {
         snprintf(err, errlen, "out of memory");
-        sodium_memzero(lk, sizeof lk);
-        goto fail_keys;
+        goto fail;
     }
     uint8_t proof[LINK_PROOF_BYTES], want[32], got[LINK_PROOF_BYTES];
     transcript_mac(lk, dialer ? "prima dialer" : "prima listener", m1, m2, NULL, 0, proof, 32);
@@ -194,37 +273,40 @@ int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, in
     /* The dialer proves first; the listener checks that proof before it proves anything. */
     if (dialer && xfer(fd, true, proof, sizeof proof, deadline_ns, name, "proving the key", err,
                        errlen))
-        goto fail_link;
+        goto fail;
     int rc = xfer(fd, false, got, sizeof got, deadline_ns, name, "waiting for its proof", err,
                   errlen);
     if (rc && dialer && strstr(err, "closed"))
         snprintf(err, errlen, "%s does not hold this cluster key (it closed the link in the "
                  "handshake; give every device the same --key)", name);
     if (rc)
-        goto fail_link;
+        goto fail;
     if (sodium_memcmp(got, want, 32)) {
         snprintf(err, errlen, "%s does not hold this cluster key (its handshake proof is wrong)",
                  name);
-        goto fail_link;
+        goto fail;
     }
     if (crypto_secretstream_xchacha20poly1305_init_pull(&l->rx, got + 32, krx)) {
         snprintf(err, errlen, "%s: bad stream header in the handshake", name);
-        goto fail_link;
+        goto fail;
     }
     if (!dialer && xfer(fd, true, proof, sizeof proof, deadline_ns, name, "proving the key", err,
                         errlen))
-        goto fail_link;
+        goto fail;
     sodium_memzero(ktx, sizeof ktx);
     sodium_memzero(krx, sizeof krx);
     *out = l;
     return 0;
-fail_link:
+foreign:
+    sodium_memzero(sk, sizeof sk);
+    sodium_memzero(lk, sizeof lk);
+    return LINK_FOREIGN;
+fail:
     link_free(l);
-fail_keys:
     sodium_memzero(ktx, sizeof ktx);
     sodium_memzero(krx, sizeof krx);
-fail:
     sodium_memzero(sk, sizeof sk);
+    sodium_memzero(lk, sizeof lk);
     return -1;
 }
 

@@ -1,11 +1,17 @@
 /* link.h — what every ring link does before its first frame, and to every frame after it:
  * agree on plaintext or on fresh session keys (the handshake), then seal and open frames.
  *
- * Handshake, both messages of each step of fixed size, all before any frame:
+ * Handshake, each message of a fixed size (given its mode), all before any frame:
  *   m1  dialer -> listener    "PRMA" | u16 version | u16 mode | 32-byte ephemeral X25519 key
+ *                             (| keyed: 32-byte tag BLAKE2b(L, "prima m1" | the 40 bytes before))
  *   m2  listener -> dialer    "PRMA" | u16 version | u16 mode | 32-byte ephemeral X25519 key
  * mode is LINK_PLAIN (the key bytes are zeros) or LINK_KEYED. A side with a cluster key never
- * goes on in plaintext: it refuses a peer whose mode is LINK_PLAIN. With both keyed:
+ * goes on in plaintext: it refuses a peer whose mode is LINK_PLAIN. The tag of m1 is the cheap
+ * first check: a listener makes its key pair only for a greeting whose tag is right, and a
+ * worker flooded with connections keeps those (the caller's `vouched`) while it turns away
+ * the others. It does not stop a replayed m1, which the proofs below then refuse. A listener
+ * that turns a connection away answers m2 with mode LINK_BUSY (key bytes zeros): the dialer
+ * may try again. With both keyed:
  *   m3  dialer -> listener    BLAKE2b(L, "prima dialer" | m1 | m2) | secretstream header (d->l)
  *   m4  listener -> dialer    BLAKE2b(L, "prima listener" | m1 | m2) | secretstream header (l->d)
  * where L is the cluster key's link sub-key (key.h). The dialer proves first, so a stranger who
@@ -25,6 +31,7 @@
 #ifndef PRIMA_LINK_H
 #define PRIMA_LINK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +41,9 @@
 
 #define LINK_PLAIN 1
 #define LINK_KEYED 2
+#define LINK_BUSY 3                /* m2 only: turned away, try again */
 #define LINK_HELLO_BYTES 40        /* m1, m2 */
+#define LINK_TAG_BYTES 32          /* the tag after a keyed m1 */
 #define LINK_PROOF_BYTES 56        /* m3, m4: 32-byte proof + 24-byte secretstream header */
 #define LINK_ABYTES 17             /* crypto_secretstream_xchacha20poly1305_ABYTES */
 #define LINK_SEALED_HEADER (16 + LINK_ABYTES)
@@ -43,12 +52,18 @@ typedef struct link_crypto link_crypto;
 
 /* Run the handshake on a connected socket as the dialer or the listener, with the cluster key
  * (NULL or unset: plaintext), finishing by deadline_ns (monotonic). name names the peer in err.
+ * A listener sets *vouched (when not NULL) as soon as the peer's greeting passed the cheap check.
  * *out: the sealing state, or NULL when both sides agreed on plaintext. 0, or -1 with err, or
  * LINK_FOREIGN with err when the peer does not speak this handshake at all (another program,
- * another protocol version): a plaintext ERROR frame is then the only answer it may read. */
+ * another protocol version): a plaintext ERROR frame is then the only answer it may read; or
+ * (dialer) LINK_BUSY with err when the listener turned the connection away. */
 #define LINK_FOREIGN (-2)
+#define LINK_BUSY_RC (-3)
 int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, int64_t deadline_ns,
-                   const char *name, link_crypto **out, char *err, size_t errlen);
+                   const char *name, atomic_bool *vouched, link_crypto **out, char *err,
+                   size_t errlen);
+/* Turn a connection away before its handshake: m2 with mode LINK_BUSY, sent without waiting. */
+void link_send_busy(int fd, int16_t version);
 void link_free(link_crypto *l);
 
 /* Seal a frame: header (16 bytes) and body (len bytes in n pieces). *out then holds the wire

@@ -1,3 +1,5 @@
+/* net.c — TCP plumbing for the ring (net.h): non-blocking sockets with poll-bounded waits, so
+ * that a stalled or vanished peer costs a bounded time instead of a hang. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -218,11 +220,6 @@ static int wait_budget(int stall_ms, int64_t deadline_ns)
 int net_send_all(int fd, const struct iovec *iov, int iovcnt, int stall_ms)
 {
     return net_send_until(fd, iov, iovcnt, stall_ms, 0);
-}
-
-int net_recv_all(int fd, void *buf, size_t n, int stall_ms)
-{
-    return net_recv_until(fd, buf, n, stall_ms, 0);
 }
 
 int net_send_until(int fd, const struct iovec *iov_in, int iovcnt, int stall_ms,

@@ -31,7 +31,6 @@ int net_accept(int lfd, char *peer, size_t peercap);
 #define NET_EOF (-100000)
 #define NET_STALLED (-100001)
 int net_send_all(int fd, const struct iovec *iov, int iovcnt, int stall_ms);
-int net_recv_all(int fd, void *buf, size_t n, int stall_ms);
 /* The same, and also NET_STALLED once the monotonic clock passes deadline_ns (0: no deadline),
  * however steadily the bytes trickle in: what bounds a whole exchange, not just one pause. */
 int net_send_until(int fd, const struct iovec *iov, int iovcnt, int stall_ms, int64_t deadline_ns);

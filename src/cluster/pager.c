@@ -1,3 +1,6 @@
+/* pager.c — the background thread that prefetches and releases layer windows (pager.h), in
+ * chunks so that a newer request overtakes an outdated one, and the residency and disk-read
+ * counters the ring reports. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -78,7 +81,7 @@ static bool chunk_resident(const pager *p, uint64_t b, uint64_t e)
 {
     byte_range r = {b, e};
     uint64_t res, tot;
-    pages_resident(p->map, p->size, &r, 1, &res, &tot);
+    pager_resident_pages(p->map, p->size, &r, 1, &res, &tot);
     return res == tot;
 }
 
@@ -242,8 +245,8 @@ uint64_t pager_thread_faults(pager *p)
     return atomic_load(&p->faults);
 }
 
-void pages_resident(const uint8_t *map, uint64_t size, const byte_range *r, int n,
-                    uint64_t *resident, uint64_t *total)
+void pager_resident_pages(const uint8_t *map, uint64_t size, const byte_range *r, int n,
+                          uint64_t *resident, uint64_t *total)
 {
     uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
     unsigned char vec[4096];
@@ -263,7 +266,7 @@ void pages_resident(const uint8_t *map, uint64_t size, const byte_range *r, int 
     }
 }
 
-uint64_t process_disk_read_bytes(void)
+uint64_t pager_disk_read_bytes(void)
 {
     /* Read once per batch on every device: a single read of the whole file, no stdio. */
     int fd = open("/proc/self/io", O_RDONLY | O_CLOEXEC);

@@ -44,9 +44,9 @@ void pager_wait_idle(pager *p);
 uint64_t pager_thread_faults(pager *p);
 
 /* Pages of the ranges that are in memory right now (mincore), and how many pages they span. */
-void pages_resident(const uint8_t *map, uint64_t size, const byte_range *r, int n,
-                    uint64_t *resident, uint64_t *total);
+void pager_resident_pages(const uint8_t *map, uint64_t size, const byte_range *r, int n,
+                          uint64_t *resident, uint64_t *total);
 /* Bytes this process has caused to be read from storage so far (/proc/self/io), 0 if unknown. */
-uint64_t process_disk_read_bytes(void);
+uint64_t pager_disk_read_bytes(void);
 
 #endif

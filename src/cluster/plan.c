@@ -1,3 +1,6 @@
+/* plan.c — layer windows on a ring (plan.h): which layers each device owns in each round, how
+ * many rounds a set of windows needs, checking a plan, and the plan by free memory used when
+ * no scheduler plans. */
 #include <stdio.h>
 #include <string.h>
 

@@ -14,6 +14,12 @@
 
 #define PRIMA_MAX_DEVICES 32
 
+/* Streamed layers of a device that cannot hold all of them are in memory at most this many at
+ * a time: the one being computed and the next one being read. The runtime (cluster/device.c)
+ * keeps that room and the scheduler's cost model (sched/cost.h) plans with it, so it lives with
+ * the plan both read. */
+#define PLAN_STREAM_ROOM_LAYERS 2
+
 typedef struct ring_plan {
     int n_dev;
     int n_layer;

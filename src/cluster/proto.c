@@ -1,3 +1,6 @@
+/* proto.c — the ring's frames and messages (proto.h): sending and receiving whole frames with
+ * sequence numbers and per-type bounds checked before a body byte is read, the heartbeat, and
+ * every message's encoder and exact-shape decoder. */
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -25,7 +28,7 @@ static const char *const names[RM_TYPE_END] = {
     [RM_DONE] = "DONE",
 };
 
-const char *msg_name(int type)
+const char *proto_msg_name(int type)
 {
     return type > 0 && type < RM_TYPE_END ? names[type] : "unknown";
 }
@@ -42,8 +45,50 @@ void conn_init(conn *c, int fd, const char *name)
 int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
                    size_t errlen)
 {
-    return link_handshake(c->fd, dialer, key, PROTO_VERSION, deadline_ns, c->name, &c->sec, err,
-                          errlen);
+    return link_handshake(c->fd, dialer, key, PROTO_VERSION, deadline_ns, c->name, NULL, &c->sec,
+                          err, errlen);
+}
+
+int conn_dial(conn *c, const char *host, int port, const char *name, const ring_key *key,
+              int64_t deadline_ns, char *err, size_t errlen)
+{
+    int64_t t0 = net_now_ns();
+    int turned_away = 0;
+    char first[256] = "";
+    /* A worker flooded by strangers turns some connections away (or drops them before they are
+     * answered); it keeps those whose greeting carries the key's tag, so trying again soon
+     * gets in. Pauses double from 20 ms up to 320 ms. */
+    for (int pause_ms = 20;; pause_ms = pause_ms < 320 ? 2 * pause_ms : pause_ms) {
+        char why[256];
+        int fd = net_connect(host, port, PROTO_STALL_MS, why, sizeof why);
+        int rc = -1;
+        if (fd < 0) {
+            snprintf(err, errlen, "%s: %s", name, why);
+        } else {
+            conn_init(c, fd, name);
+            rc = conn_handshake(c, true, key, deadline_ns, err, errlen);
+            if (rc == 0)
+                return 0;
+            conn_close(c);
+        }
+        if (rc != LINK_BUSY_RC) {
+            if (turned_away) {   /* the first refusal is the likelier cause */
+                size_t n = strlen(err);
+                snprintf(err + n, errlen - n, " (after %d tries turned away: %s)", turned_away,
+                         first);
+            }
+            return rc;
+        }
+        if (!turned_away++)
+            snprintf(first, sizeof first, "%s", err);
+        if (net_now_ns() + (int64_t)pause_ms * 1000000 >= deadline_ns) {
+            size_t n = strlen(err);
+            snprintf(err + n, errlen - n, "; tried %d times in %.1f s", turned_away,
+                     (double)(net_now_ns() - t0) / 1e9);
+            return -1;
+        }
+        poll(NULL, 0, pause_ms);
+    }
 }
 
 void conn_close(conn *c)
@@ -150,7 +195,9 @@ static int send_locked(conn *c, int type, struct iovec *iov, int n, uint64_t len
     return rc;
 }
 
-int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, size_t errlen)
+/* Send one frame whose body is the concatenation of body[0..n). Returns 0 or -1 (err set). */
+static int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err,
+                      size_t errlen)
 {
     struct iovec iov[8];
     uint8_t hdr[PROTO_HEADER_BYTES];
@@ -164,7 +211,7 @@ int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, si
         len += body[i].iov_len;
     }
     if (len > UINT32_MAX) {
-        snprintf(err, errlen, "%s: %s of %llu bytes is too large", c->name, msg_name(type),
+        snprintf(err, errlen, "%s: %s of %llu bytes is too large", c->name, proto_msg_name(type),
                  (unsigned long long)len);
         return -1;
     }
@@ -172,14 +219,16 @@ int conn_sendv(conn *c, int type, const struct iovec *body, int n, char *err, si
     int rc = send_locked(c, type, iov, n, len, hdr, PROTO_STALL_MS);
     pthread_mutex_unlock(&c->send_lock);
     if (rc) {
-        snprintf(err, errlen, "%s: sending %s: %s", c->name, msg_name(type),
+        snprintf(err, errlen, "%s: sending %s: %s", c->name, proto_msg_name(type),
                  rc == NET_BROKEN ? "an earlier send failed part-way" : net_strerror(rc));
         return -1;
     }
     return 0;
 }
 
-void conn_ping(conn *c)
+/* A PING that never holds anyone up: skipped when another send is in progress or the socket
+ * has no room, and given up on after PROTO_PING_SEND_MS (which breaks the link). */
+static void conn_ping(conn *c)
 {
     uint8_t hdr[PROTO_HEADER_BYTES];
     struct iovec iov[1];
@@ -254,18 +303,19 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
     }
     if (seq != c->seq_in) {
         snprintf(err, errlen, "%s: %s has sequence number %u, expected %u", c->name,
-                 msg_name(type), seq, c->seq_in);
+                 proto_msg_name(type), seq, c->seq_in);
         return -1;
     }
     if (len > body_bound(c, type)) {
         snprintf(err, errlen, "%s: %s of %u bytes exceeds the bound of %u", c->name,
-                 msg_name(type), len, body_bound(c, type));
+                 proto_msg_name(type), len, body_bound(c, type));
         return -1;
     }
     if (len > c->cap) {
         uint8_t *nb = realloc(c->buf, len);
         if (!nb) {
-            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len, msg_name(type));
+            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len,
+                     proto_msg_name(type));
             return -1;
         }
         c->buf = nb;
@@ -275,21 +325,24 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
     if (len && c->sec) {
         uint8_t *in = link_body_buffer(c->sec, len);
         if (!in) {
-            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len, msg_name(type));
+            snprintf(err, errlen, "%s: no memory for a %u-byte %s", c->name, len,
+                     proto_msg_name(type));
             return -1;
         }
         wire += LINK_ABYTES;
         rc = net_recv_until(c->fd, in, wire, PROTO_STALL_MS, c->deadline_ns);
         if (rc == 0 && link_open_body(c->sec, len, c->buf)) {
             snprintf(err, errlen, "%s: the body of a %s failed authentication (changed, replayed, "
-                     "reordered or injected on the way): link dropped", c->name, msg_name(type));
+                     "reordered or injected on the way): link dropped", c->name,
+                     proto_msg_name(type));
             return -1;
         }
     } else if (len) {
         rc = net_recv_until(c->fd, c->buf, len, PROTO_STALL_MS, c->deadline_ns);
     }
     if (rc) {
-        snprintf(err, errlen, "%s: reading %s: %s", c->name, msg_name(type), net_strerror(rc));
+        snprintf(err, errlen, "%s: reading %s: %s", c->name, proto_msg_name(type),
+                 net_strerror(rc));
         return -1;
     }
     c->seq_in++;
@@ -444,7 +497,7 @@ static rd reader(const frame *f) { return (rd){f->body, f->len, 0, false}; }
 static int r_done(const rd *r, const frame *f, char *err, size_t errlen)
 {
     if (r->bad || r->off != r->n) {
-        snprintf(err, errlen, "malformed %s (%u bytes)", msg_name(f->type), f->len);
+        snprintf(err, errlen, "malformed %s (%u bytes)", proto_msg_name(f->type), f->len);
         return -1;
     }
     return 0;
@@ -453,13 +506,13 @@ static int r_done(const rd *r, const frame *f, char *err, size_t errlen)
 static int expect(const frame *f, int type, char *err, size_t errlen)
 {
     if (f->type != type) {
-        snprintf(err, errlen, "expected %s, got %s", msg_name(type), msg_name(f->type));
+        snprintf(err, errlen, "expected %s, got %s", proto_msg_name(type), proto_msg_name(f->type));
         return -1;
     }
     return 0;
 }
 
-int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen)
+int proto_send_hello(conn *c, const msg_hello *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u8(&w, m->role);
@@ -469,7 +522,7 @@ int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen)
     return conn_send(c, RM_HELLO, w.b, w.n, err, errlen);
 }
 
-int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
+int proto_decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
 {
     if (expect(f, RM_HELLO, err, errlen))
         return -1;
@@ -487,7 +540,7 @@ int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
     return 0;
 }
 
-int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
+int proto_send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u64(&w, m->instance);
@@ -499,7 +552,7 @@ int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
     return conn_send(c, RM_WELCOME, w.b, w.n, err, errlen);
 }
 
-int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen)
+int proto_decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen)
 {
     if (expect(f, RM_WELCOME, err, errlen))
         return -1;
@@ -513,7 +566,7 @@ int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen)
     return r_done(&r, f, err, errlen);
 }
 
-int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
+int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_bytes(&w, m->session, sizeof m->session);
@@ -543,7 +596,7 @@ int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
     return conn_send(c, RM_PLAN, w.b, w.n, err, errlen);
 }
 
-int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
+int proto_decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
 {
     if (expect(f, RM_PLAN, err, errlen))
         return -1;
@@ -591,7 +644,7 @@ int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
     return 0;
 }
 
-int send_ready(conn *c, const char *note, char *err, size_t errlen)
+int proto_send_ready(conn *c, const char *note, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     char line[PROTO_NOTE_MAX];
@@ -609,7 +662,7 @@ static void one_line(char *s)
             *p = ' ';
 }
 
-int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen)
+int proto_decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen)
 {
     if (expect(f, RM_READY, err, errlen))
         return -1;
@@ -624,7 +677,8 @@ int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errle
     return 0;
 }
 
-int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen)
+int proto_send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err,
+                     size_t errlen)
 {
     wr w = {.n = 0};
     w_u32(&w, m->serial);
@@ -640,10 +694,10 @@ int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char 
     return conn_sendv(c, type, iov, 4, err, errlen);
 }
 
-int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen)
+int proto_decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen)
 {
     if (f->type != RM_BATCH && f->type != RM_RESULT) {
-        snprintf(err, errlen, "expected BATCH or RESULT, got %s", msg_name(f->type));
+        snprintf(err, errlen, "expected BATCH or RESULT, got %s", proto_msg_name(f->type));
         return -1;
     }
     rd r = reader(f);
@@ -652,7 +706,7 @@ int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t err
     m->n = r_u32(&r);
     m->wire = r_u8(&r);
     if (r.bad || m->n < 1 || m->n > PROTO_MAX_BATCH || m->wire > WIRE_F16) {
-        snprintf(err, errlen, "malformed %s header (%u tokens, wire %u)", msg_name(f->type),
+        snprintf(err, errlen, "malformed %s header (%u tokens, wire %u)", proto_msg_name(f->type),
                  m->n, m->wire);
         return -1;
     }
@@ -663,7 +717,7 @@ int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t err
     return r_done(&r, f, err, errlen);
 }
 
-int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen)
+int proto_send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u8(&w, m->op);
@@ -674,7 +728,7 @@ int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen)
     return conn_send(c, RM_KVOP, w.b, w.n, err, errlen);
 }
 
-int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen)
+int proto_decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen)
 {
     if (expect(f, RM_KVOP, err, errlen))
         return -1;
@@ -695,7 +749,7 @@ int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen)
     return 0;
 }
 
-int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
+int proto_send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u32(&w, m->serial);
@@ -715,7 +769,7 @@ int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
     return conn_send(c, RM_STATS, w.b, w.n, err, errlen);
 }
 
-int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
+int proto_decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
 {
     if (expect(f, RM_STATS, err, errlen))
         return -1;
@@ -753,12 +807,12 @@ static int decode_u32_msg(const frame *f, int type, uint32_t *v, char *err, size
     return r_done(&r, f, err, errlen);
 }
 
-int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen)
+int proto_send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen)
 {
     return send_u32_msg(c, RM_PROFILE, threads, err, errlen);
 }
 
-int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen)
+int proto_decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen)
 {
     return decode_u32_msg(f, RM_PROFILE, threads, err, errlen);
 }
@@ -777,7 +831,7 @@ static float r_f32(rd *r)
     return v;
 }
 
-int send_decode(conn *c, const msg_decode *m, char *err, size_t errlen)
+int proto_send_decode(conn *c, const msg_decode *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u32(&w, m->serial);
@@ -802,7 +856,7 @@ int send_decode(conn *c, const msg_decode *m, char *err, size_t errlen)
     return conn_send(c, RM_DECODE, w.b, w.n, err, errlen);
 }
 
-int decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen)
+int proto_decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen)
 {
     if (expect(f, RM_DECODE, err, errlen))
         return -1;
@@ -847,7 +901,7 @@ int decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen)
     return 0;
 }
 
-int send_token(conn *c, const msg_token *m, char *err, size_t errlen)
+int proto_send_token(conn *c, const msg_token *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_u32(&w, m->serial);
@@ -857,7 +911,7 @@ int send_token(conn *c, const msg_token *m, char *err, size_t errlen)
     return conn_send(c, RM_TOKEN, w.b, w.n, err, errlen);
 }
 
-int decode_token(const frame *f, msg_token *m, char *err, size_t errlen)
+int proto_decode_token(const frame *f, msg_token *m, char *err, size_t errlen)
 {
     if (expect(f, RM_TOKEN, err, errlen))
         return -1;
@@ -869,17 +923,17 @@ int decode_token(const frame *f, msg_token *m, char *err, size_t errlen)
     return r_done(&r, f, err, errlen);
 }
 
-int send_done(conn *c, uint32_t steps, char *err, size_t errlen)
+int proto_send_done(conn *c, uint32_t steps, char *err, size_t errlen)
 {
     return send_u32_msg(c, RM_DONE, steps, err, errlen);
 }
 
-int decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen)
+int proto_decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen)
 {
     return decode_u32_msg(f, RM_DONE, steps, err, errlen);
 }
 
-void send_error(conn *c, uint64_t instance, const char *fmt, ...)
+void proto_send_error(conn *c, uint64_t instance, const char *fmt, ...)
 {
     char text[256], ignored[512];
     va_list ap;
@@ -892,7 +946,7 @@ void send_error(conn *c, uint64_t instance, const char *fmt, ...)
     conn_send(c, RM_ERROR, w.b, w.n, ignored, sizeof ignored);
 }
 
-int decode_error(const frame *f, msg_error *m, char *err, size_t errlen)
+int proto_decode_error(const frame *f, msg_error *m, char *err, size_t errlen)
 {
     if (expect(f, RM_ERROR, err, errlen))
         return -1;

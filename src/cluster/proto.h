@@ -48,8 +48,9 @@
 #include "model/sample.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 4           /* 2: the link handshake, sealed frames, no proofs in bodies;
-                                   * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE */
+#define PROTO_VERSION 5           /* 2: the link handshake, sealed frames, no proofs in bodies;
+                                   * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE;
+                                   * 5: the tag on the handshake's keyed greeting */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -69,7 +70,7 @@ enum msg_type {
     RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_DECODE, RM_TOKEN, RM_HALT,
     RM_DONE, RM_TYPE_END
 };
-const char *msg_name(int type);
+const char *proto_msg_name(int type);
 
 enum wire_type { WIRE_F32 = 0, WIRE_F16 = 1 };
 enum release_policy { RELEASE_AUTO = 0, RELEASE_NEVER = 1, RELEASE_ALWAYS = 2 };
@@ -99,6 +100,11 @@ void conn_init(conn *c, int fd, const char *name);
  * the link; after LINK_FOREIGN an ERROR frame may still tell the peer why). */
 int conn_handshake(conn *c, bool dialer, const ring_key *key, int64_t deadline_ns, char *err,
                    size_t errlen);
+/* Connect to host:port and run the handshake as the dialer (conn_handshake), trying again
+ * while the listener turns the connection away as busy, until deadline_ns. 0 with c open, or
+ * -1 or LINK_FOREIGN with err and c closed. */
+int conn_dial(conn *c, const char *host, int port, const char *name, const ring_key *key,
+              int64_t deadline_ns, char *err, size_t errlen);
 void conn_close(conn *c);
 /* Close after a refusal: stop sending, swallow (briefly, boundedly) what the peer still sends, so
  * the close does not turn into a reset that could destroy the refusal before it is read. */
@@ -114,12 +120,8 @@ typedef struct frame {
     uint32_t len;
 } frame;
 
-/* Send one frame whose body is the concatenation of iov[0..n). Returns 0 or -1 (err set). */
-int conn_sendv(conn *c, int type, const struct iovec *iov, int n, char *err, size_t errlen);
+/* Send one frame. Returns 0 or -1 (err set). */
 int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t errlen);
-/* A PING that never holds anyone up: skipped when another send is in progress or the socket
- * has no room, and given up on after PROTO_PING_SEND_MS (which breaks the link). */
-void conn_ping(conn *c);
 /* Receive one frame, waiting up to wait_ms (-1: forever) for it to start. Returns 0, 1 when
  * nothing arrived in time, or -1 (err set: closed, stalled or malformed — drop the link). */
 int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);
@@ -230,40 +232,42 @@ typedef struct msg_error {
 } msg_error;
 
 /* Encoders send the message; decoders check the body's exact shape (err set on failure). */
-int send_hello(conn *c, const msg_hello *m, char *err, size_t errlen);
-int send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen);
-int send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
-int send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err, size_t errlen);
-int send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);
-int send_stats(conn *c, const msg_stats *m, char *err, size_t errlen);
+int proto_send_hello(conn *c, const msg_hello *m, char *err, size_t errlen);
+int proto_send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen);
+int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
+int proto_send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err,
+                     size_t errlen);
+int proto_send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);
+int proto_send_stats(conn *c, const msg_stats *m, char *err, size_t errlen);
 /* READY: an empty body, or (from a worker given GPU layers, so by a head that knows them) one
  * line for the head's user on what became of them (cut to PROTO_NOTE_MAX - 1 bytes).
  * decode_ready: note (cap >= PROTO_NOTE_MAX) is "" for an empty body. */
-int send_ready(conn *c, const char *note, char *err, size_t errlen);
-int decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen);
+int proto_send_ready(conn *c, const char *note, char *err, size_t errlen);
+int proto_decode_ready(const frame *f, char *note, size_t cap, char *err, size_t errlen);
 /* PROFILE request: the threads the worker should measure with (0: its own default). The reply
  * is JSON text, sent with conn_send. */
-int send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen);
+int proto_send_profile_request(conn *c, uint32_t threads, char *err, size_t errlen);
 /* DECODE, TOKEN, DONE (steps made); HALT has no body (conn_send). */
-int send_decode(conn *c, const msg_decode *m, char *err, size_t errlen);
-int send_token(conn *c, const msg_token *m, char *err, size_t errlen);
-int send_done(conn *c, uint32_t steps, char *err, size_t errlen);
+int proto_send_decode(conn *c, const msg_decode *m, char *err, size_t errlen);
+int proto_send_token(conn *c, const msg_token *m, char *err, size_t errlen);
+int proto_send_done(conn *c, uint32_t steps, char *err, size_t errlen);
 /* Best effort (the link is being dropped anyway); never fails loudly. */
-void send_error(conn *c, uint64_t instance, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void proto_send_error(conn *c, uint64_t instance, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-int decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen);
-int decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen);
-int decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen);
+int proto_decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen);
+int proto_decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errlen);
+int proto_decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen);
 /* n_embd: the model's; the body must hold exactly n rows of it in the stated wire type. */
-int decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen);
-int decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen);
-int decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen);
-int decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen);
+int proto_decode_batch(const frame *f, int n_embd, msg_batch *m, char *err, size_t errlen);
+int proto_decode_kvop(const frame *f, msg_kvop *m, char *err, size_t errlen);
+int proto_decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen);
+int proto_decode_profile_request(const frame *f, uint32_t *threads, char *err, size_t errlen);
 /* The shape is checked here (positions, counts, a window within repeat_last_n <=
  * PROTO_DECODE_WINDOW, finite sampler numbers); the receiver checks the model's bounds. */
-int decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen);
-int decode_token(const frame *f, msg_token *m, char *err, size_t errlen);
-int decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen);
-int decode_error(const frame *f, msg_error *m, char *err, size_t errlen);
+int proto_decode_decode(const frame *f, msg_decode *m, char *err, size_t errlen);
+int proto_decode_token(const frame *f, msg_token *m, char *err, size_t errlen);
+int proto_decode_done(const frame *f, uint32_t *steps, char *err, size_t errlen);
+int proto_decode_error(const frame *f, msg_error *m, char *err, size_t errlen);
 
 #endif

@@ -1,3 +1,6 @@
+/* ring.c — the head's side of a ring (ring.h): connecting and planning, sending batches round
+ * the devices with several in flight, collecting results, KV edits, counters, and dropping a
+ * device that fails so that failover can re-plan without it. */
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -5,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
 #include "cluster/ring.h"
 #include "cluster/stats.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
+#include "util/logline.h"
+#include "util/sysmem.h"
 
 /* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every
  * device reads a frame whole, computes, then sends; a cycle of devices all blocked sending
@@ -25,6 +28,13 @@ typedef struct flight {
     uint32_t serial;
     bool done, big;
 } flight;
+
+/* When a batch entered the ring and came back (0: not yet), for the workers' counters. */
+#define SPAN_SLOTS 64
+typedef struct batch_span {
+    uint32_t serial;
+    int64_t start_ns, end_ns;
+} batch_span;
 
 typedef struct remote {
     conn c;
@@ -54,6 +64,7 @@ struct ring {
     int32_t *zeros;                /* max_batch sequence ids 0 */
     uint32_t serial, count_from;
     ring_counters *totals;         /* per device, of batches from count_from on */
+    batch_span span[SPAN_SLOTS];   /* the latest batches' time in the ring, by serial */
     uint64_t sent_mark, recv_mark;
     char err[512];
     /* failover (ring_set_failover) */
@@ -121,19 +132,14 @@ static int greet(ring *r, int i)
 {
     remote *w = &r->w[i];
     char err[512], name[128];
-    int d = i + 1;
-    int fd = net_connect(w->host, w->port, PROTO_STALL_MS, err, sizeof err);
-    if (fd < 0)
-        return fail(r, "device %d: %s", d, err);
-    snprintf(name, sizeof name, "device %d (%.100s)", d, w->addr);
-    conn_init(&w->c, fd, name);
+    snprintf(name, sizeof name, "device %d (%.100s)", i + 1, w->addr);
     /* Nothing about the model leaves this device before the handshake: HELLO comes after. */
-    if (conn_handshake(&w->c, true, r->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
-                       err, sizeof err))
+    if (conn_dial(&w->c, w->host, w->port, name, r->o.key,
+                  net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, sizeof err))
         return fail(r, "%s", err);
     msg_hello h = {.role = ROLE_HEAD};
     memcpy(h.identity, r->m->identity, sizeof h.identity);
-    if (send_hello(&w->c, &h, err, sizeof err))
+    if (proto_send_hello(&w->c, &h, err, sizeof err))
         return fail(r, "%s", err);
     frame f;
     int rc = conn_recv(&w->c, &f, PROTO_DEAD_MS, err, sizeof err);
@@ -143,7 +149,7 @@ static int greet(ring *r, int i)
         return fail(r, "%s", err);
     if (f.type == RM_ERROR) {
         msg_error e;
-        if (decode_error(&f, &e, err, sizeof err))
+        if (proto_decode_error(&f, &e, err, sizeof err))
             return fail(r, "%s: %s", name, err);
         for (int j = 0; j < i; j++)
             if (r->w[j].welcome.instance == e.instance)
@@ -153,7 +159,7 @@ static int greet(ring *r, int i)
         return fail(r, "%s refused: %s", name, e.text);
     }
     msg_welcome *wm = &w->welcome;
-    if (decode_welcome(&f, wm, err, sizeof err))
+    if (proto_decode_welcome(&f, wm, err, sizeof err))
         return fail(r, "%s: %s", name, err);
     if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
         wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
@@ -362,15 +368,45 @@ static void print_counters(ring *r, int d, uint32_t serial, const ring_counters 
     if (!r->o.verbose)
         return;
     char line[400];
-    counters_format(c, line, sizeof line);
+    ring_counters_format(c, line, sizeof line);
     log_line(r->o.verbose, "ring: ", "batch %u device %d: %s", serial, d, line);
 }
 
-/* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
-static void record_counters(ring *r, int d, uint32_t serial, const ring_counters *c)
+static void span_start(ring *r, uint32_t serial)
 {
+    r->span[serial % SPAN_SLOTS] = (batch_span){.serial = serial, .start_ns = net_now_ns()};
+}
+
+static void span_end(ring *r, uint32_t serial)
+{
+    batch_span *b = &r->span[serial % SPAN_SLOTS];
+    if (b->serial == serial && b->start_ns)
+        b->end_ns = net_now_ns();
+}
+
+/* A worker counts as waiting all the time from handing a batch on to the next one's arrival,
+ * and cannot tell the ring's pipeline from the head's idle time between requests (a 3-token
+ * request after 100 s idle would report 100 s of wait). Within a batch a device waits at most
+ * the batch's time in the ring less its own compute: the rest was before the batch began. */
+static void bound_wait(const ring *r, uint32_t serial, ring_counters *c)
+{
+    const batch_span *b = &r->span[serial % SPAN_SLOTS];
+    if (b->serial != serial || !b->start_ns)
+        return;
+    uint64_t span = (uint64_t)((b->end_ns ? b->end_ns : net_now_ns()) - b->start_ns);
+    uint64_t most = span > c->compute_ns ? span - c->compute_ns : 0;
+    if (c->wait_ns > most)
+        c->wait_ns = most;
+}
+
+/* Device d's counters for batch `serial`: into the totals, the verbose log and the stats file. */
+static void record_counters(ring *r, int d, uint32_t serial, const ring_counters *counted)
+{
+    ring_counters bounded = *counted, *c = &bounded;
+    if (d > 0)
+        bound_wait(r, serial, c);
     if (serial >= r->count_from)
-        counters_add(&r->totals[d], c);
+        ring_counters_add(&r->totals[d], c);
     print_counters(r, d, serial, c);
     if (r->o.stats) {
         cJSON *o = cJSON_CreateObject();
@@ -394,7 +430,7 @@ static int handle_common(ring *r, int i, const frame *f)
         return 1;
     case RM_STATS: {
         msg_stats st;
-        if (decode_stats(f, &st, err, sizeof err))
+        if (proto_decode_stats(f, &st, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
         if (st.rank != (uint32_t)i + 1)
             return lose(r, i, "%s sent counters of device %u", w->c.name, st.rank);
@@ -403,7 +439,7 @@ static int handle_common(ring *r, int i, const frame *f)
     }
     case RM_ERROR: {
         msg_error e;
-        if (decode_error(f, &e, err, sizeof err))
+        if (proto_decode_error(f, &e, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
         return lose(r, -1, "%s: %s", w->c.name, e.text);   /* it is alive; it tells of another */
     }
@@ -444,7 +480,7 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
                 *who = i;
                 return 0;
             }
-            return lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, msg_name(f.type));
+            return lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, proto_msg_name(f.type));
         }
         int64_t now = net_now_ns();
         for (int i = 0; i < r->n_workers; i++)
@@ -460,7 +496,7 @@ int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap)
     if (d < 1 || d > r->n_workers || cap < 1)
         return fail(r, "no device %d to profile", d);
     remote *w = &r->w[d - 1];
-    if (send_profile_request(&w->c, (uint32_t)(threads > 0 ? threads : 0), err, sizeof err))
+    if (proto_send_profile_request(&w->c, (uint32_t)(threads > 0 ? threads : 0), err, sizeof err))
         return fail(r, "%s", err);
     frame f;
     int who;
@@ -556,11 +592,11 @@ static int send_plans(ring *r)
         }
         frame f;
         int who;
-        if (send_plan(&w->c, &mp, err, sizeof err))
+        if (proto_send_plan(&w->c, &mp, err, sizeof err))
             return lose(r, i, "%s", err);
         if (await(r, RM_READY, RM_READY, i, &f, &who))
             return -1;
-        if (decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
+        if (proto_decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
     }
     return 0;
@@ -603,6 +639,7 @@ int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen)
  * batches in flight they hold the head's work on all of them since then. */
 static void finish_counters(ring *r, uint32_t serial)
 {
+    span_end(r, serial);
     ring_counters c;
     device_take_counters(&r->dev, &c);
     uint64_t sent = 0, recv = 0;
@@ -661,7 +698,7 @@ static int progress(ring *r)
         return -1;
     device_arrived(&r->dev);
     msg_batch back;
-    if (decode_batch(&f, r->m->n_embd, &back, err, sizeof err))
+    if (proto_decode_batch(&f, r->m->n_embd, &back, err, sizeof err))
         return lose(r, who, "%s: %s", r->w[who].c.name, err);
     flight *fl = NULL;
     for (int i = 0; i < r->n_fl && !fl; i++) {
@@ -673,7 +710,7 @@ static int progress(ring *r)
     if (!fl || back.n != (uint32_t)fl->n ||
         (!is_result && (who != r->n_workers - 1 || back.round != (uint32_t)fl->round + 1)))
         return lose(r, who, "%s returned a batch not in flight (%s %u of round %u)",
-                    r->w[who].c.name, msg_name(f.type), back.serial, back.round);
+                    r->w[who].c.name, proto_msg_name(f.type), back.serial, back.round);
     hop_limits lim = {.k = r->plan.k, .n_ctx = r->o.n_ctx, .n_seq = r->o.n_seq,
                       .max_batch = r->o.max_batch};
     if (hop_unpack(&r->buf, &back, &lim, fl->hidden, r->buf.pos, r->buf.seq, err, sizeof err))
@@ -750,6 +787,7 @@ int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t
     f->n = n;
     f->round = 0;
     f->serial = r->serial++;
+    span_start(r, f->serial);
     f->done = false;
     f->big = big;
     memcpy(f->pos, pos, sizeof *pos * (size_t)n);
@@ -828,7 +866,7 @@ static int kv_edit(ring *r, const msg_kvop *k)
     /* Down the ring like a batch: each worker applies it, then passes it on, so it lands between
      * the same two batches on every device without a round trip. */
     char err[512];
-    if (r->n_workers && send_kvop(&r->w[0].c, k, err, sizeof err)) {
+    if (r->n_workers && proto_send_kvop(&r->w[0].c, k, err, sizeof err)) {
         if (!r->fo_set)
             return fail(r, "%s", err);
         lose(r, 0, "%s", err);
@@ -874,8 +912,9 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
                       .pos = pos, .token = token, .sp = *sp};
     sampler_get_rng(smp, q->rng);
     q->n_window = (uint32_t)sampler_window(smp, q->window);
+    span_start(r, r->serial);   /* each step's batch begins as the one before it ends */
     remote *w = &r->w[0];
-    int rc = send_decode(&w->c, q, err, sizeof err);
+    int rc = proto_send_decode(&w->c, q, err, sizeof err);
     free(q);
     bool halted = false, done = false;
     uint32_t got = 0, steps;
@@ -888,19 +927,20 @@ int ring_decode(ring *r, int seq, int pos, int32_t token, int max_steps, sampler
             break;
         err[0] = 0;
         if (f.type == RM_DONE) {
-            done = decode_done(&f, &steps, err, sizeof err) == 0 && steps == got;
+            done = proto_decode_done(&f, &steps, err, sizeof err) == 0 && steps == got;
             if (!done)
                 lose(r, 0, "%s: %s", w->c.name, err[0] ? err : "DONE does not count its TOKENs");
             break;
         }
         msg_token t;
-        if (decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
+        if (proto_decode_token(&f, &t, err, sizeof err) || t.serial != r->serial + got ||
             t.token < 0 || t.token >= r->m->n_vocab || got >= (uint32_t)max_steps) {
             lose(r, 0, "%s sent a TOKEN not asked for%s%s", w->c.name, err[0] ? ": " : "", err);
             break;
         }
         got++;
         finish_counters(r, t.serial);
+        span_start(r, t.serial + 1);
         if (halted)
             continue;
         sampler_accept(smp, t.token);
@@ -976,7 +1016,7 @@ void ring_close(ring *r)
     if (r->o.verbose && r->started) {
         for (int d = 0; d < r->plan.n_dev; d++) {
             char line[400];
-            counters_format(&r->totals[d], line, sizeof line);
+            ring_counters_format(&r->totals[d], line, sizeof line);
             log_line(r->o.verbose, "ring: ", "total device %d (%u batches): %s", d,
                      r->serial - r->count_from, line);
         }

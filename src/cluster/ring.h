@@ -76,12 +76,15 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
 const ring_model *ring_get_model(const ring *r);
 const ring_plan *ring_get_plan(const ring *r);
 /* For planners, between connecting and the plan. Device d >= 1's profile, measured by the
- * worker for `threads` threads (0: its default), as JSON text (NUL-terminated, under cap bytes);
- * waits while the worker measures. 0, or -1 with ring_error(r) set. */
+ * worker for `threads` threads (0: its default), as JSON text (NUL-terminated, under cap bytes;
+ * RING_PROFILE_MAX holds any); waits while the worker measures. 0, or -1 with ring_error(r)
+ * set. */
 int ring_worker_profile(ring *r, int d, int threads, char *json, size_t cap);
-/* Seconds for a PROBE frame with `bytes` of payload to reach device d >= 1 and come back:
- * the median of `reps` round trips. 0, or -1 with ring_error(r) set. */
+#define RING_PROFILE_MAX PROTO_SMALL_MAX
+/* Seconds for a PROBE frame with `bytes` (at most RING_PROBE_MAX) of payload to reach device
+ * d >= 1 and come back: the median of `reps` round trips. 0, or -1 with ring_error(r) set. */
 int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds);
+#define RING_PROBE_MAX PROTO_PROBE_MAX
 /* Device d >= 1's address as listed ("host:port"). */
 const char *ring_worker_addr(const ring *r, int d);
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen);

@@ -1,3 +1,7 @@
+/* ring_engine.c — the ring runtime joined to prima's model (ring_engine.h): model identity, the
+ * engine as a device's layers, and a session whose batches go round the ring. The engine is
+ * reached only from here, so the runtime (ring.c, worker.c, device.c) also runs on the stand-in
+ * layers of the protocol tests. */
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,12 +78,18 @@ static void engine_embed_rows(void *ctx, const int32_t *tokens, int n, float *hi
     engine_embed(ctx, tokens, n, hidden);
 }
 
-static int engine_output_row(void *ctx, const float *hidden, float *logits)
+static int engine_output_row(void *ctx, const float *hidden, int pos, float *logits, int n_vocab,
+                             char *err, size_t errlen)
 {
-    return engine_output(ctx, hidden, 0, 1, logits);
+    if (engine_output(ctx, hidden, 0, 1, logits)) {
+        snprintf(err, errlen, "the output layer failed at position %d", pos);
+        return -1;
+    }
+    return logits_check(logits, 1, n_vocab, pos, err, errlen);
 }
 
-ring_layers ring_layers_of_engine(engine *e)
+/* The layers of an engine, for the head's own windows. */
+static ring_layers ring_layers_of_engine(engine *e)
 {
     return (ring_layers){e,
                          engine_eval,

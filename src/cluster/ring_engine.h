@@ -20,8 +20,6 @@
 int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen);
 void ring_model_release(ring_model *rm);
 
-/* The layers of an engine, for the head's own windows. */
-ring_layers ring_layers_of_engine(engine *e);
 
 /* A worker backend over m: every session gets its own compute threads and an engine with KV
  * for the layers it owns, and the layers the plan puts on this device's GPU go to the GPU of

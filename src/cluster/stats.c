@@ -1,3 +1,5 @@
+/* stats.c — writing the stats file's events (stats.h): one JSON object per line, timestamped and
+ * flushed whole, so a tool reading while the process runs sees complete lines. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>

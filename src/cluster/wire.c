@@ -1,3 +1,5 @@
+/* wire.c — one hop's payload (wire.h): checking a received batch against the plan's limits and
+ * converting its rows between F32 and the wire type. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,5 +80,5 @@ int hop_send(hop_buffers *b, conn *c, int type, const msg_batch *m, const float 
         out.hidden = b->half;
         bytes = sizeof(uint16_t) * n;
     }
-    return send_batch(c, type, &out, bytes, err, errlen);
+    return proto_send_batch(c, type, &out, bytes, err, errlen);
 }

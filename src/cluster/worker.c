@@ -1,3 +1,6 @@
+/* worker.c — `prima worker` (worker.h): admitting heads and peers, applying a plan, and serving
+ * batches, KV edits, profiles and probes until the head says bye or disappears; then waiting
+ * for the next head, so one worker process serves any number of sessions. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -5,26 +8,50 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/logline.h"
-#include "cluster/sysmem.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
-#include "model/model.h"
+#include "util/logline.h"
+#include "util/sysmem.h"
 
-/* At most this many newcomers are in their handshake at once; more are turned away at once. */
+/* At most this many newcomers are in their handshake at once, and at most ADMIT_PER_SOURCE of
+ * them from one address before their greeting has passed the cheap check of the key (link.h).
+ * Over either bound the oldest such connection is turned away for the newest, so a stranger who
+ * keeps connecting holds only the last few places and a real peer, whose greeting arrives at
+ * once, gets through (and one turned away tries again: conn_dial). GREET_SLOTS leaves room for
+ * the threads of those turned away to finish. */
 #define ADMIT_MAX 16
+#define ADMIT_PER_SOURCE 4
+#define GREET_SLOTS (2 * ADMIT_MAX)
+/* Lines about connections refused or dropped in their handshake: at most this many per
+ * window, the others counted and told in one line. */
+#define REFUSAL_LINES 5
+#define REFUSAL_WINDOW_MS 10000
+
+/* A connection in its handshake. fd is -1 while the slot is free; the slot is freed before the
+ * connection's fd is closed or handed on, so that the accepting thread, which may shut it down
+ * under the lock, never touches another connection's fd. */
+typedef struct greeter {
+    int fd;
+    char host[NET_HOST_MAX + 8];
+    int64_t since;
+    atomic_bool vouched;       /* its greeting passed the cheap check */
+    bool evicted;              /* turned away for a newer connection */
+} greeter;
 
 /* A connection that has passed the handshake and sent a well-formed HELLO, waiting for the
  * main loop. */
 typedef struct newcomer {
     struct worker *w;
+    greeter *g;
     conn c;
     msg_hello h;
     char peer[NET_HOST_MAX + 8];
@@ -44,6 +71,8 @@ struct worker {
     pthread_mutex_t lock;      /* guards what follows */
     pthread_cond_t idle;       /* signalled when greeters drops to 0 */
     int greeters;
+    greeter slot[GREET_SLOTS];
+    log_limit refusals;
     newcomer *queue, *queue_tail;
 };
 
@@ -67,16 +96,23 @@ typedef struct wsession {
     char reason[512];          /* why the session ended */
 } wsession;
 
-static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void wlog(const worker *w, const char *fmt, ...)
+static void wvlog(const worker *w, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+static void wvlog(const worker *w, const char *fmt, va_list ap)
 {
     if (!w->o.log)
         return;
     char prefix[40];
     snprintf(prefix, sizeof prefix, "prima worker :%d: ", w->port);
+    log_vline(w->o.log, prefix, fmt, ap);
+}
+
+static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void wlog(const worker *w, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    log_vline(w->o.log, prefix, fmt, ap);
+    wvlog(w, fmt, ap);
     va_end(ap);
 }
 
@@ -113,6 +149,10 @@ worker *worker_create(const worker_opts *o, const ring_backend *b, char *err, si
     }
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->idle, NULL);
+    for (int i = 0; i < GREET_SLOTS; i++)
+        w->slot[i].fd = -1;
+    w->refusals = (log_limit){.window_ns = (int64_t)REFUSAL_WINDOW_MS * 1000000,
+                              .per_window = REFUSAL_LINES, .start = INT64_MIN / 2};
     if (o->listen_fd >= 0) {
         w->lfd = o->listen_fd;
         struct sockaddr_storage ss;
@@ -170,6 +210,52 @@ static bool stop_requested(const worker *w)
 
 /* ---- newcomers ---- */
 
+static void log_held(worker *w, long held)
+{
+    if (held)
+        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
+             "one", held);
+}
+
+/* A line about a connection refused or dropped in its handshake, within the log budget (a
+ * stranger can cause any number of them); the lines held back are told before the next. */
+static void log_refusal(worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_refusal(worker *w, const char *fmt, ...)
+{
+    pthread_mutex_lock(&w->lock);
+    bool write = log_limit_take(&w->refusals, net_now_ns());
+    long held = write ? log_limit_told(&w->refusals) : 0;
+    pthread_mutex_unlock(&w->lock);
+    if (!write)
+        return;
+    log_held(w, held);
+    va_list ap;
+    va_start(ap, fmt);
+    wvlog(w, fmt, ap);
+    va_end(ap);
+}
+
+/* Tell the lines about refusals held back, once their window is over (or now). */
+static void tell_held_refusals(worker *w, bool now)
+{
+    pthread_mutex_lock(&w->lock);
+    long held = 0;
+    if (now || net_now_ns() - w->refusals.start >= w->refusals.window_ns)
+        held = log_limit_told(&w->refusals);
+    pthread_mutex_unlock(&w->lock);
+    log_held(w, held);
+}
+
+/* Free a newcomer's slot (before its fd is closed or handed on); whether it had been evicted. */
+static bool leave_slot(worker *w, greeter *g)
+{
+    pthread_mutex_lock(&w->lock);
+    bool evicted = g->evicted;
+    g->fd = -1;
+    pthread_mutex_unlock(&w->lock);
+    return evicted;
+}
+
 static void *greet_main(void *arg)
 {
     newcomer *n = arg;
@@ -177,7 +263,8 @@ static void *greet_main(void *arg)
     char err[512];
     int64_t deadline = net_now_ns() + (int64_t)w->o.admit_ms * 1000000;
     n->c.deadline_ns = deadline;
-    int hs = conn_handshake(&n->c, false, w->o.key, deadline, err, sizeof err);
+    int hs = link_handshake(n->c.fd, false, w->o.key, PROTO_VERSION, deadline, n->c.name,
+                            &n->g->vouched, &n->c.sec, err, sizeof err);
     bool ok = false;
     if (hs == 0) {
         frame f;
@@ -185,13 +272,11 @@ static void *greet_main(void *arg)
         int rc = conn_recv(&n->c, &f, left > 0 ? left : 0, err, sizeof err);
         if (rc == 1)
             snprintf(err, sizeof err, "%s sent no HELLO within %d ms", n->c.name, w->o.admit_ms);
-        ok = rc == 0 && decode_hello(&f, &n->h, err, sizeof err) == 0;
+        ok = rc == 0 && proto_decode_hello(&f, &n->h, err, sizeof err) == 0;
     }
-    /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer that
-     * does not speak the handshake (another program or version), in plaintext. */
-    if (!ok && (hs == 0 || hs == LINK_FOREIGN))
-        send_error(&n->c, w->instance, "refused: %s", err);
+    bool evicted = false;
     if (ok) {
+        leave_slot(w, n->g);
         n->c.deadline_ns = 0;
         pthread_mutex_lock(&w->lock);
         if (w->queue_tail)
@@ -204,8 +289,20 @@ static void *greet_main(void *arg)
         ssize_t wr = write(w->admit_pipe[1], &c, 1);
         (void)wr;
     } else {
-        wlog(w, "dropped %s: %s", n->c.name, err);
-        conn_close_gently(&n->c);
+        /* An ERROR frame only where the peer can read one: over the agreed link, or to a peer
+         * that does not speak the handshake (another program or version), in plaintext. */
+        if (hs == 0 || hs == LINK_FOREIGN)
+            proto_send_error(&n->c, w->instance, "refused: %s", err);
+        evicted = leave_slot(w, n->g);
+        if (evicted) {
+            link_send_busy(n->c.fd, PROTO_VERSION);
+            log_refusal(w, "turned away %s: too many connections in their handshake (it was the "
+                        "oldest whose greeting had not passed the key check)", n->peer);
+            conn_close(&n->c);
+        } else {
+            log_refusal(w, "dropped %s: %s", n->c.name, err);
+            conn_close_gently(&n->c);
+        }
         free(n);
     }
     pthread_mutex_lock(&w->lock);
@@ -215,24 +312,83 @@ static void *greet_main(void *arg)
     return NULL;
 }
 
+static bool has_input(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
+/* A slot for a newcomer from host, turning away an older connection when a bound is reached
+ * (see ADMIT_MAX), or NULL when there is none to turn away. Called under the lock. */
+static greeter *admit_slot(worker *w, const char *host)
+{
+    greeter *free_slot = NULL, *oldest = NULL, *oldest_here = NULL;
+    int live = 0, unvouched_here = 0;
+    for (int i = 0; i < GREET_SLOTS; i++) {
+        greeter *g = &w->slot[i];
+        if (g->fd < 0) {
+            free_slot = free_slot ? free_slot : g;
+            continue;
+        }
+        if (g->evicted)
+            continue;
+        live++;
+        if (atomic_load(&g->vouched))
+            continue;
+        bool here = !strcmp(g->host, host);
+        unvouched_here += here;
+        /* a greeting already waiting to be read is a thread late to read it, not a dawdler */
+        if (has_input(g->fd))
+            continue;
+        if (!oldest || g->since < oldest->since)
+            oldest = g;
+        if (here && (!oldest_here || g->since < oldest_here->since))
+            oldest_here = g;
+    }
+    greeter *victim = NULL;
+    if (unvouched_here >= ADMIT_PER_SOURCE) {
+        if (!(victim = oldest_here))
+            return NULL;
+    } else if (live >= ADMIT_MAX) {
+        if (!(victim = oldest))
+            return NULL;
+    }
+    if (victim) {
+        victim->evicted = true;
+        shutdown(victim->fd, SHUT_RD);   /* wakes its thread, which says why and closes */
+    }
+    return free_slot;
+}
+
 /* A connection is waiting on the listening socket: greet it on a thread of its own. */
 static void accept_newcomer(worker *w)
 {
-    char peer[NET_HOST_MAX + 8];
+    char peer[NET_HOST_MAX + 8], host[NET_HOST_MAX + 8];
     int fd = net_accept(w->lfd, peer, sizeof peer);
     if (fd < 0)
         return;
+    snprintf(host, sizeof host, "%s", peer);
+    char *colon = strrchr(host, ':');   /* "host:port", the host an IPv6 address or not */
+    if (colon)
+        *colon = 0;
     pthread_mutex_lock(&w->lock);
-    bool full = w->greeters >= ADMIT_MAX;
-    if (!full)
+    greeter *g = admit_slot(w, host);
+    if (g) {
+        g->fd = fd;
+        snprintf(g->host, sizeof g->host, "%s", host);
+        g->since = net_now_ns();
+        atomic_store(&g->vouched, false);
+        g->evicted = false;
         w->greeters++;
+    }
     pthread_mutex_unlock(&w->lock);
-    newcomer *n = full ? NULL : calloc(1, sizeof *n);
+    newcomer *n = g ? calloc(1, sizeof *n) : NULL;
     pthread_attr_t attr;
     pthread_t t;
     bool started = false;
     if (n) {
         n->w = w;
+        n->g = g;
         snprintf(n->peer, sizeof n->peer, "%s", peer);
         conn_init(&n->c, fd, peer);
         pthread_attr_init(&attr);
@@ -242,19 +398,22 @@ static void accept_newcomer(worker *w)
     }
     if (started)
         return;
-    wlog(w, "refused %s: %s", peer, full ? "too many connections in their handshake" : "out of "
-         "memory or threads");
+    if (g) {
+        leave_slot(w, g);
+        pthread_mutex_lock(&w->lock);
+        if (--w->greeters == 0)
+            pthread_cond_broadcast(&w->idle);
+        pthread_mutex_unlock(&w->lock);
+    } else {
+        link_send_busy(fd, PROTO_VERSION);
+    }
+    log_refusal(w, "refused %s: %s", peer, g ? "out of memory or threads"
+                : "too many connections in their handshake, none of them to turn away");
     if (n) {
         conn_close(&n->c);
         free(n);
     } else {
         close(fd);
-    }
-    if (!full) {
-        pthread_mutex_lock(&w->lock);
-        if (--w->greeters == 0)
-            pthread_cond_broadcast(&w->idle);
-        pthread_mutex_unlock(&w->lock);
     }
 }
 
@@ -290,7 +449,7 @@ static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    send_error(&n->c, w->instance, "%s", text);
+    proto_send_error(&n->c, w->instance, "%s", text);
     wlog(w, "refused %s: %s", n->peer, text);
     conn_close_gently(&n->c);
     free(n);
@@ -319,26 +478,22 @@ static void fail_session(wsession *s, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     if (!s->reason[0])
-        send_error(&s->ctrl, s->w->instance, "%s", text);
+        proto_send_error(&s->ctrl, s->w->instance, "%s", text);
     end_session(s, "%s", text);
 }
 
 static int connect_successor(wsession *s, char *err, size_t errlen)
 {
-    int fd = net_connect(s->mp.succ_host, (int)s->mp.succ_port, PROTO_STALL_MS, err, errlen);
-    if (fd < 0)
-        return -1;
     char name[128];
     snprintf(name, sizeof name, "device %d (%.100s:%u)", s->rank + 1, s->mp.succ_host, s->mp.succ_port);
-    conn_init(&s->succ, fd, name);
-    s->has_succ = true;
-    if (conn_handshake(&s->succ, true, s->w->o.key, net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000,
-                       err, errlen))
+    if (conn_dial(&s->succ, s->mp.succ_host, (int)s->mp.succ_port, name, s->w->o.key,
+                  net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, errlen))
         return -1;
+    s->has_succ = true;
     msg_hello h = {.role = ROLE_PEER, .rank = (uint32_t)s->rank};
     memcpy(h.identity, s->w->b->model->identity, sizeof h.identity);
     memcpy(h.session, s->mp.session, sizeof h.session);
-    if (send_hello(&s->succ, &h, err, errlen))
+    if (proto_send_hello(&s->succ, &h, err, errlen))
         return -1;
     frame f;
     int rc = conn_recv(&s->succ, &f, PROTO_DEAD_MS, err, errlen);
@@ -350,12 +505,12 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
         return -1;
     if (f.type == RM_ERROR) {
         msg_error e;
-        if (decode_error(&f, &e, err, errlen) == 0)
+        if (proto_decode_error(&f, &e, err, errlen) == 0)
             snprintf(err, errlen, "%s refused this device: %s", name, e.text);
         return -1;
     }
     if (f.type != RM_READY) {
-        snprintf(err, errlen, "%s answered %s to HELLO", name, msg_name(f.type));
+        snprintf(err, errlen, "%s answered %s to HELLO", name, proto_msg_name(f.type));
         return -1;
     }
     return 0;
@@ -366,7 +521,7 @@ static void apply_plan(wsession *s, const frame *f)
     worker *w = s->w;
     const ring_model *m = w->b->model;
     char err[512];
-    if (decode_plan(f, &s->mp, err, sizeof err)) {
+    if (proto_decode_plan(f, &s->mp, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -433,7 +588,7 @@ static void apply_plan(wsession *s, const frame *f)
     }
     s->planned = true;
     /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
-    if (send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
+    if (proto_send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
         end_session(s, "%s", err);
         return;
     }
@@ -476,11 +631,11 @@ static void send_counters(wsession *s, uint32_t serial)
     s->recv_mark = recv;
     if (s->w->o.verbose) {
         char line[400];
-        counters_format(&st.c, line, sizeof line);
+        ring_counters_format(&st.c, line, sizeof line);
         wlog(s->w, "batch %u: %s", serial, line);
     }
     char err[512];
-    if (send_stats(&s->ctrl, &st, err, sizeof err))
+    if (proto_send_stats(&s->ctrl, &st, err, sizeof err))
         end_session(s, "%s", err);
 }
 
@@ -491,13 +646,14 @@ static void handle_batch(wsession *s, const frame *f)
     msg_batch b;
     hop_limits lim = {.k = s->plan.k, .n_ctx = (int)s->mp.n_ctx, .n_seq = (int)s->mp.n_seq,
                       .max_batch = (int)s->mp.max_batch};
-    if (decode_batch(f, n_embd, &b, err, sizeof err) ||
+    if (proto_decode_batch(f, n_embd, &b, err, sizeof err) ||
         hop_unpack(&s->buf, &b, &lim, s->buf.hidden, s->buf.pos, s->buf.seq, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
     if (f->type != RM_BATCH || !device_visits(&s->plan, s->rank, (int)b.round)) {
-        fail_session(s, "%s for round %u, which does not pass this device", msg_name(f->type), b.round);
+        fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
+                     b.round);
         return;
     }
     device_arrived(&s->dev);
@@ -534,7 +690,7 @@ static void handle_kvop(wsession *s, const frame *f)
 {
     char err[512];
     msg_kvop k;
-    if (decode_kvop(f, &k, err, sizeof err)) {
+    if (proto_decode_kvop(f, &k, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -551,7 +707,7 @@ static void handle_kvop(wsession *s, const frame *f)
                      k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta, k.seq);
         return;
     }
-    if (s->has_succ && send_kvop(&s->succ, &k, err, sizeof err))
+    if (s->has_succ && proto_send_kvop(&s->succ, &k, err, sizeof err))
         fail_session(s, "%s", err);
 }
 
@@ -578,7 +734,7 @@ static bool decode_interrupted(wsession *s)
             return true;
         }
         if (f.type != RM_PING) {
-            fail_session(s, "unexpected %s from the head while decoding", msg_name(f.type));
+            fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
             return true;
         }
     }
@@ -597,7 +753,7 @@ static void handle_decode(wsession *s, const frame *f)
         fail_session(s, "out of memory");
         goto out;
     }
-    if (decode_decode(f, d, err, sizeof err)) {
+    if (proto_decode_decode(f, d, err, sizeof err)) {
         fail_session(s, "%s", err);
         goto out;
     }
@@ -635,11 +791,12 @@ static void handle_decode(wsession *s, const frame *f)
             if (round + 1 < s->plan.k)
                 device_handed_on(&s->dev, round);   /* the pager's turn between windows */
         }
-        if (failed || s->layers.output(s->layers.ctx, s->buf.hidden, logits)) {
+        if (failed) {
             fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
             goto out;
         }
-        if (logits_check(logits, 1, m->n_vocab, pos, err, sizeof err)) {
+        if (s->layers.output(s->layers.ctx, s->buf.hidden, pos, logits, m->n_vocab, err,
+                             sizeof err)) {
             fail_session(s, "%s", err);
             goto out;
         }
@@ -648,7 +805,7 @@ static void handle_decode(wsession *s, const frame *f)
         sampler_get_rng(smp, t.rng);
         device_handed_on(&s->dev, s->plan.k - 1);
         steps++;
-        if (send_token(&s->ctrl, &t, err, sizeof err)) {
+        if (proto_send_token(&s->ctrl, &t, err, sizeof err)) {
             end_session(s, "%s", err);
             goto out;
         }
@@ -658,7 +815,7 @@ static void handle_decode(wsession *s, const frame *f)
         if (s->reason[0] || decode_interrupted(s))
             break;
     }
-    if (!s->reason[0] && send_done(&s->ctrl, steps, err, sizeof err))
+    if (!s->reason[0] && proto_send_done(&s->ctrl, steps, err, sizeof err))
         end_session(s, "%s", err);
 out:
     sampler_free(smp);
@@ -677,7 +834,7 @@ static void handle_data(wsession *s, const frame *f)
         handle_kvop(s, f);
         break;
     default:
-        fail_session(s, "unexpected %s on the data link", msg_name(f->type));
+        fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
     }
 }
 
@@ -687,7 +844,7 @@ static void handle_profile(wsession *s, const frame *f)
     worker *w = s->w;
     char err[512];
     uint32_t threads;
-    if (decode_profile_request(f, &threads, err, sizeof err)) {
+    if (proto_decode_profile_request(f, &threads, err, sizeof err)) {
         fail_session(s, "%s", err);
         return;
     }
@@ -739,7 +896,7 @@ static void handle_ctrl(wsession *s, const frame *f)
         return;
     case RM_ERROR: {
         msg_error e;
-        if (decode_error(f, &e, err, sizeof err) == 0)
+        if (proto_decode_error(f, &e, err, sizeof err) == 0)
             end_session(s, "the head gave up: %s", e.text);
         else
             end_session(s, "%s", err);
@@ -765,7 +922,7 @@ static void handle_ctrl(wsession *s, const frame *f)
     default:
         break;
     }
-    fail_session(s, "unexpected %s from the head%s", msg_name(f->type),
+    fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
                  s->planned ? "" : " before the plan");
 }
 
@@ -836,7 +993,7 @@ static void serve(worker *w, newcomer *head)
                       .n_embd = (uint32_t)m->n_embd, .threads = (uint32_t)w->o.threads,
                       .mem_budget = sysmem_budget()};
     memcpy(wm.identity, m->identity, sizeof wm.identity);
-    if (send_welcome(&s->ctrl, &wm, err, sizeof err)) {
+    if (proto_send_welcome(&s->ctrl, &wm, err, sizeof err)) {
         wlog(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
         free(s);
@@ -863,6 +1020,7 @@ static void serve(worker *w, newcomer *head)
             end_session(s, "poll: %s", strerror(errno));
             break;
         }
+        tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w)) {
             worker_stop(w);   /* leave the request for worker_run to see */
             fail_session(s, "the worker is shutting down");
@@ -931,9 +1089,10 @@ int worker_run(worker *w)
         struct pollfd p[3] = {{.fd = w->stop_pipe[0], .events = POLLIN},
                               {.fd = w->lfd, .events = POLLIN},
                               {.fd = w->admit_pipe[0], .events = POLLIN}};
-        int rc = poll(p, 3, -1);
+        int rc = poll(p, 3, REFUSAL_WINDOW_MS);
         if (rc < 0 && errno != EINTR)
             break;
+        tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w))
             break;
         if (p[1].revents)
@@ -957,6 +1116,7 @@ int worker_run(worker *w)
         free(n);
         n = next;
     }
+    tell_held_refusals(w, true);
     wlog(w, "stopped");
     return 0;
 }

@@ -1,3 +1,5 @@
+/* dtype.c — the GGUF element types' storage facts (dtype.h), as one table the reader checks
+ * tensor sizes against. */
 #include <string.h>
 #include <strings.h>
 
@@ -19,7 +21,7 @@ static const dtype_info infos[DT_COUNT] = {
     [DT_I8] = {"I8", 1, 1},            [DT_I16] = {"I16", 1, 2},
     [DT_I32] = {"I32", 1, 4},          [DT_I64] = {"I64", 1, 8},
     [DT_F64] = {"F64", 1, 8},          [DT_IQ1_M] = {"IQ1_M", 256, 56},
-    [DT_BF16] = {"BF16", 1, 2},
+    [DT_BF16] = {"BF16", 1, 2},        [DT_MXFP4] = {"MXFP4", 32, 17},
 };
 
 const dtype_info *dtype_get(uint32_t id)

@@ -14,7 +14,7 @@ enum dtype {
     DT_Q8_1 = 9, DT_Q2_K = 10, DT_Q3_K = 11, DT_Q4_K = 12, DT_Q5_K = 13, DT_Q6_K = 14,
     DT_Q8_K = 15, DT_IQ2_XXS = 16, DT_IQ2_XS = 17, DT_IQ3_XXS = 18, DT_IQ1_S = 19,
     DT_IQ4_NL = 20, DT_IQ3_S = 21, DT_IQ2_S = 22, DT_IQ4_XS = 23, DT_I8 = 24, DT_I16 = 25,
-    DT_I32 = 26, DT_I64 = 27, DT_F64 = 28, DT_IQ1_M = 29, DT_BF16 = 30,
+    DT_I32 = 26, DT_I64 = 27, DT_F64 = 28, DT_IQ1_M = 29, DT_BF16 = 30, DT_MXFP4 = 39,
     DT_COUNT = 40
 };
 

@@ -12,11 +12,6 @@ static const gpu_backend *const backends[] = {
     NULL,
 };
 
-const char *gpu_backends(void)
-{
-    return backends[0] ? backends[0]->name : "";
-}
-
 gpu_dev *gpu_open(int index, char *why, size_t whylen)
 {
     if (!backends[0]) {
@@ -106,38 +101,42 @@ uint64_t gpu_tensor_bytes(const gpu_tensor *t)
     return t->data ? dtype_row_bytes(t->type, (uint64_t)t->ne0) * (uint64_t)t->ne1 : 0;
 }
 
-void gpu_layer_tensors(const gpu_layer_desc *l, const gpu_tensor *out[GPU_LAYER_TENSORS])
+static const char *const op_names[LOP_KINDS] = {
+    [LOP_NORM] = "norm", [LOP_MATMUL] = "matrix product", [LOP_ADD] = "add",
+    [LOP_ROPE] = "rotation", [LOP_ATTENTION] = "attention", [LOP_SILU_MUL] = "SiLU gate",
+    [LOP_GELU_MUL] = "GELU gate", [LOP_MOE] = "mixture-of-experts",
+};
+
+/* The first backend's: one backend today (gpu_open). */
+static uint32_t backend_ops(void)
 {
-    const gpu_tensor *all[GPU_LAYER_TENSORS] = {
-        &l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wo, &l->bq, &l->bk, &l->bv,
-        &l->q_norm, &l->k_norm, &l->ffn_norm, &l->ffn_gate, &l->ffn_up, &l->ffn_down};
-    memcpy(out, all, sizeof all);
+    return backends[0] ? backends[0]->ops : 0;
 }
 
 bool gpu_layer_supported(const gpu_layer_desc *l, char *why, size_t whylen)
 {
-    const gpu_tensor *mats[] = {&l->wq, &l->wk, &l->wv, &l->wo, &l->ffn_gate, &l->ffn_up,
-                                &l->ffn_down};
-    const char *names[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
-                           "ffn_down"};
-    for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-        if (!gpu_supports(mats[i]->type)) {
-            snprintf(why, whylen, "%s is %s, which has no GPU shader", names[i],
-                     dtype_get(mats[i]->type)->name);
+    for (int i = 0; i < l->prog.n_op; i++) {
+        const layer_op *op = &l->prog.op[i];
+        if (!(backend_ops() & (1u << op->kind))) {
+            snprintf(why, whylen, "the GPU backend has no %s op", op_names[op->kind]);
             return false;
         }
+        if (op->kind == LOP_MATMUL && !gpu_supports(l->t[op->w].type)) {
+            snprintf(why, whylen, "%s is %s, which has no GPU shader", l->t[op->w].name,
+                     dtype_get(l->t[op->w].type)->name);
+            return false;
+        }
+    }
     return true;
 }
 
 uint64_t gpu_layer_bytes(const gpu_model_desc *md, const gpu_layer_desc *l)
 {
-    const gpu_tensor *t[GPU_LAYER_TENSORS];
-    gpu_layer_tensors(l, t);
     uint64_t b = 0;
-    for (int i = 0; i < GPU_LAYER_TENSORS; i++)
-        b += gpu_tensor_bytes(t[i]);
-    uint64_t kv = 2ull * (uint64_t)md->n_ctx * (uint64_t)md->n_head_kv * (uint64_t)md->head_dim *
-                  sizeof(uint16_t);
+    for (int i = 0; i < LOP_MAX_TENSORS; i++)
+        b += gpu_tensor_bytes(&l->t[i]);
+    uint64_t kv = 2ull * (uint64_t)l->kv_rows * (uint64_t)md->n_head_kv *
+                  (uint64_t)md->head_dim * sizeof(uint16_t);
     return b + kv;
 }
 
@@ -152,7 +151,7 @@ uint64_t gpu_scratch_bytes(const gpu_model_desc *md)
 gpu_layers *gpu_layers_create(gpu_dev *g, const gpu_model_desc *md, const gpu_layer_desc *descs,
                               const bool *on_gpu, char *err, size_t errlen)
 {
-    if (md->head_dim > 512 || md->head_dim % 2 || md->rope.n_rot > md->head_dim ||
+    if (md->head_dim > 512 || md->head_dim % 2 || md->rope[0].n_rot > md->head_dim ||
         md->n_head % md->n_head_kv) {
         snprintf(err, errlen, "GPU layers: head size %d (at most 512, even) or %d/%d heads "
                               "unsupported", md->head_dim, md->n_head, md->n_head_kv);

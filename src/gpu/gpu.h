@@ -1,6 +1,8 @@
 /* gpu.h — GPU offload: a device, its memory, the matrix shaders and whole transformer layers
  * kept in VRAM. One contract for every backend (Vulkan today; a CUDA or Metal backend would
  * implement the same table in gpu_impl.h), in the kernels' own terms: no model or CLI types.
+ * A layer comes as its program (kernels/layer_ops.h) over its weights: a backend implements the
+ * ops, not the layers of an architecture.
  *
  * What runs on a GPU is whole layers: their weights are uploaded once and stay in VRAM with
  * their F16 KV cache; a call runs a range of consecutive GPU layers on a batch with one submit,
@@ -18,6 +20,7 @@
 
 #include "gguf/dtype.h"
 #include "kernels/kern.h"
+#include "kernels/layer_ops.h"
 
 typedef struct gpu_dev gpu_dev;
 
@@ -31,9 +34,6 @@ typedef struct gpu_info {
     uint64_t vram_total;     /* device-local memory */
     uint64_t vram_free;      /* what the driver says is left (or total - prima's allocations) */
 } gpu_info;
-
-/* The backends compiled into this build, e.g. "vulkan", or "" when none. */
-const char *gpu_backends(void);
 
 /* Open device `index` of the first backend that has one (index < 0: the first discrete GPU,
  * else the first device). NULL with one line in why (no backend built, no driver, no device,
@@ -82,33 +82,34 @@ double gpu_probe_matmul(gpu_dev *g, enum dtype t, int n_in, int n_out, int n_tok
 /* ---- whole layers ---- */
 
 typedef struct gpu_tensor {
+    const char *name;        /* for messages */
     const void *data;        /* NULL: absent */
     enum dtype type;
     int64_t ne0, ne1;        /* ne0 elements per row, ne1 rows (1 for vectors) */
 } gpu_tensor;
 
 typedef struct gpu_layer_desc {
-    gpu_tensor attn_norm, wq, wk, wv, wo;
-    gpu_tensor bq, bk, bv;           /* Qwen2 biases, or absent */
-    gpu_tensor q_norm, k_norm;       /* Qwen3 per-head norms, or absent */
-    gpu_tensor ffn_norm, ffn_gate, ffn_up, ffn_down;
+    gpu_tensor t[LOP_MAX_TENSORS];   /* by weight slot; data NULL where absent */
+    layer_prog prog;
+    int kv_rows;                     /* positions its KV cache holds: n_ctx, or a ring */
 } gpu_layer_desc;
 
 typedef struct gpu_model_desc {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
-    float rms_eps;
-    rope_params rope;
+    float rms_eps, attn_scale;
+    rope_params rope[LOP_ROPES];
     int n_ctx, max_batch;
 } gpu_model_desc;
 
-/* The dependent steps (dispatches separated by barriers) of one layer on the GPU: norm, QKV,
- * RoPE, KV store, attention, output and residual, norm, gate and up, SiLU, down and residual
- * (Qwen3's QK norms add one): what a cost model charges a dispatch's fixed cost for. */
+/* The dependent steps (dispatches separated by barriers) of a dense layer on the GPU: norm,
+ * QKV, RoPE, KV store, attention, output and residual, norm, gate and up, activation, down and
+ * residual: what a cost model charges a dispatch's fixed cost for. */
 #define GPU_LAYER_STEPS 10
 
-/* Whether every matrix of the layer has a supported type; if not, why names the first one. */
+/* Whether the backend runs every op of the layer and every matrix has a supported type; if
+ * not, why names the first that fails. */
 bool gpu_layer_supported(const gpu_layer_desc *l, char *why, size_t whylen);
-/* VRAM one layer takes: its weights and its KV cache for n_ctx positions. */
+/* VRAM one layer takes: its weights and its KV cache of kv_rows positions. */
 uint64_t gpu_layer_bytes(const gpu_model_desc *md, const gpu_layer_desc *l);
 /* VRAM of the buffers shared by all layers (activations for max_batch tokens). */
 uint64_t gpu_scratch_bytes(const gpu_model_desc *md);
@@ -123,9 +124,9 @@ void gpu_layers_free(gpu_layers *gl);
  * consecutive positions pos, in one submit. The caller has validated n, pos and the range. */
 int gpu_layers_run(gpu_layers *gl, float *hidden, int n, const int32_t *pos, int first,
                    int last, char *err, size_t errlen);
-/* Copy the first `rows` positions of layer il's K and V cache (rows x n_head_kv*head_dim F16
- * each) out of VRAM or back into it: context shifts are done on the host, by the same code as
- * for CPU layers, and tests compare caches. */
+/* Copy the first `rows` rows of layer il's K and V cache (rows x n_head_kv*head_dim F16 each;
+ * row p % kv_rows holds position p) out of VRAM or back into it: context shifts are done on
+ * the host, by the same code as for CPU layers, and tests compare caches. */
 int gpu_layers_kv_read(gpu_layers *gl, int il, int rows, uint16_t *k, uint16_t *v);
 int gpu_layers_kv_write(gpu_layers *gl, int il, int rows, const uint16_t *k, const uint16_t *v);
 

@@ -8,6 +8,7 @@
 
 typedef struct gpu_backend {
     const char *name;
+    uint32_t ops;   /* the layer ops it implements, 1u << LOP_* */
     gpu_dev *(*open)(int index, char *why, size_t whylen);
     void (*close)(gpu_dev *g);
     gpu_buf *(*buf_create)(gpu_dev *g, size_t bytes, char *err, size_t errlen);
@@ -40,10 +41,6 @@ struct gpu_layers {
 #ifdef PRIMA_HAVE_VULKAN
 extern const gpu_backend gpu_backend_vulkan;
 #endif
-
-/* Every tensor of a layer (absent ones included), for loops over all of them. */
-#define GPU_LAYER_TENSORS 14
-void gpu_layer_tensors(const gpu_layer_desc *l, const gpu_tensor *out[GPU_LAYER_TENSORS]);
 
 /* Bytes of an n_rows x ne0 tensor of type t as stored. */
 uint64_t gpu_tensor_bytes(const gpu_tensor *t);

@@ -299,7 +299,7 @@ static const struct {
 };
 
 static const char *const op_spv[VK_PIPE_COUNT - VK_PIPE_RMSNORM] = {
-    "rmsnorm", "rope", "silu_mul", "kv_store", "attention",
+    "rmsnorm", "rope", "glu", "kv_store", "attention", "add",
 };
 
 enum vk_pipe vk_pipe_matmul(enum dtype t, int n_tok)
@@ -651,6 +651,8 @@ static double vk_copy(gpu_dev *g, gpu_buf *dst, const gpu_buf *src, size_t n, in
 
 const gpu_backend gpu_backend_vulkan = {
     .name = "vulkan",
+    /* vk_layers.c; experts not yet */
+    .ops = ((1u << LOP_KINDS) - 1) & ~(1u << LOP_MOE),
     .open = vk_open,
     .close = vk_close,
     .buf_create = vk_buf_create,

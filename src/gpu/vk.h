@@ -50,9 +50,10 @@ enum vk_pipe {
     VK_PIPE_MM = 0,                        /* + 2 * type slot + (prefill ? 1 : 0) */
     VK_PIPE_RMSNORM = 2 * VK_MM_TYPES,
     VK_PIPE_ROPE,
-    VK_PIPE_SILU_MUL,
+    VK_PIPE_GLU,
     VK_PIPE_KV_STORE,
     VK_PIPE_ATTENTION,
+    VK_PIPE_ADD,
     VK_PIPE_COUNT
 };
 /* Workgroups of a matrix product: 16 rows each (matmul.comp). */

@@ -43,11 +43,22 @@ static void accumulate_scalar(int n, float *acc, const float *p, int nk, const u
 
 static const attn_vec_ops scalar_ops = {scores_scalar, accumulate_scalar};
 
+/* The primitives for the active kernel path. */
+static const attn_vec_ops *attn_vec_ops_active(void)
+{
+#if KERN_X86
+    if (kern_avx2_active())
+        return &attn_vec_ops_avx2;
+#endif
+    return &scalar_ops;
+}
+
 struct attn_job {
     float *out;
     const float *q;
     const int32_t *pos, *seq;
     size_t seq_rows;
+    int window;
     const uint16_t *k, *v;
     int n_head, n_head_kv, head_dim, group, piece, pieces_per_group;
     int n_units;
@@ -72,12 +83,27 @@ static void attend(const struct attn_job *J, int t, int kvh, int h0, int nh)
         m[h] = -INFINITY;
         l[h] = 0;
     }
-    int n_keys = J->pos[t] + 1;
-    for (int j0 = 0; j0 < n_keys; j0 += KEY_CHUNK) {
-        int nk = n_keys - j0 < KEY_CHUNK ? n_keys - j0 : KEY_CHUNK;
-        const uint16_t *kc = kbase + (size_t)j0 * kv_stride, *vc = vbase + (size_t)j0 * kv_stride;
+    /* keys [lo, pos]: chunks start at lo whatever the ring's size, so a position's result is
+     * the same on every device; a chunk that wraps around a ring is read in two pieces */
+    const int p = J->pos[t];
+    const int lo = J->window > 0 && p - J->window + 1 > 0 ? p - J->window + 1 : 0;
+    for (int j0 = lo; j0 <= p; j0 += KEY_CHUNK) {
+        int nk = p + 1 - j0 < KEY_CHUNK ? p + 1 - j0 : KEY_CHUNK;
+        int piece_at[2], piece_n[2], n_pieces = 0;
+        for (int j = j0; j < j0 + nk;) {
+            int row = J->seq_rows ? (int)((size_t)j % J->seq_rows) : j;
+            int take = j0 + nk - j;
+            if (J->seq_rows && (size_t)row + (size_t)take > J->seq_rows)
+                take = (int)(J->seq_rows - (size_t)row);
+            piece_at[n_pieces] = row;
+            piece_n[n_pieces++] = take;
+            j += take;
+        }
         for (int h = 0; h < nh; h++) {
-            J->ops->scores(hd, q + (size_t)h * hd, nk, kc, kv_stride, J->scale, s);
+            for (int i = 0, off = 0; i < n_pieces; off += piece_n[i++])
+                J->ops->scores(hd, q + (size_t)h * hd, piece_n[i],
+                               kbase + (size_t)piece_at[i] * kv_stride, kv_stride, J->scale,
+                               s + off);
             float cmax = m[h];
             for (int j = 0; j < nk; j++)
                 cmax = s[j] > cmax ? s[j] : cmax;
@@ -92,7 +118,9 @@ static void attend(const struct attn_job *J, int t, int kvh, int h0, int nh)
                 s[j] = expf(s[j] - m[h]);
                 l[h] += s[j];
             }
-            J->ops->accumulate(hd, acc[h], s, nk, vc, kv_stride);
+            for (int i = 0, off = 0; i < n_pieces; off += piece_n[i++])
+                J->ops->accumulate(hd, acc[h], s + off, piece_n[i],
+                                   vbase + (size_t)piece_at[i] * kv_stride, kv_stride);
         }
     }
     float *o = J->out + (size_t)t * n_embd + (size_t)h0 * hd;
@@ -122,7 +150,7 @@ static void attn_worker(void *arg, int ith, int nth)
 }
 
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const int32_t *seq, size_t seq_rows, const uint16_t *k_cache,
+                    const int32_t *seq, size_t seq_rows, int window, const uint16_t *k_cache,
                     const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
                     float scale)
 {
@@ -138,7 +166,7 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
     while (piece > 1 && n_tokens * n_head_kv * ((group + piece - 1) / piece) < 2 * nth)
         piece = (piece + 1) / 2;
     struct attn_job J = {
-        .out = out, .q = q, .pos = pos, .seq = seq, .seq_rows = seq_rows,
+        .out = out, .q = q, .pos = pos, .seq = seq, .seq_rows = seq_rows, .window = window,
         .k = k_cache, .v = v_cache,
         .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim, .group = group,
         .piece = piece, .pieces_per_group = (group + piece - 1) / piece, .scale = scale,
@@ -147,13 +175,4 @@ void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const
     J.n_units = n_tokens * n_head_kv * J.pieces_per_group;
     atomic_init(&J.next_unit, 0);
     kern_parallel(c, attn_worker, &J);
-}
-
-const attn_vec_ops *attn_vec_ops_active(void)
-{
-#if KERN_X86
-    if (kern_avx2_active())
-        return &attn_vec_ops_avx2;
-#endif
-    return &scalar_ops;
 }

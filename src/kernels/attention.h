@@ -16,7 +16,4 @@ typedef struct attn_vec_ops {
 
 extern const attn_vec_ops attn_vec_ops_avx2;
 
-/* The primitives for the active kernel path. */
-const attn_vec_ops *attn_vec_ops_active(void);
-
 #endif

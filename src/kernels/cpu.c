@@ -1,3 +1,5 @@
+/* cpu.c — detecting the CPU's SIMD features once (cpu.h), counting a feature only when the OS
+ * saves its registers, so that the kernels never pick a path that would fault. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -52,6 +52,8 @@ void kern_get_row(const void *w, enum dtype wt, int n_in, int row, float *out);
 void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 void kern_add(float *y, const float *x, int n);              /* y += x */
 void kern_silu_mul(float *gate, const float *up, int n);     /* gate = silu(gate) * up */
+/* gate = gelu(gate) * up, GELU's tanh approximation */
+void kern_gelu_mul(float *gate, const float *up, int n);
 void kern_softmax(float *x, int n);                          /* numerically stable, in place */
 
 typedef struct rope_params {
@@ -70,12 +72,15 @@ void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *
 
 /* Grouped-query attention over an F16 KV cache for a batch of tokens of one or more sequences.
  * q: n_tokens x (n_head*head_dim); out likewise. The cache of sequence s starts at row
- * s * seq_rows of k_cache/v_cache ([rows][n_head_kv*head_dim] F16); its row j holds position j.
- * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's rows
- * 0..pos[t] (causal). One pass with a running max (numerically stable), work split by (token,
- * head); a token's result does not depend on the other tokens of the batch. */
+ * s * seq_rows of k_cache/v_cache ([rows][n_head_kv*head_dim] F16); its row j % seq_rows holds
+ * position j (a ring when the sequence outgrows it; seq_rows 0: row j, for one sequence).
+ * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's positions
+ * 0..pos[t] (causal), or only the last `window` of them (window > 0: sliding attention; a ring
+ * must hold them). One pass with a running max (numerically stable), work split by (token,
+ * head); a token's result depends neither on the other tokens of the batch nor on the ring's
+ * size. */
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
-                    const int32_t *seq, size_t seq_rows, const uint16_t *k_cache,
+                    const int32_t *seq, size_t seq_rows, int window, const uint16_t *k_cache,
                     const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
                     float scale);
 

@@ -59,6 +59,15 @@ void kern_silu_mul(float *gate, const float *up, int n)
         gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+void kern_gelu_mul(float *gate, const float *up, int n)
+{
+    const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float x = gate[i];
+        gate[i] = 0.5f * x * (1.0f + tanhf(c * x * (1.0f + 0.044715f * x * x))) * up[i];
+    }
+}
+
 void kern_softmax(float *x, int n)
 {
     float max = -INFINITY;

@@ -29,6 +29,13 @@ double probe_median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+double probe_median_spread(double *v, int n, double *spread)
+{
+    double med = probe_median(v, n);
+    *spread = med > 0 ? (v[(3 * n) / 4] - v[n / 4]) / med : 0;
+    return med;
+}
+
 static uint64_t read_scalar(const void *p, size_t n)
 {
     const uint64_t *v = p;

@@ -30,5 +30,8 @@ double probe_now(void);
 
 /* Median of v[0..n) (sorts v in place). */
 double probe_median(double *v, int n);
+/* The same, and the runs' relative spread: interquartile range / median (0 when the median is
+ * not positive). */
+double probe_median_spread(double *v, int n, double *spread);
 
 #endif

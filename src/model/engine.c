@@ -1,12 +1,10 @@
-/* engine.c — the forward pass of a llama-family transformer over any range of its layers.
+/* engine.c — the CPU backend: a transformer's forward pass over any range of its layers.
  *
- * Per layer (pre-norm residual blocks):
- *   h += Wo · attention(rope(norm_q(Wq·x + bq)), rope(norm_k(Wk·x + bk)), Wv·x + bv),  x = rms(h)
- *   h += Wdown · (silu(Wgate·x) * Wup·x),                                               x = rms(h)
- * A batch of n tokens goes through every matrix in one kern_matmul call, so prefill reads each
- * weight matrix once per batch and decode (n = 1) streams it once per token. All buffers are
- * allocated in engine_create; evaluating allocates nothing (it hands pages of the scratch back,
- * fit_scratch). */
+ * Each layer is the program its architecture emitted (model/arch.c, kernels/layer_ops.h); the
+ * engine evaluates the ops in order over its scratch buffers. A batch of n tokens goes through
+ * every matrix in one kern_matmul call, so prefill reads each weight matrix once per batch and
+ * decode (n = 1) streams it once per token. All buffers are allocated in engine_create;
+ * evaluating allocates nothing (it hands pages of the scratch back, fit_scratch). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,17 +19,21 @@ struct engine {
     kern_ctx *kc;
     int n_ctx, max_batch, n_seq;
     bool *owns;          /* n_layer */
-    /* per layer: [n_seq][n_ctx][n_head_kv * head_dim] F16 (sequence s's region starts at row
-     * s * n_ctx), NULL if not owned */
+    /* per layer: [n_seq][kv_rows][n_head_kv * head_dim] F16 (sequence s's region starts at row
+     * s * kv_rows; position p is row p % kv_rows), NULL if not owned */
+    int *kv_rows;        /* n_layer: model_kv_rows */
     uint16_t **k_cache;
     uint16_t **v_cache;
     int *filled;         /* [n_layer][n_seq]: positions [0, filled) of a sequence hold K/V */
     int32_t *next_pos;   /* n_seq: engine_layers' check of each sequence's rows */
-    /* scratch, max_batch rows each */
-    float *x;            /* normalized input of a block, and a block's output before the add */
-    float *q, *k, *v, *att;
-    float *gate, *up;
+    /* scratch, max_batch rows each; buf[LB_H] is the caller's hidden state during a call */
+    float *buf[LB_COUNT];
     bool wide;           /* the scratch holds a batch wider than n_seq rows (see fit_scratch) */
+    /* experts (LOP_MOE), max_batch rows each, in one block: the router's scores (n_expert),
+     * each row's chosen experts and weights (n_expert_used), one expert's rows and weights */
+    void *moe_block;
+    float *scores, *chosen_w, *rows_w;
+    int32_t *chosen, *rows;
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -45,32 +47,23 @@ static int widest_input(const model_hparams *hp)
     return n_in > hp->n_ff ? n_in : hp->n_ff;
 }
 
-/* The scratch buffers: where each is kept and its row's width (max_batch rows each), allocated
- * and freed together, rows handed back by fit_scratch. */
-enum { N_SCRATCH = 7 };
-typedef struct scratch_buf {
-    float **p;
-    size_t cols;
-} scratch_buf;
-
-static void scratch_buffers(engine *e, scratch_buf sb[N_SCRATCH])
+/* A buffer's row width (layer_ops.h). */
+static size_t buf_width(const model_hparams *hp, int b)
 {
-    const model_hparams *hp = &e->m->hp;
-    size_t q_dim = (size_t)hp->n_head * (size_t)hp->head_dim;
-    size_t kv_row = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    const scratch_buf all[N_SCRATCH] = {
-        {&e->x, (size_t)hp->n_embd}, {&e->q, q_dim}, {&e->k, kv_row}, {&e->v, kv_row},
-        {&e->att, q_dim}, {&e->gate, (size_t)hp->n_ff}, {&e->up, (size_t)hp->n_ff},
-    };
-    memcpy(sb, all, sizeof all);
+    const lop_dims d = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
+    return lop_width(&d, b);
 }
 
-/* Bytes of one layer's K (or V) cache: every sequence's region. */
-static size_t cache_bytes(const engine *e)
+/* The scratch buffers are LB_X.. (LB_H is the caller's): allocated and freed together, rows
+ * handed back by fit_scratch. */
+#define FIRST_SCRATCH LB_X
+
+/* Bytes of layer il's K (or V) cache: every sequence's region. */
+static size_t cache_bytes(const engine *e, int il)
 {
     const model_hparams *hp = &e->m->hp;
-    return (size_t)e->n_seq * (size_t)e->n_ctx * (size_t)hp->n_head_kv * (size_t)hp->head_dim *
-           sizeof(uint16_t);
+    return (size_t)e->n_seq * (size_t)e->kv_rows[il] * (size_t)hp->n_head_kv *
+           (size_t)hp->head_dim * sizeof(uint16_t);
 }
 
 static int *filled_of(const engine *e, int il, int seq)
@@ -106,28 +99,44 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     e->v_cache = calloc((size_t)hp->n_layer, sizeof *e->v_cache);
     e->filled = calloc((size_t)hp->n_layer * (size_t)n_seq, sizeof *e->filled);
     e->next_pos = calloc((size_t)n_seq, sizeof *e->next_pos);
-    if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos)
+    e->kv_rows = calloc((size_t)hp->n_layer, sizeof *e->kv_rows);
+    if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos || !e->kv_rows)
         goto oom;
 
     for (int il = 0; il < hp->n_layer; il++) {
+        e->kv_rows[il] = model_kv_rows(m, il, n_ctx, max_batch);
         e->owns[il] = owns ? owns[il] : true;
         if (!e->owns[il])
             continue;
         /* calloc: pages of positions never reached are never touched */
-        e->k_cache[il] = calloc(1, cache_bytes(e));
-        e->v_cache[il] = calloc(1, cache_bytes(e));
+        e->k_cache[il] = calloc(1, cache_bytes(e, il));
+        e->v_cache[il] = calloc(1, cache_bytes(e, il));
         if (!e->k_cache[il] || !e->v_cache[il])
             goto oom;
-        e->kv_bytes += 2 * cache_bytes(e);
+        e->kv_bytes += 2 * cache_bytes(e, il);
     }
 
-    scratch_buf sb[N_SCRATCH];
-    scratch_buffers(e, sb);
-    for (int i = 0; i < N_SCRATCH; i++) {
-        size_t bytes = (size_t)max_batch * sb[i].cols * sizeof(float);
+    const uint32_t used = model_buffers(m);
+    for (int b = FIRST_SCRATCH; b < LB_COUNT; b++) {
+        if (!(used & (1u << b)))
+            continue;
+        size_t bytes = (size_t)max_batch * buf_width(hp, b) * sizeof(float);
         e->scratch_bytes += bytes;
-        if (!(*sb[i].p = malloc(bytes)))
+        if (!(e->buf[b] = malloc(bytes)))
             goto oom;
+    }
+    if (hp->n_expert) {
+        /* 4-byte values: floats and int32s alike */
+        const size_t B = (size_t)max_batch, k = (size_t)hp->n_expert_used;
+        const size_t bytes = B * ((size_t)hp->n_expert + 2 * k + 2) * 4;
+        if (!(e->moe_block = malloc(bytes)))
+            goto oom;
+        e->scratch_bytes += bytes;
+        e->scores = e->moe_block;
+        e->chosen_w = e->scores + B * (size_t)hp->n_expert;
+        e->rows_w = e->chosen_w + B * k;
+        e->chosen = (int32_t *)(e->rows_w + B);
+        e->rows = e->chosen + B * k;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
@@ -153,10 +162,10 @@ void engine_free(engine *e)
     free(e->owns);
     free(e->filled);
     free(e->next_pos);
-    scratch_buf sb[N_SCRATCH];
-    scratch_buffers(e, sb);
-    for (int i = 0; i < N_SCRATCH; i++)
-        free(*sb[i].p);
+    free(e->kv_rows);
+    for (int b = FIRST_SCRATCH; b < LB_COUNT; b++)
+        free(e->buf[b]);
+    free(e->moe_block);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
@@ -174,7 +183,6 @@ int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
     if (e->gpu || e->n_seq != 1 || !(e->on_gpu = calloc((size_t)L, sizeof *e->on_gpu)))
         return -1;
     e->gpu = gl;
-    const uint64_t cache = cache_bytes(e);
     for (int il = 0; il < L; il++) {
         if (!on_gpu[il] || !e->owns[il])
             continue;
@@ -182,7 +190,7 @@ int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
         free(e->k_cache[il]);
         free(e->v_cache[il]);
         e->k_cache[il] = e->v_cache[il] = NULL;
-        e->kv_bytes -= 2 * cache;
+        e->kv_bytes -= 2 * cache_bytes(e, il);
     }
     return 0;
 }
@@ -192,10 +200,10 @@ int engine_set_owned(engine *e, const bool *owns)
     const model_hparams *hp = &e->m->hp;
     if (e->gpu)
         return -1;   /* the GPU's caches are laid out by offload.c for the layers it was given */
-    const size_t bytes = cache_bytes(e);
     int rc = 0;
     memset(e->filled, 0, sizeof *e->filled * (size_t)hp->n_layer * (size_t)e->n_seq);
     for (int il = 0; il < hp->n_layer; il++) {
+        const size_t bytes = cache_bytes(e, il);
         bool want = owns ? owns[il] : true;
         if (want == e->owns[il])
             continue;
@@ -236,8 +244,14 @@ void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden)
 {
     const gguf_tensor *te = e->m->tok_embd;
     const int n_embd = e->m->hp.n_embd;
-    for (int t = 0; t < n; t++)
-        kern_get_row(te->data, te->type, n_embd, tokens[t], hidden + (size_t)t * (size_t)n_embd);
+    const float scale = e->m->hp.embd_scale;
+    for (int t = 0; t < n; t++) {
+        float *h = hidden + (size_t)t * (size_t)n_embd;
+        kern_get_row(te->data, te->type, n_embd, tokens[t], h);
+        if (scale != 1.0f)
+            for (int i = 0; i < n_embd; i++)
+                h[i] *= scale;
+    }
 }
 
 /* 0, or -1 when the kernels run out of scratch (not after engine_create's reservation). */
@@ -259,39 +273,12 @@ static void add_bias_rows(float *y, const gguf_tensor *b, int n, int dim)
         kern_add(y + (size_t)t * (size_t)dim, b->data, dim);
 }
 
-/* Cache row of token t: its position in its sequence's region. */
-static size_t cache_row(const engine *e, const int32_t *pos, const int32_t *seq, int t)
+/* Cache row of token t in layer il: its position in its sequence's region (a ring of
+ * kv_rows rows for a sliding layer). */
+static size_t cache_row(const engine *e, int il, const int32_t *pos, const int32_t *seq, int t)
 {
-    return (seq ? (size_t)seq[t] * (size_t)e->n_ctx : 0) + (size_t)pos[t];
-}
-
-/* Q and K of token t: per-head norm (qwen3), rotation for its position; K and V then go to the
- * cache row of that position. */
-static void prepare_qkv(engine *e, int il, int n, const int32_t *pos, const int32_t *seq)
-{
-    const model_hparams *hp = &e->m->hp;
-    const layer_weights *L = &e->m->layers[il];
-    const int hd = hp->head_dim;
-    const size_t q_dim = (size_t)hp->n_head * (size_t)hd;
-    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hd;
-    for (int t = 0; t < n; t++) {
-        float *q = e->q + (size_t)t * q_dim, *k = e->k + (size_t)t * kv_dim;
-        const float *v = e->v + (size_t)t * kv_dim;
-        if (L->q_norm) {
-            for (int h = 0; h < hp->n_head; h++)
-                kern_rmsnorm(q + h * hd, q + h * hd, L->q_norm->data, hd, hp->rms_eps);
-            for (int h = 0; h < hp->n_head_kv; h++)
-                kern_rmsnorm(k + h * hd, k + h * hd, L->k_norm->data, hd, hp->rms_eps);
-        }
-        kern_rope(q, hp->n_head, hd, pos[t], &hp->rope);
-        kern_rope(k, hp->n_head_kv, hd, pos[t], &hp->rope);
-        uint16_t *kc = e->k_cache[il] + cache_row(e, pos, seq, t) * kv_dim;
-        uint16_t *vc = e->v_cache[il] + cache_row(e, pos, seq, t) * kv_dim;
-        for (size_t i = 0; i < kv_dim; i++) {
-            kc[i] = fp32_to_fp16(k[i]);
-            vc[i] = fp32_to_fp16(v[i]);
-        }
-    }
+    const size_t rows = (size_t)e->kv_rows[il];
+    return (seq ? (size_t)seq[t] * rows : 0) + (size_t)pos[t] % rows;
 }
 
 /* Every row's sequence has cached positions up to the row's own in layer il. */
@@ -304,39 +291,161 @@ static void note_filled(engine *e, int il, int n, const int32_t *pos, const int3
     }
 }
 
+/* LOP_ATTENTION: the batch's K and V rows into the cache, then every query over it. */
+static void attention(engine *e, int il, float *out, int n, const int32_t *pos,
+                      const int32_t *seq)
+{
+    const model_hparams *hp = &e->m->hp;
+    const size_t kv_dim = buf_width(hp, LB_K);
+    for (int t = 0; t < n; t++) {
+        const float *k = e->buf[LB_K] + (size_t)t * kv_dim, *v = e->buf[LB_V] + (size_t)t * kv_dim;
+        uint16_t *kc = e->k_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
+        uint16_t *vc = e->v_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
+        for (size_t i = 0; i < kv_dim; i++) {
+            kc[i] = fp32_to_fp16(k[i]);
+            vc[i] = fp32_to_fp16(v[i]);
+        }
+    }
+    const layer_prog *p = &e->m->layers[il].prog;
+    kern_attention(e->kc, out, e->buf[LB_Q], n, pos, seq, (size_t)e->kv_rows[il], p->window,
+                   e->k_cache[il], e->v_cache[il], hp->n_head, hp->n_head_kv, hp->head_dim,
+                   hp->attn_scale);
+}
+
+/* The router's choice for one row: softmax over every expert's score, the k most probable
+ * (ties: the lower index), their probabilities renormalized to sum 1. */
+static void route(float *scores, int n_expert, int k, int32_t *chosen, float *weight)
+{
+    kern_softmax(scores, n_expert);
+    float sum = 0;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int x = 0; x < n_expert; x++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++)
+                taken |= chosen[i] == x;
+            if (!taken && (best < 0 || scores[x] > scores[best]))
+                best = x;
+        }
+        chosen[j] = best;
+        weight[j] = scores[best];
+        sum += scores[best];
+    }
+    for (int j = 0; j < k; j++)
+        weight[j] /= sum;
+}
+
+/* y (n rows) = W_x · in (n rows) with W_x expert x's slice of the 3-D tensor w. */
+static int expert_matmul(engine *e, const gguf_tensor *w, int x, const float *in, int n, float *y)
+{
+    const size_t slice = dtype_row_bytes(w->type, w->ne[0]) * (size_t)w->ne[1];
+    return kern_matmul(e->kc, (const uint8_t *)w->data + (size_t)x * slice, w->type,
+                       (int)w->ne[0], (int)w->ne[1], in, n, y);
+}
+
+/* LOP_MOE: the router's scores for every row, then expert by expert (in index order, so a
+ * row's sum is the same whatever else is in its batch) one product over the rows routed to it. */
+static int moe(engine *e, int il, const layer_op *op, int n)
+{
+    const model_hparams *hp = &e->m->hp;
+    const gguf_tensor *const *w = (const gguf_tensor *const *)e->m->layers[il].t + op->w;
+    const int n_x = hp->n_expert, k = hp->n_expert_used, d = hp->n_embd, ff = hp->n_ff;
+    const float *in = e->buf[op->src];
+    float *out = e->buf[op->dst], *xg = e->buf[LB_XG], *gate = e->buf[LB_GATE];
+    if (matmul(e, w[0], in, n, e->scores))
+        return -1;
+    for (int t = 0; t < n; t++)
+        route(e->scores + (size_t)t * (size_t)n_x, n_x, k, e->chosen + (size_t)t * (size_t)k,
+              e->chosen_w + (size_t)t * (size_t)k);
+    memset(out, 0, sizeof(float) * (size_t)n * (size_t)d);
+    for (int x = 0; x < n_x; x++) {
+        int c = 0;
+        for (int t = 0; t < n; t++)
+            for (int j = 0; j < k; j++)
+                if (e->chosen[t * k + j] == x) {
+                    e->rows[c] = t;
+                    e->rows_w[c] = e->chosen_w[t * k + j];
+                    memcpy(xg + (size_t)c++ * (size_t)d, in + (size_t)t * (size_t)d,
+                           sizeof(float) * (size_t)d);
+                }
+        if (!c)
+            continue;
+        if (expert_matmul(e, w[1], x, xg, c, gate) || expert_matmul(e, w[2], x, xg, c, e->buf[LB_UP]))
+            return -1;
+        kern_silu_mul(gate, e->buf[LB_UP], c * ff);
+        if (expert_matmul(e, w[3], x, gate, c, xg))
+            return -1;
+        for (int r = 0; r < c; r++) {
+            float *o = out + (size_t)e->rows[r] * (size_t)d;
+            const float *y = xg + (size_t)r * (size_t)d;
+            for (int i = 0; i < d; i++)
+                o[i] += e->rows_w[r] * y[i];
+        }
+    }
+    return 0;
+}
+
+/* One op of layer il's program over n rows. */
+static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *pos,
+                  const int32_t *seq)
+{
+    const model_hparams *hp = &e->m->hp;
+    const lop_dims dims = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
+    const gguf_tensor *const *w = (const gguf_tensor *const *)e->m->layers[il].t;
+    float *dst = e->buf[op->dst], *src = e->buf[op->src];
+    const size_t width = buf_width(hp, op->dst);
+    switch ((enum lop_kind)op->kind) {
+    case LOP_NORM: {
+        const size_t dim = op->per_head ? (size_t)hp->head_dim : width;
+        const size_t rows = (size_t)n * (width / dim);
+        for (size_t r = 0; r < rows; r++)
+            kern_rmsnorm(dst + r * dim, src + r * dim, w[op->w]->data, (int)dim, hp->rms_eps);
+        return 0;
+    }
+    case LOP_MATMUL:
+        if (matmul(e, w[op->w], src, n, dst))
+            return -1;
+        if (op->b != LOP_NONE)
+            add_bias_rows(dst, w[op->b], n, (int)width);
+        return 0;
+    case LOP_ADD:
+        kern_add(dst, src, (int)((size_t)n * width));
+        return 0;
+    case LOP_ROPE: {
+        const rope_params *rp = &hp->rope[e->m->layers[il].prog.rope];
+        const size_t src_width = buf_width(hp, op->src);
+        for (int t = 0; t < n; t++) {
+            kern_rope(dst + (size_t)t * width, lop_heads(&dims, op->dst), hp->head_dim, pos[t], rp);
+            kern_rope(src + (size_t)t * src_width, lop_heads(&dims, op->src), hp->head_dim, pos[t],
+                      rp);
+        }
+        return 0;
+    }
+    case LOP_ATTENTION:
+        attention(e, il, dst, n, pos, seq);
+        return 0;
+    case LOP_SILU_MUL:
+        kern_silu_mul(dst, src, (int)((size_t)n * width));
+        return 0;
+    case LOP_GELU_MUL:
+        kern_gelu_mul(dst, src, (int)((size_t)n * width));
+        return 0;
+    case LOP_MOE:
+        return moe(e, il, op, n);
+    case LOP_KINDS:
+        break;
+    }
+    return -1;
+}
+
 static int layer_forward(engine *e, int il, float *hidden, int n, const int32_t *pos,
                          const int32_t *seq)
 {
-    const model_hparams *hp = &e->m->hp;
-    const layer_weights *L = &e->m->layers[il];
-    const int n_embd = hp->n_embd;
-    const int q_dim = hp->n_head * hp->head_dim, kv_dim = hp->n_head_kv * hp->head_dim;
-    const size_t all = (size_t)n * (size_t)n_embd;
-
-    rmsnorm_rows(e->x, hidden, L->attn_norm, n, n_embd, hp->rms_eps);
-    if (matmul(e, L->wq, e->x, n, e->q) || matmul(e, L->wk, e->x, n, e->k) ||
-        matmul(e, L->wv, e->x, n, e->v))
-        return -1;
-    if (L->bq) {
-        add_bias_rows(e->q, L->bq, n, q_dim);
-        add_bias_rows(e->k, L->bk, n, kv_dim);
-        add_bias_rows(e->v, L->bv, n, kv_dim);
-    }
-    prepare_qkv(e, il, n, pos, seq);
-    kern_attention(e->kc, e->att, e->q, n, pos, seq, (size_t)e->n_ctx, e->k_cache[il],
-                   e->v_cache[il], hp->n_head, hp->n_head_kv, hp->head_dim,
-                   1.0f / sqrtf((float)hp->head_dim));
-    if (matmul(e, L->wo, e->att, n, e->x))
-        return -1;
-    kern_add(hidden, e->x, (int)all);
-
-    rmsnorm_rows(e->x, hidden, L->ffn_norm, n, n_embd, hp->rms_eps);
-    if (matmul(e, L->ffn_gate, e->x, n, e->gate) || matmul(e, L->ffn_up, e->x, n, e->up))
-        return -1;
-    kern_silu_mul(e->gate, e->up, n * hp->n_ff);
-    if (matmul(e, L->ffn_down, e->gate, n, e->x))
-        return -1;
-    kern_add(hidden, e->x, (int)all);
+    const layer_prog *p = &e->m->layers[il].prog;
+    e->buf[LB_H] = hidden;
+    for (int i = 0; i < p->n_op; i++)
+        if (run_op(e, il, &p->op[i], n, pos, seq))
+            return -1;
     note_filled(e, il, n, pos, seq);
     return 0;
 }
@@ -383,11 +492,13 @@ static void fit_scratch(engine *e, int n)
     if (!e->wide)
         return;
     e->wide = false;
-    scratch_buf sb[N_SCRATCH];
-    scratch_buffers(e, sb);
     size_t keep = (size_t)e->n_seq, rows = (size_t)e->max_batch;
-    for (int i = 0; i < N_SCRATCH; i++)
-        mem_release(*sb[i].p + keep * sb[i].cols, (rows - keep) * sb[i].cols * sizeof(float));
+    for (int b = FIRST_SCRATCH; b < LB_COUNT; b++) {
+        if (!e->buf[b])
+            continue;
+        size_t cols = buf_width(&e->m->hp, b);
+        mem_release(e->buf[b] + keep * cols, (rows - keep) * cols * sizeof(float));
+    }
     kern_ctx_release(e->kc, widest_input(&e->m->hp), e->n_seq);
 }
 
@@ -429,9 +540,9 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
     fit_scratch(e, n_rows < e->max_batch ? n_rows : e->max_batch);
     for (int r = 0; r < n_rows; r += e->max_batch) {
         int n = n_rows - r < e->max_batch ? n_rows - r : e->max_batch;
-        rmsnorm_rows(e->x, hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm, n, n_embd,
-                     m->hp.rms_eps);
-        if (matmul(e, m->output, e->x, n, logits + (size_t)r * (size_t)m->hp.n_vocab))
+        rmsnorm_rows(e->buf[LB_X], hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm,
+                     n, n_embd, m->hp.rms_eps);
+        if (matmul(e, m->output, e->buf[LB_X], n, logits + (size_t)r * (size_t)m->hp.n_vocab))
             return -1;
     }
     return 0;
@@ -460,37 +571,66 @@ int engine_kv_truncate(engine *e, int seq, int p0)
     return 0;
 }
 
-/* Move cache rows [p0, end) by delta < 0, re-rotating the keys. */
-static void shift_rows(engine *e, uint16_t *kc, uint16_t *vc, int p0, int end, int delta)
+/* One cache row moved by delta positions: the key re-rotated (rotations compose: rotating a
+ * key cached at p by delta places it at p + delta), the value copied. */
+static void move_row(engine *e, const rope_params *rp, const uint16_t *ks, const uint16_t *vs,
+                     uint16_t *kd, uint16_t *vd, int delta)
 {
     const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
-    float *row = e->k; /* scratch: at least one row of K */
-    /* ascending: a destination row is always below every source row still to be read */
-    for (int p = p0; p < end; p++) {
-        uint16_t *src = kc + (size_t)p * kv_dim;
-        uint16_t *dst = kc + (size_t)(p + delta) * kv_dim;
-        for (size_t i = 0; i < kv_dim; i++)
-            row[i] = fp16_to_fp32(src[i]);
-        /* rotations compose: rotating a key cached at p by delta places it at p + delta */
-        kern_rope(row, hp->n_head_kv, hp->head_dim, delta, &hp->rope);
-        for (size_t i = 0; i < kv_dim; i++)
-            dst[i] = fp32_to_fp16(row[i]);
-        memcpy(vc + (size_t)(p + delta) * kv_dim, vc + (size_t)p * kv_dim,
-               kv_dim * sizeof(uint16_t));
-    }
+    const size_t kv_dim = buf_width(hp, LB_K);
+    float *row = e->buf[LB_K]; /* scratch: at least one row of K */
+    for (size_t i = 0; i < kv_dim; i++)
+        row[i] = fp16_to_fp32(ks[i]);
+    kern_rope(row, hp->n_head_kv, hp->head_dim, delta, rp);
+    for (size_t i = 0; i < kv_dim; i++)
+        kd[i] = fp32_to_fp16(row[i]);
+    memmove(vd, vs, kv_dim * sizeof(uint16_t));
 }
 
-/* A GPU layer's cache is shifted on the host: rows [0, end) come out of VRAM and go back. */
-static int shift_gpu_rows(engine *e, int il, int p0, int end, int delta)
+/* Move positions [p0, end) of layer il's cache of one sequence (filled positions computed) by
+ * delta < 0. A full cache moves row p to p + delta in ascending order (a destination is always
+ * below every source still to be read); a ring holds only positions [filled - rows, filled),
+ * whose new rows may be any of the old ones, so it moves from a copy. 0, or -1 out of memory. */
+static int shift_rows(engine *e, int il, uint16_t *kc, uint16_t *vc, int p0, int end, int filled,
+                      int delta)
 {
-    const size_t n = (size_t)end * (size_t)e->m->hp.n_head_kv * (size_t)e->m->hp.head_dim;
+    const rope_params *rp = &e->m->hp.rope[e->m->layers[il].prog.rope];
+    const size_t kv_dim = buf_width(&e->m->hp, LB_K), rows = (size_t)e->kv_rows[il];
+    if (rows >= (size_t)e->n_ctx) {
+        for (int p = p0; p < end; p++)
+            move_row(e, rp, kc + (size_t)p * kv_dim, vc + (size_t)p * kv_dim,
+                     kc + (size_t)(p + delta) * kv_dim, vc + (size_t)(p + delta) * kv_dim, delta);
+        return 0;
+    }
+    const size_t bytes = rows * kv_dim * sizeof(uint16_t);
+    uint16_t *ks = malloc(bytes), *vs = malloc(bytes);
+    if (!ks || !vs) {
+        free(ks);
+        free(vs);
+        return -1;
+    }
+    memcpy(ks, kc, bytes);
+    memcpy(vs, vc, bytes);
+    int from = filled - (int)rows > p0 ? filled - (int)rows : p0;
+    for (int p = from; p < end; p++) {
+        size_t src = (size_t)p % rows * kv_dim, dst = (size_t)(p + delta) % rows * kv_dim;
+        move_row(e, rp, ks + src, vs + src, kc + dst, vc + dst, delta);
+    }
+    free(ks);
+    free(vs);
+    return 0;
+}
+
+/* A GPU layer's cache is shifted on the host: its rows come out of VRAM and go back. */
+static int shift_gpu_rows(engine *e, int il, int p0, int end, int filled, int delta)
+{
+    const int rows = end < e->kv_rows[il] ? end : e->kv_rows[il];
+    const size_t n = (size_t)rows * buf_width(&e->m->hp, LB_K);
     uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
     int rc = -1;
-    if (k && v && !gpu_layers_kv_read(e->gpu, il, end, k, v)) {
-        shift_rows(e, k, v, p0, end, delta);
-        rc = gpu_layers_kv_write(e->gpu, il, end, k, v);
-    }
+    if (k && v && !gpu_layers_kv_read(e->gpu, il, rows, k, v) &&
+        !shift_rows(e, il, k, v, p0, end, filled, delta))
+        rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
     free(k);
     free(v);
     return rc;
@@ -500,8 +640,7 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
 {
     if (seq < 0 || seq >= e->n_seq || delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
         return -1;
-    const size_t region = (size_t)seq * (size_t)e->n_ctx * (size_t)e->m->hp.n_head_kv *
-                          (size_t)e->m->hp.head_dim;
+    const size_t kv_dim = buf_width(&e->m->hp, LB_K);
     for (int il = 0; il < e->m->hp.n_layer; il++) {
         if (!e->owns[il])
             continue;
@@ -509,10 +648,13 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
         int end = p1 < *filled ? p1 : *filled;
         if (e->on_gpu && e->on_gpu[il]) {
             /* with a GPU attached there is one sequence (engine_attach_gpu) */
-            if (end > p0 && shift_gpu_rows(e, il, p0, end, delta))
+            if (end > p0 && shift_gpu_rows(e, il, p0, end, *filled, delta))
                 return -1;
         } else {
-            shift_rows(e, e->k_cache[il] + region, e->v_cache[il] + region, p0, end, delta);
+            const size_t region = (size_t)seq * (size_t)e->kv_rows[il] * kv_dim;
+            if (shift_rows(e, il, e->k_cache[il] + region, e->v_cache[il] + region, p0, end,
+                           *filled, delta))
+                return -1;
         }
         if (end == *filled && end > p0)
             *filled = end + delta;

@@ -14,25 +14,12 @@
 
 #include "model/model.h"
 
-struct arch_desc {
-    const char *name;
-    enum model_arch arch;
-    bool neox;        /* rotate pairs (i, i + n_rot/2) */
-    bool qkv_bias;
-    bool qk_norm;     /* RMSNorm over each head of Q and K before RoPE */
-};
-
-static const struct arch_desc archs[] = {
-    {"llama", ARCH_LLAMA, false, false, false},
-    {"qwen2", ARCH_QWEN2, true, true, false},
-    {"qwen3", ARCH_QWEN3, true, false, true},
-};
-
 /* Loader state: the file, its name for messages, and the caller's error buffer. */
 typedef struct loader {
     const gguf_file *f;
     const char *path;
     const char *arch;
+    const arch_desc *arch_row;
     char *err;
     size_t errlen;
     bool failed;
@@ -84,10 +71,21 @@ static double arch_float(loader *ld, const char *suffix, double def)
     return v;
 }
 
-/* A tensor that must exist with exactly the dimensions given (n_dims entries, innermost
+/* The dims of a shape as "[a, b, c]", n of them. */
+static void shape_str(char *buf, size_t len, const uint64_t *ne, int n)
+{
+    int off = snprintf(buf, len, "[");
+    for (int d = 0; d < n && off > 0 && (size_t)off < len; d++)
+        off += snprintf(buf + off, len - (size_t)off, "%s%llu", d ? ", " : "",
+                        (unsigned long long)ne[d]);
+    if (off > 0 && (size_t)off < len)
+        snprintf(buf + off, len - (size_t)off, "]");
+}
+
+/* A tensor that must exist with exactly the dimensions given (n_dims of want, innermost
  * first). matrix: it is multiplied by the kernels, so its type must be computable. */
 static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bool matrix,
-                                 int n_dims, uint64_t ne0, uint64_t ne1)
+                                 int n_dims, const uint64_t want[3])
 {
     const gguf_tensor *t = gguf_tensor_find(ld->f, name);
     if (!t) {
@@ -95,18 +93,12 @@ static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bo
             fail(ld, "missing tensor '%s'", name);
         return NULL;
     }
-    uint64_t want[GGUF_MAX_DIMS] = {ne0, n_dims > 1 ? ne1 : 1, 1, 1};
     for (int d = 0; d < GGUF_MAX_DIMS; d++)
-        if (t->ne[d] != want[d]) {
-            if (n_dims == 1)
-                fail(ld, "tensor '%s' has shape [%llu, %llu], expected [%llu]", name,
-                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)ne0);
-            else
-                fail(ld, "tensor '%s' has shape [%llu, %llu, %llu], expected [%llu, %llu]", name,
-                     (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)t->ne[2], (unsigned long long)ne0,
-                     (unsigned long long)ne1);
+        if (t->ne[d] != (d < n_dims ? want[d] : 1)) {
+            char has[96], exp[96];
+            shape_str(has, sizeof has, t->ne, n_dims > 2 ? 3 : 2 + (t->ne[2] > 1));
+            shape_str(exp, sizeof exp, want, n_dims);
+            fail(ld, "tensor '%s' has shape %s, expected %s", name, has, exp);
             return NULL;
         }
     const dtype_info *di = dtype_get(t->type);
@@ -124,12 +116,9 @@ static const gguf_tensor *tensor(loader *ld, const char *name, bool required, bo
     return t;
 }
 
-static const gguf_tensor *layer_tensor(loader *ld, int il, const char *what, bool required,
-                                       bool matrix, int n_dims, uint64_t ne0, uint64_t ne1)
+static const gguf_tensor *vec_tensor(loader *ld, const char *name, bool required, uint64_t ne0)
 {
-    char name[96];
-    snprintf(name, sizeof name, "blk.%d.%s", il, what);
-    return tensor(ld, name, required, matrix, n_dims, ne0, ne1);
+    return tensor(ld, name, required, false, 1, (const uint64_t[3]){ne0, 1, 1});
 }
 
 /* Llama 3.1 frequency scaling given as metadata keys instead of a rope_freqs tensor: long
@@ -159,14 +148,15 @@ static float *llama3_freq_factors(int n_rot, float base, float factor, float low
 static void load_rope(loader *ld, model *m, float **owned_factors)
 {
     model_hparams *hp = &m->hp;
-    hp->rope.n_rot = (int)arch_int(ld, "rope.dimension_count", hp->head_dim, false);
-    if (hp->rope.n_rot <= 0 || hp->rope.n_rot > hp->head_dim || hp->rope.n_rot % 2) {
+    rope_params *rope = &hp->rope[0];
+    rope->n_rot = (int)arch_int(ld, "rope.dimension_count", hp->head_dim, false);
+    if (rope->n_rot <= 0 || rope->n_rot > hp->head_dim || rope->n_rot % 2) {
         fail(ld, "%s.rope.dimension_count = %d does not fit head size %d", ld->arch,
-             hp->rope.n_rot, hp->head_dim);
+             rope->n_rot, hp->head_dim);
         return;
     }
-    hp->rope.freq_base = (float)arch_float(ld, "rope.freq_base", 10000.0);
-    hp->rope.freq_scale = 1.0f;
+    rope->freq_base = (float)arch_float(ld, "rope.freq_base", 10000.0);
+    rope->freq_scale = 1.0f;
 
     char key[128], type[32] = "none";
     snprintf(key, sizeof key, "%s.rope.scaling.type", ld->arch);
@@ -177,7 +167,7 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
         if (factor == 0.0)
             factor = arch_float(ld, "rope.scale_linear", 0.0);
         if (!strcmp(type, "linear") || factor > 0.0)
-            hp->rope.freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
+            rope->freq_scale = factor > 0.0 ? (float)(1.0 / factor) : 1.0f;
     } else if (!strcmp(type, "llama3")) {
         if (factor <= 0.0) {
             fail(ld, "rope scaling 'llama3' needs %s.rope.scaling.factor > 0", ld->arch);
@@ -191,7 +181,7 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
             return;
         }
         *owned_factors =
-            llama3_freq_factors(hp->rope.n_rot, hp->rope.freq_base, (float)factor, low, high, orig);
+            llama3_freq_factors(rope->n_rot, rope->freq_base, (float)factor, low, high, orig);
         if (!*owned_factors) {
             fail(ld, "out of memory");
             return;
@@ -202,18 +192,25 @@ static void load_rope(loader *ld, model *m, float **owned_factors)
     }
 
     /* A rope_freqs tensor (Llama 3.1/3.2 files) carries the same factors precomputed. */
-    const gguf_tensor *rf = tensor(ld, "rope_freqs.weight", false, false, 1,
-                                   (uint64_t)hp->rope.n_rot / 2, 1);
+    const gguf_tensor *rf = vec_tensor(ld, "rope_freqs.weight", false, (uint64_t)rope->n_rot / 2);
     if (rf)
-        hp->rope.freq_factors = rf->data;
+        rope->freq_factors = rf->data;
     else if (*owned_factors)
-        hp->rope.freq_factors = *owned_factors;
+        rope->freq_factors = *owned_factors;
+
+    /* sliding layers: their own base and no scaling, or the same rotation */
+    hp->rope[1] = *rope;
+    if (m->arch->swa_rope_base > 0.0f)
+        hp->rope[1] = (rope_params){
+            .n_rot = rope->n_rot, .freq_scale = 1.0f, .neox = rope->neox,
+            .freq_base = (float)arch_float(ld, "rope.freq_base_swa", m->arch->swa_rope_base)};
 }
 
-static void load_hparams(loader *ld, model *m, const struct arch_desc *ad)
+static void load_hparams(loader *ld, model *m)
 {
     model_hparams *hp = &m->hp;
-    hp->arch = ad->arch;
+    const arch_desc *ad = m->arch;
+    hp->arch = arch_id(ad);
     hp->n_layer = (int)arch_int(ld, "block_count", 0, true);
     hp->n_embd = (int)arch_int(ld, "embedding_length", 0, true);
     hp->n_ff = (int)arch_int(ld, "feed_forward_length", 0, true);
@@ -242,41 +239,94 @@ static void load_hparams(loader *ld, model *m, const struct arch_desc *ad)
         fail(ld, "%s.attention.layer_norm_rms_epsilon must be positive", ld->arch);
         return;
     }
-    hp->rope.neox = ad->neox;
-}
-
-static void load_layers(loader *ld, model *m, const struct arch_desc *ad)
-{
-    const model_hparams *hp = &m->hp;
-    const uint64_t e = (uint64_t)hp->n_embd, ff = (uint64_t)hp->n_ff;
-    const uint64_t q = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-    const uint64_t kv = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    if (gguf_tensor_find(ld->f, "blk.0.ffn_gate_inp.weight")) {
-        fail(ld, "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not supported");
+    hp->rope[0].neox = ad->neox;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = ad->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    hp->n_swa = (int)arch_int(ld, "attention.sliding_window", 0, false);
+    hp->n_expert = (int)arch_int(ld, "expert_count", 0, false);
+    hp->n_expert_used = (int)arch_int(ld, "expert_used_count", 0, false);
+    if (hp->n_expert_used > hp->n_expert || hp->n_expert > LOP_MAX_EXPERTS) {
+        fail(ld, "%d experts, %d used per token: unsupported (at most %d, used at most all)",
+             hp->n_expert, hp->n_expert_used, LOP_MAX_EXPERTS);
         return;
     }
+    /* the experts' width (the dense FFN's feed_forward_length goes unused in such files) */
+    if (hp->n_expert)
+        hp->n_ff = (int)arch_int(ld, "expert_feed_forward_length", hp->n_ff, false);
+    if (ad->hparams)
+        ad->hparams(hp);
+}
+
+static uint64_t dim_size(const model_hparams *hp, enum arch_dim d)
+{
+    switch (d) {
+    case DIM_EMBD: return (uint64_t)hp->n_embd;
+    case DIM_Q: return (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    case DIM_KV: return (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    case DIM_FF: return (uint64_t)hp->n_ff;
+    case DIM_HEAD: return (uint64_t)hp->head_dim;
+    case DIM_EXPERT: return (uint64_t)hp->n_expert;
+    case DIM_ONE: break;
+    }
+    return 1;
+}
+
+/* Whether layer il slides: the pattern of the architecture, or of the file when it says. */
+static bool layer_slides(loader *ld, const model_hparams *hp, int il)
+{
+    if (hp->n_swa <= 0)
+        return false;
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", ld->arch);
+    int64_t pattern = gguf_get_int(ld->f, key, ld->arch_row->swa_pattern);
+    if (pattern <= 1)
+        return pattern == 1;
+    return il % pattern < pattern - 1;
+}
+
+static void load_layers(loader *ld, model *m)
+{
+    const model_hparams *hp = &m->hp;
+    const arch_desc *ad = m->arch;
     for (int il = 0; il < hp->n_layer && !ld->failed; il++) {
-        layer_weights *L = &m->layers[il];
-        L->attn_norm = layer_tensor(ld, il, "attn_norm.weight", true, false, 1, e, 1);
-        L->wq = layer_tensor(ld, il, "attn_q.weight", true, true, 2, e, q);
-        L->wk = layer_tensor(ld, il, "attn_k.weight", true, true, 2, e, kv);
-        L->wv = layer_tensor(ld, il, "attn_v.weight", true, true, 2, e, kv);
-        L->wo = layer_tensor(ld, il, "attn_output.weight", true, true, 2, q, e);
-        if (ad->qkv_bias) {
-            L->bq = layer_tensor(ld, il, "attn_q.bias", true, false, 1, q, 1);
-            L->bk = layer_tensor(ld, il, "attn_k.bias", true, false, 1, kv, 1);
-            L->bv = layer_tensor(ld, il, "attn_v.bias", true, false, 1, kv, 1);
+        model_layer *L = &m->layers[il];
+        bool has[LT_COUNT];
+        for (int s = 0; s < LT_COUNT; s++) {
+            const slot_desc *sd = arch_slot((enum layer_slot)s);
+            bool required = ad->required & (1u << s);
+            has[s] = false;
+            if (!required && !(ad->optional & (1u << s)))
+                continue;
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s", il, sd->name);
+            const uint64_t want[3] = {dim_size(hp, sd->ne0), dim_size(hp, sd->ne1),
+                                      dim_size(hp, sd->ne2)};
+            int n_dims = sd->ne2 != DIM_ONE ? 3 : sd->ne1 != DIM_ONE ? 2 : 1;
+            L->t[s] = tensor(ld, name, required, sd->matrix, n_dims, want);
+            has[s] = L->t[s] != NULL;
         }
-        if (ad->qk_norm) {
-            L->q_norm = layer_tensor(ld, il, "attn_q_norm.weight", true, false, 1,
-                                     (uint64_t)hp->head_dim, 1);
-            L->k_norm = layer_tensor(ld, il, "attn_k_norm.weight", true, false, 1,
-                                     (uint64_t)hp->head_dim, 1);
+        if (ld->failed)
+            return;
+        ad->build(ad, has, &L->prog);
+        /* an optional tensor the program uses is required after all (a layer of experts
+         * without one of them, say) */
+        for (int i = 0; i < L->prog.n_op; i++) {
+            const layer_op *op = &L->prog.op[i];
+            int n_w = op->kind == LOP_MOE ? 4 : 1;
+            for (int k = 0; op->w != LOP_NONE && k < n_w; k++)
+                if (!L->t[op->w + k]) {
+                    fail(ld, "missing tensor 'blk.%d.%s'", il,
+                         arch_slot((enum layer_slot)(op->w + k))->name);
+                    return;
+                }
+            if (op->kind == LOP_MOE && !hp->n_expert_used) {
+                fail(ld, "layer %d has experts, but %s.expert_count or %s.expert_used_count is "
+                         "missing", il, ld->arch, ld->arch);
+                return;
+            }
         }
-        L->ffn_norm = layer_tensor(ld, il, "ffn_norm.weight", true, false, 1, e, 1);
-        L->ffn_gate = layer_tensor(ld, il, "ffn_gate.weight", true, true, 2, e, ff);
-        L->ffn_up = layer_tensor(ld, il, "ffn_up.weight", true, true, 2, e, ff);
-        L->ffn_down = layer_tensor(ld, il, "ffn_down.weight", true, true, 2, ff, e);
+        L->prog.window = layer_slides(ld, hp, il) ? hp->n_swa : 0;
+        L->prog.rope = L->prog.window ? 1 : 0;
     }
 }
 
@@ -325,16 +375,18 @@ model *model_load(const char *path, char *err, size_t errlen)
         fail(&ld, "missing metadata key 'general.architecture'");
         goto fail;
     }
-    const struct arch_desc *ad = NULL;
-    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-        if (!strcmp(arch, archs[i].name))
-            ad = &archs[i];
-    if (!ad) {
-        fail(&ld, "unknown model architecture '%s' (supported: llama, qwen2, qwen3)", arch);
+    m->arch = arch_find(arch);
+    if (!m->arch) {
+        char names[128] = "";
+        for (int a = 0; a < ARCH_COUNT; a++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", a ? ", " : "",
+                     arch_get(a)->name);
+        fail(&ld, "unknown model architecture '%s' (supported: %s)", arch, names);
         goto fail;
     }
-    ld.arch = ad->name;
-    load_hparams(&ld, m, ad);
+    ld.arch = m->arch->name;
+    ld.arch_row = m->arch;
+    load_hparams(&ld, m);
     if (ld.failed)
         goto fail;
     load_rope(&ld, m, &ma->rope_factors);
@@ -352,9 +404,9 @@ model *model_load(const char *path, char *err, size_t errlen)
     }
     m->hp.n_vocab = (int)te->ne[1];
     const uint64_t e = (uint64_t)m->hp.n_embd, nv = (uint64_t)m->hp.n_vocab;
-    m->tok_embd = tensor(&ld, "token_embd.weight", true, true, 2, e, nv);
-    m->output_norm = tensor(&ld, "output_norm.weight", true, false, 1, e, 1);
-    m->output = tensor(&ld, "output.weight", false, true, 2, e, nv);
+    m->tok_embd = tensor(&ld, "token_embd.weight", true, true, 2, (const uint64_t[3]){e, nv, 1});
+    m->output_norm = vec_tensor(&ld, "output_norm.weight", true, e);
+    m->output = tensor(&ld, "output.weight", false, true, 2, (const uint64_t[3]){e, nv, 1});
     if (!m->output && !ld.failed)
         m->output = m->tok_embd; /* tied embeddings */
     if (ld.failed)
@@ -365,7 +417,7 @@ model *model_load(const char *path, char *err, size_t errlen)
         fail(&ld, "out of memory");
         goto fail;
     }
-    load_layers(&ld, m, ad);
+    load_layers(&ld, m);
     if (ld.failed)
         goto fail;
     advise_embedding(m);
@@ -397,23 +449,48 @@ int model_mlock(const model *m, char *err, size_t errlen)
     return 0;
 }
 
-/* The tensors of layer il, in a fixed order; absent optional ones are NULL. */
+/* The tensors of layer il present in the file. */
 static int layer_tensors(const model *m, int il, const gguf_tensor **out)
 {
-    const layer_weights *L = &m->layers[il];
-    const gguf_tensor *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk,
-                                L->bv, L->q_norm, L->k_norm, L->ffn_norm, L->ffn_gate,
-                                L->ffn_up, L->ffn_down};
     int n = 0;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i])
-            out[n++] = all[i];
+    for (int s = 0; s < LT_COUNT; s++)
+        if (m->layers[il].t[s])
+            out[n++] = m->layers[il].t[s];
     return n;
+}
+
+uint32_t model_buffers(const model *m)
+{
+    uint32_t used = 1u << LB_X;   /* the final norm's */
+    for (int il = 0; il < m->hp.n_layer; il++)
+        used |= lop_buffers(&m->layers[il].prog);
+    return used;
+}
+
+int model_kv_rows(const model *m, int il, int n_ctx, int max_batch)
+{
+    int window = m->layers[il].prog.window;
+    /* a batch's keys are all stored before any of its queries attends */
+    if (window > 0 && window + max_batch < n_ctx)
+        return window + max_batch;
+    return n_ctx;
+}
+
+int model_kv_resume(const model *m, int n_ctx, int max_batch, int filled, int p0)
+{
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        int rows = model_kv_rows(m, il, n_ctx, max_batch);
+        /* a query at p0 reads positions from p0 - window + 1; the ring holds [filled - rows,
+         * filled), and the batch from p0 on overwrites only positions older than that */
+        if (rows < n_ctx && p0 > 0 && p0 - m->layers[il].prog.window + 1 < filled - rows)
+            return 0;
+    }
+    return p0;
 }
 
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
 {
-    const gguf_tensor *ts[16];
+    const gguf_tensor *ts[LT_COUNT];
     int n = layer_tensors(m, il, ts);
     uint64_t lo = UINT64_MAX, hi = 0;
     for (int i = 0; i < n; i++) {
@@ -429,12 +506,22 @@ void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
 
 uint64_t model_layer_bytes(const model *m, int il)
 {
-    const gguf_tensor *ts[16];
+    const gguf_tensor *ts[LT_COUNT];
     int n = layer_tensors(m, il, ts);
     uint64_t sum = 0;
     for (int i = 0; i < n; i++)
         sum += ts[i]->nbytes;
     return sum;
+}
+
+double model_layer_token_bytes(const model *m, int il)
+{
+    const gguf_tensor *const *t = m->layers[il].t;
+    double b = (double)model_layer_bytes(m, il);
+    for (int s = LT_FFN_GATE_EXPS; s <= LT_FFN_DOWN_EXPS; s++)
+        if (t[s])
+            b -= (double)t[s]->nbytes * (1.0 - (double)m->hp.n_expert_used / m->hp.n_expert);
+    return b;
 }
 
 uint64_t model_head_bytes(const model *m)

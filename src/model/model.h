@@ -13,34 +13,47 @@
 
 #include "gguf/gguf.h"
 #include "kernels/kern.h"
+#include "model/arch.h"
 
-enum model_arch { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3 };
-
-typedef struct model_hparams {
+struct model_hparams {
     enum model_arch arch;
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_ctx_train;
     float rms_eps;
-    rope_params rope;   /* freq_factors points into the mapping when present */
-} model_hparams;
+    float attn_scale;   /* of the scores q·k: 1/sqrt(head_dim) unless the architecture says */
+    float embd_scale;   /* token embeddings are multiplied by it (1: not scaled) */
+    int n_swa;          /* the sliding layers' window (0: none slides) */
+    int n_expert, n_expert_used;   /* experts of a layer and per token (0: a dense model) */
+    /* [0] every layer's rotation, [1] the sliding layers' when they have their own;
+     * freq_factors points into the mapping when present */
+    rope_params rope[LOP_ROPES];
+};
 
-typedef struct layer_weights {
-    const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo;
-    const gguf_tensor *bq, *bk, *bv;         /* qwen2; NULL otherwise */
-    const gguf_tensor *q_norm, *k_norm;      /* qwen3; NULL otherwise */
-    const gguf_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
-} layer_weights;
+/* A layer: its weights by slot (NULL where absent) and its program over them. */
+typedef struct model_layer {
+    const gguf_tensor *t[LT_COUNT];
+    layer_prog prog;
+} model_layer;
 
 typedef struct model {
     gguf_file *file;
     model_hparams hp;
+    const arch_desc *arch;
     const gguf_tensor *tok_embd, *output_norm, *output;  /* output == tok_embd when tied */
-    layer_weights *layers;                              /* n_layer */
+    model_layer *layers;                                /* n_layer */
 } model;
 
 model *model_load(const char *path, char *err, size_t errlen);
 void model_free(model *m);
 /* Lock the whole mapping in RAM (--mlock): weights are never paged out. */
 int model_mlock(const model *m, char *err, size_t errlen);
+/* The activation buffers the layers' programs use, and the output's (1u << LB_*). */
+uint32_t model_buffers(const model *m);
+/* Positions of layer il's KV cache a sequence needs for contexts of n_ctx and batches of
+ * max_batch: a sliding layer keeps only its window and the batch in flight (a ring). */
+int model_kv_rows(const model *m, int il, int n_ctx, int max_batch);
+/* The positions a sequence whose caches hold filled positions keeps when it is cut back to p0:
+ * p0, or 0 when a sliding layer's ring no longer holds the window position p0 attends to. */
+int model_kv_resume(const model *m, int n_ctx, int max_batch, int filled, int p0);
 /* Byte range [*begin, *end) of the file holding layer il's tensors (for prefetch and planning). */
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
 /* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output) the
@@ -50,6 +63,8 @@ void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
  * cache the kernel reclaims first, being used least. */
 #define MODEL_EMBD_ROWS 4096
 uint64_t model_layer_bytes(const model *m, int il);
+/* Of those, the bytes one token reads: a layer of experts' k of n_expert experts (the mean). */
+double model_layer_token_bytes(const model *m, int il);
 uint64_t model_head_bytes(const model *m);
 
 typedef struct engine engine;

@@ -12,30 +12,30 @@ void offload_last(int first, int last, int n, bool *want)
         want[il] = il >= last - n;
 }
 
-static gpu_tensor tensor(const gguf_tensor *t)
+static gpu_tensor tensor(const gguf_tensor *t, const char *name)
 {
     if (!t)
         return (gpu_tensor){0};
-    return (gpu_tensor){.data = t->data, .type = t->type, .ne0 = (int64_t)t->ne[0],
-                        .ne1 = t->n_dims > 1 ? (int64_t)t->ne[1] : 1};
+    return (gpu_tensor){.name = name, .data = t->data, .type = t->type,
+                        .ne0 = (int64_t)t->ne[0], .ne1 = t->n_dims > 1 ? (int64_t)t->ne[1] : 1};
 }
 
-void offload_describe(const model *m, int n_ctx, int max_batch, gpu_model_desc *md,
-                      gpu_layer_desc *descs)
+/* The GPU's description of model m's layers (n_layer entries) and shape. */
+static void describe(const model *m, int n_ctx, int max_batch, gpu_model_desc *md,
+                     gpu_layer_desc *descs)
 {
     const model_hparams *hp = &m->hp;
     *md = (gpu_model_desc){.n_layer = hp->n_layer, .n_embd = hp->n_embd, .n_ff = hp->n_ff,
                            .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                           .head_dim = hp->head_dim, .rms_eps = hp->rms_eps, .rope = hp->rope,
-                           .n_ctx = n_ctx, .max_batch = max_batch};
+                           .head_dim = hp->head_dim, .rms_eps = hp->rms_eps,
+                           .attn_scale = hp->attn_scale, .n_ctx = n_ctx, .max_batch = max_batch};
+    memcpy(md->rope, hp->rope, sizeof md->rope);
     for (int il = 0; il < hp->n_layer; il++) {
-        const layer_weights *L = &m->layers[il];
-        descs[il] = (gpu_layer_desc){
-            .attn_norm = tensor(L->attn_norm), .wq = tensor(L->wq), .wk = tensor(L->wk),
-            .wv = tensor(L->wv), .wo = tensor(L->wo), .bq = tensor(L->bq), .bk = tensor(L->bk),
-            .bv = tensor(L->bv), .q_norm = tensor(L->q_norm), .k_norm = tensor(L->k_norm),
-            .ffn_norm = tensor(L->ffn_norm), .ffn_gate = tensor(L->ffn_gate),
-            .ffn_up = tensor(L->ffn_up), .ffn_down = tensor(L->ffn_down)};
+        const model_layer *L = &m->layers[il];
+        descs[il] = (gpu_layer_desc){.prog = L->prog,
+                                     .kv_rows = model_kv_rows(m, il, n_ctx, max_batch)};
+        for (int s = 0; s < LT_COUNT; s++)
+            descs[il].t[s] = tensor(L->t[s], arch_slot((enum layer_slot)s)->name);
     }
 }
 
@@ -68,19 +68,33 @@ int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    offload_describe(m, n_ctx, max_batch, &md, descs);
+    describe(m, n_ctx, max_batch, &md, descs);
 
     char why[160];
     const bool one_seq = engine_n_seq(e) == 1;   /* a GPU layer's VRAM cache holds one sequence */
     if (!one_seq)
         add_note(r, "an engine of %d sequences keeps its layers on the CPU", engine_n_seq(e));
-    for (int il = 0; il < L; il++) {
-        if (!want[il] || !one_seq)
-            continue;
-        if (gpu_layer_supported(&descs[il], why, sizeof why))
+    /* layers refused for the same reason are said once: "layers 0-2 stay ..." */
+    char last_why[160] = "";
+    int first_bad = -1, last_bad = -1;
+    for (int il = 0; il <= L; il++) {
+        bool bad = il < L && want[il] && one_seq &&
+                   !gpu_layer_supported(&descs[il], why, sizeof why);
+        if (il < L && want[il] && one_seq && !bad)
             on[il] = true;
-        else
-            add_note(r, "layer %d stays on the CPU: %s", il, why);
+        if (first_bad >= 0 && (il == L || !bad || strcmp(why, last_why))) {
+            if (first_bad == last_bad)
+                add_note(r, "layer %d stays on the CPU: %s", first_bad, last_why);
+            else
+                add_note(r, "layers %d-%d stay on the CPU: %s", first_bad, last_bad, last_why);
+            first_bad = -1;
+        }
+        if (bad) {
+            if (first_bad < 0)
+                first_bad = il;
+            last_bad = il;
+            snprintf(last_why, sizeof last_why, "%s", why);
+        }
     }
     /* the budget: the cap, or what is free; the first asked-for layers give way */
     const gpu_info *gi = gpu_get_info(g);

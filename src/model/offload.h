@@ -23,10 +23,6 @@ typedef struct offload_result {
 /* Mark the last n layers of [first, last) in want (n clamped to the range's size). */
 void offload_last(int first, int last, int n, bool *want);
 
-/* The GPU's description of model m's layers (n_layer entries) and shape. */
-void offload_describe(const model *m, int n_ctx, int max_batch, gpu_model_desc *md,
-                      gpu_layer_desc *descs);
-
 /* Move the layers with want[il] of engine e (made for m with n_ctx positions and max_batch
  * tokens) to g, within vram_cap bytes (0: what the GPU has free). 0 (r says how many went),
  * or -1 with err when the GPU fails. */

@@ -1,3 +1,6 @@
+/* sample.c — the sampler chain (sample.h) over a xoshiro256** stream of its own, seeded through
+ * splitmix64, so that a seed gives the same tokens on every device and a DECODE can carry the
+ * stream's state to another. */
 #include <stdbool.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,3 +1,6 @@
+/* session.c — one or several sequences evaluated on this device or round a ring (session.h):
+ * prompts cut into batches, positions and histories kept, logits made only for the rows asked
+ * for and checked before anyone samples them. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +241,7 @@ void session_truncate(session *s, int n_past)
 {
     if (n_past < 0 || n_past >= s->n_past)
         return;
+    n_past = model_kv_resume(s->m, s->n_ctx, s->n_batch, s->n_past, n_past);
     s->layers.kv_truncate(s->layers.ctx, s->seq, n_past);
     s->n_past = n_past;
 }

@@ -110,7 +110,9 @@ int session_discard(session *s, int n_keep, int n_discard);
 int session_decode(session *s, int32_t token, int max_steps, sampler *smp,
                    int (*on_token)(void *user, int32_t token), void *user, int *n_tokens,
                    char *err, size_t errlen);
-/* Forget the history from position n_past on. */
+/* Forget the history from position n_past on: all of it when the model's sliding layers no
+ * longer hold the window position n_past attends to (model_kv_resume); s->n_past says what is
+ * kept. */
 void session_truncate(session *s, int n_past);
 
 /* ---- several sequences in one batch (session_batch.c) ---- */

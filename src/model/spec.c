@@ -1,3 +1,6 @@
+/* spec.c — speculative decoding (spec.h): drafting by a small model or by n-gram lookup, then
+ * verifying the drafts on the target in one batch with the standard acceptance rule, so that the
+ * tokens follow the target's distribution whatever the drafts were. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>

@@ -36,12 +36,18 @@ static const struct preset {
     enum model_arch arch;
     int n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab, n_ctx;
     float rope_base, rms_eps;
+    int head_dim, n_expert, n_expert_used;   /* 0: n_embd / n_head; a dense model */
 } presets[] = {
-    {"llama3-8b", ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f},
-    {"llama3-70b", ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f},
-    {"qwen2.5-14b", ARCH_QWEN2, 48, 5120, 13824, 40, 8, 152064, 32768, 1000000.0f, 1e-5f},
-    {"qwen2.5-32b", ARCH_QWEN2, 64, 5120, 27648, 40, 8, 152064, 32768, 1000000.0f, 1e-5f},
-    {"qwen2.5-72b", ARCH_QWEN2, 80, 8192, 29568, 64, 8, 152064, 32768, 1000000.0f, 1e-5f},
+    {"llama3-8b", ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    {"llama3-70b", ARCH_LLAMA, 80, 8192, 28672, 64, 8, 128256, 8192, 500000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-14b", ARCH_QWEN2, 48, 5120, 13824, 40, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-32b", ARCH_QWEN2, 64, 5120, 27648, 40, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    {"qwen2.5-72b", ARCH_QWEN2, 80, 8192, 29568, 64, 8, 152064, 32768, 1000000.0f, 1e-5f, 0, 0, 0},
+    /* n_ff is an expert's width */
+    {"qwen3-30b-a3b", ARCH_QWEN3MOE, 48, 2048, 768, 32, 4, 151936, 32768, 1000000.0f, 1e-6f,
+     128, 128, 8},
+    {"qwen3-235b-a22b", ARCH_QWEN3MOE, 94, 4096, 1536, 64, 4, 151936, 32768, 1000000.0f, 1e-6f,
+     128, 128, 8},
 };
 
 static const struct ftype_info {
@@ -63,15 +69,13 @@ static const struct ftype_info {
     [SYNTH_Q5_K_M] = {"q5_k_m", DT_Q5_K, DT_Q6_K, DT_Q6_K, 17},
 };
 
-static const char *const arch_names[] = {[ARCH_LLAMA] = "llama", [ARCH_QWEN2] = "qwen2",
-                                         [ARCH_QWEN3] = "qwen3"};
-
 void synth_defaults(synth_params *p)
 {
     *p = (synth_params){
         .arch = ARCH_LLAMA, .n_layer = 2, .n_embd = 256, .n_ff = 768, .n_head = 8,
         .n_head_kv = 4, .n_ctx = 4096, .n_vocab = 512, .rope_base = 500000.0f,
-        .rms_eps = 1e-5f, .ftype = SYNTH_F32, .seed = 1, .name = "synthetic", .n_threads = 2,
+        .rms_eps = 1e-5f, .n_expert_used = 2, .ftype = SYNTH_F32, .seed = 1,
+        .name = "synthetic", .n_threads = 2,
     };
 }
 
@@ -87,7 +91,9 @@ int synth_preset(synth_params *p, const char *name)
         p->n_ff = s->n_ff;
         p->n_head = s->n_head;
         p->n_head_kv = s->n_head_kv;
-        p->head_dim = 0;
+        p->head_dim = s->head_dim;
+        p->n_expert = s->n_expert;
+        p->n_expert_used = s->n_expert ? s->n_expert_used : p->n_expert_used;
         p->n_vocab = s->n_vocab;
         p->n_ctx = s->n_ctx;
         p->rope_base = s->rope_base;
@@ -100,7 +106,8 @@ int synth_preset(synth_params *p, const char *name)
 
 const char *synth_preset_names(void)
 {
-    return "llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b";
+    return "llama3-8b llama3-70b qwen2.5-14b qwen2.5-32b qwen2.5-72b qwen3-30b-a3b "
+           "qwen3-235b-a22b";
 }
 
 int synth_ftype_from_name(const char *name)
@@ -123,8 +130,11 @@ static bool more_bits_layer(int layer, int n_layer)
     return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int layer, int n_layer,
-                             int64_t n_in, bool tied)
+/* The type a tensor gets under scheme t: role is the llama.cpp tensor name without "blk.N."
+ * (e.g. "attn_v.weight", "output.weight"), layer its block (-1 for none), n_in its row length.
+ * Rows that the preferred type's block size does not divide fall back to Q8_0, then F16. */
+static enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int layer, int n_layer,
+                                    int64_t n_in, bool tied)
 {
     const struct ftype_info *f = &ftypes[t];
     enum dtype type = f->base;
@@ -173,7 +183,26 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
         snprintf(err, errlen, "--rope-base and the rms epsilon must be positive");
         return -1;
     }
-    if ((unsigned)p->ftype >= SYNTH_FTYPE_COUNT || (unsigned)p->arch > ARCH_QWEN3) {
+    if (p->n_swa < 0) {
+        snprintf(err, errlen, "sliding window %d is negative", p->n_swa);
+        return -1;
+    }
+    const arch_desc *ad = arch_get(p->arch);
+    if (ad && (ad->required & (1u << LT_FFN_GATE_INP)) && p->n_expert < 1) {
+        snprintf(err, errlen, "architecture %s needs --experts", ad->name);
+        return -1;
+    }
+    if (ad && p->n_expert && !((ad->required | ad->optional) & (1u << LT_FFN_GATE_INP))) {
+        snprintf(err, errlen, "architecture %s has no experts", ad->name);
+        return -1;
+    }
+    if (p->n_expert < 0 || p->n_expert > LOP_MAX_EXPERTS ||
+        (p->n_expert && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert))) {
+        snprintf(err, errlen, "--experts %d and --experts-used %d: at most %d experts, of "
+                 "which 1 to all are used", p->n_expert, p->n_expert_used, LOP_MAX_EXPERTS);
+        return -1;
+    }
+    if ((unsigned)p->ftype >= SYNTH_FTYPE_COUNT || !arch_get(p->arch)) {
         snprintf(err, errlen, "invalid type scheme or architecture");
         return -1;
     }
@@ -185,7 +214,7 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
 typedef struct tspec {
     char name[48];
     uint32_t n_dims;
-    uint64_t ne[2];
+    uint64_t ne[3];   /* rows of ne[0] values: ne[1] * ne[2] of them */
     enum dtype type;
     float mean, sigma;
 } tspec;
@@ -195,8 +224,8 @@ typedef struct tlist {
     int n;
 } tlist;
 
-static void add(tlist *l, const synth_params *p, int layer, const char *role, uint64_t ne0,
-                uint64_t ne1, float mean, float sigma)
+static void add(tlist *l, const synth_params *p, int layer, const char *role,
+                const uint64_t ne[3], float mean, float sigma)
 {
     tspec *t = &l->t[l->n++];
     if (layer >= 0)
@@ -204,50 +233,65 @@ static void add(tlist *l, const synth_params *p, int layer, const char *role, ui
     else
         snprintf(t->name, sizeof t->name, "%s", role);
     /* vectors (norms, biases) stay F32, as in every converted model */
-    t->n_dims = ne1 > 1 ? 2 : 1;
-    t->ne[0] = ne0;
-    t->ne[1] = ne1;
-    t->type = t->n_dims == 1 ? DT_F32
-                             : synth_tensor_type(p->ftype, role, layer, p->n_layer, (int64_t)ne0,
-                                                 p->tied);
+    t->n_dims = ne[2] > 1 ? 3 : ne[1] > 1 ? 2 : 1;
+    memcpy(t->ne, ne, sizeof t->ne);
+    /* routers stay F32 too (llama.cpp's quantizer leaves them) */
+    t->type = t->n_dims == 1 || strstr(role, "gate_inp")
+                  ? DT_F32
+                  : synth_tensor_type(p->ftype, role, layer, p->n_layer, (int64_t)ne[0], p->tied);
     t->mean = mean;
     t->sigma = sigma;
 }
 
-/* llama.cpp's tensor order: embedding, final norm, output, then each block. */
+/* llama.cpp's tensor order: embedding, final norm, output, then each block's tensors in the
+ * order of the layer slots (arch.h): those its program uses (the program its architecture
+ * builds from what the row allows, experts when p asks for them). */
 static tlist make_tensors(const synth_params *p, int n_vocab)
 {
-    int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
-    uint64_t e = (uint64_t)p->n_embd, q = (uint64_t)p->n_head * hd, kv = (uint64_t)p->n_head_kv * hd;
-    uint64_t ff = (uint64_t)p->n_ff;
-    tlist l = {calloc(3 + (size_t)p->n_layer * 13, sizeof(tspec)), 0};
+    const arch_desc *ad = arch_get(p->arch);
+    const uint64_t hd = (uint64_t)(p->head_dim ? p->head_dim : p->n_embd / p->n_head);
+    const uint64_t size[] = {
+        [DIM_ONE] = 1, [DIM_EMBD] = (uint64_t)p->n_embd, [DIM_Q] = (uint64_t)p->n_head * hd,
+        [DIM_KV] = (uint64_t)p->n_head_kv * hd, [DIM_FF] = (uint64_t)p->n_ff, [DIM_HEAD] = hd,
+        [DIM_EXPERT] = (uint64_t)p->n_expert,
+    };
+    bool has[LT_COUNT];
+    for (int s = 0; s < LT_COUNT; s++)
+        has[s] = ((ad->required | ad->optional) & (1u << s)) &&
+                 (s != LT_FFN_GATE_INP || p->n_expert > 0);
+    layer_prog prog = {0};
+    ad->build(ad, has, &prog);
+    bool used[LT_COUNT] = {false};
+    for (int i = 0; i < prog.n_op; i++) {
+        const layer_op *op = &prog.op[i];
+        for (int k = 0; op->w != LOP_NONE && k < (op->kind == LOP_MOE ? 4 : 1); k++)
+            used[op->w + k] = true;
+        if (op->b != LOP_NONE)
+            used[op->b] = true;
+    }
+    tlist l = {calloc(3 + (size_t)p->n_layer * LT_COUNT, sizeof(tspec)), 0};
     if (!l.t)
         return l;
     const float norm_sd = 0.05f, bias_sd = 0.1f;
-    add(&l, p, -1, "token_embd.weight", e, (uint64_t)n_vocab, 0, 1);
-    add(&l, p, -1, "output_norm.weight", e, 1, 1, norm_sd);
+    const uint64_t e = (uint64_t)p->n_embd;
+    add(&l, p, -1, "token_embd.weight", (const uint64_t[3]){e, (uint64_t)n_vocab, 1}, 0, 1);
+    add(&l, p, -1, "output_norm.weight", (const uint64_t[3]){e, 1, 1}, 1, norm_sd);
     if (!p->tied)
-        add(&l, p, -1, "output.weight", e, (uint64_t)n_vocab, 0, 1 / sqrtf((float)e));
-    for (int i = 0; i < p->n_layer; i++) {
-        add(&l, p, i, "attn_norm.weight", e, 1, 1, norm_sd);
-        add(&l, p, i, "attn_q.weight", e, q, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_k.weight", e, kv, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_v.weight", e, kv, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "attn_output.weight", q, e, 0, 1 / sqrtf((float)q));
-        if (p->arch == ARCH_QWEN2) {
-            add(&l, p, i, "attn_q.bias", q, 1, 0, bias_sd);
-            add(&l, p, i, "attn_k.bias", kv, 1, 0, bias_sd);
-            add(&l, p, i, "attn_v.bias", kv, 1, 0, bias_sd);
+        add(&l, p, -1, "output.weight", (const uint64_t[3]){e, (uint64_t)n_vocab, 1}, 0,
+            1 / sqrtf((float)e));
+    for (int i = 0; i < p->n_layer; i++)
+        for (int s = 0; s < LT_COUNT; s++) {
+            if (!used[s])
+                continue;
+            const slot_desc *sd = arch_slot((enum layer_slot)s);
+            const uint64_t ne[3] = {size[sd->ne0], size[sd->ne1], size[sd->ne2]};
+            if (sd->matrix)   /* N(0, 1/n_in) */
+                add(&l, p, i, sd->name, ne, 0, 1 / sqrtf((float)ne[0]));
+            else if (strstr(sd->name, "bias"))
+                add(&l, p, i, sd->name, ne, 0, bias_sd);
+            else              /* norms */
+                add(&l, p, i, sd->name, ne, 1, norm_sd);
         }
-        if (p->arch == ARCH_QWEN3) {
-            add(&l, p, i, "attn_q_norm.weight", (uint64_t)hd, 1, 1, norm_sd);
-            add(&l, p, i, "attn_k_norm.weight", (uint64_t)hd, 1, 1, norm_sd);
-        }
-        add(&l, p, i, "ffn_norm.weight", e, 1, 1, norm_sd);
-        add(&l, p, i, "ffn_gate.weight", e, ff, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "ffn_up.weight", e, ff, 0, 1 / sqrtf((float)e));
-        add(&l, p, i, "ffn_down.weight", ff, e, 0, 1 / sqrtf((float)ff));
-    }
     return l;
 }
 
@@ -415,12 +459,13 @@ static int write_tensor(run *r, gguf_writer *w, const tspec *t, uint8_t *chunk, 
     const dtype_info *d = dtype_get(t->type);
     rows_job j = {.t = t, .kt = kern_type_get(t->type), .key = name_key(r->seed, t->name),
                   .row_bytes = (size_t)dtype_row_bytes(t->type, t->ne[0]), .out = chunk};
-    if (d->block_size > 1 && t->ne[0] / d->block_size * t->ne[1] > POOL_BLOCKS)
+    const uint64_t rows = t->ne[1] * t->ne[2];
+    if (d->block_size > 1 && t->ne[0] / d->block_size * rows > POOL_BLOCKS)
         j.pl = get_pool(r, t->type, t->sigma);
     uint64_t per_chunk = chunk_cap / j.row_bytes;
-    for (uint64_t row0 = 0; row0 < t->ne[1]; row0 += per_chunk) {
+    for (uint64_t row0 = 0; row0 < rows; row0 += per_chunk) {
         j.row0 = row0;
-        j.nrows = t->ne[1] - row0 < per_chunk ? t->ne[1] - row0 : per_chunk;
+        j.nrows = rows - row0 < per_chunk ? rows - row0 : per_chunk;
         parallel(r, rows_work, &j);
         if (gguf_writer_write(w, chunk, j.nrows * j.row_bytes))
             return -1;
@@ -497,7 +542,7 @@ static int put_builtin_vocab(gguf_writer *w, int n, char *err, size_t errlen)
 
 static void put_hparams(gguf_writer *w, const synth_params *p, int n_vocab, bool quantized)
 {
-    const char *arch = arch_names[p->arch];
+    const char *arch = arch_get(p->arch)->name;
     int hd = p->head_dim ? p->head_dim : p->n_embd / p->n_head;
     char key[96];
     gguf_writer_set_str(w, "general.architecture", arch);
@@ -520,6 +565,20 @@ static void put_hparams(gguf_writer *w, const synth_params *p, int n_vocab, bool
     gguf_writer_set_f32(w, key, p->rope_base);
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     gguf_writer_set_f32(w, key, p->rms_eps);
+    if (p->n_expert > 0) {
+        const struct { const char *suffix; int v; } moe[] = {
+            {"expert_count", p->n_expert}, {"expert_used_count", p->n_expert_used},
+            {"expert_feed_forward_length", p->n_ff},
+        };
+        for (size_t i = 0; i < sizeof moe / sizeof moe[0]; i++) {
+            snprintf(key, sizeof key, "%s.%s", arch, moe[i].suffix);
+            gguf_writer_set_u32(w, key, (uint32_t)moe[i].v);
+        }
+    }
+    if (p->n_swa > 0) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
+        gguf_writer_set_u32(w, key, (uint32_t)p->n_swa);
+    }
 }
 
 static gguf_file *open_vocab(const char *path, int *n_vocab, char *err, size_t errlen)
@@ -608,7 +667,7 @@ int synth_write(const synth_params *p, const char *path, synth_stats *stats, cha
         struct stat st;
         *stats = (synth_stats){.n_tensors = (uint64_t)tl.n};
         for (int i = 0; i < tl.n; i++)
-            stats->n_params += tl.t[i].ne[0] * tl.t[i].ne[1];
+            stats->n_params += tl.t[i].ne[0] * tl.t[i].ne[1] * tl.t[i].ne[2];
         stats->n_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     }
     gguf_close(vocab);

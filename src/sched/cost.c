@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "gpu/gpu.h"
-#include "cluster/sysmem.h"   /* SYSMEM_RESERVE: the default reserve */
 #include "sched/cost.h"
+#include "util/sysmem.h"   /* SYSMEM_RESERVE: the default reserve */
 
 #define MIB (1024.0 * 1024.0)
 
@@ -153,7 +153,7 @@ static double size_of(const sched_model *sm, int il)
 }
 
 /* Device m's layers in RAM, walked in ring order as its pager keeps them (cluster/device.c):
- * their bytes, the largest of all it owns (its room holds DEVICE_STREAM_ROOM_LAYERS of those),
+ * their bytes, the largest of all it owns (its room holds PLAN_STREAM_ROOM_LAYERS of those),
  * and how many of them, fractional, fit in `keep` bytes; and the bytes of its GPU layers (the
  * last gpu_layers of each window), which with skip_gpu are in VRAM, not RAM. */
 typedef struct ram_layers {
@@ -288,7 +288,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
         }
         d->overloaded = d->anon + d->page > c->ram;
         if (d->overloaded) {
-            double room = DEVICE_STREAM_ROOM_LAYERS * ram.largest;
+            double room = PLAN_STREAM_ROOM_LAYERS * ram.largest;
             if (c->disk_bps <= 0) {
                 infeasible(r, "device %s: needs %.0f MiB, budget %.0f MiB, and has no measured "
                            "disk to read the rest from", c->name, (d->anon + d->page) / MIB,
@@ -298,7 +298,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             if (d->anon + fixed_page + room > c->ram) {
                 infeasible(r, "device %s: buffers and KV cache (%.0f MiB) and room for %d streamed "
                            "layers (%.0f MiB) exceed its budget of %.0f MiB", c->name,
-                           (d->anon + fixed_page) / MIB, DEVICE_STREAM_ROOM_LAYERS, room / MIB,
+                           (d->anon + fixed_page) / MIB, PLAN_STREAM_ROOM_LAYERS, room / MIB,
                            c->ram / MIB);
                 return;
             }

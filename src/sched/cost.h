@@ -58,7 +58,7 @@
  * Disk: a device whose anon + page exceeds its budget is overloaded (sets M1-M3 of the paper;
  * otherwise M4). It fills its budget: its first layers in ring order stay resident for good, as
  * many bytes of them as fit beside anon, the head's weights and a room of
- * DEVICE_STREAM_ROOM_LAYERS layers (the one being computed, the next one being read), and the
+ * PLAN_STREAM_ROOM_LAYERS layers (the one being computed, the next one being read), and the
  * rest streams through the room (two of its largest layers), read again every token: disk
  * bytes = streamed layers. The
  * resident part ends inside a layer, so its count is fractional and the stall below grows
@@ -78,7 +78,6 @@
 
 #include <stdbool.h>
 
-#include "cluster/device.h"   /* DEVICE_STREAM_ROOM_LAYERS: the pager's streaming room */
 #include "cluster/plan.h"
 #include "sched/profile.h"
 

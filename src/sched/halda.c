@@ -193,7 +193,7 @@ static glp_prob *build(const problem *pb, int k)
         bool gpu = c->has_gpu;
         bool may_overload = !pb->fit_only && c->disk_bps > 0;
         bool u_fixed = m == 0 || pb->o->fixed_ring;
-        double ram = c->ram / MIB, fp = c->fixed_page / MIB, room = DEVICE_STREAM_ROOM_LAYERS * b;
+        double ram = c->ram / MIB, fp = c->fixed_page / MIB, room = PLAN_STREAM_ROOM_LAYERS * b;
         double ahead = pb->o->prefetch ? room : 0;   /* read while the others compute */
         /* most memory a device can need: bounds the overload flag's row */
         double big = fmax(1, c->fixed_anon / MIB + fp + (kv + b) * ymax - ram);
@@ -535,8 +535,8 @@ static void explain_infeasible(const problem *pb, char *why, size_t len)
         double room = c->ram - c->fixed_anon;
         double y;
         if (c->disk_bps > 0)   /* streaming: KV cache and the streaming room must fit */
-            y = room - c->fixed_page >= DEVICE_STREAM_ROOM_LAYERS * b
-                    ? (kv > 0 ? (room - c->fixed_page - DEVICE_STREAM_ROOM_LAYERS * b) / kv : sm->n_layer) : 0;
+            y = room - c->fixed_page >= PLAN_STREAM_ROOM_LAYERS * b
+                    ? (kv > 0 ? (room - c->fixed_page - PLAN_STREAM_ROOM_LAYERS * b) / kv : sm->n_layer) : 0;
         else
             y = (room - c->fixed_page) / (b + kv);
         if (c->has_gpu && b + kv > 0)

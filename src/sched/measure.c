@@ -21,6 +21,7 @@
 #include "kernels/probe.h"
 #include "sched/cost.h"
 #include "sched/measure.h"
+#include "util/sysmem.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -60,88 +61,20 @@
 #define DISK_SECONDS 1.0
 #define DIRECT_ALIGN 4096
 
-/* A small system file as a C string (NULL if unreadable). */
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 14, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n - 1, f);
-        if (n < cap - 1 || cap >= (4u << 20))
-            break;
-        char *bigger = realloc(buf, cap * 2);
-        if (!bigger) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = bigger;
-        cap *= 2;
-    }
-    fclose(f);
-    if (buf)
-        buf[n] = '\0';
-    return buf;
-}
-
-/* A limit or counter file of the memory cgroup, in bytes (0 if absent or no limit). */
-static uint64_t read_cgroup_value(const char *dir, const char *file)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    char *t = read_text(path);
-    uint64_t v = t ? parse_cgroup_limit(t) : 0;
-    free(t);
-    return v;
-}
-
-static uint64_t min_limit(uint64_t a, uint64_t b)
-{
-    return !a ? b : !b ? a : a < b ? a : b;
-}
-
-/* The lowest limit of the cgroup and its visible ancestors: each caps its whole subtree. */
-static uint64_t cgroup_limit(char *dir, int version)
-{
-    uint64_t lim = 0;
-    char path[1200];
-    for (;;) {
-        snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "memory.max" : "memory.limit_in_bytes");
-        if (access(path, R_OK))
-            break;   /* above the cgroup mount */
-        if (version == 2) {
-            lim = min_limit(lim, read_cgroup_value(dir, "memory.max"));
-            lim = min_limit(lim, read_cgroup_value(dir, "memory.high"));  /* reclaim starts here */
-        } else
-            lim = min_limit(lim, read_cgroup_value(dir, "memory.limit_in_bytes"));
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash == dir)
-            break;
-        *slash = '\0';
-    }
-    return lim;
-}
-
 /* CPUs the CFS quotas of the cpu cgroup and its visible ancestors allow (0 = no quota), the
  * period of the tightest one (seconds) and the path of its cpu.stat. */
 static double cpu_quota(double *period, char *stat, size_t statlen)
 {
-    char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
     char dir[1024];
-    int version = cg && mounts ? cgroup_dir(cg, mounts, "cpu", dir, sizeof dir) : 0;
-    free(cg);
-    free(mounts);
+    int version = sysmem_cgroup_dir("", "cpu", dir, sizeof dir);
     double q = 0;
     while (version) {
         char path[1200], path2[1200];
         snprintf(path, sizeof path, "%s/%s", dir, version == 2 ? "cpu.max" : "cpu.cfs_quota_us");
         snprintf(path2, sizeof path2, "%s/cpu.cfs_period_us", dir);
-        char *a = read_text(path), *b = version == 1 ? read_text(path2) : NULL;
+        char *a = sysmem_read_text(path), *b = version == 1 ? sysmem_read_text(path2) : NULL;
         double per = 0;
-        double here = a && (version == 2 || b) ? parse_cpu_quota(a, b, &per) : 0;
+        double here = a && (version == 2 || b) ? profile_parse_cpu_quota(a, b, &per) : 0;
         bool found = a != NULL;
         free(a);
         free(b);
@@ -162,45 +95,20 @@ static double cpu_quota(double *period, char *stat, size_t statlen)
 
 int profile_memory(dev_profile *p, char *err, size_t errlen)
 {
-    char *text = read_text("/proc/meminfo");
-    if (!text) {
-        snprintf(err, errlen, "profile: cannot read /proc/meminfo (memory is measured on Linux "
-                 "and Android only)");
+    sysmem m;
+    char why[256];
+    if (sysmem_read("", &m, why, sizeof why)) {
+        snprintf(err, errlen, "profile: %s", why);
         return -1;
     }
-    meminfo mi;
-    int rc = parse_meminfo(text, &mi, err, errlen);
-    free(text);
-    if (rc)
-        return -1;
-    p->mem_total = mi.total;
-    p->mem_available = mi.available;
-    p->mem_reclaimable = mi.reclaimable;
-    p->swap_total = mi.swap_total;
-    p->swap_free = mi.swap_free;
-    p->cgroup_limit = p->cgroup_usage = p->cgroup_reclaimable = 0;
-
-    char *cg = read_text("/proc/self/cgroup"), *mounts = read_text("/proc/self/mountinfo");
-    char dir[1024];
-    int version = cg && mounts ? cgroup_dir(cg, mounts, "memory", dir, sizeof dir) : 0;
-    free(cg);
-    free(mounts);
-    if (!version)
-        return 0;
-    char stat_path[1100];
-    snprintf(stat_path, sizeof stat_path, "%s/memory.stat", dir);
-    char *stat = read_text(stat_path);
-    cgroup_stat cs = {0};
-    if (stat)
-        parse_cgroup_stat(stat, &cs);
-    free(stat);
-    uint64_t usage = read_cgroup_value(dir, version == 2 ? "memory.current" : "memory.usage_in_bytes");
-    uint64_t lim = min_limit(cgroup_limit(dir, version), cs.hier_limit);
-    if (lim && lim < mi.total) {
-        p->cgroup_limit = lim;
-        p->cgroup_usage = usage;
-        p->cgroup_reclaimable = cs.reclaimable < usage ? cs.reclaimable : usage;
-    }
+    p->mem_total = m.total;
+    p->mem_available = m.available;
+    p->mem_reclaimable = m.reclaimable;
+    p->swap_total = m.swap_total;
+    p->swap_free = m.swap_free;
+    p->cgroup_limit = m.cgroup_limit;
+    p->cgroup_usage = m.cgroup_usage;
+    p->cgroup_reclaimable = m.cgroup_reclaimable;
     return 0;
 }
 
@@ -225,11 +133,11 @@ static int usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Median of v[0..n) and its relative spread (interquartile range / median); sorts v. */
+/* Median of v[0..n) (sorts v); *spread keeps the largest relative spread of a profile's figures,
+ * which becomes its noise. */
 static double median_spread(double *v, int n, double *spread)
 {
-    double med = probe_median(v, n);
-    double s = med > 0 ? (v[(3 * n) / 4] - v[n / 4]) / med : 0;
+    double s, med = probe_median_spread(v, n, &s);
     if (s > *spread)
         *spread = s;
     return med;
@@ -284,8 +192,8 @@ static uint64_t throttled_ns(const quota_ctx *q)
 {
     if (q->share >= 1 || !q->stat[0])
         return 0;
-    char *t = read_text(q->stat);
-    uint64_t ns = t ? parse_cpu_throttled_ns(t) : 0;
+    char *t = sysmem_read_text(q->stat);
+    uint64_t ns = t ? profile_parse_cpu_throttled_ns(t) : 0;
     free(t);
     return ns;
 }
@@ -441,7 +349,7 @@ static double vector_work(void *ctx, int calls)
             j->kc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->k[e]);
             j->vc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->v[e]);
         }
-        kern_attention(j->c, j->att, j->q, 1, &pos, NULL, V_POS + 1, j->kc, j->vc, V_HEADS,
+        kern_attention(j->c, j->att, j->q, 1, &pos, NULL, V_POS + 1, 0, j->kc, j->vc, V_HEADS,
                        V_KV_HEADS, V_HEAD_DIM, (float)(1 / sqrt(V_HEAD_DIM)));
         kern_add(j->hidden, j->res, V_EMBD);
         kern_rmsnorm(j->x, j->hidden, j->norm, V_EMBD, 1e-5f);
@@ -685,7 +593,7 @@ static double stream_step(disk_test *d, void *state, char *err, size_t errlen)
     byte_range r = {base, base + q->region};
     double t0 = probe_now();
     evict(d, base, q->region);
-    pages_resident(d->map, d->size, &r, 1, &res, &tot);
+    pager_resident_pages(d->map, d->size, &r, 1, &res, &tot);
     d->untimed += probe_now() - t0;
     if (res * 8 > tot) {
         snprintf(err, errlen, "profile: %s stays in memory after eviction", d->path);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sched/profile.h"
+#include "util/sysmem.h"
 
 static const char *const os_names[] = {[OS_LINUX] = "linux", [OS_ANDROID] = "android",
                                        [OS_MACOS] = "macos"};
@@ -15,7 +16,8 @@ const char *os_class_name(enum os_class os)
     return os_names[os];
 }
 
-int os_class_from_name(const char *name)
+/* Parse "linux" / "android" / "macos"; -1 if unknown. */
+static int os_class_from_name(const char *name)
 {
     for (int i = 0; i < (int)(sizeof os_names / sizeof os_names[0]); i++)
         if (!strcmp(name, os_names[i]))
@@ -25,207 +27,12 @@ int os_class_from_name(const char *name)
 
 uint64_t profile_available(const dev_profile *p)
 {
-    uint64_t avail = p->mem_available;
-    if (p->cgroup_limit) {
-        uint64_t used = p->cgroup_usage > p->cgroup_reclaimable
-                            ? p->cgroup_usage - p->cgroup_reclaimable : 0;
-        uint64_t left = p->cgroup_limit > used ? p->cgroup_limit - used : 0;
-        if (left < avail)
-            avail = left;
-    }
-    return avail;
+    sysmem m = {.available = p->mem_available, .cgroup_limit = p->cgroup_limit,
+                .cgroup_usage = p->cgroup_usage, .cgroup_reclaimable = p->cgroup_reclaimable};
+    return sysmem_room(&m);
 }
 
-/* ---- /proc/meminfo ---- */
-
-/* The value of "Key:" in kB text as bytes; false when the key is absent or malformed. */
-static bool meminfo_field(const char *text, const char *key, uint64_t *bytes)
-{
-    size_t klen = strlen(key);
-    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-        if (strncmp(line, key, klen) || line[klen] != ':')
-            continue;
-        char *end;
-        unsigned long long v = strtoull(line + klen + 1, &end, 10);
-        if (end == line + klen + 1)
-            return false;
-        while (*end == ' ')
-            end++;
-        uint64_t unit = strncmp(end, "kB", 2) ? 1 : 1024;
-        *bytes = (uint64_t)v * unit;
-        return true;
-    }
-    return false;
-}
-
-int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen)
-{
-    memset(mi, 0, sizeof *mi);
-    uint64_t free_b = 0, cached = 0, buffers = 0, sreclaim = 0, shmem = 0;
-    if (!meminfo_field(text, "MemTotal", &mi->total) || !mi->total) {
-        snprintf(err, errlen, "/proc/meminfo: no MemTotal line");
-        return -1;
-    }
-    meminfo_field(text, "MemFree", &free_b);
-    meminfo_field(text, "Cached", &cached);
-    meminfo_field(text, "Buffers", &buffers);
-    meminfo_field(text, "SReclaimable", &sreclaim);
-    meminfo_field(text, "Shmem", &shmem);
-    meminfo_field(text, "SwapTotal", &mi->swap_total);
-    meminfo_field(text, "SwapFree", &mi->swap_free);
-    uint64_t page = cached + buffers + sreclaim;
-    mi->reclaimable = page > shmem ? page - shmem : 0;
-    if (!meminfo_field(text, "MemAvailable", &mi->available))
-        mi->available = free_b + mi->reclaimable;   /* kernels before 3.14 */
-    if (mi->available > mi->total)
-        mi->available = mi->total;
-    return 0;
-}
-
-/* ---- cgroups ---- */
-
-/* Copy line [p, end) into buf as a C string; false if it does not fit. */
-static bool copy_line(const char *p, const char *end, char *buf, size_t len)
-{
-    size_t n = (size_t)(end - p);
-    if (n + 1 > len)
-        return false;
-    memcpy(buf, p, n);
-    buf[n] = '\0';
-    return true;
-}
-
-/* Does the comma-separated list contain item? */
-static bool list_has(const char *list, const char *item)
-{
-    size_t n = strlen(item);
-    for (const char *p = list; p; p = strchr(p, ','), p = p ? p + 1 : NULL)
-        if (!strncmp(p, item, n) && (p[n] == ',' || p[n] == '\0'))
-            return true;
-    return false;
-}
-
-/* The cgroup path of the process for a v1 controller (version 1) or the unified hierarchy
- * (version 2), from /proc/self/cgroup. */
-static bool cgroup_path(const char *proc_cgroup, int version, const char *controller, char *path,
-                        size_t len)
-{
-    char line[1024];
-    for (const char *p = proc_cgroup; p && *p;) {
-        const char *end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p);
-        if (copy_line(p, end, line, sizeof line)) {
-            char *c1 = strchr(line, ':');
-            char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-            if (c2) {
-                *c2 = '\0';
-                /* v2: "0::PATH" (hierarchy 0, no controller list); v1: "N:memory:PATH" */
-                bool match = version == 2 ? !strcmp(line, "0:") : list_has(c1 + 1, controller);
-                if (match && strlen(c2 + 1) < len) {
-                    strcpy(path, c2 + 1);
-                    return true;
-                }
-            }
-        }
-        p = *end ? end + 1 : end;
-    }
-    return false;
-}
-
-/* Find the mount of a cgroup hierarchy in mountinfo: fstype "cgroup2" (version 2) or "cgroup"
- * with the controller in its super options (version 1). */
-static bool cgroup_mount(const char *mountinfo, int version, const char *controller, char *root,
-                         char *mnt, size_t len)
-{
-    char line[2048];
-    for (const char *p = mountinfo; p && *p;) {
-        const char *end = strchr(p, '\n');
-        if (!end)
-            end = p + strlen(p);
-        if (copy_line(p, end, line, sizeof line)) {
-            /* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
-            char *f[5], *save = NULL, *tok = strtok_r(line, " ", &save);
-            int nf = 0;
-            while (tok && nf < 5) {
-                f[nf++] = tok;
-                tok = strtok_r(NULL, " ", &save);
-            }
-            while (tok && strcmp(tok, "-"))
-                tok = strtok_r(NULL, " ", &save);
-            char *fstype = tok ? strtok_r(NULL, " ", &save) : NULL;
-            char *source = fstype ? strtok_r(NULL, " ", &save) : NULL;
-            char *super = source ? strtok_r(NULL, " ", &save) : NULL;
-            bool match = nf == 5 && fstype &&
-                         (version == 2 ? !strcmp(fstype, "cgroup2")
-                                       : !strcmp(fstype, "cgroup") && super && list_has(super, controller));
-            if (match && strlen(f[3]) < len && strlen(f[4]) < len) {
-                strcpy(root, f[3]);
-                strcpy(mnt, f[4]);
-                return true;
-            }
-        }
-        p = *end ? end + 1 : end;
-    }
-    return false;
-}
-
-int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *controller, char *dir,
-               size_t dirlen)
-{
-    char path[1024], root[1024], mnt[1024];
-    /* A controller on a v1 hierarchy takes precedence: on hybrid systems the unified hierarchy
-     * exists but does not have the controllers v1 holds. */
-    for (int version = 1; version <= 2; version++) {
-        if (!cgroup_path(proc_cgroup, version, controller, path, sizeof path) ||
-            !cgroup_mount(mountinfo, version, controller, root, mnt, sizeof mnt))
-            continue;
-        /* The mount shows the hierarchy from `root` down (a container sees its own subtree);
-         * a path outside it is not visible here. */
-        size_t rl = strlen(root);
-        const char *rest;
-        if (!strcmp(root, "/"))
-            rest = path;
-        else if (!strncmp(path, root, rl) && (path[rl] == '/' || path[rl] == '\0'))
-            rest = path + rl;
-        else
-            continue;
-        if (!strcmp(rest, "/"))
-            rest = "";
-        if ((size_t)snprintf(dir, dirlen, "%s%s", mnt, rest) >= dirlen)
-            return 0;
-        return version;
-    }
-    return 0;
-}
-
-uint64_t parse_cgroup_limit(const char *text)
-{
-    while (*text == ' ' || *text == '\n')
-        text++;
-    if (!strncmp(text, "max", 3))
-        return 0;
-    char *end;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || v >= (1ULL << 62))
-        return 0;
-    return (uint64_t)v;
-}
-
-/* A "key value" line of a cgroup stat file (memory.stat, cpu.stat); false if absent. */
-static bool stat_field(const char *text, const char *key, uint64_t *v)
-{
-    size_t klen = strlen(key);
-    for (const char *line = text; line && *line; line = strchr(line, '\n'), line = line ? line + 1 : NULL) {
-        if (!strncmp(line, key, klen) && line[klen] == ' ') {
-            *v = strtoull(line + klen + 1, NULL, 10);
-            return true;
-        }
-    }
-    return false;
-}
-
-double parse_cpu_quota(const char *quota, const char *period, double *period_s)
+double profile_parse_cpu_quota(const char *quota, const char *period, double *period_s)
 {
     char *end;
     double q = strtod(quota, &end);
@@ -241,32 +48,17 @@ double parse_cpu_quota(const char *quota, const char *period, double *period_s)
     return q / per;
 }
 
-uint64_t parse_cpu_throttled_ns(const char *cpu_stat)
+uint64_t profile_parse_cpu_throttled_ns(const char *cpu_stat)
 {
     uint64_t v;
-    if (stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */
+    if (sysmem_stat_field(cpu_stat, "throttled_usec", &v))   /* v2 */
         return v * 1000;
-    return stat_field(cpu_stat, "throttled_time", &v) ? v : 0;   /* v1, nanoseconds */
+    return sysmem_stat_field(cpu_stat, "throttled_time", &v) ? v : 0;   /* v1, nanoseconds */
 }
 
 double profile_quota_share(const dev_profile *p)
 {
     return p->cpu_quota > 0 && p->cpu_quota < p->threads ? p->cpu_quota / p->threads : 1;
-}
-
-void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs)
-{
-    uint64_t inact = 0, act = 0;
-    if (stat_field(memory_stat, "total_inactive_file", &inact))
-        stat_field(memory_stat, "total_active_file", &act);
-    else {
-        stat_field(memory_stat, "inactive_file", &inact);
-        stat_field(memory_stat, "active_file", &act);
-    }
-    cs->reclaimable = inact + act;
-    uint64_t lim = 0;
-    cs->hier_limit = stat_field(memory_stat, "hierarchical_memory_limit", &lim) && lim < (1ULL << 62)
-                         ? lim : 0;
 }
 
 /* ---- JSON ---- */
@@ -284,58 +76,98 @@ static cJSON *rates_to_json(const type_rate *r)
     return o;
 }
 
+/* Sizes and rates beyond these are not a real device: they catch corrupted or hostile input
+ * before it reaches the solver's arithmetic. */
+#define MAX_BYTES 1e15   /* 1 PB */
+#define MAX_RATE 1e16    /* weights or bytes per second */
+#define MAX_RTT 60.0     /* seconds */
+
+/* The profile's fields in file order, one table for writing and for reading with validation, so
+ * that the two cannot drift apart. */
+enum pkind { PK_NUM, PK_INT, PK_U64, PK_BOOL, PK_STR, PK_OS, PK_RATES };
+
+typedef struct pfield {
+    const char *sect;      /* the object holding it; NULL: the top level */
+    const char *key;
+    enum pkind kind;
+    size_t off, len;       /* the dev_profile member */
+    double max;            /* numbers: the largest value accepted */
+    /* Read only when the section has this key: fields added after profiles were first saved,
+     * which older ones lack (they stay 0). NULL: always there. */
+    const char *since;
+    bool with_quota;       /* written only when there is a CPU quota */
+} pfield;
+
+#define MEMBER(m) offsetof(dev_profile, m), sizeof(((dev_profile *)0)->m)
+
+static const pfield fields[] = {
+    {NULL, "name", PK_STR, MEMBER(name), 0, NULL, false},
+    {NULL, "os", PK_OS, MEMBER(os), 0, NULL, false},
+    {NULL, "noise", PK_NUM, MEMBER(noise), 1e6, NULL, false},
+    {"cpu", "cores", PK_INT, MEMBER(cores), 65536, NULL, false},
+    {"cpu", "threads", PK_INT, MEMBER(threads), 65536, NULL, false},
+    {"cpu", "quota", PK_NUM, MEMBER(cpu_quota), 65536, NULL, false},
+    /* saved since issue 15; before, the kernel's default (profile_from_json) */
+    {"cpu", "quota_period", PK_NUM, MEMBER(cpu_quota_period), 1, "quota_period", true},
+    {"cpu", "dispatch", PK_NUM, MEMBER(dispatch), MAX_RTT, NULL, false},
+    {"cpu", "vector", PK_NUM, MEMBER(vector), MAX_RATE, "vector", false},   /* since issue 15 */
+    {"cpu", "simd", PK_STR, MEMBER(simd), 0, NULL, false},
+    {"cpu", "types", PK_RATES, MEMBER(cpu), 0, NULL, false},
+    {"memory", "total", PK_U64, MEMBER(mem_total), MAX_BYTES, NULL, false},
+    {"memory", "available", PK_U64, MEMBER(mem_available), MAX_BYTES, NULL, false},
+    {"memory", "reclaimable", PK_U64, MEMBER(mem_reclaimable), MAX_BYTES, NULL, false},
+    {"memory", "swap_total", PK_U64, MEMBER(swap_total), MAX_BYTES, NULL, false},
+    {"memory", "swap_free", PK_U64, MEMBER(swap_free), MAX_BYTES, NULL, false},
+    {"memory", "cgroup_limit", PK_U64, MEMBER(cgroup_limit), MAX_BYTES, NULL, false},
+    {"memory", "cgroup_usage", PK_U64, MEMBER(cgroup_usage), MAX_BYTES, NULL, false},
+    {"memory", "cgroup_reclaimable", PK_U64, MEMBER(cgroup_reclaimable), MAX_BYTES, NULL, false},
+    {"memory", "bandwidth", PK_NUM, MEMBER(mem_bw), MAX_RATE, NULL, false},
+    {"disk", "sequential", PK_NUM, MEMBER(disk_seq), MAX_RATE, NULL, false},
+    {"disk", "random", PK_NUM, MEMBER(disk_rand), MAX_RATE, NULL, false},
+    {"disk", "method", PK_STR, MEMBER(disk_method), 0, NULL, false},
+    {"gpu", "present", PK_BOOL, MEMBER(gpu_present), 0, NULL, false},
+    {"gpu", "unified", PK_BOOL, MEMBER(gpu_unified), 0, NULL, false},
+    {"gpu", "name", PK_STR, MEMBER(gpu_name), 0, NULL, false},
+    {"gpu", "vram_total", PK_U64, MEMBER(vram_total), MAX_BYTES, NULL, false},
+    {"gpu", "vram_free", PK_U64, MEMBER(vram_free), MAX_BYTES, NULL, false},
+    {"gpu", "bandwidth", PK_NUM, MEMBER(gpu_bw), MAX_RATE, NULL, false},
+    /* measured since the GPU backend exists: profiles saved before it lack them */
+    {"gpu", "software", PK_BOOL, MEMBER(gpu_software), 0, "submit", false},
+    {"gpu", "upload", PK_NUM, MEMBER(gpu_upload), MAX_RATE, "submit", false},
+    {"gpu", "download", PK_NUM, MEMBER(gpu_download), MAX_RATE, "submit", false},
+    {"gpu", "submit", PK_NUM, MEMBER(gpu_submit), MAX_RTT, "submit", false},
+    /* measured since rings use GPUs */
+    {"gpu", "dispatch", PK_NUM, MEMBER(gpu_dispatch), MAX_RTT, "dispatch", false},
+    {"gpu", "types", PK_RATES, MEMBER(gpu), 0, NULL, false},
+    {"network", "rtt", PK_NUM, MEMBER(net_rtt), MAX_RTT, NULL, false},
+    {"network", "throughput", PK_NUM, MEMBER(net_bw), MAX_RATE, NULL, false},
+};
+
 cJSON *profile_to_json(const dev_profile *p)
 {
-    cJSON *j = cJSON_CreateObject();
+    cJSON *j = cJSON_CreateObject(), *o = j;
     cJSON_AddNumberToObject(j, "version", 1);
-    cJSON_AddStringToObject(j, "name", p->name);
-    cJSON_AddStringToObject(j, "os", os_class_name(p->os));
-    cJSON_AddNumberToObject(j, "noise", p->noise);
-
-    cJSON *cpu = cJSON_AddObjectToObject(j, "cpu");
-    cJSON_AddNumberToObject(cpu, "cores", p->cores);
-    cJSON_AddNumberToObject(cpu, "threads", p->threads);
-    cJSON_AddNumberToObject(cpu, "quota", p->cpu_quota);
-    if (p->cpu_quota > 0)
-        cJSON_AddNumberToObject(cpu, "quota_period", p->cpu_quota_period);
-    cJSON_AddNumberToObject(cpu, "dispatch", p->dispatch);
-    cJSON_AddNumberToObject(cpu, "vector", p->vector);
-    cJSON_AddStringToObject(cpu, "simd", p->simd);
-    cJSON_AddItemToObject(cpu, "types", rates_to_json(p->cpu));
-
-    cJSON *mem = cJSON_AddObjectToObject(j, "memory");
-    cJSON_AddNumberToObject(mem, "total", (double)p->mem_total);
-    cJSON_AddNumberToObject(mem, "available", (double)p->mem_available);
-    cJSON_AddNumberToObject(mem, "reclaimable", (double)p->mem_reclaimable);
-    cJSON_AddNumberToObject(mem, "swap_total", (double)p->swap_total);
-    cJSON_AddNumberToObject(mem, "swap_free", (double)p->swap_free);
-    cJSON_AddNumberToObject(mem, "cgroup_limit", (double)p->cgroup_limit);
-    cJSON_AddNumberToObject(mem, "cgroup_usage", (double)p->cgroup_usage);
-    cJSON_AddNumberToObject(mem, "cgroup_reclaimable", (double)p->cgroup_reclaimable);
-    cJSON_AddNumberToObject(mem, "bandwidth", p->mem_bw);
-
-    cJSON *disk = cJSON_AddObjectToObject(j, "disk");
-    cJSON_AddNumberToObject(disk, "sequential", p->disk_seq);
-    cJSON_AddNumberToObject(disk, "random", p->disk_rand);
-    cJSON_AddStringToObject(disk, "method", p->disk_method);
-
-    cJSON *gpu = cJSON_AddObjectToObject(j, "gpu");
-    cJSON_AddBoolToObject(gpu, "present", p->gpu_present);
-    cJSON_AddBoolToObject(gpu, "unified", p->gpu_unified);
-    cJSON_AddStringToObject(gpu, "name", p->gpu_name);
-    cJSON_AddNumberToObject(gpu, "vram_total", (double)p->vram_total);
-    cJSON_AddNumberToObject(gpu, "vram_free", (double)p->vram_free);
-    cJSON_AddNumberToObject(gpu, "bandwidth", p->gpu_bw);
-    cJSON_AddBoolToObject(gpu, "software", p->gpu_software);
-    cJSON_AddNumberToObject(gpu, "upload", p->gpu_upload);
-    cJSON_AddNumberToObject(gpu, "download", p->gpu_download);
-    cJSON_AddNumberToObject(gpu, "submit", p->gpu_submit);
-    cJSON_AddNumberToObject(gpu, "dispatch", p->gpu_dispatch);
-    cJSON_AddItemToObject(gpu, "types", rates_to_json(p->gpu));
-
-    cJSON *net = cJSON_AddObjectToObject(j, "network");
-    cJSON_AddNumberToObject(net, "rtt", p->net_rtt);
-    cJSON_AddNumberToObject(net, "throughput", p->net_bw);
+    const char *sect = NULL;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const pfield *f = &fields[i];
+        const void *v = (const char *)p + f->off;
+        if (f->sect && (!sect || strcmp(sect, f->sect)))
+            o = cJSON_AddObjectToObject(j, f->sect);
+        sect = f->sect;
+        if (f->with_quota && !(p->cpu_quota > 0))
+            continue;
+        switch (f->kind) {
+        case PK_NUM: cJSON_AddNumberToObject(o, f->key, *(const double *)v); break;
+        case PK_INT: cJSON_AddNumberToObject(o, f->key, *(const int *)v); break;
+        case PK_U64: cJSON_AddNumberToObject(o, f->key, (double)*(const uint64_t *)v); break;
+        case PK_BOOL: cJSON_AddBoolToObject(o, f->key, *(const bool *)v); break;
+        case PK_STR: cJSON_AddStringToObject(o, f->key, v); break;
+        case PK_OS:
+            cJSON_AddStringToObject(o, f->key, os_class_name(*(const enum os_class *)v));
+            break;
+        case PK_RATES: cJSON_AddItemToObject(o, f->key, rates_to_json(v)); break;
+        }
+    }
     return j;
 }
 
@@ -399,12 +231,6 @@ static bool jr_bool(jreader *r, const cJSON *o, const char *sect, const char *ke
     return cJSON_IsTrue(v);
 }
 
-/* Sizes and rates beyond these are not a real device: they catch corrupted or hostile input
- * before it reaches the solver's arithmetic. */
-#define MAX_BYTES 1e15   /* 1 PB */
-#define MAX_RATE 1e16    /* weights or bytes per second */
-#define MAX_RTT 60.0     /* seconds */
-
 static void jr_rates(jreader *r, const cJSON *o, const char *sect, type_rate *rates)
 {
     const cJSON *types = o ? cJSON_GetObjectItemCaseSensitive(o, "types") : NULL;
@@ -442,68 +268,41 @@ int profile_from_json(const cJSON *j, dev_profile *p, const char *what, char *er
         snprintf(err, errlen, "%s: \"version\" must be 1 (a prima device profile)", what);
         return -1;
     }
-    jr_str(&r, j, "profile", "name", p->name, sizeof p->name);
-    char os[16] = "";
-    jr_str(&r, j, "profile", "os", os, sizeof os);
-    int osc = os_class_from_name(os);
-    if (!r.failed && osc < 0) {
-        snprintf(err, errlen, "%s: os \"%s\" is not linux, android or macos", what, os);
-        return -1;
+    const cJSON *o = j;
+    const char *sect = NULL;
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        const pfield *f = &fields[i];
+        void *v = (char *)p + f->off;
+        if (f->sect && (!sect || strcmp(sect, f->sect)))
+            o = jr_obj(&r, j, f->sect);
+        sect = f->sect;
+        const char *name = sect ? sect : "profile";
+        if (f->since && !(o && cJSON_GetObjectItemCaseSensitive(o, f->since)))
+            continue;
+        switch (f->kind) {
+        case PK_NUM: *(double *)v = jr_num(&r, o, name, f->key, f->max); break;
+        case PK_INT: *(int *)v = (int)jr_num(&r, o, name, f->key, f->max); break;
+        case PK_U64: *(uint64_t *)v = (uint64_t)jr_num(&r, o, name, f->key, f->max); break;
+        case PK_BOOL: *(bool *)v = jr_bool(&r, o, name, f->key); break;
+        case PK_STR: jr_str(&r, o, name, f->key, v, f->len); break;
+        case PK_RATES: jr_rates(&r, o, name, v); break;
+        case PK_OS: {
+            char os[16] = "";
+            jr_str(&r, o, name, f->key, os, sizeof os);
+            int osc = os_class_from_name(os);
+            if (!r.failed && osc < 0) {
+                snprintf(err, errlen, "%s: os \"%s\" is not linux, android or macos", what, os);
+                return -1;
+            }
+            *(enum os_class *)v = osc < 0 ? OS_LINUX : (enum os_class)osc;
+            break;
+        }
+        }
     }
-    p->os = osc < 0 ? OS_LINUX : (enum os_class)osc;
-    p->noise = jr_num(&r, j, "profile", "noise", 1e6);
-
-    const cJSON *cpu = jr_obj(&r, j, "cpu");
-    p->cores = (int)jr_num(&r, cpu, "cpu", "cores", 65536);
-    p->threads = (int)jr_num(&r, cpu, "cpu", "threads", 65536);
-    p->cpu_quota = jr_num(&r, cpu, "cpu", "quota", 65536);
-    /* saved since issue 15; before, the kernel's default */
-    bool has_period = cpu && cJSON_GetObjectItemCaseSensitive(cpu, "quota_period");
-    p->cpu_quota_period = has_period ? jr_num(&r, cpu, "cpu", "quota_period", 1) :
-                          p->cpu_quota > 0 ? CFS_DEFAULT_PERIOD : 0;
-    p->dispatch = jr_num(&r, cpu, "cpu", "dispatch", MAX_RTT);
-    if (cpu && cJSON_GetObjectItemCaseSensitive(cpu, "vector"))   /* measured since issue 15 */
-        p->vector = jr_num(&r, cpu, "cpu", "vector", MAX_RATE);
-    jr_str(&r, cpu, "cpu", "simd", p->simd, sizeof p->simd);
-    jr_rates(&r, cpu, "cpu", p->cpu);
-
-    const cJSON *mem = jr_obj(&r, j, "memory");
-    p->mem_total = (uint64_t)jr_num(&r, mem, "memory", "total", MAX_BYTES);
-    p->mem_available = (uint64_t)jr_num(&r, mem, "memory", "available", MAX_BYTES);
-    p->mem_reclaimable = (uint64_t)jr_num(&r, mem, "memory", "reclaimable", MAX_BYTES);
-    p->swap_total = (uint64_t)jr_num(&r, mem, "memory", "swap_total", MAX_BYTES);
-    p->swap_free = (uint64_t)jr_num(&r, mem, "memory", "swap_free", MAX_BYTES);
-    p->cgroup_limit = (uint64_t)jr_num(&r, mem, "memory", "cgroup_limit", MAX_BYTES);
-    p->cgroup_usage = (uint64_t)jr_num(&r, mem, "memory", "cgroup_usage", MAX_BYTES);
-    p->cgroup_reclaimable = (uint64_t)jr_num(&r, mem, "memory", "cgroup_reclaimable", MAX_BYTES);
-    p->mem_bw = jr_num(&r, mem, "memory", "bandwidth", MAX_RATE);
-
-    const cJSON *disk = jr_obj(&r, j, "disk");
-    p->disk_seq = jr_num(&r, disk, "disk", "sequential", MAX_RATE);
-    p->disk_rand = jr_num(&r, disk, "disk", "random", MAX_RATE);
-    jr_str(&r, disk, "disk", "method", p->disk_method, sizeof p->disk_method);
-
-    const cJSON *gpu = jr_obj(&r, j, "gpu");
-    p->gpu_present = jr_bool(&r, gpu, "gpu", "present");
-    p->gpu_unified = jr_bool(&r, gpu, "gpu", "unified");
-    jr_str(&r, gpu, "gpu", "name", p->gpu_name, sizeof p->gpu_name);
-    p->vram_total = (uint64_t)jr_num(&r, gpu, "gpu", "vram_total", MAX_BYTES);
-    p->vram_free = (uint64_t)jr_num(&r, gpu, "gpu", "vram_free", MAX_BYTES);
-    p->gpu_bw = jr_num(&r, gpu, "gpu", "bandwidth", MAX_RATE);
-    /* measured since the GPU backend exists: profiles saved before it lack them (0) */
-    if (gpu && cJSON_GetObjectItemCaseSensitive(gpu, "submit")) {
-        p->gpu_software = jr_bool(&r, gpu, "gpu", "software");
-        p->gpu_upload = jr_num(&r, gpu, "gpu", "upload", MAX_RATE);
-        p->gpu_download = jr_num(&r, gpu, "gpu", "download", MAX_RATE);
-        p->gpu_submit = jr_num(&r, gpu, "gpu", "submit", MAX_RTT);
-    }
-    if (gpu && cJSON_GetObjectItemCaseSensitive(gpu, "dispatch"))   /* measured since rings use GPUs */
-        p->gpu_dispatch = jr_num(&r, gpu, "gpu", "dispatch", MAX_RTT);
-    jr_rates(&r, gpu, "gpu", p->gpu);
-
-    const cJSON *net = jr_obj(&r, j, "network");
-    p->net_rtt = jr_num(&r, net, "network", "rtt", MAX_RTT);
-    p->net_bw = jr_num(&r, net, "network", "throughput", MAX_RATE);
+    /* a quota saved before its period was: the kernel's default period */
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(j, "cpu");
+    if (p->cpu_quota > 0 && !(cpu && cJSON_GetObjectItemCaseSensitive(cpu, "quota_period")))
+        p->cpu_quota_period = CFS_DEFAULT_PERIOD;
 
     if (!r.failed && p->mem_total == 0) {
         snprintf(err, errlen, "%s: memory.total is 0", what);

@@ -78,54 +78,25 @@ typedef struct dev_profile {
 } dev_profile;
 
 const char *os_class_name(enum os_class os);
-/* Parse "linux" / "android" / "macos"; -1 if unknown. */
-int os_class_from_name(const char *name);
 
-/* Memory this device can give to inference before the memory-pressure cap: MemAvailable, or
- * what the cgroup has left (limit - usage + its reclaimable page cache) when that is lower. */
+/* Memory this device can give to inference before the memory-pressure cap, by the rule of
+ * util/sysmem.h (sysmem_room): MemAvailable, or what the cgroup has left (limit - usage + its
+ * reclaimable page cache) when that is lower. */
 uint64_t profile_available(const dev_profile *p);
 
-/* ---- parsing recorded system files ---- */
-
-typedef struct meminfo {
-    uint64_t total, available, reclaimable, swap_total, swap_free;
-} meminfo;
-
-/* /proc/meminfo. Needs MemTotal; MemAvailable is estimated (free + reclaimable) on kernels that
- * lack it. reclaimable = Cached + Buffers + SReclaimable - Shmem. Returns 0 or -1 (err set). */
-int parse_meminfo(const char *text, meminfo *mi, char *err, size_t errlen);
-
-/* The process's cgroup for a controller ("memory", "cpu"): where its files are, from
- * /proc/self/cgroup and /proc/self/mountinfo. Writes the directory (the v1 hierarchy holding the
- * controller, else the v2 unified one) into dir and returns 1 or 2 for the version, 0 if none is
- * mounted where this process can see it. */
-int cgroup_dir(const char *proc_cgroup, const char *mountinfo, const char *controller, char *dir,
-               size_t dirlen);
+/* ---- parsing recorded cgroup files (the memory ones: util/sysmem.h) ---- */
 
 /* CPUs a CFS quota allows: v2 cpu.max ("QUOTA PERIOD", period NULL) or v1 cpu.cfs_quota_us and
  * cpu.cfs_period_us. 0 = no quota ("max", -1). With a quota, *period_s (when not NULL) is
  * the period in seconds. */
-double parse_cpu_quota(const char *quota, const char *period, double *period_s);
+double profile_parse_cpu_quota(const char *quota, const char *period, double *period_s);
 #define CFS_DEFAULT_PERIOD 0.1   /* seconds: the kernel's default cpu.cfs_period_us */
 /* Nanoseconds a cgroup's CPU quota has throttled it, from its cpu.stat (v2 throttled_usec, v1
  * throttled_time); 0 when the file says neither. */
-uint64_t parse_cpu_throttled_ns(const char *cpu_stat);
+uint64_t profile_parse_cpu_throttled_ns(const char *cpu_stat);
 /* The share of its threads' time a CPU quota grants the profiled device (quota / threads when
  * the quota is the smaller, else 1): its CPU rates are the unthrottled ones times this share. */
 double profile_quota_share(const dev_profile *p);
-
-/* A limit file: "max" (v2) or a number; values at or above 2^62 (v1's "unlimited") mean none.
- * Returns the limit, or 0 for none or unreadable text. */
-uint64_t parse_cgroup_limit(const char *text);
-typedef struct cgroup_stat {
-    uint64_t reclaimable;   /* page cache the kernel may drop */
-    uint64_t hier_limit;    /* v1: the lowest limit of the cgroup and its ancestors; 0 = none */
-} cgroup_stat;
-
-/* memory.stat: reclaimable = v2 "inactive_file" + "active_file", v1 the hierarchical
- * "total_inactive_file" + "total_active_file" (else the local ones); v1's
- * "hierarchical_memory_limit" covers ancestors the mount may not show. */
-void parse_cgroup_stat(const char *memory_stat, cgroup_stat *cs);
 
 /* ---- JSON ---- */
 

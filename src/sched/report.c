@@ -1,9 +1,45 @@
 /* report.c — printing Halda's plan. */
+#include <stddef.h>
+#include <stdint.h>
+
 #include "sched/report.h"
 
 #define MIB (1024.0 * 1024.0)
 #define GIB (1024.0 * MIB)
 #define MS 1e3
+
+/* The terms of a predicted time per token, once for the text and the JSON: the ring's (in
+ * cost_result) and each device's (in dev_result); NONE where one of them lacks the term. */
+#define NONE SIZE_MAX
+static const struct term {
+    const char *name;
+    size_t ring, dev;
+} terms[] = {
+    {"compute", offsetof(cost_result, t_compute), offsetof(dev_result, t_compute)},
+    {"memory", offsetof(cost_result, t_memory), offsetof(dev_result, t_memory)},
+    {"gpu", offsetof(cost_result, t_gpu), offsetof(dev_result, t_gpu)},
+    {"disk", offsetof(cost_result, t_disk), offsetof(dev_result, t_disk)},
+    {"network", offsetof(cost_result, t_net), offsetof(dev_result, t_net)},
+    {"head", offsetof(cost_result, t_head), NONE},
+    {"wait", NONE, offsetof(dev_result, t_wait)},
+};
+#define N_TERMS (sizeof terms / sizeof terms[0])
+
+static double term_at(const void *result, size_t off)
+{
+    return *(const double *)((const char *)result + off);
+}
+
+/* The terms of result (a cost_result, or with dev a dev_result) as a new object parent[key]. */
+static void terms_json(cJSON *parent, const char *key, const void *result, bool dev)
+{
+    cJSON *o = cJSON_AddObjectToObject(parent, key);
+    for (size_t i = 0; i < N_TERMS; i++) {
+        size_t off = dev ? terms[i].dev : terms[i].ring;
+        if (off != NONE)
+            cJSON_AddNumberToObject(o, terms[i].name, term_at(result, off));
+    }
+}
 
 void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int n_dev,
                       const sched_model *sm)
@@ -37,9 +73,14 @@ void plan_report_text(FILE *out, const halda_result *r, const dev_cost *dc, int 
                     dc[m].name, c->dev[m].gpu_layers, c->dev[m].gpu_layers != 1 ? "s" : "",
                     c->dev[m].vram / GIB, dc[m].vram / GIB,
                     dc[m].unified ? " (unified memory: the same RAM)" : "");
-    fprintf(out, "  TPOT terms: compute %.1f ms, memory %.1f ms, gpu %.1f ms, disk %.1f ms, "
-            "network %.1f ms, head %.1f ms\n", c->t_compute * MS, c->t_memory * MS, c->t_gpu * MS,
-            c->t_disk * MS, c->t_net * MS, c->t_head * MS);
+    fprintf(out, "  TPOT terms:");
+    const char *sep = " ";
+    for (size_t i = 0; i < N_TERMS; i++)
+        if (terms[i].ring != NONE) {
+            fprintf(out, "%s%s %.1f ms", sep, terms[i].name, term_at(c, terms[i].ring) * MS);
+            sep = ", ";
+        }
+    fputc('\n', out);
     for (int m = 0; m < n_dev; m++)
         if (c->dev[m].burst)
             fprintf(out, "  %s: at full speed, its work within its CPU quota (%.2f of its threads "
@@ -85,13 +126,7 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
     cJSON_AddNumberToObject(j, "k", r->plan.k);
     cJSON_AddBoolToObject(j, "fits", r->fits);
     cJSON_AddNumberToObject(j, "tpot", c->tpot);
-    cJSON *t = cJSON_AddObjectToObject(j, "terms");
-    cJSON_AddNumberToObject(t, "compute", c->t_compute);
-    cJSON_AddNumberToObject(t, "memory", c->t_memory);
-    cJSON_AddNumberToObject(t, "gpu", c->t_gpu);
-    cJSON_AddNumberToObject(t, "disk", c->t_disk);
-    cJSON_AddNumberToObject(t, "network", c->t_net);
-    cJSON_AddNumberToObject(t, "head", c->t_head);
+    terms_json(j, "terms", c, false);
     cJSON *devs = cJSON_AddArrayToObject(j, "devices");
     for (int m = 0; m < n_dev; m++) {
         const dev_result *d = &c->dev[m];
@@ -111,13 +146,7 @@ cJSON *plan_report_json(const halda_result *r, const dev_cost *dc, int n_dev, co
         cJSON_AddNumberToObject(o, "budget_bytes", d->budget);
         cJSON_AddNumberToObject(o, "resident_layers", d->resident_layers);
         cJSON_AddNumberToObject(o, "disk_bytes_per_token", d->disk_bytes);
-        cJSON *tt = cJSON_AddObjectToObject(o, "time");
-        cJSON_AddNumberToObject(tt, "compute", d->t_compute);
-        cJSON_AddNumberToObject(tt, "memory", d->t_memory);
-        cJSON_AddNumberToObject(tt, "gpu", d->t_gpu);
-        cJSON_AddNumberToObject(tt, "disk", d->t_disk);
-        cJSON_AddNumberToObject(tt, "network", d->t_net);
-        cJSON_AddNumberToObject(tt, "wait", d->t_wait);
+        terms_json(o, "time", d, true);
         if (r->left_out[m][0])
             cJSON_AddStringToObject(o, "left_out", r->left_out[m]);
         cJSON_AddItemToArray(devs, o);

@@ -37,17 +37,31 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->n_embd = hp->n_embd;
     sm->n_vocab = hp->n_vocab;
     double bytes = 0;
+    double kv_rows = 0, kv_keys = 0;
     for (int il = 0; il < hp->n_layer; il++) {
-        const layer_weights *lw = &m->layers[il];
-        const gguf_tensor *mats[] = {lw->wq, lw->wk, lw->wv, lw->wo, lw->ffn_gate, lw->ffn_up,
-                                     lw->ffn_down};
-        /* one matrix product per matrix (engine.c); the attention's job is in layer_vector */
+        const model_layer *L = &m->layers[il];
+        /* one matrix product per LOP_MATMUL of its program (engine.c); the attention's job is
+         * in layer_vector */
         int calls = 0;
-        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++) {
-            sm->layer_params[mats[i]->type] += tensor_params(mats[i]) / hp->n_layer;
-            calls += kern_matmul_jobs(mats[i]->type);
+        for (int i = 0; i < L->prog.n_op; i++) {
+            const layer_op *op = &L->prog.op[i];
+            if (op->kind != LOP_MATMUL && op->kind != LOP_MOE)
+                continue;
+            const gguf_tensor *w = L->t[op->w];
+            sm->layer_params[w->type] += tensor_params(w) / hp->n_layer;
+            calls += kern_matmul_jobs(w->type);
+            /* experts: a token computes its k of them, a product each for gate, up, down */
+            for (int x = 1; op->kind == LOP_MOE && x <= 3; x++) {
+                const gguf_tensor *ex = L->t[op->w + x];
+                sm->layer_params[ex->type] += tensor_params(ex) * hp->n_expert_used /
+                                              hp->n_expert / hp->n_layer;
+                calls += hp->n_expert_used * kern_matmul_jobs(ex->type);
+            }
         }
         sm->layer_calls += (double)calls / hp->n_layer;
+        /* a sliding layer keeps (and a token reads) only its window */
+        kv_rows += model_kv_rows(m, il, n_ctx, max_batch);
+        kv_keys += L->prog.window && L->prog.window < n_ctx / 2 ? L->prog.window : n_ctx / 2.0;
         sm->layer_size[il] = (double)model_layer_bytes(m, il);
         bytes += sm->layer_size[il];
     }
@@ -55,11 +69,12 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
                                            hp->n_head_kv * hp->head_dim);
 
-    /* F16 K and V for every position of every sequence; a decoded token reads, on average,
-     * half of its own sequence's full cache */
+    /* F16 K and V for every position of every sequence (a sliding layer's window and batch);
+     * a decoded token reads, on average, half of its own sequence's full cache or its window
+     * (the means over the layers) */
     double kv_row = (double)hp->n_head_kv * hp->head_dim;
-    sm->kv_read = 2.0 * 2.0 * kv_row * n_ctx / 2;
-    sm->kv_bytes = 2.0 * 2.0 * kv_row * n_ctx * n_seq;
+    sm->kv_read = 2.0 * 2.0 * kv_row * kv_keys / hp->n_layer;
+    sm->kv_bytes = 2.0 * 2.0 * kv_row * kv_rows / hp->n_layer * n_seq;
 
     sm->out_type = m->output->type;
     sm->out_calls = kern_matmul_jobs(sm->out_type);
@@ -68,13 +83,17 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->embd_row_bytes = (double)m->tok_embd->nbytes / (double)m->tok_embd->ne[1];
     sm->hop_bytes = (double)act_bytes * hp->n_embd + HOP_OVERHEAD_BYTES;
 
-    /* engine scratch (x, q, k, v, attention out, gate, up per batch row, F32) and the
+    /* engine scratch (the buffers its layers use per batch row, F32, model_buffers) and the
      * activations quantized for integer dot products (about a byte per value): a decoded token
      * uses a row per sequence, and the engine hands the rest of a prompt's batch back after it
      * (engine.c), so only those rows count; what a prompt borrows for its batch comes from the
      * page cache and returns to it. The batch's hidden states and frames stay at the widest. */
-    double q_dim = (double)hp->n_head * hp->head_dim;
-    double row = 4.0 * (hp->n_embd + 2 * q_dim + 2 * kv_row + 2.0 * hp->n_ff);
+    const lop_dims dims = {hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff};
+    const uint32_t used = model_buffers(m);
+    double row = 4.0 * hp->n_expert;   /* a row's router scores */
+    for (int b = LB_X; b < LB_COUNT; b++)
+        if (used & (1u << b))
+            row += 4.0 * (double)lop_width(&dims, b);
     double quant = 1.1 * (hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd);
     double hidden = 4.0 * hp->n_embd;
     /* The process itself (code, libraries, metadata, tokenizer) is not counted: the memory

@@ -2,18 +2,18 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cluster/logline.h"
-#include "cluster/proto.h"
 #include "cluster/stats.h"
 #include "sched/halda.h"
 #include "sched/measure.h"
 #include "sched/report.h"
 #include "sched/shape.h"
 #include "sched/startup.h"
+#include "util/logline.h"
 
 /* Link probes: a tiny payload for the delay, and a batch's worth of decode hops (bounded by the
  * protocol) for the throughput; the median of PROBE_REPS round trips each. */
@@ -37,8 +37,8 @@ static void say(const sched_planner *sp, const char *fmt, ...)
 static int probe_link(ring *r, int d, double hop_bytes, double *rtt, double *bw)
 {
     size_t big = (size_t)(hop_bytes * PROBE_HOPS);
-    if (big > PROTO_PROBE_MAX)
-        big = PROTO_PROBE_MAX;
+    if (big > RING_PROBE_MAX)
+        big = RING_PROBE_MAX;
     double t_small, t_big;
     if (ring_probe(r, d, PROBE_SMALL, PROBE_REPS, &t_small) ||
         ring_probe(r, d, big, PROBE_REPS, &t_big))
@@ -59,8 +59,8 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
     if (cache) {
         FILE *f = fopen(cache, "rb");
         if (f) {
-            char *text = malloc(PROTO_SMALL_MAX + 1);
-            size_t n = text ? fread(text, 1, PROTO_SMALL_MAX, f) : 0;
+            char *text = malloc(RING_PROFILE_MAX + 1);
+            size_t n = text ? fread(text, 1, RING_PROFILE_MAX, f) : 0;
             fclose(f);
             if (!text) {
                 snprintf(err, errlen, "out of memory");
@@ -144,7 +144,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     dev_profile *prof = calloc((size_t)n, sizeof *prof);
     dev_cost *dc = calloc((size_t)n, sizeof *dc);
     halda_result *hr = calloc(1, sizeof *hr);
-    char *json = malloc(PROTO_SMALL_MAX);
+    char *json = malloc(RING_PROFILE_MAX);
     double rtt[PRIMA_MAX_DEVICES] = {0}, bw[PRIMA_MAX_DEVICES] = {0};
     int rc = -1;
     if (!prof || !dc || !hr || !json) {
@@ -179,7 +179,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
             continue;
         }
         say(sp, "scheduler: profiling device %d", d);
-        if (ring_worker_profile(r, d, q->worker_threads, json, PROTO_SMALL_MAX)) {
+        if (ring_worker_profile(r, d, q->worker_threads, json, RING_PROFILE_MAX)) {
             snprintf(err, errlen, "%s", ring_error(r));
             goto done;
         }
@@ -299,6 +299,10 @@ int sched_profiler_serve(void *ctx, int threads, char *json, size_t cap, char *e
         cap_vram(&sp->p, &sp->gpu);
         sp->measured = true;
         sp->threads = threads;
+        /* The probes' buffers are freed, but the allocator keeps their pages (in the arenas of
+         * the threads that used them, and below a threshold that their size raised): 90 MB and
+         * more would stay resident in a worker that has all its memory to give to weights. */
+        malloc_trim(0);
     } else if (profile_memory(&sp->p, err, errlen)) {
         return -1;
     }

@@ -3,6 +3,7 @@
 #ifndef PRIMA_SRV_INTERNAL_H
 #define PRIMA_SRV_INTERNAL_H
 
+#include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -32,7 +33,9 @@ struct srv_job {
     cJSON *lp;                    /* log-probabilities not yet sent, in the endpoint's format */
 };
 
-/* openai.c; the job is locked. */
+/* openai.c. Length of the valid UTF-8 sequence (RFC 3629) at s (at most n bytes), or 0. */
+size_t srv_utf8_seq(const unsigned char *s, size_t n);
+/* The job is locked. */
 void srv_sse_begin(srv_job *j);
 void srv_sse_text(srv_job *j, const char *text, size_t len);
 void srv_sse_end(srv_job *j);
@@ -40,6 +43,39 @@ void srv_logprob_add(srv_job *j, const srv_token_prob *tok, const srv_token_prob
 cJSON *srv_answer_json(srv_job *j);
 cJSON *srv_error_json(int status, const char *param, const char *message);
 cJSON *srv_models_json(const char *model_id);
+
+/* guard.c: which requests a browser may make (see there). */
+/* The path of a request target, past an absolute form's "http://authority" (RFC 9112 3.2.2),
+ * whose authority goes to authority (else ""). */
+const char *srv_origin_form(const char *url, char *authority, size_t cap);
+/* Whether a request naming this authority (its Host) is for this server. */
+bool srv_host_allowed(const srv_config *c, const char *authority);
+enum srv_origin { SRV_ORIGIN_SAME, SRV_ORIGIN_ALLOWED, SRV_ORIGIN_REFUSED };
+/* A request's Origin header (NULL: none) against the server's own (host: its Host). */
+enum srv_origin srv_origin_check(const srv_config *c, const char *origin, const char *host);
+/* Whether a Content-Type is application/json (parameters allowed). */
+bool srv_json_type(const char *content_type);
+
+/* conns.c: the accept loop, the count of open connections and the request deadline. */
+typedef struct srv_conns srv_conns;
+/* Listen on host:port; limit + spare connections are let in, the others reset at once. A request
+ * must arrive whole within request_ms of its connection's start or of the previous answer. */
+srv_conns *srv_conns_listen(const char *host, int port, int limit, int spare, int request_ms,
+                            char *err, size_t errlen);
+/* Start accepting into d (started with MHD_USE_NO_LISTEN_SOCKET and srv_conns_notify). */
+int srv_conns_run(srv_conns *cs, struct MHD_Daemon *d, char *err, size_t errlen);
+int srv_conns_port(const srv_conns *cs);
+/* The connections open when c came (not counting c). */
+unsigned srv_conns_open_before(srv_conns *cs, struct MHD_Connection *c);
+/* Stop accepting (before the daemon stops); free (after). */
+void srv_conns_stop(srv_conns *cs);
+void srv_conns_free(srv_conns *cs);
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback, cls the srv_conns. */
+void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code);
+/* The connection's request deadline: armed (an answer is done: the next request's starts) or
+ * not (a request arrived whole and is being answered). */
+void srv_conns_deadline(srv_conns *cs, struct MHD_Connection *c, bool arm);
 
 /* metrics.c */
 #define SRV_HIST_BUCKETS 12

@@ -6,16 +6,19 @@
 
 #include "server/internal.h"
 
-/* Length of the valid UTF-8 sequence at s (at most n bytes), or 0 if it is not one. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
+size_t srv_utf8_seq(const unsigned char *s, size_t n)
 {
-    size_t len = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-                 : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    if (!len || len > n || (len == 2 && s[0] < 0xC2))
+    size_t len = s[0] < 0x80 ? 1 : s[0] >= 0xC2 && s[0] <= 0xDF ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
+                 : s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : 0;
+    if (!len || len > n)
         return 0;
     for (size_t i = 1; i < len; i++)
         if ((s[i] & 0xC0) != 0x80)
             return 0;
+    /* RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF */
+    if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] > 0x9F) ||
+        (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] > 0x8F))
+        return 0;
     return len;
 }
 
@@ -51,7 +54,7 @@ static char *utf8_clean(const char *p, size_t n, size_t *len)
         return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)p + i, n - i);
+        size_t k = srv_utf8_seq((const unsigned char *)p + i, n - i);
         if (k) {
             memcpy(out + o, p + i, k);
             o += k;

@@ -1,3 +1,5 @@
+/* request.c — parsing and checking an OpenAI-style request body (request.h), refusing anything
+ * of the wrong type or out of range with a message that names the field. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -5,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/internal.h"
 #include "server/request.h"
 
 static int refuse(srv_refusal *why, const char *param, const char *fmt, ...)
@@ -283,6 +286,34 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
                : 0;
 }
 
+/* The body is UTF-8 with no NUL, raw or as \u0000 in a string: cJSON's strings are C strings,
+ * which would cut a prompt at its NUL without a word, and a prompt of invalid UTF-8 would reach
+ * the tokenizer as bytes no client meant. */
+static int check_text(const char *body, size_t len, srv_refusal *why)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len;) {
+        unsigned char ch = (unsigned char)body[i];
+        if (!ch)
+            return refuse(why, NULL, "the body holds a NUL byte (at byte %zu)", i);
+        size_t k = srv_utf8_seq((const unsigned char *)body + i, len - i);
+        if (!k)
+            return refuse(why, NULL, "the body is not valid UTF-8 (at byte %zu)", i);
+        if (ch == '"') {
+            in_string = !in_string;
+        } else if (ch == '\\' && in_string && i + 1 < len) {
+            if (len - i >= 6 && !memcmp(body + i + 1, "u0000", 5))
+                return refuse(why, NULL, "a string holds \\u0000 (at byte %zu): NUL characters "
+                              "are not accepted", i);
+            /* an escape's second character is ASCII in JSON; anything else cJSON refuses */
+            if ((unsigned char)body[i + 1] < 0x80)
+                k = 2;
+        }
+        i += k;
+    }
+    return 0;
+}
+
 int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
                       const sampler_params *defaults, srv_refusal *why)
 {
@@ -290,6 +321,8 @@ int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, 
     r->kind = kind;
     r->max_tokens = -1;
     r->sp = *defaults;
+    if (check_text(body, len, why))
+        return -1;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {

@@ -17,15 +17,17 @@
 
 /* How often a waiting connection thread looks whether its client is still there. */
 #define POLL_MS 20
-/* Connections beyond max_connections that libmicrohttpd still accepts, to answer them 503 (it
- * closes any connection past its own limit unanswered, which clients see as a reset). */
+/* Connections beyond max_connections that are still let in, to answer them 503; the accept
+ * loop resets any past these at once (conns.c). */
 #define SPARE_CONNECTIONS 32
+/* srv_config.request_s when not given */
+#define REQUEST_S 10
 
 struct srv {
     srv_config c;
     srv_engine e;
     struct MHD_Daemon *d;
-    int port;
+    srv_conns *conns;
     pthread_t engine_thread;
     bool engine_started;
     pthread_mutex_t mu;          /* the queue, running, stopping */
@@ -212,6 +214,12 @@ static void *engine_main(void *arg)
 enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER,
              R_TEMPLATE };
 
+/* The routes that take a JSON body (the others are GETs). */
+static bool posts_json(enum route r)
+{
+    return r == R_CHAT || r == R_COMPLETION || r == R_TEMPLATE;
+}
+
 typedef struct conn_ctx {
     enum route route;
     strbuf body;
@@ -219,22 +227,44 @@ typedef struct conn_ctx {
     srv_job *job;
 } conn_ctx;
 
-static enum MHD_Result respond(struct MHD_Connection *c, int status, const char *type,
-                               char *body, size_t len)
+/* The CORS headers of an answer to an allowed cross-origin request. */
+static void cors_headers(const srv *s, struct MHD_Connection *c, struct MHD_Response *r)
+{
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (s->c.cors_origins)   /* the answer depends on the Origin: caches must keep them apart */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ORIGIN);
+    if (srv_origin_check(&s->c, origin, host) == SRV_ORIGIN_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+}
+
+/* Queue r as the answer, with the CORS headers, and let go of it. */
+static enum MHD_Result queue(const srv *s, struct MHD_Connection *c, int status,
+                            struct MHD_Response *r)
+{
+    cors_headers(s, c, r);
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result respond(const srv *s, struct MHD_Connection *c, int status,
+                               const char *type, char *body, size_t len)
 {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(body);
         return MHD_NO;
     }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (type)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (status == 429 || status == 503)
         MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (status == 503) /* overloaded or not ready: free the connection for others */
+    /* 503: overloaded or not ready: free the connection for others. 400: the request may be
+     * one whose end is in doubt (Content-Length and Transfer-Encoding both): read no more. */
+    if (status == 503 || status == 400)
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return rc;
+    return queue(s, c, status, r);
 }
 
 static enum MHD_Result respond_json(srv *s, struct MHD_Connection *c, int status, cJSON *obj)
@@ -244,7 +274,7 @@ static enum MHD_Result respond_json(srv *s, struct MHD_Connection *c, int status
     srv_metrics_status(&s->metrics, status);
     if (!text)
         return MHD_NO;
-    return respond(c, status, "application/json", text, strlen(text));
+    return respond(s, c, status, "application/json", text, strlen(text));
 }
 
 static enum MHD_Result respond_error(srv *s, struct MHD_Connection *c, int status,
@@ -387,9 +417,7 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         srv_metrics_status(&s->metrics, 200);
-        enum MHD_Result rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        return rc;
+        return queue(s, c, 200, r);
     }
     if (res.finish == SRV_FINISH_ERROR)
         return respond_error(s, c, res.status, res.error_param, res.error);
@@ -450,7 +478,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
             return respond_error(s, c, 500, NULL, "out of memory");
         memcpy(page, s->c.page, s->c.page_len);
         srv_metrics_status(&s->metrics, 200);
-        return respond(c, 200, "text/html; charset=utf-8", page, s->c.page_len);
+        return respond(s, c, 200, "text/html; charset=utf-8", page, s->c.page_len);
     }
     if (r == R_CLUSTER) {
         cJSON *o = s->e.cluster(s->e.ctx);
@@ -480,7 +508,7 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
     s->e.metrics(s->e.ctx, f);
     fclose(f);
     srv_metrics_status(&s->metrics, 200);
-    return respond(c, 200, "text/plain; version=0.0.4", text, len);
+    return respond(s, c, 200, "text/plain; version=0.0.4", text, len);
 }
 
 static enum route find_route(const char *url, const char *method, bool *bad_method)
@@ -525,38 +553,90 @@ static bool authorized(const srv *s, struct MHD_Connection *c)
     return h && !strncmp(h, "Bearer ", 7) && key_matches(h + 7, s->c.api_key);
 }
 
-/* The first call of a request: route, authenticate, answer GETs, refuse announced huge bodies. */
-/* Connections open now, this one included (0 if unknown). */
-static unsigned open_connections(const srv *s)
+/* An answer to a CORS preflight (OPTIONS): what a page of an allowed origin may send. */
+static enum MHD_Result preflight(srv *s, struct MHD_Connection *c)
 {
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    return di ? di->num_connections : 0;
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
+                            "Authorization, Content-Type");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
+    srv_metrics_status(&s->metrics, 204);
+    return queue(s, c, 204, r);
 }
 
+/* Whether a browser on another website may have sent this request (guard.c): 0, or the status
+ * of the refusal with its message. */
+static int foreign(const srv *s, struct MHD_Connection *c, const char *authority, char *msg,
+                   size_t cap)
+{
+    const char *host = authority[0] ? authority
+                       : MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    /* (an HTTP/1.0 request may name no host; no browser sends one) */
+    if (host && !srv_host_allowed(&s->c, host)) {
+        snprintf(msg, cap, "Host %.100s is not a name of this server (it answers to its "
+                 "addresses, localhost and its own names; or to any name with an API key)", host);
+        return 403;
+    }
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ORIGIN);
+    if (srv_origin_check(&s->c, origin, host) == SRV_ORIGIN_REFUSED) {
+        snprintf(msg, cap, "requests from pages of %.100s are not allowed: it is not one of the "
+                 "origins this server allows", origin);
+        return 403;
+    }
+    return 0;
+}
+
+/* The first call of a request: route, authenticate, answer GETs, refuse announced huge bodies. */
 static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc,
                                   const char *url, const char *method)
 {
-    unsigned open = open_connections(s);
-    if (open > (unsigned)s->c.max_connections) {
+    unsigned open = srv_conns_open_before(s->conns, c);
+    if (open >= (unsigned)s->c.max_connections) {
         char msg[128];
         snprintf(msg, sizeof msg, "server busy: %u connections are open, the limit is %d; retry "
-                 "later", open, s->c.max_connections);
+                 "later", open + 1, s->c.max_connections);
         return respond_error(s, c, 503, NULL, msg);
     }
+    /* Both at once make the body's end a matter of opinion (request smuggling): RFC 9112 6.3
+     * lets a server refuse, and it then closes the connection. */
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return respond_error(s, c, 400, NULL, "a request with both Content-Length and "
+                             "Transfer-Encoding: its body's end is ambiguous");
+    char authority[256], msg[300];
+    const char *path = srv_origin_form(url, authority, sizeof authority);
+    int refused = foreign(s, c, authority, msg, sizeof msg);
+    if (refused)
+        return respond_error(s, c, refused, NULL, msg);
     bool bad_method;
-    cc->route = find_route(url, method, &bad_method);
+    cc->route = find_route(path, method, &bad_method);
+    if (cc->route == R_NONE && bad_method && !strcmp(method, MHD_HTTP_METHOD_OPTIONS))
+        return preflight(s, c);
     if (cc->route == R_NONE) {
-        char msg[160];
         snprintf(msg, sizeof msg, bad_method ? "%s is not allowed on %.100s" : "%s %.100s: no such endpoint",
-                 method, url);
+                 method, path);
         return respond_error(s, c, bad_method ? 405 : 404, NULL, msg);
     }
     if (cc->route != R_HEALTH && cc->route != R_PAGE && !authorized(s, c))
         return respond_error(s, c, 401, NULL,
                              "missing or wrong API key (send Authorization: Bearer KEY)");
-    if (cc->route != R_CHAT && cc->route != R_COMPLETION && cc->route != R_TEMPLATE)
-        return get_route(s, c, cc->route);
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    /* A GET is answered at the next call, once libmicrohttpd has the whole request: an answer
+     * queued now would close the connection, and the page polls /cluster every second. */
+    if (!posts_json(cc->route))
+        return MHD_YES;
+    /* A page on another website can send a text/plain POST without asking; JSON only after a
+     * CORS preflight, which this server answers for the origins it allows. */
+    const char *type = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!srv_json_type(type)) {
+        snprintf(msg, sizeof msg, "the body must be JSON, sent as Content-Type: application/json "
+                 "(not %.100s)", type ? type : "none");
+        return respond_error(s, c, 415, NULL, msg);
+    }
     if (cl && strtoull(cl, NULL, 10) > s->c.max_body)
         cc->too_big = true;
     return MHD_YES;
@@ -594,6 +674,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *size = 0;
         return MHD_YES;
     }
+    srv_conns_deadline(s->conns, c, false);   /* the request is whole */
+    if (!posts_json(cc->route))
+        return get_route(s, c, cc->route);
     if (cc->too_big) {
         char msg[96];
         too_big_message(s, msg, sizeof msg);
@@ -607,7 +690,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls, (void)c, (void)toe;
+    srv *s = cls;
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)   /* the next request's time starts */
+        srv_conns_deadline(s->conns, c, true);
     conn_ctx *cc = *con_cls;
     if (!cc)
         return;
@@ -622,19 +707,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 
 srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errlen)
 {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    char port[16];
-    snprintf(port, sizeof port, "%d", c->port);
-    struct addrinfo *ai = NULL;
-    int gai = getaddrinfo(c->host, port, &hints, &ai);
-    if (gai) {
-        snprintf(err, errlen, "--host %s: %s", c->host, gai_strerror(gai));
-        return NULL;
-    }
     srv *s = calloc(1, sizeof *s);
     if (!s) {
-        freeaddrinfo(ai);
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
@@ -643,37 +717,45 @@ srv *srv_start(const srv_config *c, const srv_engine *e, char *err, size_t errle
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     srv_metrics_init(&s->metrics);
+    int request_s = c->request_s ? (int)c->request_s : REQUEST_S;
+    s->conns = srv_conns_listen(c->host, c->port, c->max_connections, SPARE_CONNECTIONS,
+                                request_s * 1000, err, errlen);
+    if (!s->conns) {
+        srv_stop(s);
+        return NULL;
+    }
     if (pthread_create(&s->engine_thread, NULL, engine_main, s)) {
-        freeaddrinfo(ai);
         snprintf(err, errlen, "cannot start the engine thread");
         srv_stop(s);
         return NULL;
     }
     s->engine_started = true;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            /* above the accept loop's own bound: libmicrohttpd counts a
+                             * connection a little longer than the loop does */
                             MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)c->max_connections + SPARE_CONNECTIONS,
+                            2 * ((unsigned)c->max_connections + SPARE_CONNECTIONS),
                             MHD_OPTION_CONNECTION_TIMEOUT, c->timeout_s,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, s->conns,
                             MHD_OPTION_END);
-    freeaddrinfo(ai);
     if (!s->d) {
-        snprintf(err, errlen, "cannot listen on %s port %d: %s", c->host, c->port,
-                 errno ? strerror(errno) : "address in use or not available");
+        snprintf(err, errlen, "cannot start the HTTP daemon");
         srv_stop(s);
         return NULL;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : c->port;
+    if (srv_conns_run(s->conns, s->d, err, errlen)) {
+        srv_stop(s);
+        return NULL;
+    }
     return s;
 }
 
 int srv_port(const srv *s)
 {
-    return s->port;
+    return srv_conns_port(s->conns);
 }
 
 void srv_stop(srv *s)
@@ -690,8 +772,10 @@ void srv_stop(srv *s)
     pthread_mutex_unlock(&s->mu);
     if (s->engine_started)
         pthread_join(s->engine_thread, NULL);
+    srv_conns_stop(s->conns);
     if (s->d)
         MHD_stop_daemon(s->d);
+    srv_conns_free(s->conns);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     srv_metrics_free(&s->metrics);

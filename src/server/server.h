@@ -73,6 +73,10 @@ typedef struct srv_config {
     int max_connections;         /* served at once; a few more are answered 503, then refused */
     size_t max_body;             /* bytes; larger bodies get 413 */
     unsigned timeout_s;          /* a connection idle this long is closed */
+    unsigned request_s;          /* a request's headers and body must arrive within this many
+                                  * seconds of its connection's start or previous answer (0: 10) */
+    const char *cors_origins;    /* origins whose pages may call the server ("*": any; several
+                                  * separated by commas); NULL: none but its own */
     sampler_params defaults;     /* for fields a request does not give */
     FILE *log;                   /* one line per request; NULL: quiet */
     const char *page;            /* the web page served at / (page_len bytes of HTML); NULL: */

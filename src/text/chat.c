@@ -33,6 +33,8 @@ enum chat_template chat_template_detect(const gguf_file *f, bool *warned)
             return CHAT_CHATML;
         if (contains(s, DS_USER) && contains(s, DS_ASSISTANT))
             return CHAT_DEEPSEEK_R1;
+        if (contains(s, "<start_of_turn>"))
+            return CHAT_GEMMA;
         if (contains(s, "[INST]"))
             return contains(s, "<<SYS>>") ? CHAT_LLAMA2 : CHAT_MISTRAL;
     }
@@ -225,6 +227,27 @@ static void render_deepseek_r1(sbuf *b, const chat_msg *msgs, int n, bool add_as
         add(b, DS_ASSISTANT, NULL);
 }
 
+/* <start_of_turn>user\nsystem\n\nuser<end_of_turn>\n<start_of_turn>model\nanswer<end_of_turn>\n
+ * (Gemma 3): the system prompt opens the first user turn, the assistant is "model", every
+ * message trimmed. */
+static void render_gemma(sbuf *b, const chat_msg *msgs, int n, bool add_assistant)
+{
+    bool first = true;
+    for (int i = 0; i < n; i++) {
+        if (is_role(&msgs[i], "system"))
+            continue;
+        bool model = is_role(&msgs[i], "assistant");
+        add(b, "<start_of_turn>", model ? "model" : msgs[i].role, "\n", NULL);
+        if (first && !model)
+            add_system(b, msgs, n, "\n\n");
+        first = false;
+        add_trimmed(b, msgs[i].content);
+        add(b, "<end_of_turn>\n", NULL);
+    }
+    if (add_assistant)
+        add(b, "<start_of_turn>model\n", NULL);
+}
+
 /* The rendered text, and in *content (when not NULL) its marks. */
 static char *render(enum chat_template tpl, const chat_msg *msgs, int n, bool add_assistant,
                     char **content)
@@ -237,6 +260,7 @@ static char *render(enum chat_template tpl, const chat_msg *msgs, int n, bool ad
     case CHAT_LLAMA2: render_llama2(&b, msgs, n); break;
     case CHAT_MISTRAL: render_mistral(&b, msgs, n); break;
     case CHAT_DEEPSEEK_R1: render_deepseek_r1(&b, msgs, n, add_assistant); break;
+    case CHAT_GEMMA: render_gemma(&b, msgs, n, add_assistant); break;
     }
     if (b.oom || !content) {
         free(b.content.p);

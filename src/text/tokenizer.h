@@ -70,7 +70,9 @@ typedef struct chat_msg {
     const char *role;     /* "system", "user", "assistant" */
     const char *content;
 } chat_msg;
-enum chat_template { CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_MISTRAL, CHAT_DEEPSEEK_R1 };
+enum chat_template {
+    CHAT_CHATML, CHAT_LLAMA3, CHAT_LLAMA2, CHAT_MISTRAL, CHAT_DEEPSEEK_R1, CHAT_GEMMA
+};
 /* Recognise the template in tokenizer.chat_template (ChatML with *warned = true if unknown). */
 enum chat_template chat_template_detect(const gguf_file *f, bool *warned);
 /* Render msgs; add_assistant appends the assistant-turn opener. Returns a malloc'd string. */

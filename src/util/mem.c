@@ -1,3 +1,5 @@
+/* mem.c — giving a scratch buffer's pages back to the OS while keeping the allocation
+ * (mem.h). */
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>

@@ -57,47 +57,47 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         } m;
         switch (f.type) {
         case RM_HELLO:
-            decode_hello(&f, &m.h, err, sizeof err);
+            proto_decode_hello(&f, &m.h, err, sizeof err);
             break;
         case RM_WELCOME:
-            decode_welcome(&f, &m.w, err, sizeof err);
+            proto_decode_welcome(&f, &m.w, err, sizeof err);
             break;
         case RM_PLAN:
-            if (decode_plan(&f, &m.p, err, sizeof err) == 0)
+            if (proto_decode_plan(&f, &m.p, err, sizeof err) == 0)
                 for (uint32_t d = m.p.n_dev; d < PRIMA_MAX_DEVICES; d++)
                     if (m.p.gpu_layers[d])
                         __builtin_trap();   /* GPU layers only for the plan's devices */
             break;
         case RM_READY:
-            if (decode_ready(&f, m.note, sizeof m.note, err, sizeof err) == 0 &&
+            if (proto_decode_ready(&f, m.note, sizeof m.note, err, sizeof err) == 0 &&
                 strchr(m.note, '\n'))
                 __builtin_trap();   /* a note stays one line */
             break;
         case RM_BATCH:
         case RM_RESULT:
-            if (decode_batch(&f, N_EMBD, &m.b, err, sizeof err) == 0)
+            if (proto_decode_batch(&f, N_EMBD, &m.b, err, sizeof err) == 0)
                 hop_unpack(&hb, &m.b, &lim, hidden, pos, seq, err, sizeof err);
             break;
         case RM_KVOP:
-            decode_kvop(&f, &m.k, err, sizeof err);
+            proto_decode_kvop(&f, &m.k, err, sizeof err);
             break;
         case RM_STATS:
-            decode_stats(&f, &m.s, err, sizeof err);
+            proto_decode_stats(&f, &m.s, err, sizeof err);
             break;
         case RM_DECODE:
-            if (decode_decode(&f, &m.dec, err, sizeof err) == 0 &&
+            if (proto_decode_decode(&f, &m.dec, err, sizeof err) == 0 &&
                 (m.dec.n_window > (uint32_t)m.dec.sp.repeat_last_n ||
                  m.dec.sp.repeat_last_n > PROTO_DECODE_WINDOW || m.dec.max_steps < 1))
                 __builtin_trap();   /* the window and steps are checked */
             break;
         case RM_TOKEN:
-            decode_token(&f, &m.tok, err, sizeof err);
+            proto_decode_token(&f, &m.tok, err, sizeof err);
             break;
         case RM_DONE:
-            decode_done(&f, &m.steps, err, sizeof err);
+            proto_decode_done(&f, &m.steps, err, sizeof err);
             break;
         case RM_ERROR:
-            if (decode_error(&f, &m.e, err, sizeof err) == 0 && strchr(m.e.text, '\n'))
+            if (proto_decode_error(&f, &m.e, err, sizeof err) == 0 && strchr(m.e.text, '\n'))
                 __builtin_trap();   /* a refusal must stay one line */
             break;
         default:

@@ -237,6 +237,36 @@ ring *fake_head_connect(const fake_model *fm, const ring_opts *o, ring_layers *l
     return r;
 }
 
+int fake_head_once(const fake_model *fm, const char *workers, const ring_key *key, char *err,
+                   size_t errlen)
+{
+    int n_dev = 2;
+    for (const char *p = workers; *p; p++)
+        n_dev += *p == ',';
+    int lw[PRIMA_MAX_DEVICES];
+    for (int d = 0; d < n_dev && d < PRIMA_MAX_DEVICES; d++)
+        lw[d] = 1;
+    ring_opts o = {.workers = workers, .lw = lw, .n_lw = n_dev, .n_ctx = 16, .max_batch = 4,
+                   .key = key};
+    ring_layers head;
+    ring *r = fake_head_connect(fm, &o, &head, err, errlen);
+    if (!r)
+        return -1;
+    int rc = ring_start(r, &head, err, errlen);
+    float *h = calloc((size_t)fm->rm.n_embd, sizeof *h);
+    int32_t pos = 0;
+    if (!h)
+        rc = -1;
+    else
+        h[0] = 0.5f;
+    if (rc == 0 && (rc = ring_eval(r, h, 1, &pos, NULL)) != 0)
+        snprintf(err, errlen, "%s", ring_error(r));
+    free(h);
+    ring_close(r);
+    fake_layers_close(&head);
+    return rc;
+}
+
 int fake_worker_fork(fake_model *fm, int *port)
 {
     char err[256];

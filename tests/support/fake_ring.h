@@ -62,6 +62,11 @@ int fake_worker_fork(fake_model *fm, int *port);
 ring *fake_head_connect(const fake_model *fm, const ring_opts *o, ring_layers *layers, char *err,
                         size_t errlen);
 
+/* A head of fm over `workers` ("host:port,...", a layer per device and round, a context of
+ * 16) that evaluates one token and closes the ring: 0, or -1 with err. */
+int fake_head_once(const fake_model *fm, const char *workers, const ring_key *key, char *err,
+                   size_t errlen);
+
 /* "127.0.0.1:p1,127.0.0.1:p2,..." */
 void fake_worker_list(const fake_worker *fw, int n, char *out, size_t cap);
 

@@ -256,6 +256,20 @@ int fid_list_cases(const char *refdir, char **names, int max)
     return n;
 }
 
+bool fid_not_yet(const char *model_file)
+{
+    FILE *f = fopen(PRIMA_TEST_DATA "/not-yet-supported.txt", "r");
+    char line[512];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        found = line[0] != '#' && !strcmp(line, model_file);
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
 model *fid_load_model(const char *fixtures, const fid_case *c, char *err, size_t errlen)
 {
     char path[4096];

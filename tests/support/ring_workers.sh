@@ -2,8 +2,8 @@
 # real workers on loopback: the fixtures and binary, a scratch directory, failure counting, a
 # cluster key every device uses ($PRIMA_KEY_FILE, so every link is keyed and encrypted), and
 # workers that are killed, with the directory removed, however the test ends.
-fixtures=${PRIMA_FIXTURES:-${PRIMA_FIXTURES_DEFAULT:-../shared/fixtures}}
-[ -f "$fixtures/README.md" ] || { echo "SKIPPED: fixtures not found at $fixtures"; exit 77; }
+. "$(dirname "${BASH_SOURCE[0]}")/needs.sh"
+need_fixtures
 prima=${PRIMA_BIN:?PRIMA_BIN not set}
 model=$fixtures/models/stories260K.gguf
 tmp=$(mktemp -d "/tmp/prima-$1.XXXXXX")

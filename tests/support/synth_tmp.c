@@ -4,6 +4,19 @@
 
 #include "synth_tmp.h"
 
+void synth_tiny(synth_params *q, enum model_arch arch)
+{
+    synth_defaults(q);
+    q->arch = arch;
+    q->n_layer = 2;
+    q->n_embd = 64;
+    q->n_ff = 32;
+    q->n_head = 4;
+    q->n_head_kv = 2;
+    q->n_vocab = 300;
+    q->ftype = SYNTH_Q8_0;
+}
+
 model *synth_tmp_load(const synth_params *q, char *err, size_t errlen)
 {
     char path[] = "/tmp/prima-test-model.XXXXXX";

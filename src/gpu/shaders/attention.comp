@@ -1,6 +1,7 @@
 #version 450
 // attention.comp — grouped-query attention of one (token, head) per workgroup over the F16 KV
-// cache: rows 0..pos[t] (causal), KV head h / (n_head / n_head_kv). Keys go in tiles of 64 (one
+// cache: positions 0..pos[t] (causal), or the last `window` of them, at rows position % rows
+// (a ring for a sliding layer), KV head h / (n_head / n_head_kv). Keys go in tiles of 64 (one
 // score per thread), with a running maximum and sum (numerically stable, one pass over the
 // cache); each thread owns output dimensions lid, lid + 64, ... of the head.
 #include "common.glsl"
@@ -12,7 +13,8 @@ layout(std430, binding = 2) readonly buffer VCb { uint VC[]; };
 layout(std430, binding = 3) writeonly buffer Ob { float O[]; };
 layout(std430, binding = 4) readonly buffer Pb { int P[]; };
 
-// pc: u0 n_head, u1 n_head_kv, u2 head_dim, u3 n_tok, f0 scale
+// pc: u0 n_head, u1 n_head_kv, u2 head_dim, u3 n_tok, u4 window (0: none), u5 cache rows,
+//     f0 scale
 shared float q[512];
 shared float p[64];
 shared float red[64];
@@ -27,7 +29,9 @@ void main()
         return;
     const uint t = wg / n_head, h = wg % n_head;
     const uint kvh = h / (n_head / pc.u1), kv_dim = pc.u1 * hd;
-    const uint n_kv = uint(P[t]) + 1u;
+    const uint pos = uint(P[t]);
+    const uint lo = pc.u4 != 0u && pos + 1u > pc.u4 ? pos + 1u - pc.u4 : 0u;
+    const uint n_kv = pos + 1u - lo;
     const uint qo = (t * n_head + h) * hd;
     for (uint i = lid; i < hd; i += 64u)
         q[i] = Q[qo + i];
@@ -41,7 +45,7 @@ void main()
         const uint j = j0 + lid;
         float s = -1.0 / 0.0;
         if (j < n_kv) {
-            const uint kb = j * kv_dim + kvh * hd;
+            const uint kb = ((lo + j) % pc.u5) * kv_dim + kvh * hd;
             s = 0.0;
             for (uint i = 0; i < hd; i += 2u) {
                 const vec2 k2 = unpackHalf2x16(KC[(kb + i) >> 1]);
@@ -75,7 +79,7 @@ void main()
             if (d < hd) {
                 float a = acc[k] * corr;
                 for (uint jj = 0; jj < nj; jj++)
-                    a += p[jj] * v_at((j0 + jj) * kv_dim + kvh * hd + d);
+                    a += p[jj] * v_at(((lo + j0 + jj) % pc.u5) * kv_dim + kvh * hd + d);
                 acc[k] = a;
             }
         }

@@ -1,6 +1,7 @@
 #version 450
 // kv_store.comp — K and V rows of the batch into the F16 cache rows of their positions (pairs
-// of halves per 32-bit word, rounded to nearest even like the CPU's cache).
+// of halves per 32-bit word, rounded to nearest even like the CPU's cache); a sliding layer's
+// cache is a ring.
 #include "common.glsl"
 
 layout(local_size_x = 64) in;
@@ -10,7 +11,7 @@ layout(std430, binding = 2) buffer KCb { uint KC[]; };
 layout(std430, binding = 3) buffer VCb { uint VC[]; };
 layout(std430, binding = 4) readonly buffer Pb { int P[]; };
 
-// pc: u0 n_tok, u1 kv_dim (even)
+// pc: u0 n_tok, u1 kv_dim (even), u2 the cache's rows (position p goes to row p % rows)
 void main()
 {
     const uint pairs = pc.u1 / 2u;
@@ -18,7 +19,7 @@ void main()
     if (id >= pc.u0 * pairs)
         return;
     const uint t = id / pairs, i = id % pairs;
-    const uint src = t * pc.u1 + 2u * i, dst = uint(P[t]) * pairs + i;
+    const uint src = t * pc.u1 + 2u * i, dst = (uint(P[t]) % pc.u2) * pairs + i;
     KC[dst] = f32_to_f16_rne(K[src]) | (f32_to_f16_rne(K[src + 1u]) << 16);
     VC[dst] = f32_to_f16_rne(V[src]) | (f32_to_f16_rne(V[src + 1u]) << 16);
 }

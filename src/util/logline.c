@@ -1,6 +1,8 @@
+/* logline.c — formatting a log line whole before its one write (logline.h), cutting one that
+ * would not fit rather than writing it in pieces. */
 #include <string.h>
 
-#include "cluster/logline.h"
+#include "util/logline.h"
 
 void log_vline(FILE *f, const char *prefix, const char *fmt, va_list ap)
 {
@@ -26,4 +28,25 @@ void log_line(FILE *f, const char *prefix, const char *fmt, ...)
     va_start(ap, fmt);
     log_vline(f, prefix, fmt, ap);
     va_end(ap);
+}
+
+bool log_limit_take(log_limit *l, int64_t now_ns)
+{
+    if (now_ns - l->start >= l->window_ns) {
+        l->start = now_ns;
+        l->used = 0;
+    }
+    if (l->used < l->per_window) {
+        l->used++;
+        return true;
+    }
+    l->held++;
+    return false;
+}
+
+long log_limit_told(log_limit *l)
+{
+    long n = l->held;
+    l->held = 0;
+    return n;
 }
