@@ -206,6 +206,9 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{{ d | tojson(ensure_ascii=true) }} {{ d | tojson(ensure_ascii=false) }}",
      "{\"d\": {\"a\": \"\\u00e9\\ud83d\\ude00x\"}}",
      "{\"a\": \"\\u00e9\\ud83d\\ude00x\"} {\"a\": \"\xc3\xa9\xf0\x9f\x98\x80x\"}"},
+    {"{{ 'a<t>b<t>c'.rsplit('<t>', 1) }} {{ 'a b c'.rsplit() }} {{ 'a,b'.rsplit(',') }} {{ '12'.isdigit() }}{{ ''.isdigit() }}{{ 'ab'.isalpha() }}{{ 'a1'.isalnum() }}{{ ' \\n'.isspace() }}{{ 'AB'.isupper() }}{{ 'a1'.islower() }}{{ 'a b'.isalpha() }}",
+     "{}",
+     "['a<t>b', 'c'] ['a', 'b', 'c'] ['a', 'b'] TrueFalseTrueTrueTrueTrueTrueFalse"},
     /* TypeError: type list doesn't define __round__ method */
     {"{{ [1, 2, 3] | round }}",
      "{}",

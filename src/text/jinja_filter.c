@@ -152,6 +152,34 @@ static jv split(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
     return out;
 }
 
+/* str.rsplit(sep, maxsplit): from the right; without maxsplit, split's parts. */
+static jv rsplit(jrender *r, const jnode *at, jv s, jv sep, int64_t maxsplit)
+{
+    if (maxsplit < 0)
+        return split(r, at, s, sep, -1);
+    if (sep.t != JV_STR)
+        jfail(r->c, at->line, "rsplit: maxsplit needs a separator here");
+    if (!sep.u.s.n)
+        jfail(r->c, at->line, "empty separator");
+    jlist *rev = jalloc(r->c, sizeof *rev);
+    size_t end = s.u.s.n, i = s.u.s.n;
+    while (maxsplit != 0 && i >= sep.u.s.n) {
+        if (find_at(s, i - sep.u.s.n, sep)) {
+            jlist_push(r->c, rev, jv_sub(s, i, end - i));
+            i -= sep.u.s.n;
+            end = i;
+            maxsplit--;
+        } else {
+            i--;
+        }
+    }
+    jlist_push(r->c, rev, jv_sub(s, 0, end));
+    jv out = jv_newlist(r->c);
+    for (size_t k = rev->n; k-- > 0;)
+        jlist_push(r->c, out.u.l, rev->v[k]);
+    return out;
+}
+
 static jv replace(jrender *r, const jnode *at, jv s, jv old, jv new, int64_t count)
 {
     jbuf *b = jtmp_open(r->c, at->line);
@@ -218,6 +246,19 @@ static uint32_t cp_lower(uint32_t c)
 static bool cp_cased(uint32_t c)
 {
     return cp_upper(c) != c || cp_lower(c) != c || c == 0x3A3;
+}
+
+/* str.isdigit / isalpha / isalnum / isspace ('d', 'a', 'n', 's'): not empty, and every
+ * character so (ASCII digits; letters: ASCII and the cased scripts above). */
+static bool char_class(jv s, char cls)
+{
+    for (size_t i = 0, len; i < s.u.s.n; i += len) {
+        uint32_t c = decode(s.u.s.p + i, s.u.s.n - i, &len);
+        bool digit = c >= '0' && c <= '9', alpha = (c < 0x80 ? (c | 32) >= 'a' && (c | 32) <= 'z' : cp_cased(c));
+        if (!(cls == 'd' ? digit : cls == 'a' ? alpha : cls == 'n' ? digit || alpha : py_space(c)))
+            return false;
+    }
+    return s.u.s.n > 0;
 }
 
 /* Case changes: 'u' upper, 'l' lower, 'c' capitalize (Python's: the first character upper, the
@@ -855,8 +896,9 @@ jv jglobal_call(jrender *r, const jnode *at, int fn, jv *args, int n_args, const
 
 /* ---- methods ---- */
 
-static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith",
-    "replace", "upper", "lower", "title", "capitalize", "find", "count", "join", "splitlines", NULL};
+static const char *const str_methods[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith",
+    "endswith", "replace", "upper", "lower", "title", "capitalize", "find", "count", "join", "splitlines",
+    "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower", NULL};
 static const char *const dict_methods[] = {"get", "items", "keys", "values", NULL};
 static const char *const list_methods[] = {"index", "count", NULL};
 /* What the immutable sandbox refuses: methods that change the list or dict. */
@@ -886,12 +928,19 @@ static jv str_method(jrender *r, const jnode *at, jv s, const char *name, const 
 {
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip"))
         return strip(s, arg(a, 0, "chars", jv_none()), name[0] == 's' ? 'b' : name[0]);
-    if (!strcmp(name, "split")) {
+    if (!strcmp(name, "split") || !strcmp(name, "rsplit")) {
         jv sep = arg(a, 0, "sep", jv_none());
         jv max = arg(a, 1, "maxsplit", jv_int(-1));
         if (sep.t != JV_NONE)
-            want_str(r, at, sep, "split");
-        return split(r, at, s, sep, want_int(r, at, max, "split"));
+            want_str(r, at, sep, name);
+        int64_t maxsplit = want_int(r, at, max, name);
+        return name[0] == 'r' ? rsplit(r, at, s, sep, maxsplit) : split(r, at, s, sep, maxsplit);
+    }
+    if (!strncmp(name, "is", 2)) {
+        if (!strcmp(name, "isupper") || !strcmp(name, "islower"))
+            return jv_bool(case_is(s, name[2] == 'u'));
+        char cls = !strcmp(name, "isdigit") ? 'd' : !strcmp(name, "isalpha") ? 'a' : !strcmp(name, "isalnum") ? 'n' : 's';
+        return jv_bool(char_class(s, cls));
     }
     if (!strcmp(name, "startswith") || !strcmp(name, "endswith")) {
         jv p = arg(a, 0, "prefix", jv_undef(NULL));
