@@ -209,6 +209,9 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{{ 'a<t>b<t>c'.rsplit('<t>', 1) }} {{ 'a b c'.rsplit() }} {{ 'a,b'.rsplit(',') }} {{ '12'.isdigit() }}{{ ''.isdigit() }}{{ 'ab'.isalpha() }}{{ 'a1'.isalnum() }}{{ ' \\n'.isspace() }}{{ 'AB'.isupper() }}{{ 'a1'.islower() }}{{ 'a b'.isalpha() }}",
      "{}",
      "['a<t>b', 'c'] ['a', 'b', 'c'] ['a', 'b'] TrueFalseTrueTrueTrueTrueTrueFalse"},
+    {"{{ ['<'] | wordcount }} {{ 'a_b c-d 1.5' | wordcount }} {{ '' % {'a': 1} }}|{{ 'x' % {'a': 1} }}",
+     "{}",
+     "0 5 |x"},
     /* TypeError: type list doesn't define __round__ method */
     {"{{ [1, 2, 3] | round }}",
      "{}",

@@ -265,7 +265,7 @@ jv jformat_percent(jrender *r, int line, jv fmt, jv args)
         else
             jv_str_to(r->c, b, v);
     }
-    if (l ? next < l->n : next == 0)
+    if (args.t != JV_DICT && (l ? next < l->n : next == 0))   /* a mapping may go unused */
         jfail(r->c, line, "not all arguments converted during string formatting");
     return jtmp_close(r->c);
 }

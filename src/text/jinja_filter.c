@@ -261,6 +261,20 @@ static bool char_class(jv s, char cls)
     return s.u.s.n > 0;
 }
 
+/* jinja2's wordcount: the runs of word characters (letters, digits, _). */
+static int64_t word_count(jv s)
+{
+    int64_t n = 0;
+    bool in_word = false;
+    for (size_t i = 0, len; i < s.u.s.n; i += len) {
+        uint32_t c = decode(s.u.s.p + i, s.u.s.n - i, &len);
+        bool w = c == '_' || (c >= '0' && c <= '9') || (c < 0x80 ? (c | 32) >= 'a' && (c | 32) <= 'z' : c >= 0xC0);
+        n += w && !in_word;
+        in_word = w;
+    }
+    return n;
+}
+
 /* Case changes: 'u' upper, 'l' lower, 'c' capitalize (Python's: the first character upper, the
  * rest lower), 't' Python's str.title() (upper after a character that has no case, lower
  * after one that has), 'T' jinja2's title filter (upper at the start and after - ( { [ < or
@@ -745,7 +759,7 @@ jv jfilter(jrender *r, const jnode *at, const char *name, jv v, jv *args, int n_
     if (!strcmp(name, "escape") || !strcmp(name, "e"))
         return html_escape(r, at, v);
     if (!strcmp(name, "wordcount"))
-        return jv_int((int64_t)split(r, at, jv_to_str(r->c, v), jv_none(), -1).u.l->n);
+        return jv_int(word_count(jv_to_str(r->c, v)));
     jfail(r->c, at->line, "no filter named '%s'", name);
 }
 
