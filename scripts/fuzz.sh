@@ -66,7 +66,7 @@ printf '{%%- for m in messages if m.role != "x" %%}{{ loop.index }}{{ m.content 
 : >build-fuzz/jinja.dict
 for w in '{{' '}}' '{%' '%}' '{#' '#}' '{%-' '-%}' ' if ' ' for ' ' in ' ' set ' ' macro ' ' endif ' ' endfor ' \
     ' endmacro ' ' else ' ' elif ' ' is ' ' not ' ' and ' ' or ' ' namespace(' ' loop.' '|tojson' '|trim' '|length' \
-    'messages' 'tools' '.split(' 'raise_exception(' ' break ' ' continue ' ' defined ' ' none '; do
+    'messages' 'tools' '.split(' 'raise_exception(' ' break ' ' continue ' ' defined ' ' none ' ' raw ' ' endraw '; do
     printf '"%s"\n' "$w" >>build-fuzz/jinja.dict
 done
 run fuzz_jinja "$eighth" -max_len=16384 -dict=build-fuzz/jinja.dict "$corpus"

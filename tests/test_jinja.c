@@ -212,6 +212,9 @@ static const struct { const char *src, *vars, *want; } cases[] = {
     {"{{ ['<'] | wordcount }} {{ 'a_b c-d 1.5' | wordcount }} {{ '' % {'a': 1} }}|{{ 'x' % {'a': 1} }}",
      "{}",
      "0 5 |x"},
+    {"a\n  {% raw %}{{ x }}{% if %}\n  {% endraw %}\nb {%- raw -%}  c {{ y }}  {%- endraw -%} d",
+     "{}",
+     "a\n{{ x }}{% if %}\nbc {{ y }}d"},
     /* TypeError: type list doesn't define __round__ method */
     {"{{ [1, 2, 3] | round }}",
      "{}",
@@ -257,6 +260,7 @@ static void check_errors(void)
         {"{% break %}", "line 1: 'break' outside a loop"},
         {"{{ x", "line 1: unclosed '{{'"},
         {"{# never closed", "line 1: unclosed comment"},
+        {"\n{% raw %} x {% endrow %}", "line 2: 'raw' (line 2) is not closed by {% endraw %}"},
         {"{{ a | }}", "line 1: expected a name, found '}}'"},
         {"{{ '\\u12' }}", "line 1: truncated \\u escape in a string"},
         {"{{ 1.00000000000000000000000000000000000000000000000000000000000000000001 }}",

@@ -290,6 +290,76 @@ static size_t next_tag(const char *s, size_t n, size_t from)
     return n;
 }
 
+/* Past blanks and word at p (and blanks after it), or 0 if word is not there. */
+static size_t skip_word(const lexer *L, size_t p, const char *word)
+{
+    while (p < L->n && is_space(L->s[p]))
+        p++;
+    size_t k = strlen(word);
+    if (L->n - p < k || memcmp(L->s + p, word, k) || (p + k < L->n && (is_alpha(L->s[p + k]) || is_digit(L->s[p + k]))))
+        return 0;
+    for (p += k; p < L->n && is_space(L->s[p]);)
+        p++;
+    return p;
+}
+
+/* At p: "%}", "-%}" or (allow_plus) "+%}"; its length and sign, or 0. */
+static size_t block_end_at(const lexer *L, size_t p, bool allow_plus, char *sign)
+{
+    *sign = 0;
+    if (p < L->n && (L->s[p] == '-' || (allow_plus && L->s[p] == '+')))
+        *sign = L->s[p++];
+    return L->n - p >= 2 && L->s[p] == '%' && L->s[p + 1] == '}' ? 2 + (*sign != 0) : 0;
+}
+
+/* pos is after a "{%" (and its sign): if the tag is {% raw %}, emit the text up to
+ * {% endraw %} as it is, with the whitespace control of both tags, and true. */
+static bool lex_raw(lexer *L, int open_line)
+{
+    char sign, end_sign;
+    size_t p = skip_word(L, L->pos, "raw"), k;
+    if (!p || !(k = block_end_at(L, p, false, &sign)))
+        return false;
+    size_t start = p + k, q = start, tag = 0, close = 0;
+    for (; (q = next_tag(L->s, L->n, q)) < L->n; q += 2) {
+        size_t w = q + 2 + (q + 2 < L->n && (L->s[q + 2] == '-' || L->s[q + 2] == '+'));
+        size_t e = L->s[q + 1] == '%' ? skip_word(L, w, "endraw") : 0;
+        if (e && (close = block_end_at(L, e, true, &end_sign))) {
+            tag = q;
+            close += e;
+            break;
+        }
+    }
+    if (!tag)
+        jfail(L->c, open_line, "'raw' (line %d) is not closed by {%% endraw %%}", open_line);
+    size_t a = start, b = tag;
+    if (sign == '-')
+        while (a < b && is_space(L->s[a]))
+            a++;
+    if (L->s[tag + 2] == '-') {
+        while (b > a && is_space(L->s[b - 1]))
+            b--;
+    } else if (L->s[tag + 2] != '+') {   /* lstrip_blocks: blanks alone before it on its line */
+        size_t l = b;
+        while (l > a && (L->s[l - 1] == ' ' || L->s[l - 1] == '\t'))
+            l--;
+        if (l > a && L->s[l - 1] == '\n')
+            b = l;
+    }
+    advance(L, a);
+    if (b > a) {
+        jtok *t = emit(L, T_TEXT, L->line);
+        t->p = L->s + a;
+        t->n = b - a;
+    }
+    advance(L, close);
+    if (end_sign == '-')
+        skip_space(L);
+    else if (!end_sign && L->pos < L->n && L->s[L->pos] == '\n')   /* trim_blocks */
+        advance(L, L->pos + 1);
+    return true;
+}
+
 static void lex_all(lexer *L)
 {
     bool line_starting = true;
@@ -333,6 +403,8 @@ static void lex_all(lexer *L)
                 skip_space(L);
             else if (L->pos < L->n && L->s[L->pos] == '\n')
                 advance(L, L->pos + 1);
+        } else if (kind == '%' && lex_raw(L, open_line)) {
+            /* {% raw %}...{% endraw %}: its text as it is */
         } else {
             emit(L, kind == '%' ? T_BBEGIN : T_VBEGIN, open_line);
             lex_tag(L, kind == '%', open_line);
