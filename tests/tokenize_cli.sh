@@ -34,15 +34,7 @@ expect "escaped pieces" "$(printf '198\t"\\n"\n11162\t" \\xf0\\x9f"\n99\t"\\xa6"
     "$prima" tokenize -m "$qwen" -p $'\n 🦙' --pieces
 
 # errors: one line on stderr; 2 for usage, 1 for files
-error() { # STATUS PATTERN COMMAND...
-    local want=$1 pat=$2
-    shift 2
-    "$@" >/dev/null 2>"$tmp/err"
-    local rc=$?
-    [ $rc -eq "$want" ] || fail "$*: exit status $rc, expected $want"
-    [ "$(wc -l <"$tmp/err")" -eq 1 ] || fail "$*: stderr is not one line: $(cat "$tmp/err")"
-    grep -Eq -e "$pat" "$tmp/err" || fail "$*: error lacks '$pat': $(cat "$tmp/err")"
-}
+source "$(dirname "$0")/support/cli_error.sh"
 error 2 "no model" "$prima" tokenize -p x
 error 2 "exactly one of" "$prima" tokenize -m "$qwen"
 error 2 "exactly one of" "$prima" tokenize -m "$qwen" -p x -f "$tmp/prompt.txt"

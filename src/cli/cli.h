@@ -12,5 +12,8 @@ struct cli_command {
 
 /* Print "prima: <msg>" to stderr (one line). Returns 1 for `return cli_fail(...)`. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Print "prima: CMD: <msg> (see prima CMD --help)" to stderr. Returns 2, a usage error's exit
+ * status. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

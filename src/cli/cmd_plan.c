@@ -127,14 +127,6 @@ static int given_plan(const dev_cost *dc, int n_dev, const sched_model *sm, cons
     return 0;
 }
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    char msg[512];
-    snprintf(msg, sizeof msg, fmt, arg);
-    cli_fail("plan: %s (see prima plan --help)", msg);
-    return 2;
-}
-
 static int run(int argc, char **argv)
 {
     const char *model_path = NULL;
@@ -162,7 +154,7 @@ static int run(int argc, char **argv)
             model_path = argv[++i];
         } else if (!strcmp(a, "--device") && has_value) {
             if (n_dev == PRIMA_MAX_DEVICES)
-                return usage_error("more than %s devices", "32");
+                return cli_usage_error("plan", "more than %d devices", PRIMA_MAX_DEVICES);
             devices[n_dev++] = argv[++i];
         } else if ((!strcmp(a, "-lw") || !strcmp(a, "--layer-window")) && has_value) {
             if (parse_counts_arg("-lw", argv[++i], lw, &n_lw))
@@ -183,29 +175,29 @@ static int run(int argc, char **argv)
             char *end;
             o.reserve = strtod(argv[++i], &end);
             if (*end || end == argv[i] || !(o.reserve >= 0 && o.reserve <= 0.9))
-                return usage_error("--reserve wants a fraction from 0 to 0.9, not '%s'", argv[i]);
+                return cli_usage_error("plan", "--reserve wants a fraction from 0 to 0.9, not '%s'", argv[i]);
         } else if (!strcmp(a, "--time-limit") && has_value) {
             if (parse_float_arg(a, argv[++i], &limit))
                 return 2;
             if (!(limit > 0 && limit <= 86400))
-                return usage_error("--time-limit wants seconds from 0 to 86400, not '%s'", argv[i]);
+                return cli_usage_error("plan", "--time-limit wants seconds from 0 to 86400, not '%s'", argv[i]);
             o.time_limit = limit;
         } else if (!strcmp(a, "--net") && has_value) {
             if (parse_net(argv[++i], &o))
-                return usage_error("--net wants RTT_MS,MBIT (e.g. 5,100), not '%s'", argv[i]);
+                return cli_usage_error("plan", "--net wants RTT_MS,MBIT (e.g. 5,100), not '%s'", argv[i]);
         } else {
-            return usage_error("unknown or incomplete option '%s'", a);
+            return cli_usage_error("plan", "unknown or incomplete option '%s'", a);
         }
     }
     if (!model_path || !n_dev)
-        return usage_error("%s", "needs -m FILE and at least one --device FILE");
+        return cli_usage_error("plan", "%s", "needs -m FILE and at least one --device FILE");
     if (n_lw && n_lw != n_dev) {
         cli_fail("plan: -lw gives %d window(s) for %d device(s) (head first; see prima plan "
                  "--help)", n_lw, n_dev);
         return 2;
     }
     if (n_gl && n_gl != n_lw)
-        return usage_error("%s", "--gpu-layers needs -lw, with a count for every device");
+        return cli_usage_error("plan", "%s", "--gpu-layers needs -lw, with a count for every device");
 
     char err[512];
     model *m = model_load(model_path, err, sizeof err);

@@ -232,10 +232,10 @@ static void chat_free(chat *c)
 /* Tokenize the conversation (its messages as plain text: chat_tokenize); if it no longer fits,
  * drop the oldest turns after the system message (with --context-shift). Returns the token count, CHAT_FULL, or a TOK_ERR_* code
  * (tokenizer_strerror says which). */
-static int chat_tokens(runner *r, enum chat_template tpl, chat *c, int32_t **toks)
+static int chat_tokens(runner *r, chat *c, int32_t **toks, char *err, size_t errlen)
 {
     for (;;) {
-        int n = chat_tokenize(r->tk, tpl, c->msgs, c->n, true, toks);
+        int n = chat_format_tokenize(r->chat, r->tk, c->msgs, c->n, true, toks, err, errlen);
         if (n < 0 || n < r->s->n_ctx)
             return n;
         free(*toks);
@@ -317,7 +317,7 @@ static int chat_command(chat *c, const char *line)
 
 /* One turn: the user's line in, the model's reply out. 0, 1 when the chat must end, or an
  * exit status with a message printed. */
-static int chat_turn(runner *r, enum chat_template tpl, chat *c, const char *line)
+static int chat_turn(runner *r, chat *c, const char *line)
 {
     char err[512];
     /* A worker lost earlier that answers again takes part in this turn. */
@@ -329,13 +329,15 @@ static int chat_turn(runner *r, enum chat_template tpl, chat *c, const char *lin
         return cli_fail("out of memory");
     }
     int32_t *toks = NULL;
-    int n = chat_tokens(r, tpl, c, &toks);
+    int n = chat_tokens(r, c, &toks, err, sizeof err);
     if (n == CHAT_FULL) {
         fprintf(stderr, "prima: context full (%d tokens): ending the chat (use -c to "
                         "enlarge it, or --context-shift)\n",
                 r->s->n_ctx);
         return -1;
     }
+    if (n == CHAT_ERR_TEMPLATE)
+        return cli_fail("%s", err);
     if (n < 0)
         return cli_fail("cannot tokenize the conversation: %s", tokenizer_strerror(n));
     int common = 0;
@@ -377,9 +379,11 @@ static int chat_turn(runner *r, enum chat_template tpl, chat *c, const char *lin
 static int run_chat(runner *r)
 {
     bool warned = false;
-    enum chat_template tpl = chat_template_detect(r->m->file, &warned);
+    const char *format = chat_format_describe(r->chat, &warned);
     if (warned)
         fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
+    else
+        fprintf(stderr, "prima: chat format: %s\n", format);
     chat c = {0};
     if (r->o.prompt && *r->o.prompt && chat_add(&c, "system", (char *)r->o.prompt, false))
         return cli_fail("out of memory");
@@ -397,7 +401,7 @@ static int run_chat(runner *r)
         if (line[0] == '/') {
             if (chat_command(&c, line))
                 break;
-        } else if (line[0] && (rc = chat_turn(r, tpl, &c, line)) != 0) {
+        } else if (line[0] && (rc = chat_turn(r, &c, line)) != 0) {
             rc = rc < 0 ? 0 : rc;   /* -1: the chat ends, without an error */
             break;
         }
@@ -411,8 +415,8 @@ static int run_chat(runner *r)
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
-    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN, argc,
-                          argv, usage, NULL, NULL);
+    unsigned groups = RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_CHAT;
+    int arc = runner_args(&r, groups, argc, argv, usage, NULL, NULL);
     if (arc)
         return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {

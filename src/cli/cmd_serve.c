@@ -199,8 +199,8 @@ static int cmd_serve(int argc, char **argv)
 {
     runner r = {0};
     serve_args a = {.host = "127.0.0.1", .port = 8080, .queue = 64, .timeout = 60, .slots = 1};
-    int arc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING, argc, argv, usage,
-                          parse_serve_arg, &a);
+    unsigned groups = RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_CHAT;
+    int arc = runner_args(&r, groups, argc, argv, usage, parse_serve_arg, &a);
     if (arc)
         return arc < 0 ? 0 : arc;
     r.n_seq = a.slots;

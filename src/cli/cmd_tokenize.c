@@ -32,14 +32,6 @@ static const char usage_text[] =
     "Exit status: 0 on success, 1 if a file cannot be read or has no usable vocabulary,\n"
     "2 on a usage error.\n";
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fputs("prima: tokenize: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs(" (see prima tokenize --help)\n", stderr);
-    return 2;
-}
-
 static char *read_text(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");
@@ -145,7 +137,7 @@ static int run(int argc, char **argv)
             pieces = true;
         } else if (is_opt(a, "-m", "--model") || is_opt(a, "-p", "--prompt") || is_opt(a, "-f", "--file")) {
             if (i + 1 == argc)
-                return usage_error("%s needs a value", a);
+                return cli_usage_error("tokenize", "%s needs a value", a);
             const char *v = argv[++i];
             if (is_opt(a, "-m", "--model"))
                 model = v;
@@ -154,13 +146,13 @@ static int run(int argc, char **argv)
             else
                 file = v;
         } else {
-            return usage_error("unknown option '%s'", a);
+            return cli_usage_error("tokenize", "unknown option '%s'", a);
         }
     }
     if (!model)
-        return usage_error("%s", "no model (-m FILE)");
+        return cli_usage_error("tokenize", "%s", "no model (-m FILE)");
     if (!prompt == !file)
-        return usage_error("%s", "give the text with exactly one of -p TEXT and -f FILE");
+        return cli_usage_error("tokenize", "%s", "give the text with exactly one of -p TEXT and -f FILE");
 
     size_t len = prompt ? strlen(prompt) : 0;
     char *text = NULL;

@@ -28,6 +28,17 @@ int cli_fail(const char *fmt, ...)
     return 1;
 }
 
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    log_line(stderr, "prima: ", "%s: %s (see prima %s --help)", cmd, msg, cmd);
+    return 2;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out, "prima — distributed LLM inference for home clusters\n\n"

@@ -149,6 +149,7 @@ static const struct opt_desc opts[] = {
     {"--context-shift", NULL, RUN_OPT_GEN, OPT_FLAG, F(context_shift), 0, 0},
     {"--keep", NULL, RUN_OPT_GEN, OPT_INT, F(n_keep), -1, INT_MAX},
     {"-cnv", "--conversation", RUN_OPT_GEN, OPT_FLAG, F(conversation), 0, 0},
+    {"--chat-template", NULL, RUN_OPT_CHAT, OPT_STR, F(chat_template_file), 0, 0},
     {"-md", "--model-draft", RUN_OPT_SPEC, OPT_STR, F(draft_model), 0, 0},
     {"--spec", NULL, RUN_OPT_SPEC, OPT_STR, F(spec_mode), 0, 0},
     {"--draft-max", NULL, RUN_OPT_SPEC, OPT_INT, F(draft_max), 1, SPEC_MAX_DRAFT},
@@ -218,8 +219,7 @@ int run_opts_parse(run_opts *o, int argc, char **argv, int *i)
     return 1;
 }
 
-/* The whole prompt file, refusing anything that is not a regular readable file. */
-static char *read_file(const char *path)
+char *cli_read_file(const char *path, size_t *n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -251,6 +251,8 @@ static char *read_file(const char *path)
         return NULL;
     }
     buf[len] = '\0';
+    if (n)
+        *n = len;
     return buf;
 }
 
@@ -293,12 +295,15 @@ int run_opts_finish(run_opts *o)
             return 2;
         }
         if (o->prompt_file) {
-            o->prompt_owned = read_file(o->prompt_file);
+            o->prompt_owned = cli_read_file(o->prompt_file, NULL);
             if (!o->prompt_owned)
                 return 1;
             o->prompt = o->prompt_owned;
         }
     }
+    if ((o->groups & RUN_OPT_CHAT) && o->chat_template_file &&
+        !(o->chat_template = cli_read_file(o->chat_template_file, &o->chat_template_len)))
+        return 1;
     if (o->groups & RUN_OPT_SPEC) {
         if (o->spec_mode && strcmp(o->spec_mode, "ngram")) {
             cli_fail("--spec: expected 'ngram', got '%s'", o->spec_mode);
@@ -325,6 +330,8 @@ void run_opts_free(run_opts *o)
 {
     free(o->prompt_owned);
     o->prompt_owned = NULL;
+    free(o->chat_template);
+    o->chat_template = NULL;
 }
 
 void run_opts_usage(const run_opts *o, FILE *out)
@@ -386,6 +393,12 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "                          reply; /help lists the commands (/clear, /save FILE);\n"
               "                          /exit, Ctrl-D or Ctrl-C at an empty prompt quits\n"
               "  --no-display-prompt     do not echo the prompt before the answer\n",
+              out);
+    if (o->groups & RUN_OPT_CHAT)
+        fputs("chat:\n"
+              "  --chat-template FILE    format conversations with the Jinja template in FILE\n"
+              "                          instead of the model's (tokenizer.chat_template; a\n"
+              "                          model without one gets a built-in format)\n",
               out);
     if (o->groups & RUN_OPT_SPEC)
         fputs("speculative decoding (a draft proposes tokens and the model checks several in one\n"

@@ -16,6 +16,7 @@ enum run_opt_group {
     RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
     RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
     RUN_OPT_GPU = 8,      /* -ngl --gpu --no-gpu --gpu-mem */
+    RUN_OPT_CHAT = 32,    /* --chat-template */
 };
 
 #define RUN_OPTS_MAX_STOP 16
@@ -48,6 +49,10 @@ typedef struct run_opts {
     int n_keep;          /* -1: keep just the BOS token on a context shift */
     bool conversation;
     bool display_prompt;
+    /* chat */
+    const char *chat_template_file;
+    char *chat_template;    /* its contents (NULL: the model's template) */
+    size_t chat_template_len;
     /* speculative decoding */
     const char *draft_model;
     const char *spec_mode;  /* --spec: "ngram" */
@@ -65,6 +70,9 @@ int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
  * file that cannot be read (the rule for every file a command names, the model's included). */
 int run_opts_finish(run_opts *o);
 void run_opts_free(run_opts *o);
+/* The whole of a file named on the command line, NUL-terminated (its length in *len when not
+ * NULL), or NULL after printing an error naming it. */
+char *cli_read_file(const char *path, size_t *len);
 /* A seed drawn from the clock and the process id: what a run without --seed samples with. */
 uint64_t run_opts_fresh_seed(void);
 /* The help lines of o's groups. */

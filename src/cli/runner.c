@@ -146,6 +146,11 @@ int runner_load(runner *r)
     r->tk = tokenizer_load(r->m->file, err, sizeof err);
     if (!r->tk)
         return cli_fail("%s", err);
+    r->chat = chat_format_load(r->m->file, r->tk, r->o.chat_template, r->o.chat_template_len, err,
+                               sizeof err);
+    if (!r->chat)
+        return cli_fail("%s%s%s", r->o.chat_template_file ? r->o.chat_template_file : "",
+                        r->o.chat_template_file ? ": " : "", err);
     const model_hparams *hp = &r->m->hp;
     r->n_ctx = r->o.n_ctx;
     if (r->n_ctx == 0)
@@ -177,6 +182,7 @@ void runner_close(runner *r)
     model_free(r->draft);
     runner_session_close(r);
     kern_ctx_free(r->kc);
+    chat_format_free(r->chat);
     tokenizer_free(r->tk);
     model_free(r->m);
     run_opts_free(&r->o);

@@ -11,6 +11,7 @@
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
+#include "text/chat_format.h"
 
 typedef struct runner {
     run_opts o;
@@ -22,6 +23,7 @@ typedef struct runner {
     model *draft;     /* -md */
     spec *spec;       /* -md or --spec (go.spec) */
     tokenizer *tk;
+    chat_format *chat;  /* how conversations become prompts (-cnv, serve's chat endpoint) */
     kern_ctx *kc;
     session *s;
     gpu_dev *gpu;    /* the GPU holding some of the session's layers, or NULL */

@@ -72,9 +72,11 @@ int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, c
     se->r = r;
     se->max_mbs = in_flight;
     bool warned;
-    se->tpl = chat_template_detect(r->m->file, &warned);
+    const char *format = chat_format_describe(r->chat, &warned);
     if (warned)
         fprintf(stderr, "prima: warning: chat template not recognised, using ChatML\n");
+    else
+        fprintf(stderr, "prima: chat format: %s\n", format);
     pthread_mutex_init(&se->mu, NULL);
     se->ring = ring_args_active(&r->ra);
     se->state = r->s ? "ready" : "loading";
@@ -299,8 +301,20 @@ static void *se_cluster(void *ctx)
     return o;
 }
 
+/* POST /apply-template (a connection's thread): the chat format is read-only once loaded. */
+static char *se_apply_template(void *ctx, const void *vars, size_t *len, char *err, size_t errlen)
+{
+    serve_engine *se = ctx;
+    jinja_error je;
+    char *text = chat_format_apply(se->r->chat, vars, time(NULL), len, &je);
+    if (!text)
+        snprintf(err, errlen, "chat template: %s%s", je.raised ? "the template raised an error: " : "", je.msg);
+    return text;
+}
+
 srv_engine serve_engine_iface(serve_engine *se)
 {
     return (srv_engine){.ctx = se, .serve = se_serve, .slots = se->n_slots,
-                        .health = se_health, .metrics = se_metrics, .cluster = se_cluster};
+                        .health = se_health, .metrics = se_metrics, .cluster = se_cluster,
+                        .apply_template = se_apply_template};
 }

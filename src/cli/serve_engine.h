@@ -20,7 +20,6 @@ typedef struct serve_mb serve_mb;
 
 typedef struct serve_engine {
     runner *r;                 /* opened; its session may be closed and reopened */
-    enum chat_template tpl;
     pthread_mutex_t mu;        /* what health and metrics read: */
     const char *state;         /* "ready", "connecting", "lost" */
     char detail[512];

@@ -136,13 +136,15 @@ static uint64_t request_seed(const runner *r, const srv_request *q)
     return run_opts_fresh_seed();
 }
 
-/* Chat: the template's control tokens, the messages as plain text (chat_tokenize); a
- * completion's prompt is the client's own text, control tokens and all, as prima run -p takes
- * it. The count, or a TOK_ERR_* code. */
-static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks)
+/* Chat: the model's chat format (chat_format_tokenize); a completion's prompt is the client's
+ * own text, control tokens and all, as prima run -p takes it. The count, or a TOK_ERR_* code,
+ * or CHAT_ERR_TEMPLATE with err (the template refused the conversation). */
+static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks, char *err,
+                         size_t errlen)
 {
     if (q->kind == SRV_CHAT)
-        return chat_tokenize(se->r->tk, se->tpl, q->msgs, q->n_msgs, true, toks);
+        return chat_format_tokenize(se->r->chat, se->r->tk, q->msgs, q->n_msgs, true, toks, err,
+                                    errlen);
     return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
 }
 
@@ -314,8 +316,11 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     const char *param = q->kind == SRV_CHAT ? "messages" : "prompt";
     srv_result res = {0};
     int32_t *toks = NULL;
-    int n = prompt_tokens(se, q, &toks);
-    if (n < 0) /* the text's fault (400), unless memory ran out */
+    char terr[400];   /* fits the answer's error text */
+    int n = prompt_tokens(se, q, &toks, terr, sizeof terr);
+    if (n == CHAT_ERR_TEMPLATE)
+        fail(&res, 400, param, "%s", terr);
+    else if (n < 0) /* the text's fault (400), unless memory ran out */
         fail(&res, n == TOK_ERR_NOMEM ? 500 : 400, n == TOK_ERR_NOMEM ? NULL : param,
              "cannot tokenize the prompt: %s", tokenizer_strerror(n));
     else if (n == 0)

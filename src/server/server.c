@@ -211,7 +211,14 @@ static void *engine_main(void *arg)
 
 /* ---- HTTP ------------------------------------------------------------------------------- */
 
-enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER };
+enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER,
+             R_TEMPLATE };
+
+/* The routes that take a JSON body (the others are GETs). */
+static bool posts_json(enum route r)
+{
+    return r == R_CHAT || r == R_COMPLETION || r == R_TEMPLATE;
+}
 
 typedef struct conn_ctx {
     enum route route;
@@ -419,6 +426,33 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
     return respond_json(s, c, 200, answer);
 }
 
+/* POST /apply-template: {"prompt": the text}, rendered on this connection's thread (templates
+ * are read-only once parsed; nothing is generated, so the queue is not involved). */
+static enum MHD_Result apply_template(srv *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    cJSON *vars = cJSON_ParseWithLength(cc->body.p ? cc->body.p : "", cc->body.len);
+    if (!cJSON_IsObject(vars)) {
+        cJSON_Delete(vars);
+        return respond_error(s, c, 400, NULL, "the body is not a JSON object");
+    }
+    char err[512];
+    size_t len = 0;
+    char *text = s->e.apply_template(s->e.ctx, vars, &len, err, sizeof err);
+    cJSON_Delete(vars);
+    if (!text)
+        return respond_error(s, c, 400, "messages", err);
+    cJSON *answer = cJSON_CreateObject();
+    /* cJSON strings end at a NUL: a template that writes one is cut there */
+    if (answer && !cJSON_AddStringToObject(answer, "prompt", text)) {
+        cJSON_Delete(answer);
+        answer = NULL;
+    }
+    free(text);
+    if (!answer)
+        return respond_error(s, c, 500, NULL, "out of memory");
+    return respond_json(s, c, 200, answer);
+}
+
 static void slots_json(srv *s, cJSON *obj)
 {
     pthread_mutex_lock(&s->mu);
@@ -487,6 +521,7 @@ static enum route find_route(const char *url, const char *method, bool *bad_meth
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
         {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},
         {"/index.html", "GET", R_PAGE},           {"/cluster", "GET", R_CLUSTER},
+        {"/apply-template", "POST", R_TEMPLATE},
     };
     *bad_method = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
@@ -591,7 +626,7 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc
                              "missing or wrong API key (send Authorization: Bearer KEY)");
     /* A GET is answered at the next call, once libmicrohttpd has the whole request: an answer
      * queued now would close the connection, and the page polls /cluster every second. */
-    if (cc->route != R_CHAT && cc->route != R_COMPLETION)
+    if (!posts_json(cc->route))
         return MHD_YES;
     /* A page on another website can send a text/plain POST without asking; JSON only after a
      * CORS preflight, which this server answers for the origins it allows. */
@@ -640,13 +675,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     srv_conns_deadline(s->conns, c, false);   /* the request is whole */
-    if (cc->route != R_CHAT && cc->route != R_COMPLETION)
+    if (!posts_json(cc->route))
         return get_route(s, c, cc->route);
     if (cc->too_big) {
         char msg[96];
         too_big_message(s, msg, sizeof msg);
         return respond_error(s, c, 413, NULL, msg);
     }
+    if (cc->route == R_TEMPLATE)
+        return apply_template(s, c, cc);
     return run_request(s, c, cc);
 }
 

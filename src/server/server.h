@@ -58,6 +58,10 @@ typedef struct srv_engine {
     void (*metrics)(void *ctx, FILE *f);
     /* The devices, their plan and counters, as a JSON object (a cJSON*) for GET /cluster. */
     void *(*cluster)(void *ctx);
+    /* POST /apply-template: the prompt the model's chat format makes of vars (a cJSON object:
+     * messages, tools, add_generation_prompt, ...), malloc'd (*len bytes), or NULL with err (the
+     * template refused them: a 400). */
+    char *(*apply_template)(void *ctx, const void *cjson_vars, size_t *len, char *err, size_t errlen);
 } srv_engine;
 
 typedef struct srv_config {
