@@ -259,16 +259,28 @@ void mxfp4_from_float(const float *src, void *dst, int64_t n)
     }
 }
 
+/* The 32 levels of a block whose nibbles index a table (MXFP4, IQ4_NL), in element order. */
+static void table_levels(const int8_t *levels, const uint8_t *qs, int8_t q[QK])
+{
+    for (int j = 0; j < QK / 2; j++) {
+        q[j] = levels[qs[j] & 0xf];
+        q[j + QK / 2] = levels[qs[j] >> 4];
+    }
+}
+
+static void table_to_float(const int8_t *levels, const uint8_t *qs, float d, float *dst)
+{
+    int8_t q[QK];
+    table_levels(levels, qs, q);
+    for (int j = 0; j < QK; j++)
+        dst[j] = d * q[j];
+}
+
 void mxfp4_to_float(const void *src, float *dst, int64_t n)
 {
     const block_mxfp4 *b = src;
-    for (int64_t i = 0; i < n / QK; i++, dst += QK) {
-        const float d = mxfp4_scale(b[i].e);
-        for (int j = 0; j < QK / 2; j++) {
-            dst[j] = d * mxfp4_values[b[i].qs[j] & 0xf];
-            dst[j + QK / 2] = d * mxfp4_values[b[i].qs[j] >> 4];
-        }
-    }
+    for (int64_t i = 0; i < n / QK; i++, dst += QK)
+        table_to_float(mxfp4_values, b[i].qs, mxfp4_scale(b[i].e), dst);
 }
 
 void mxfp4_dot_scalar(int n, float *s, const void *w, const void *a)
@@ -278,10 +290,7 @@ void mxfp4_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK; i++) {
         int8_t q[QK];
-        for (int j = 0; j < QK / 2; j++) {
-            q[j] = mxfp4_values[x[i].qs[j] & 0xf];
-            q[j + QK / 2] = mxfp4_values[x[i].qs[j] >> 4];
-        }
+        table_levels(mxfp4_values, x[i].qs, q);
         sum += mxfp4_scale(x[i].e) * half_to_f32(y[i].d) * (float)dot_i8(q, y[i].qs, QK);
     }
     *s = sum;
@@ -290,13 +299,8 @@ void mxfp4_dot_scalar(int n, float *s, const void *w, const void *a)
 void iq4_nl_to_float(const void *src, float *dst, int64_t n)
 {
     const block_iq4_nl *b = src;
-    for (int64_t i = 0; i < n / QK; i++, dst += QK) {
-        float d = half_to_f32(b[i].d);
-        for (int j = 0; j < QK / 2; j++) {
-            dst[j] = d * iq4nl_values[b[i].qs[j] & 0xf];
-            dst[j + QK / 2] = d * iq4nl_values[b[i].qs[j] >> 4];
-        }
-    }
+    for (int64_t i = 0; i < n / QK; i++, dst += QK)
+        table_to_float(iq4nl_values, b[i].qs, half_to_f32(b[i].d), dst);
 }
 
 void iq4_nl_dot_scalar(int n, float *s, const void *w, const void *a)
@@ -306,10 +310,7 @@ void iq4_nl_dot_scalar(int n, float *s, const void *w, const void *a)
     float sum = 0;
     for (int i = 0; i < n / QK; i++) {
         int8_t q[QK];
-        for (int j = 0; j < QK / 2; j++) {
-            q[j] = iq4nl_values[x[i].qs[j] & 0xf];
-            q[j + QK / 2] = iq4nl_values[x[i].qs[j] >> 4];
-        }
+        table_levels(iq4nl_values, x[i].qs, q);
         sum += half_to_f32(x[i].d) * half_to_f32(y[i].d) * (float)dot_i8(q, y[i].qs, QK);
     }
     *s = sum;
