@@ -54,7 +54,11 @@ static int cmd_keygen(int argc, char **argv)
         return 2;
     }
     char err[512];
-    if (ring_key_write(out, force, err, sizeof err))
+    int rc = ring_key_write(out, force, err, sizeof err);
+    if (rc == RING_KEY_EXISTS)
+        return cli_fail("keygen: %s (--force replaces it; every device then needs the new key)",
+                        err);
+    if (rc)
         return cli_fail("keygen: %s", err);
     fprintf(stderr, "prima keygen: wrote a new cluster key to %s (mode 0600)\n", out);
     return 0;

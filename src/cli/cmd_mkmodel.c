@@ -101,6 +101,15 @@ static const struct int_opt {
 };
 #define N_INT_OPTS (sizeof int_opts / sizeof int_opts[0])
 
+/* synth_write names what is wrong by its synth_params field; these are the flags that set them. */
+static const cli_term synth_terms[] = {
+    {"n_layer", "--layers"},     {"n_embd", "--embd"},       {"n_ff", "--ff"},
+    {"n_head", "--heads"},       {"n_head_kv", "--kv-heads"}, {"head_dim", "--head-dim"},
+    {"n_ctx", "--ctx"},          {"n_vocab", "--vocab"},     {"n_threads", "--threads"},
+    {"n_swa", "--swa"},          {"n_expert", "--experts"},  {"n_expert_used", "--experts-used"},
+    {"rope_base", "--rope-base"}, {"rms_eps", "--rms-eps"},  {NULL, NULL},
+};
+
 static int mkmodel_main(int argc, char **argv)
 {
     const char *out = NULL, *preset = NULL, *arch = NULL, *type = "f32", *vocab_from = NULL;
@@ -201,8 +210,10 @@ static int mkmodel_main(int argc, char **argv)
     synth_stats st;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (synth_write(&p, out, &st, err, sizeof err))
+    if (synth_write(&p, out, &st, err, sizeof err)) {
+        cli_say_flags(err, sizeof err, synth_terms);
         return cli_fail("mkmodel: %s", err);
+    }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
     printf("wrote %s: %llu tensors, %llu parameters, %llu bytes (%s) in %.2f s, %.0f MB/s\n", out,
