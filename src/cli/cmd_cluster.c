@@ -1,6 +1,7 @@
 /* prima cluster — the one-command demo of a pipelined ring: workers on this machine, a head, a
  * prompt. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/gpu_offload.h"
+#include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cli/local_workers.h"
@@ -21,38 +23,39 @@ extern const struct cli_command cli_cmd_run;
 #define DEFAULT_DEVICES 3
 #define DEFAULT_PROMPT "Once upon a time"
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: prima cluster [-m FILE] [--devices N] [-lw W,W,...] [run options]\n"
-            "\n"
-            "Run a prompt on a pipelined ring of N devices on this machine: start N-1 workers\n"
-            "(separate processes, listening on free loopback ports), run `prima run` as the\n"
-            "head with --workers pointing at them, then stop the workers, also when the head\n"
-            "fails, on Ctrl-C, or when this process is killed.\n"
-            "\n"
-            "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
-            "vocabulary, so its text is gibberish) is generated once into\n"
-            "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
-            "-cnv the prompt is \"%s\". Without -lw or -k the layers are split evenly over\n"
-            "the N devices in one round (the workers take the remainder), so that every\n"
-            "device takes part; with -k alone the scheduler plans, and on one machine it may\n"
-            "keep the whole model on one device.\n"
-            "\n"
-            "  --devices N             devices in the ring, the head included (default %d)\n"
-            "  -t, --threads N         compute threads of every device (default: the online\n"
-            "                          CPUs divided by N, at least 1)\n"
-            "  --verbose               also show the workers' logs and every batch's counters\n"
-            "  -h, --help              show this help\n"
-            "Every other option is prima run's (prima run --help), ring options included:\n"
-            "-lw, -k, --gpu-layers, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
-            "--gpu, --no-gpu and --gpu-mem apply to the head and to every worker.\n"
-            "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
-            "this run (and removed after it).\n"
-            "\n"
-            "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n",
-            DEFAULT_PROMPT, DEFAULT_DEVICES);
-}
+static const char usage_head[] =
+    "usage: prima cluster [-m FILE] [--devices N] [-lw W,W,...] [run options]\n"
+    "\n"
+    "Run a prompt on a pipelined ring of N devices on this machine: start N-1 workers\n"
+    "(separate processes, listening on free loopback ports), run `prima run` as the\n"
+    "head with --workers pointing at them, then stop the workers, also when the head\n"
+    "fails, on Ctrl-C, or when this process is killed.\n"
+    "\n"
+    "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
+    "vocabulary, so its text is gibberish) is generated once into\n"
+    "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
+    "-cnv the prompt is \"" DEFAULT_PROMPT "\". Without -lw or -k the layers are split evenly over\n"
+    "the N devices in one round (the workers take the remainder), so that every\n"
+    "device takes part; with -k alone the scheduler plans, and on one machine it may\n"
+    "keep the whole model on one device.\n"
+    "\n";
+static const char usage_tail[] =
+    "Every other option is prima run's (prima run --help), ring options included:\n"
+    "-lw, -k, --gpu-layers, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
+    "-t gives the compute threads of every device (default: the online CPUs divided by N,\n"
+    "at least 1); --verbose also shows the workers' logs and every batch's counters.\n"
+    "--gpu, --no-gpu and --gpu-mem apply to the head and to every worker.\n"
+    "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
+    "this run (and removed after it).\n"
+    "\n"
+    "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n";
+
+static const cli_opt cluster_rows[] = {
+    {"--devices", "N", CLI_INT, 0, 1, PRIMA_MAX_DEVICES,
+     .help = "devices in the ring, the head included (default 3)"},
+    {0},
+};
+static const cli_group cluster_group = {NULL, cluster_rows, NULL};
 
 /* The demo model's path in the cache directory, generated when missing. */
 static int demo_model(char *path, size_t cap)
@@ -109,45 +112,35 @@ static int cmd_cluster(int argc, char **argv)
     ring_args ra;
     run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_SPEC);
     ring_args_init(&ra);
-    bool threads_given = false;
-    /* Everything but --devices goes to the head; parse it here only to find what the cluster
+    /* Everything but --devices goes to the head; read it here only to find what the cluster
      * itself needs (the model, the thread count, the worker-side options). */
+    cli_set sets[CLI_MAX_SETS] = {{.g = &cluster_group, .dst = &n_dev}};
+    int n = 1 + run_opts_sets(&ro, sets + 1);
+    n += ring_args_sets(&ra, true, sets + n);
+    for (int k = 1; k < n; k++)
+        sets[k].elsewhere = true;
+    int rc = cli_opts_parse("cluster", sets, n, argc, argv, usage_head, usage_tail, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    rc = 2;
     char **pass = calloc((size_t)argc + 16, sizeof *pass);
     if (!pass)
         return cli_fail("out of memory");
     int np = 0;
     pass[np++] = "run";
-    int rc = 2;
     char keydir[64] = "", keypath[96] = "";
+    bool threads_given = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            rc = 0;
-            goto done;
+        int take = cli_opts_arity(sets, n, argv[i]);
+        if (take < 0)   /* after "--": run's to refuse */
+            take = 1;
+        if (cli_opts_arity(sets, 1, argv[i]) < 0) {   /* not --devices */
+            threads_given |= !strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads") ||
+                             !strncmp(argv[i], "--threads=", 10);
+            for (int j = i; j < i + take && j < argc; j++)
+                pass[np++] = argv[j];
         }
-        if (!strcmp(a, "--devices")) {
-            if (i + 1 >= argc) {
-                cli_fail("--devices needs a value");
-                goto done;
-            }
-            if (parse_int_arg(a, argv[++i], 1, PRIMA_MAX_DEVICES, &n_dev))
-                goto done;
-            continue;
-        }
-        threads_given |= !strcmp(a, "-t") || !strcmp(a, "--threads");
-        int first = i;
-        int c = run_opts_parse(&ro, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&ra, argc, argv, &i);
-        if (c < 0)
-            goto done;
-        if (c == 0) {
-            cli_fail("cluster: unknown option '%s' (see prima cluster --help)", a);
-            goto done;
-        }
-        for (int j = first; j <= i; j++)
-            pass[np++] = argv[j];
+        i += take - 1;
     }
     if (ra.workers) {
         cli_fail("cluster: it starts its own workers; to use others, run prima run --workers");

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "cli/opts.h"
 #include "cluster/key.h"
 #include "cluster/ring_engine.h"
 #include "sched/startup.h"
@@ -40,9 +41,13 @@ typedef struct ring_args {
 } ring_args;
 
 void ring_args_init(ring_args *a);
-/* Parse argv[*i] (and its value) if it is a ring option: 1 consumed, 0 not one, -1 after an
- * error naming the flag. */
-int ring_args_parse(ring_args *a, int argc, char **argv, int *i);
+/* The ring's option group (opts.h) filling a, and with answers the options of a head that
+ * answers requests (run, logits, serve: discovery and failover; the benchmarks take no such
+ * group), into sets (RING_ARGS_GROUPS of room). Returns their count. */
+#define RING_ARGS_GROUPS 2
+int ring_args_sets(ring_args *a, bool answers, cli_set *sets);
+/* --prefetch-method's value for flag (the head's and the worker's): 0, or -1 after an error. */
+int parse_prefetch_method(const char *flag, const char *v, enum prefetch_method *out);
 /* After the command line: check --gpu-layers against -lw, load the key; links to workers need
  * one, or --insecure. 0, or -1 after an error. */
 int ring_args_finish(ring_args *a);
@@ -61,12 +66,7 @@ int ring_args_discover(ring_args *a, const model *m, char *err, size_t errlen);
  * stderr. sp must outlive the ring. 0, or -1 with err. */
 int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_planner *sp,
                        char *err, size_t errlen);
-void ring_args_usage(FILE *out);
 /* A --stats file (cluster/stats.h) opened for writing, or NULL after an error naming it. */
 FILE *stats_file_open(const char *path);
-/* The options of a head that answers requests (run, logits, serve): discovery and failover. The
- * benchmarks refuse them (ring_args_session_given). */
-void ring_args_usage_session(FILE *out);
-bool ring_args_session_given(const ring_args *a);
 
 #endif

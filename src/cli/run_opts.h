@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cli/opts.h"
 #include "model/sample.h"
 
 enum run_opt_group {
@@ -62,9 +63,10 @@ typedef struct run_opts {
 } run_opts;
 
 void run_opts_init(run_opts *o, unsigned groups);
-/* Parse argv[*i] (and its value, advancing *i) if it is an option of o's groups. Returns 1 if
- * consumed, 0 if it is not one of them, -1 after printing an error naming the flag. */
-int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
+/* The option groups of o->groups (opts.h), each filling o, into sets (RUN_OPT_GROUPS of room),
+ * in the order of the help text. Returns their count. */
+#define RUN_OPT_GROUPS 6
+int run_opts_sets(run_opts *o, cli_set *sets);
 /* After the whole command line: check required options, read the prompt file, draw a seed.
  * Returns 0, or the exit status after printing an error: 2 for a usage error, 1 for a prompt
  * file that cannot be read (the rule for every file a command names, the model's included). */
@@ -75,8 +77,6 @@ void run_opts_free(run_opts *o);
 char *cli_read_file(const char *path, size_t *len);
 /* A seed drawn from the clock and the process id: what a run without --seed samples with. */
 uint64_t run_opts_fresh_seed(void);
-/* The help lines of o's groups. */
-void run_opts_usage(const run_opts *o, FILE *out);
 
 /* Strict number parsing for command-line values: the whole string, in range. */
 int parse_int_arg(const char *flag, const char *s, long lo, long hi, int *out);
@@ -86,9 +86,6 @@ int parse_int_list(const char *s, long lo, long hi, int *out, int max);
 /* Layer counts per device for FLAG (-lw, --gpu-layers): "N,N,...", head first, up to
  * PRIMA_MAX_DEVICES of them, into out and *n; -1 with the error printed. */
 int parse_counts_arg(const char *flag, const char *s, int *out, int *n);
-/* A thread count for FLAG: 1..KERN_MAX_THREADS, the one limit of every command (a count the
- * kernels cannot start is refused at start-up, not when a head connects). */
-int parse_threads_arg(const char *flag, const char *s, int *out);
 /* The default thread count: the online CPUs, within that limit. */
 int default_threads(void);
 int parse_float_arg(const char *flag, const char *s, float *out);

@@ -18,29 +18,19 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int runner_args(runner *r, unsigned groups, int argc, char **argv,
-                void (*usage)(FILE *out, const run_opts *o),
-                int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
+int runner_args(runner *r, unsigned groups, int argc, char **argv, const char *head,
+                const char *tail, const cli_set *own, int n_own)
 {
     run_opts_init(&r->o, groups | RUN_OPT_SPEC); /* every runner can speculate (runner_load) */
     ring_args_init(&r->ra);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, &r->o);
-            return -1;
-        }
-        int c = run_opts_parse(&r->o, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&r->ra, argc, argv, &i);
-        if (c == 0 && extra)
-            c = extra(ctx, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c == 0) {
-            cli_fail("%s: unknown option '%s' (see prima %s --help)", argv[0], argv[i], argv[0]);
-            return 2;
-        }
-    }
+    cli_set sets[CLI_MAX_SETS];
+    int n = run_opts_sets(&r->o, sets);
+    n += ring_args_sets(&r->ra, true, sets + n);
+    for (int k = 0; k < n_own && n < CLI_MAX_SETS; k++)
+        sets[n++] = own[k];
+    int arc = cli_opts_parse(argv[0], sets, n, argc, argv, head, tail, NULL);
+    if (arc)
+        return arc;
     int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
     if (!rc && (ring_args_finish(&r->ra) || gpu_offload_check_ring(&r->o, &r->ra)))
         rc = 2;

@@ -38,14 +38,13 @@ typedef struct runner {
 } runner;
 
 /* The command line of a command that runs a model: the run options of `groups` and of
- * speculative decoding (RUN_OPT_SPEC: the runner opens the speculator), the ring's,
- * and the command's own (extra: 1 consumed, 0 not one of them, -1 after an error; NULL: none),
- * then the options' final checks. Returns 0 to go on, -1 after printing the help (-h: exit 0),
- * or the exit status after an error: 2 for a usage error, 1 for a prompt file that cannot be
- * read. */
-int runner_args(runner *r, unsigned groups, int argc, char **argv,
-                void (*usage)(FILE *out, const run_opts *o),
-                int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
+ * speculative decoding (RUN_OPT_SPEC: the runner opens the speculator), the ring's with
+ * discovery and failover, and the command's own groups (own, n_own), then the options' final
+ * checks; the help is head, those groups in that order, and tail. Returns 0 to go on, -1 after
+ * printing the help (-h: exit 0), or the exit status after an error: 2 for a usage error, 1
+ * for a prompt file that cannot be read. */
+int runner_args(runner *r, unsigned groups, int argc, char **argv, const char *head,
+                const char *tail, const cli_set *own, int n_own);
 /* Load the model and tokenizer, start the threads, open the sampler and set go from the
  * options: everything but the session. 0, or 1 after printing an error. */
 int runner_load(runner *r);
