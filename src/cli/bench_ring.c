@@ -9,7 +9,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
 #include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"

@@ -13,7 +13,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
 #include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "kernels/probe.h"

@@ -14,8 +14,8 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/local_workers.h"
-#include "cli/serve_engine.h"
+#include "app/local_workers.h"
+#include "app/serve_engine.h"
 
 #define MAX_CLIENTS 64
 

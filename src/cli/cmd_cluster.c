@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
 #include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
 #include "cluster/key.h"
 #include "model/model.h"
 #include "model/synth.h"

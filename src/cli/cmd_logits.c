@@ -8,7 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
 #include "cli/progress.h"
 #include "cli/ring_args.h"
 #include "sched/startup.h"

@@ -8,7 +8,7 @@
 
 #include "cli/chat_input.h"
 #include "cli/cli.h"
-#include "cli/runner.h"
+#include "app/runner.h"
 #include "cluster/stats.h"
 
 static const char usage_head[] =

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/serve_engine.h"
+#include "app/serve_engine.h"
 
 static const char usage_head[] =
     "usage: prima serve -m FILE [--workers H:P,...] [--host ADDR] [--port N] [options]\n"

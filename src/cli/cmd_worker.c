@@ -9,7 +9,7 @@
 #include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
-#include "cli/worker_serve.h"
+#include "app/worker_serve.h"
 #include "cluster/discover.h"
 #include "cluster/ring_engine.h"
 #include "kernels/kern.h"

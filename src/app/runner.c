@@ -7,8 +7,8 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
-#include "cli/runner.h"
+#include "app/gpu_offload.h"
+#include "app/runner.h"
 #include "sched/startup.h"
 
 static double now_s(void)

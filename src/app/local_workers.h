@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "cli/worker_serve.h"
+#include "app/worker_serve.h"
 #include "cluster/plan.h"
 
 typedef struct local_workers {

@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
 #include "model/offload.h"
 
 offload_opts gpu_offload_opts(const run_opts *o)

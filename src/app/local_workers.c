@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
 #include "cluster/net.h"
 
 void local_workers_stop(local_workers *w)

@@ -5,7 +5,7 @@
 #ifndef PRIMA_RUNNER_H
 #define PRIMA_RUNNER_H
 
-#include "cli/generate.h"
+#include "app/generate.h"
 #include "cli/progress.h"
 #include "gpu/gpu.h"
 #include "cli/ring_args.h"

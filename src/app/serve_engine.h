@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 
-#include "cli/runner.h"
+#include "app/runner.h"
 #include "server/server.h"
 
 #define SERVE_MAX_SLOTS 64

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/serve_engine.h"
+#include "app/serve_engine.h"
 #include "cluster/stats.h"
 
 /* What the token hook needs. */
