@@ -548,17 +548,18 @@ static int run(int argc, char **argv)
     /* Only an explicit --key adds the keyed ring ($PRIMA_KEY_FILE alone would double the
      * workers of an experiment that did not ask for it). */
     bool keyed = o.ra.key_file && o.ra.key.set && o.n_dev > 1;
-    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup) ||
-        (keyed && local_workers_start(&wk, o.n_dev - 1, &sk, o.cgroup))) {
+    char err[512];
+    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup, serve_worker, err, sizeof err) ||
+        (keyed &&
+         local_workers_start(&wk, o.n_dev - 1, &sk, o.cgroup, serve_worker, err, sizeof err))) {
         local_workers_stop(&w);
         run_opts_free(&o.ro);
-        return 1;
+        return cli_fail("bench ring: %s", err);
     }
     char list[PRIMA_MAX_DEVICES * 24], klist[PRIMA_MAX_DEVICES * 24];
     local_workers_list(&w, list, sizeof list);
     local_workers_list(&wk, klist, sizeof klist);
     ring_set plain = {&w, list, false}, keyed_ring = {&wk, klist, true};
-    char err[512];
     model *m = model_load(o.ro.model, err, sizeof err);
     if (!m)
         rc = cli_fail("%s", err);

@@ -14,6 +14,9 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
 #include "app/local_workers.h"
 #include "app/serve_engine.h"
 
@@ -264,18 +267,19 @@ static int run(int argc, char **argv)
                          .threads = r.o.n_threads, .method = r.ra.method,
                          .key_file = r.ra.key_file,
                          .insecure = !r.ra.key.set, .quiet = true};
-        if (local_workers_start(&w, b.n_dev - 1, &so, NULL)) {
+        char err[512];
+        if (local_workers_start(&w, b.n_dev - 1, &so, NULL, serve_worker, err, sizeof err)) {
             run_opts_free(&r.o);
-            return 1;
+            return cli_fail("bench serve: %s", err);
         }
         local_workers_list(&w, list, sizeof list);
         r.ra.workers = b.n_dev > 1 ? list : NULL;
     }
     r.n_seq = b.slots;
-    rc = runner_open(&r);
+    char err[512];
+    rc = runner_open(&r, err, sizeof err) ? cli_fail("%s", err) : 0;
     srv *s = NULL;
     serve_engine se;
-    char err[512];
     if (rc == 0 && serve_engine_init(&se, &r, b.slots, b.in_flight, err, sizeof err))
         rc = cli_fail("%s", err);
     if (rc == 0) {

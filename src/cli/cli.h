@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+struct serve_opts;   /* app/worker_serve.h */
+
 struct cli_command {
     const char *name;
     const char *summary;
@@ -20,6 +22,10 @@ typedef struct cli_term {
 /* Rewrite msg in place (cap bytes) in the command line's terms: every whole-word occurrence of
  * a term of the table (ended by a row of NULLs) becomes its flag. */
 void cli_say_flags(char *msg, size_t cap, const cli_term *terms);
+
+/* prima worker's body (cmd_worker.c): load the model and serve heads until SIGINT or SIGTERM;
+ * also what the workers that prima cluster and the benchmarks fork run. The exit status. */
+int serve_worker(const struct serve_opts *o);
 
 /* Print "prima: <msg>" to stderr (one line), with the terms of the ring, the scheduler and the
  * server said as the flags that set them. Returns 1 for `return cli_fail(...)`. */

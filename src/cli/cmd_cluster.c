@@ -215,8 +215,9 @@ static int cmd_cluster(int argc, char **argv)
                      .threads = threads, .method = ra.method, .key_file = key_file,
                      .insecure = ra.insecure, .verbose = ra.verbose, .quiet = !ra.verbose,
                      .gpu = gpu_offload_opts(&ro)};
-    if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
-        rc = 1;
+    char err[512];
+    if (local_workers_start(&w, n_dev - 1, &so, NULL, serve_worker, err, sizeof err)) {
+        rc = cli_fail("cluster: %s", err);
         goto done;
     }
     local_workers_list(&w, list, sizeof list);

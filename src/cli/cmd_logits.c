@@ -9,7 +9,7 @@
 
 #include "cli/cli.h"
 #include "app/gpu_offload.h"
-#include "cli/progress.h"
+#include "app/progress.h"
 #include "cli/ring_args.h"
 #include "sched/startup.h"
 #include "cli/opts.h"
@@ -136,7 +136,7 @@ static int parse_args(logits_job *j, int argc, char **argv)
                              NULL);
     if (arc)
         return arc < 0 ? 1 : -1;
-    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || gpu_offload_check_ring(&j->o, &j->ra))
+    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || ring_args_check_ngl(&j->ra, &j->o))
         return -1;
     if (!j->text == !j->ids) {
         cli_fail("logits: give exactly one of -p TEXT and --tokens IDS");
@@ -227,7 +227,7 @@ static int run_logits(logits_job *j)
     gpu_dev *gpu = NULL;
     ring_head rh = {0};
     sched_planner sp;   /* plans the ring at the start and after a loss */
-    cli_progress prog;  /* its progress */
+    app_progress prog;  /* its progress */
     model *m = model_load(j->o.model, err, sizeof err);
     if (!m)
         return cli_fail("%s", err);
@@ -270,7 +270,7 @@ static int run_logits(logits_job *j)
         ring_opts ro = ring_args_opts(&j->ra);
         const offload_opts go = gpu_offload_opts(&j->o);
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
-        cli_progress_planner(&prog, &sp);
+        app_progress_planner(&prog, &sp);
         sp.stats = j->ra.stats;
         sp.gpu = go;
         sp.profile_cache = j->ra.profile_cache;

@@ -7,7 +7,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "kernels/kern.h"
-#include "cli/progress.h"
+#include "app/progress.h"
 #include "cli/run_opts.h"
 #include "sched/measure.h"
 
@@ -153,12 +153,12 @@ static int run(int argc, char **argv)
     char err[512], gpu_why[256] = "";
     o.gpu_why = gpu_why;
     o.gpu_why_len = sizeof gpu_why;
-    cli_progress prog;
-    cli_progress_init(&prog, stderr, "this device");
-    o.progress = cli_progress_profile;
+    app_progress prog;
+    app_progress_init(&prog, stderr, "this device");
+    o.progress = app_progress_profile;
     o.progress_ctx = &prog;
     int rc = profile_measure(&o, &p, err, sizeof err);
-    cli_progress_end(&prog);
+    app_progress_end(&prog);
     if (rc)
         return cli_fail("%s", err);
     if (json) {

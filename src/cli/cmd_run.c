@@ -8,6 +8,9 @@
 
 #include "cli/chat_input.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
 #include "app/runner.h"
 #include "cluster/stats.h"
 
@@ -416,7 +419,8 @@ static int cmd_run(int argc, char **argv)
         cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
         return 2;
     }
-    int rc = runner_open(&r);
+    char err[512];
+    int rc = runner_open(&r, err, sizeof err) ? cli_fail("%s", err) : 0;
     if (rc == 0) {
         rc = r.o.conversation ? run_chat(&r) : run_prompt(&r);
         if (rc == 0)

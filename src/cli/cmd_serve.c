@@ -6,6 +6,9 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
 #include "app/serve_engine.h"
 
 static const char usage_head[] =
@@ -77,6 +80,8 @@ static const cli_opt server_rows[] = {
 };
 #undef F
 static const cli_group server_group = {"server:", server_rows, NULL};
+/* serve_slots_check's words for -np */
+static const cli_term slot_terms[] = {{"slots", "-np"}, {NULL, NULL}};
 
 /* The key: its first line, without surrounding whitespace. */
 static int load_key(serve_args *a)
@@ -136,11 +141,11 @@ static int serve(runner *r, const serve_args *a)
     signal(SIGPIPE, SIG_IGN);
     /* The model now; a ring's session on the engine thread, once the server answers (its
      * /health says "loading" meanwhile: Halda's profiling can take a while). */
-    int rc = ring_args_active(&r->ra) ? runner_load(r) : runner_open(r);
-    if (rc)
-        return rc;
-    serve_engine se;
     char err[512];
+    if (ring_args_active(&r->ra) ? runner_load(r, err, sizeof err)
+                                 : runner_open(r, err, sizeof err))
+        return cli_fail("%s", err);
+    serve_engine se;
     if (serve_engine_init(&se, r, a->slots, a->in_flight, err, sizeof err))
         return cli_fail("%s", err);
     srv_engine e = serve_engine_iface(&se);
@@ -184,7 +189,10 @@ static int cmd_serve(int argc, char **argv)
         return arc < 0 ? 0 : arc;
     r.n_seq = a.slots;
     char err[512];
-    if (load_key(&a) || (serve_slots_check(&r, a.slots, err, sizeof err) && cli_fail("%s", err))) {
+    bool bad_slots = serve_slots_check(&r, a.slots, err, sizeof err) != 0;
+    if (bad_slots)
+        cli_say_flags(err, sizeof err, slot_terms);
+    if (load_key(&a) || (bad_slots && cli_fail("%s", err))) {
         run_opts_free(&r.o);
         free(a.key_owned);
         return 2;

@@ -38,7 +38,7 @@ static bool parse_time(const char *s, time_t *out)
     return *out != (time_t)-1;
 }
 
-static int render(const char *model, const char *tpl_file, const char *input, time_t now)
+static int render(const char *model_path, const char *tpl_file, const char *input, time_t now)
 {
     char err[600];
     size_t tlen = 0, ilen = 0;
@@ -55,7 +55,7 @@ static int render(const char *model, const char *tpl_file, const char *input, ti
     int rc = 0;
     if (!cJSON_IsObject(vars))
         rc = cli_fail("template: %s: not a JSON object", input);
-    else if (model && (!(f = gguf_open(model, err, sizeof err)) || !(tk = tokenizer_load(f, err, sizeof err))))
+    else if (model_path && (!(f = gguf_open(model_path, err, sizeof err)) || !(tk = tokenizer_load(f, err, sizeof err))))
         rc = cli_fail("%s", err);
     else if (!(cf = chat_format_load(f, tk, src, tlen, err, sizeof err)))
         rc = cli_fail("%s%s%s", tpl_file ? tpl_file : "", tpl_file ? ": " : "", err);
@@ -110,15 +110,15 @@ static int run(int argc, char **argv)
     int rc = cli_opts_parse("template", &set, 1, argc, argv, usage_head, usage_tail, NULL);
     if (rc)
         return rc < 0 ? 0 : rc;
-    const char *model = ta.model, *tpl = ta.tpl, *input = ta.input, *now_s = ta.now;
-    if (!model && !tpl)
+    const char *tpl = ta.tpl, *input = ta.input, *now_s = ta.now;
+    if (!ta.model && !tpl)
         return cli_usage_error("template", "%s", "no template (-m FILE or --chat-template FILE)");
     if (!input)
         return cli_usage_error("template", "%s", "no conversation (--input CASE.json)");
     time_t now = time(NULL);
     if (now_s && !parse_time(now_s, &now))
         return cli_usage_error("template", "--now: expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, got '%s'", now_s);
-    return render(model, tpl, input, now);
+    return render(ta.model, tpl, input, now);
 }
 
 const struct cli_command cli_cmd_template = {"template", "render a conversation with a chat template", run};

@@ -9,8 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/runner.h"
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/plan.h"
 #include "model/spec.h"
@@ -57,12 +59,6 @@ int parse_counts_arg(const char *flag, const char *s, int *out, int *n)
     return 0;
 }
 
-int default_threads(void)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    return ncpu < 1 ? 1 : ncpu > KERN_MAX_THREADS ? KERN_MAX_THREADS : (int)ncpu;
-}
-
 int parse_float_arg(const char *flag, const char *s, float *out)
 {
     char *end;
@@ -87,24 +83,6 @@ int parse_gib_arg(const char *flag, const char *s, uint64_t *bytes)
     }
     *bytes = (uint64_t)((double)v * 1073741824.0);
     return 0;
-}
-
-void run_opts_init(run_opts *o, unsigned groups)
-{
-    memset(o, 0, sizeof *o);
-    o->groups = groups;
-    o->n_threads = default_threads();
-    o->n_batch = 512;
-    o->gpu_index = -1;
-    sampler_params_default(&o->sp);
-    o->n_predict = -1;
-    o->n_keep = -1;
-    o->display_prompt = true;
-    spec_params sp;
-    spec_params_default(&sp, SPEC_DRAFT);
-    o->draft_max = sp.n_max;
-    o->draft_min = sp.n_min;
-    o->draft_p_min = sp.p_min;
 }
 
 /* --seed: a non-negative 64-bit integer, remembered as given (run_opts_finish draws one else). */
@@ -238,7 +216,7 @@ static const cli_opt spec_rows[] = {
 static const struct {
     unsigned bit;
     cli_group g;
-} groups[] = {
+} group_table[] = {
     {RUN_OPT_MODEL, {"model and compute:", model_rows, NULL}},
     {RUN_OPT_GPU, {"GPU (Vulkan; whole layers with their KV cache in VRAM):", gpu_rows,
                    "  In a ring, -ngl is refused: the plan's GPU layers apply (--gpu-layers, or the\n"
@@ -255,9 +233,9 @@ static const struct {
 int run_opts_sets(run_opts *o, cli_set *sets)
 {
     int n = 0;
-    for (size_t k = 0; k < sizeof groups / sizeof groups[0]; k++)
-        if (o->groups & groups[k].bit)
-            sets[n++] = (cli_set){.g = &groups[k].g, .dst = o};
+    for (size_t k = 0; k < sizeof group_table / sizeof group_table[0]; k++)
+        if (o->groups & group_table[k].bit)
+            sets[n++] = (cli_set){.g = &group_table[k].g, .dst = o};
     return n;
 }
 
@@ -296,13 +274,6 @@ char *cli_read_file(const char *path, size_t *n)
     if (n)
         *n = len;
     return buf;
-}
-
-uint64_t run_opts_fresh_seed(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
 }
 
 int run_opts_finish(run_opts *o)
@@ -368,10 +339,23 @@ int run_opts_finish(run_opts *o)
     return 0;
 }
 
-void run_opts_free(run_opts *o)
+int runner_args(runner *r, unsigned groups, int argc, char **argv, const char *head,
+                const char *tail, const cli_set *own, int n_own)
 {
-    free(o->prompt_owned);
-    o->prompt_owned = NULL;
-    free(o->chat_template);
-    o->chat_template = NULL;
+    run_opts_init(&r->o, groups | RUN_OPT_SPEC); /* every runner can speculate (runner_load) */
+    ring_args_init(&r->ra);
+    cli_set sets[CLI_MAX_SETS];
+    int n = run_opts_sets(&r->o, sets);
+    n += ring_args_sets(&r->ra, true, sets + n);
+    for (int k = 0; k < n_own && n < CLI_MAX_SETS; k++)
+        sets[n++] = own[k];
+    int arc = cli_opts_parse(argv[0], sets, n, argc, argv, head, tail, NULL);
+    if (arc)
+        return arc;
+    int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
+    if (!rc && (ring_args_finish(&r->ra) || ring_args_check_ngl(&r->ra, &r->o)))
+        rc = 2;
+    if (rc)
+        run_opts_free(&r->o);
+    return rc;
 }
