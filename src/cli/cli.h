@@ -27,6 +27,12 @@ void cli_say_flags(char *msg, size_t cap, const cli_term *terms);
  * also what the workers that prima cluster and the benchmarks fork run. The exit status. */
 int serve_worker(const struct serve_opts *o);
 
+struct runner;   /* app/runner.h */
+/* prima run's work once its options are read and checked: open the runner (the model, and the
+ * session on this device or the ring), generate or chat, print the statistics, close it. The
+ * exit status. prima cluster runs its head so. */
+int cli_run_runner(struct runner *r);
+
 /* Print "prima: <msg>" to stderr (one line), with the terms of the ring, the scheduler and the
  * server said as the flags that set them. Returns 1 for `return cli_fail(...)`. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

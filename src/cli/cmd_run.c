@@ -408,6 +408,19 @@ static int run_chat(runner *r)
     return rc;
 }
 
+int cli_run_runner(runner *r)
+{
+    char err[512];
+    int rc = runner_open(r, err, sizeof err) ? cli_fail("%s", err) : 0;
+    if (rc == 0) {
+        rc = r->o.conversation ? run_chat(r) : run_prompt(r);
+        if (rc == 0)
+            print_stats(r);
+    }
+    runner_close(r);
+    return rc;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
@@ -417,17 +430,10 @@ static int cmd_run(int argc, char **argv)
         return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {
         cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
+        run_opts_free(&r.o);
         return 2;
     }
-    char err[512];
-    int rc = runner_open(&r, err, sizeof err) ? cli_fail("%s", err) : 0;
-    if (rc == 0) {
-        rc = r.o.conversation ? run_chat(&r) : run_prompt(&r);
-        if (rc == 0)
-            print_stats(&r);
-    }
-    runner_close(&r);
-    return rc;
+    return cli_run_runner(&r);
 }
 
 const struct cli_command cli_cmd_run = {"run", "generate text or chat, on this device or a ring of devices",

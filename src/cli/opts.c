@@ -204,19 +204,6 @@ done:
     return rc;
 }
 
-int cli_opts_arity(const cli_set *sets, int n_sets, const char *arg)
-{
-    table *t = malloc(sizeof *t);
-    int n = -1;
-    bool inl;
-    if (t && !build(t, sets, n_sets)) {
-        int r = find(t, arg, &inl);
-        n = r < 0 ? -1 : t->rows[r].o->arg && !inl ? 2 : 1;
-    }
-    free(t);
-    return n;
-}
-
 /* "-m, --model FILE" for the help's left column. */
 static void left_column(const cli_opt *o, char *out, size_t cap)
 {

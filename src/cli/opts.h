@@ -65,10 +65,6 @@ typedef struct cli_set {
  * error naming the flag. */
 int cli_opts_parse(const char *cmd, const cli_set *sets, int n_sets, int argc, char **argv,
                    const char *head, const char *tail, int *positional);
-/* How many arguments the option arg of the sets takes from the command line: 1 for a flag
- * alone, 2 for a flag and the value after it, -1 for no option of the sets (a command that
- * hands its command line on finds its own options so). */
-int cli_opts_arity(const cli_set *sets, int n_sets, const char *arg);
 /* The usage text: head, every group's heading, rows and note, -h, then tail. */
 void cli_opts_usage(FILE *out, const cli_set *sets, int n_sets, const char *head,
                     const char *tail);
