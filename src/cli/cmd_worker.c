@@ -63,11 +63,7 @@ static const cli_opt worker_rows[] = {
     {"--prefetch-method", "M", CLI_FN, .fn = parse_method,
      .help = "how the next window is loaded while other devices\n"
              "compute: touch (default), madvise or fadvise"},
-    {"--key --secret-file", "FILE", CLI_STR, F(key_file),
-     .help = "the cluster key (made by prima keygen) every device must\n"
-             "hold (default: $PRIMA_KEY_FILE): each link is then\n"
-             "mutually authenticated and encrypted with keys of its\n"
-             "own; --secret-file is its name before keygen made keys"},
+    {"--key --secret-file", "FILE", CLI_STR, F(key_file), .help = ring_args_key_help},
     {"--insecure", NULL, CLI_FLAG, F(insecure),
      .help = "without a key: serve plaintext links, which anyone who\n"
              "can reach the port can read and use (refused without\n"

@@ -92,6 +92,12 @@ static int parse_method(void *dst, const char *flag, const char *v)
     return parse_prefetch_method(flag, v, &((ring_args *)dst)->method);
 }
 
+const char ring_args_key_help[] =
+    "the cluster key (made by prima keygen) every device must\n"
+    "hold (default: $PRIMA_KEY_FILE): each link is then\n"
+    "mutually authenticated and encrypted with keys of its\n"
+    "own; --secret-file is its name before keygen made keys";
+
 #define F(field) offsetof(ring_args, field)
 static const cli_opt ring_rows[] = {
     {"--workers", "H:P,H:P,...", CLI_FN, .fn = parse_workers,
@@ -134,11 +140,7 @@ static const cli_opt ring_rows[] = {
              "identical to one device) or f16 (half the bytes per hop;\n"
              "logits change by about what an F16 KV cache costs and\n"
              "greedy text may diverge at near-ties)"},
-    {"--key --secret-file", "FILE", CLI_STR, F(key_file),
-     .help = "the cluster key (made by prima keygen) every device must\n"
-             "hold (default: $PRIMA_KEY_FILE): each link is then\n"
-             "mutually authenticated and encrypted with keys of its\n"
-             "own; --secret-file is its name before keygen made keys"},
+    {"--key --secret-file", "FILE", CLI_STR, F(key_file), .help = ring_args_key_help},
     {"--insecure", NULL, CLI_FLAG, F(insecure),
      .help = "without a key: plaintext links, which anyone on the\n"
              "network can read and join (refused without either)"},

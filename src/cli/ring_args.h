@@ -15,6 +15,8 @@
  * group), into sets (RING_ARGS_GROUPS of room). Returns their count. */
 #define RING_ARGS_GROUPS 2
 int ring_args_sets(ring_args *a, bool answers, cli_set *sets);
+/* The help of --key, which heads and workers take alike. */
+extern const char ring_args_key_help[];
 /* --prefetch-method's value for flag (the head's and the worker's): 0, or -1 after an error. */
 int parse_prefetch_method(const char *flag, const char *v, enum prefetch_method *out);
 /* After the command line: check --gpu-layers against -lw, load the key; links to workers need
