@@ -16,6 +16,8 @@
 #include "model/sample.h"
 #include "sched/startup.h"
 
+/* The parts of run_opts a program takes (the command line's option groups, cli/run_opts.h):
+ * what run_opts_init sets up and run_opts_finish checks. */
 enum run_opt_group {
     RUN_OPT_SPEC = 16,    /* -md --spec --draft-max --draft-min --draft-p-min (runner_args) */
     RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock */

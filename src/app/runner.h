@@ -1,7 +1,7 @@
-/* runner.h — what a command that generates text holds: the options, the model, its tokenizer,
- * the compute threads, and the session it generates with (on this device, or as the head of a
- * ring). `prima run` and `prima serve` open it the same way; serve reopens the session after a
- * ring failure. */
+/* runner.h — what a program that generates text holds: the options (app/options.h), the model,
+ * its tokenizer, the compute threads, and the session it generates with (on this device, or as
+ * the head of a ring). `prima run`, `prima cluster`'s head and `prima serve` open it the same
+ * way; serve reopens the session after a ring failure. Errors come back as err strings. */
 #ifndef PRIMA_RUNNER_H
 #define PRIMA_RUNNER_H
 
