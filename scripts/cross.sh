@@ -1,0 +1,115 @@
+#!/bin/sh
+# cross.sh aarch64 [DIR] — a statically linked `prima` for 64-bit ARM Linux and Android
+# (DIR/prima, default build-aarch64/), built with Debian's cross compiler and the arm64 multiarch
+# development packages; then the kernel tests (test_quant, test_quant_neon, test_ops) run under
+# qemu-user when it is installed.
+#
+# One file with no dynamic dependencies: it runs on Raspberry Pi OS, in Termux and from
+# `adb shell` in /data/local/tmp. No Vulkan (a static binary cannot load the GPU driver).
+# Debian ships no static archive of cJSON, nor of p11-kit (which libmicrohttpd's static archive
+# needs through GnuTLS, for HTTPS prima does not use), so those two are compiled here from
+# Debian's own source packages (the installed versions, fetched by apt into DIR/deps with a
+# private source list: the system's apt configuration is left alone): cJSON.c as it is, and
+# libmicrohttpd configured without HTTPS.
+#
+# As root it installs what is missing (adding the arm64 architecture to dpkg) and refuses if apt
+# would remove any package to do so; otherwise it prints the commands to run.
+set -eu
+cd "$(dirname "$0")/.."
+case "${1:-}" in
+    aarch64) ;;
+    *) echo "usage: scripts/cross.sh aarch64 [DIR]  (the one target architecture today)" >&2; exit 2 ;;
+esac
+dir=${2:-build-aarch64}
+triple=aarch64-linux-gnu
+PKGS="gcc-$triple qemu-user dpkg-dev libglpk-dev:arm64 libsuitesparse-dev:arm64 libgmp-dev:arm64
+      zlib1g-dev:arm64 libltdl-dev:arm64 libpcre2-dev:arm64 libsodium-dev:arm64 libedit-dev:arm64
+      libbsd-dev:arm64 libncurses-dev:arm64"
+
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "cross.sh: missing packages; run as root:" >&2
+        echo "  dpkg --add-architecture arm64 && apt-get update && apt-get install -y$missing" >&2
+        exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+        dpkg --add-architecture arm64
+    fi
+    apt-get update -qq
+    # Multiarch packages must match the native ones' versions: apt may upgrade a native package
+    # to match, but must never remove one the native build needs.
+    # shellcheck disable=SC2086
+    if apt-get install -s --no-install-recommends $missing | grep -q '^Remv'; then
+        echo "cross.sh: installing$missing would remove packages; not doing it:" >&2
+        apt-get install -s --no-install-recommends $missing | grep '^Remv' >&2
+        exit 1
+    fi
+    echo "installing:$missing" >&2
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# cJSON and libmicrohttpd from Debian's source packages, at the versions installed natively.
+deps=$(mkdir -p "$dir/deps" && cd "$dir/deps" && pwd)
+prefix=$deps/prefix
+if [ ! -f "$prefix/lib/libcjson.a" ] || [ ! -f "$prefix/lib/libmicrohttpd.a" ]; then
+    ver() { dpkg-query -W -f='${Version}' "$1:$(dpkg --print-architecture)"; }
+    keys=/usr/share/keyrings/debian-archive-keyring.gpg
+    cat >"$deps/sources.list" <<EOF
+deb-src [signed-by=$keys] http://deb.debian.org/debian bookworm main
+deb-src [signed-by=$keys] http://deb.debian.org/debian-security bookworm-security main
+EOF
+    mkdir -p "$deps/lists/partial" "$deps/cache/archives/partial"
+    set -- -o Dir::Etc::SourceList="$deps/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
+        -o Dir::State::Lists="$deps/lists" -o Dir::Cache="$deps/cache" -o Debug::NoLocking=1 \
+        -o APT::Sandbox::User=root
+    apt-get "$@" update -qq
+    (cd "$deps" && apt-get "$@" source -qq --download-only \
+        "cjson=$(ver libcjson-dev)" "libmicrohttpd=$(ver libmicrohttpd-dev)")
+    rm -rf "$deps/cjson" "$deps/mhd" "$prefix"
+    mkdir -p "$prefix/lib/pkgconfig" "$prefix/include/cjson"
+    (cd "$deps" && dpkg-source -q -x cjson_*.dsc cjson >/dev/null &&
+        dpkg-source -q -x libmicrohttpd_*.dsc mhd >/dev/null)
+
+    "$triple-gcc" -O2 -c "$deps/cjson/cJSON.c" -o "$deps/cJSON.o"
+    "$triple-ar" rcs "$prefix/lib/libcjson.a" "$deps/cJSON.o"
+    cp "$deps/cjson/cJSON.h" "$prefix/include/cjson/"
+    cat >"$prefix/lib/pkgconfig/libcjson.pc" <<EOF
+Name: libcjson
+Description: cJSON from Debian's source package, static (scripts/cross.sh)
+Version: $(ver libcjson-dev | sed 's/-.*//')
+Libs: -L$prefix/lib -lcjson
+Libs.private: -lm
+Cflags: -I$prefix/include
+EOF
+    (cd "$deps/mhd" && ./configure -q --host=$triple --prefix="$prefix" --disable-https \
+        --enable-static --disable-shared --disable-doc --disable-examples --disable-curl \
+        --disable-nls >"$deps/mhd-configure.log" 2>&1 &&
+        make -s -j"$(nproc)" -C src/microhttpd install >"$deps/mhd-make.log" 2>&1 &&
+        make -s -C src/include install >>"$deps/mhd-make.log" 2>&1 &&
+        make -s install-pkgconfigDATA >>"$deps/mhd-make.log" 2>&1) ||
+        { echo "cross.sh: building libmicrohttpd failed (see $deps/mhd-*.log)" >&2; exit 1; }
+fi
+
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_TOOLCHAIN_FILE="$(pwd)/cmake/$triple.cmake" -DPRIMA_STATIC=ON -DPRIMA_VULKAN=OFF \
+    "-DCMAKE_PREFIX_PATH=$prefix" >/dev/null
+PKG_CONFIG_PATH=$prefix/lib/pkgconfig cmake --build "$dir" -j"$(nproc)" \
+    --target prima-cli test_quant test_quant_neon test_ops
+file "$dir/prima"
+ls -l "$dir/prima"
+
+if command -v qemu-aarch64 >/dev/null; then
+    for t in test_quant test_quant_neon test_ops; do
+        # qemu's default CPU model implements the dot-product and fp16 extensions
+        PRIMA_FIXTURES_DEFAULT="$(pwd)/../shared/fixtures" qemu-aarch64 "$dir/$t" >"$dir/$t.log" 2>&1 || { cat "$dir/$t.log"; echo "FAIL $t (qemu-aarch64)"; exit 1; }
+    done
+    echo "aarch64 kernel tests passed under qemu-aarch64 ($dir/test_*.log)"
+else
+    echo "cross.sh: qemu-aarch64 not found: the aarch64 tests were built, not run" >&2
+fi
