@@ -1,0 +1,53 @@
+#!/bin/bash
+# Mixed-architecture rings: this machine's (x86-64) prima with the static aarch64 one
+# (scripts/cross.sh aarch64) run under qemu-user, on loopback, keyed and encrypted, on the trained
+# fixture models: an x86-64 head with an aarch64 worker and an aarch64 head with an x86-64 worker
+# give the text of one x86-64 device (greedy: the trained fixtures' tokens are equal whatever
+# kernels round them, NEON or AVX2). Profiles under qemu would be slow and mean nothing, so the
+# windows are given by hand. Skips, saying why, without qemu-aarch64 or the aarch64 binary
+# ($PRIMA_AARCH64_BIN, default build-aarch64/prima); fails instead under PRIMA_REQUIRE_CROSS
+# (CI, whose scripts/test.sh builds it first).
+set -u
+. "$(dirname "$0")/support/ring_workers.sh" ring-mixed
+arm=${PRIMA_AARCH64_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build-aarch64/prima}
+command -v qemu-aarch64 >/dev/null ||
+    missing PRIMA_REQUIRE_CROSS "qemu-aarch64 not found (Debian: qemu-user)"
+[ -x "$arm" ] || missing PRIMA_REQUIRE_CROSS "no aarch64 binary at $arm (scripts/cross.sh aarch64)"
+file "$arm" 2>/dev/null | grep -q "ARM aarch64" || missing PRIMA_REQUIRE_CROSS "$arm is not an aarch64 binary"
+# Run through qemu-aarch64 explicitly: binfmt_misc may be absent (or point elsewhere).
+printf '#!/bin/sh\nexec qemu-aarch64 "%s" "$@"\n' "$arm" >"$tmp/prima-aarch64"
+chmod +x "$tmp/prima-aarch64"
+x86=$prima
+aarch64=$tmp/prima-aarch64
+"$aarch64" --version >/dev/null 2>"$tmp/err" || fail "the aarch64 binary does not run: $(cat "$tmp/err")"
+
+prompt="Once upon a time"
+# case: model windows (head,worker) tokens
+for case in "$fixtures/models/stories260K.gguf 2,3 24" \
+            "$fixtures/models/tinystories-656k-q8_0.gguf 1,1 24"; do
+    read -r m lw n <<<"$case"
+    name=$(basename "$m" .gguf)
+    "$x86" run -m "$m" -p "$prompt" -n "$n" --temp 0 -t 1 >"$tmp/one.txt" 2>"$tmp/err" ||
+        fail "$name: one x86-64 device: $(cat "$tmp/err")"
+    [ -s "$tmp/one.txt" ] || fail "$name: one x86-64 device printed nothing"
+    for pair in "x86 aarch64" "aarch64 x86"; do
+        read -r head worker <<<"$pair"
+        prima=${!worker} start_worker "$m" "$tmp/w.log" || continue
+        wpid=${pids[-1]}
+        "${!head}" run -m "$m" -p "$prompt" -n "$n" --temp 0 -t 1 --verbose \
+            --workers 127.0.0.1:$port -lw "$lw" >"$tmp/ring.txt" 2>"$tmp/err" ||
+            fail "$name: $head head, $worker worker: $(tail -3 "$tmp/err")"
+        cmp -s "$tmp/one.txt" "$tmp/ring.txt" ||
+            fail "$name: $head head, $worker worker: text differs from one x86-64 device: $(cat "$tmp/ring.txt")"
+        # the worker computed its window, over an encrypted link
+        grep -q "^ring: total device 1 (" "$tmp/err" ||
+            fail "$name: $head head: no work counted for the $worker worker"
+        grep -q "links keyed and encrypted" "$tmp/w.log" ||
+            fail "$name: the $worker worker's links are not keyed: $(head -1 "$tmp/w.log")"
+        kill "$wpid" 2>/dev/null
+        wait "$wpid" 2>/dev/null
+    done
+done
+
+[ $fails = 0 ] && echo "PASS: mixed x86-64 / aarch64 rings give one x86-64 device's text" && exit 0
+exit 1
