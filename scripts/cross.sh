@@ -1,5 +1,5 @@
 #!/bin/sh
-# cross.sh aarch64 [DIR] — a statically linked `prima` for 64-bit ARM Linux and Android
+# cross.sh aarch64 [DIR [cmake options...]] — a statically linked `prima` for 64-bit ARM Linux and Android
 # (DIR/prima, default build-aarch64/), built with Debian's cross compiler and the arm64 multiarch
 # development packages; then the kernel tests (test_quant, test_quant_neon, test_ops) run under
 # qemu-user when it is installed.
@@ -21,6 +21,7 @@ case "${1:-}" in
     *) echo "usage: scripts/cross.sh aarch64 [DIR]  (the one target architecture today)" >&2; exit 2 ;;
 esac
 dir=${2:-build-aarch64}
+shift $(($# < 2 ? $# : 2))   # what is left goes to cmake (scripts/test.sh: -DPRIMA_WERROR=ON)
 triple=aarch64-linux-gnu
 PKGS="gcc-$triple qemu-user dpkg-dev libglpk-dev:arm64 libsuitesparse-dev:arm64 libgmp-dev:arm64
       zlib1g-dev:arm64 libltdl-dev:arm64 libpcre2-dev:arm64 libsodium-dev:arm64 libedit-dev:arm64
@@ -65,11 +66,15 @@ deb-src [signed-by=$keys] http://deb.debian.org/debian bookworm main
 deb-src [signed-by=$keys] http://deb.debian.org/debian-security bookworm-security main
 EOF
     mkdir -p "$deps/lists/partial" "$deps/cache/archives/partial"
-    set -- -o Dir::Etc::SourceList="$deps/sources.list" -o Dir::Etc::SourceParts=/nonexistent \
-        -o Dir::State::Lists="$deps/lists" -o Dir::Cache="$deps/cache" -o Debug::NoLocking=1 \
-        -o APT::Sandbox::User=root
-    apt-get "$@" update -qq
-    (cd "$deps" && apt-get "$@" source -qq --download-only \
+    # apt's own state under DIR/deps: the Sources indices it fetches (and checks against
+    # Debian's keyring) touch nothing of the system's
+    apt_private() {
+        apt-get -o Dir::Etc::SourceList="$deps/sources.list" \
+            -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists="$deps/lists" \
+            -o Dir::Cache="$deps/cache" -o Debug::NoLocking=1 -o APT::Sandbox::User=root "$@"
+    }
+    apt_private update -qq
+    (cd "$deps" && apt_private source -qq --download-only \
         "cjson=$(ver libcjson-dev)" "libmicrohttpd=$(ver libmicrohttpd-dev)")
     rm -rf "$deps/cjson" "$deps/mhd" "$prefix"
     mkdir -p "$prefix/lib/pkgconfig" "$prefix/include/cjson"
@@ -98,9 +103,11 @@ fi
 
 PKG_CONFIG_PATH=$prefix/lib/pkgconfig cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_TOOLCHAIN_FILE="$(pwd)/cmake/$triple.cmake" -DPRIMA_STATIC=ON -DPRIMA_VULKAN=OFF \
-    "-DCMAKE_PREFIX_PATH=$prefix" >/dev/null
+    "-DCMAKE_PREFIX_PATH=$prefix" "$@" >/dev/null
 PKG_CONFIG_PATH=$prefix/lib/pkgconfig cmake --build "$dir" -j"$(nproc)" \
     --target prima-cli test_quant test_quant_neon test_ops
+# glibc warns at link time that getaddrinfo and dlopen (GLPK's database drivers, never used)
+# need its shared objects at run time: util/nss.h keeps lookups to its built-in modules.
 file "$dir/prima"
 ls -l "$dir/prima"
 
