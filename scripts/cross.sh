@@ -33,7 +33,8 @@ if [ "$arch" = "$host" ]; then
 else
     PKGS="gcc-$(echo "$triple" | tr _ -) qemu-user"
 fi
-PKGS="$PKGS dpkg-dev"
+# the native cJSON and libmicrohttpd say which versions of their sources to build
+PKGS="$PKGS dpkg-dev libcjson-dev libmicrohttpd-dev"
 for p in libglpk-dev libsuitesparse-dev libgmp-dev zlib1g-dev libltdl-dev libpcre2-dev \
          libsodium-dev libedit-dev libbsd-dev libncurses-dev; do
     PKGS="$PKGS $p:$debarch"

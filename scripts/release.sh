@@ -30,13 +30,17 @@ for arch in x86_64 aarch64; do
     cp -r docs "$stage/"
     # "path/libX.a(member.o)" lines of the map: the archives the binary took code from
     sed -n 's/^\(\/[^ (]*\.a\)(.*/\1/p' "$dir/prima.map" | sort -u >"$dir/release/archives"
-    [ -s "$dir/release/archives" ] || { echo "release.sh: no archives in $dir/prima.map" >&2; exit 1; }
+    [ -s "$dir/release/archives" ] ||
+        { echo "release.sh: no archives in $dir/prima.map" >&2; exit 1; }
+    built=$(realpath "$dir")
     while read -r a; do
         a=$(realpath "$a")
         case "$a" in
-            "$(realpath "$dir")"/deps/prefix/lib/libcjson.a) src=$dir/deps/cjson/debian/copyright; pkg=cjson ;;
-            "$(realpath "$dir")"/deps/prefix/lib/libmicrohttpd.a) src=$dir/deps/mhd/debian/copyright; pkg=libmicrohttpd ;;
-            "$(realpath "$dir")"/*) continue ;;   # prima's own
+            "$built"/deps/prefix/lib/libcjson.a)
+                pkg=cjson src=$dir/deps/cjson/debian/copyright ;;
+            "$built"/deps/prefix/lib/libmicrohttpd.a)
+                pkg=libmicrohttpd src=$dir/deps/mhd/debian/copyright ;;
+            "$built"/*) continue ;;   # prima's own
             *)
                 pkg=$(package_of "$a")
                 [ -n "$pkg" ] || { echo "release.sh: no package ships $a" >&2; exit 1; }
@@ -48,6 +52,7 @@ for arch in x86_64 aarch64; do
     # the same bytes from the same inputs: fixed owner, order and times
     tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$dir/release" \
         -czf "$out/$name.tar.gz" "$name"
-    echo "$out/$name.tar.gz: $(ls "$stage/LICENSES" | wc -l) licences, binary $(wc -c <"$stage/prima") bytes"
+    echo "$out/$name.tar.gz: binary $(wc -c <"$stage/prima") bytes," \
+        "$(ls "$stage/LICENSES" | wc -l) licences"
 done
 (cd "$out" && sha256sum prima-"$version"-linux-*.tar.gz >SHA256SUMS && cat SHA256SUMS)

@@ -79,10 +79,11 @@ static struct addrinfo *resolve(const char *host, int port, bool passive, char *
     nss_pin_builtin();
     int rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
     if (rc && nss_static() && host && *host)
-        snprintf(err, errlen, "%s:%d: cannot resolve '%s' (%s): this static build looks names up "
-                 "in /etc/hosts and the DNS of /etc/resolv.conf only (Android has no resolv.conf): give "
-                 "its numeric address, or find workers with --discover", host, port, host,
-                 gai_strerror(rc));
+        snprintf(err, errlen,
+                 "%s:%d: cannot resolve '%s' (%s): this static build looks names up in "
+                 "/etc/hosts and the DNS of /etc/resolv.conf only (Android has no resolv.conf): "
+                 "give its numeric address, or find workers with --discover",
+                 host, port, host, gai_strerror(rc));
     else if (rc)
         snprintf(err, errlen, "%s:%d: %s", host ? host : "*", port, gai_strerror(rc));
     return rc ? NULL : res;
