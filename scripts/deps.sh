@@ -14,7 +14,7 @@ PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev li
       libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then
-    PKGS="$PKGS chromium mesa-vulkan-drivers gcc-aarch64-linux-gnu qemu-user dpkg-dev"
+    PKGS="$PKGS chromium mesa-vulkan-drivers gcc-aarch64-linux-gnu qemu-user"
     npm_dirs="web/page web/test"
 fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.
