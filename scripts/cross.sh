@@ -34,7 +34,7 @@ else
     PKGS="gcc-$(echo "$triple" | tr _ -) qemu-user"
 fi
 # the native cJSON and libmicrohttpd say which versions of their sources to build
-PKGS="$PKGS dpkg-dev libcjson-dev libmicrohttpd-dev"
+PKGS="$PKGS dpkg-dev file libcjson-dev libmicrohttpd-dev"
 for p in libglpk-dev libsuitesparse-dev libgmp-dev zlib1g-dev libltdl-dev libpcre2-dev \
          libsodium-dev libedit-dev libbsd-dev libncurses-dev; do
     PKGS="$PKGS $p:$debarch"

@@ -13,7 +13,9 @@ arm=${PRIMA_AARCH64_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build-aarch64/prima}
 command -v qemu-aarch64 >/dev/null ||
     missing PRIMA_REQUIRE_CROSS "qemu-aarch64 not found (Debian: qemu-user)"
 [ -x "$arm" ] || missing PRIMA_REQUIRE_CROSS "no aarch64 binary at $arm (scripts/cross.sh aarch64)"
-file "$arm" 2>/dev/null | grep -q "ARM aarch64" || missing PRIMA_REQUIRE_CROSS "$arm is not an aarch64 binary"
+# ELF e_machine (bytes 18-19, little-endian) 183: AArch64
+[ "$(od -An -tu2 -j18 -N2 "$arm" | tr -d ' ')" = 183 ] ||
+    missing PRIMA_REQUIRE_CROSS "$arm is not an aarch64 binary"
 # Run through qemu-aarch64 explicitly: binfmt_misc may be absent (or point elsewhere). Its -L
 # directory stands in for the files of /etc it holds: an nsswitch.conf naming a module that
 # does not exist (the static build must not follow it: util/nss.h), a hosts file with a name
