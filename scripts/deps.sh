@@ -4,7 +4,9 @@
 # the tests need beyond that: Debian's chromium and the test clients (web/test).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
 # libvulkan-dev and glslc build the (optional) Vulkan GPU backend; with --test, mesa-vulkan-drivers
-# brings lavapipe, the CPU Vulkan driver the GPU tests run on.
+# brings lavapipe, the CPU Vulkan driver the GPU tests run on. With --test also the aarch64
+# cross compiler and qemu-user, for the static ARM build and the mixed-architecture ring test
+# (scripts/cross.sh installs the arm64 libraries it links).
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
@@ -12,7 +14,7 @@ PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev li
       libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then
-    PKGS="$PKGS chromium mesa-vulkan-drivers"
+    PKGS="$PKGS chromium mesa-vulkan-drivers gcc-aarch64-linux-gnu qemu-user"
     npm_dirs="web/page web/test"
 fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.

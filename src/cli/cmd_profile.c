@@ -10,6 +10,7 @@
 #include "app/progress.h"
 #include "cli/run_opts.h"
 #include "sched/measure.h"
+#include "util/sysmem.h"
 
 static const char usage_head[] =
     "usage: prima profile [-m FILE] [-t N] [--gpu [--gpu-device N]] [--json]\n"
@@ -89,8 +90,11 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
     if (p->cgroup_limit)
         printf("cgroup     limit %.2f GiB, usage %.2f GiB of which %.2f GiB page cache\n",
                p->cgroup_limit / gib, p->cgroup_usage / gib, p->cgroup_reclaimable / gib);
-    printf("           %.2f GiB usable by inference before the reserve\n",
-           profile_available(p) / gib);
+    printf("           %.2f GiB usable by inference before the reserve", profile_available(p) / gib);
+    if (p->os == OS_ANDROID)   /* sysmem.h: the room keeps lmkd's margin */
+        printf(" (%.2f GiB kept for Android's low-memory killer)",
+               sysmem_android_margin(p->mem_total) / gib);
+    printf("\n");
     printf("bandwidth  %.2f GB/s read\n", p->mem_bw / 1e9);
     if (model_path)
         printf("disk       sequential %.3f GB/s, random 16 KiB %.3f GB/s (%s, %s)\n",
