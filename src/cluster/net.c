@@ -82,7 +82,7 @@ static struct addrinfo *resolve(const char *host, int port, bool passive, char *
         snprintf(err, errlen,
                  "%s:%d: cannot resolve '%s' (%s): this static build looks names up in "
                  "/etc/hosts and the DNS of /etc/resolv.conf only (Android has no resolv.conf): "
-                 "give its numeric address, or find workers with --discover",
+                 "give its numeric address, or let the head discover its workers",
                  host, port, host, gai_strerror(rc));
     else if (rc)
         snprintf(err, errlen, "%s:%d: %s", host ? host : "*", port, gai_strerror(rc));
