@@ -60,14 +60,21 @@ static void usage(FILE *out, const run_opts *o)
           "                          may. Without an API key the server answers only\n"
           "                          requests that name it by an address, localhost or\n"
           "                          this machine's name (Host), against DNS rebinding\n"
+          "  --alias NAME            another name requests may give as their model (the\n"
+          "                          file's name and its general.name are always known;\n"
+          "                          repeatable, up to 8); an unknown name is a 404\n"
           "  -h, --help              show this help\n"
           "\n"
           "Exit status: 0 after SIGINT or SIGTERM, 1 on an error, 2 on a usage error.\n",
           out);
 }
 
+#define SERVE_MAX_ALIASES 8
+
 typedef struct serve_args {
     const char *host, *api_key, *api_key_file, *cors_origins;
+    const char *names[SERVE_MAX_ALIASES + 1];   /* --alias, and general.name */
+    int n_names;
     int port, queue, timeout, slots, in_flight;
     char *key_owned;
 } serve_args;
@@ -77,7 +84,7 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
     serve_args *a = ctx;
     static const char *const flags[] = {"--host", "--port", "--api-key", "--api-key-file",
                                         "--queue", "--timeout", "-np", "--in-flight",
-                                        "--cors-origin", NULL};
+                                        "--cors-origin", "--alias", NULL};
     const char *f = argv[*i];
     int k = 0;
     while (flags[k] && strcmp(f, flags[k]))
@@ -98,7 +105,15 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
     case 5: return parse_int_arg(f, v, 1, 86400, &a->timeout) ? -1 : 1;
     case 6: return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &a->slots) ? -1 : 1;
     case 8: a->cors_origins = v; return 1;
-    default: return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &a->in_flight) ? -1 : 1;
+    case 9:
+        if (a->n_names == SERVE_MAX_ALIASES) {
+            cli_fail("--alias: at most %d aliases", SERVE_MAX_ALIASES);
+            return -1;
+        }
+        a->names[a->n_names++] = v;
+        return 1;
+    case 7: return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &a->in_flight) ? -1 : 1;
+    default: return 0;
     }
 }
 
@@ -149,7 +164,7 @@ static const char *base_name(const char *path)
 extern const unsigned char prima_page[];
 extern const size_t prima_page_len;
 
-static int serve(runner *r, const serve_args *a)
+static int serve(runner *r, serve_args *a)
 {
     /* Signals are taken by sigwait below; every thread started from here on blocks them. */
     sigset_t sigs;
@@ -168,8 +183,15 @@ static int serve(runner *r, const serve_args *a)
     if (serve_engine_init(&se, r, a->slots, a->in_flight, err, sizeof err))
         return cli_fail("%s", err);
     srv_engine e = serve_engine_iface(&se);
+    srv_model_info info;
+    char general_name[256];
+    serve_model_info(r, &info, general_name, sizeof general_name);
+    if (*general_name)
+        a->names[a->n_names++] = general_name;
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
-                    .model_id = base_name(r->o.model), .queue_max = a->queue,
+                    .model_id = base_name(r->o.model), .model_names = a->names,
+                    .n_model_names = a->n_names, .info = &info, .version = PRIMA_VERSION,
+                    .queue_max = a->queue,
                     .max_connections = a->queue + 64, .max_body = 8u << 20,
                     .timeout_s = (unsigned)a->timeout, .cors_origins = a->cors_origins,
                     .defaults = r->o.sp, .log = stderr,
@@ -178,6 +200,7 @@ static int serve(runner *r, const serve_args *a)
     srv *s = srv_start(&c, &e, err, sizeof err);
     if (!s) {
         serve_engine_free(&se);
+        free(info.chat_template);
         return cli_fail("%s", err);
     }
     if (!a->api_key && !is_loopback(a->host))
@@ -192,6 +215,7 @@ static int serve(runner *r, const serve_args *a)
     fprintf(stderr, "prima: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     serve_engine_free(&se);
+    free(info.chat_template);
     return 0;
 }
 

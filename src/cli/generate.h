@@ -65,6 +65,7 @@ typedef struct gen_text {
     size_t printed;
     detok_stream ds;
     int n_gen;
+    int stop_index;             /* the stop string that ended it (GEN_STOP_STRING), else -1 */
 } gen_text;
 
 void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit_fn emit,

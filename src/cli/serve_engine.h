@@ -60,6 +60,10 @@ int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen);
 int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, char *err,
                       size_t errlen);
 void serve_engine_free(serve_engine *se);
+/* What the model is, for the server's model views (Ollama's /api/tags and /api/show): its
+ * general.name in name (cap bytes; "" without one), the rest in info, whose chat_template is
+ * malloc'd (free it; NULL when the file has none). */
+void serve_model_info(const runner *r, srv_model_info *info, char *name, size_t cap);
 srv_engine serve_engine_iface(serve_engine *se);
 
 /* Between serve_engine.c (the views: health, metrics, the cluster; the ring's state) and

@@ -145,6 +145,19 @@ static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks,
     if (q->kind == SRV_CHAT)
         return chat_format_tokenize(se->r->chat, se->r->tk, q->msgs, q->n_msgs, true, toks, err,
                                     errlen);
+    if (q->prompt_toks) { /* token ids: checked against the vocabulary */
+        for (int i = 0; i < q->n_prompt_toks; i++)
+            if (q->prompt_toks[i] >= se->r->m->hp.n_vocab) {
+                snprintf(err, errlen, "token %d of the prompt, %d, is not in the vocabulary "
+                         "(%d tokens)", i, (int)q->prompt_toks[i], se->r->m->hp.n_vocab);
+                return CHAT_ERR_TEMPLATE;
+            }
+        *toks = malloc(sizeof **toks * (size_t)q->n_prompt_toks);
+        if (!*toks)
+            return TOK_ERR_NOMEM;
+        memcpy(*toks, q->prompt_toks, sizeof **toks * (size_t)q->n_prompt_toks);
+        return q->n_prompt_toks;
+    }
     return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
 }
 
@@ -291,8 +304,13 @@ static void slot_finish(serve_engine *se, srv *sv, serve_slot *sl, enum gen_end 
     if (sl->decoding)
         res->decode_s = se_now() - sl->t_first;
     switch (end) {
-    case GEN_EOG:
-    case GEN_STOP_STRING: res->finish = SRV_FINISH_STOP; break;
+    case GEN_STOP_STRING:
+        /* (speculative decoding's gen_reply keeps its own gen_text: which one is not known) */
+        if (sl->gt.stop_index >= 0)
+            res->stop_sequence = srv_job_request(sl->job)->stop[sl->gt.stop_index];
+        res->finish = SRV_FINISH_STOP;
+        break;
+    case GEN_EOG: res->finish = SRV_FINISH_STOP; break;
     case GEN_LIMIT:
     case GEN_CONTEXT_FULL: res->finish = SRV_FINISH_LENGTH; break;
     case GEN_CANCELLED: res->finish = SRV_FINISH_CANCELLED; break;
@@ -329,6 +347,7 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
         char why[64];
         snprintf(why, sizeof why, "%d tokens; the context holds %d", n, r->n_ctx);
         fail(&res, 400, param, "the prompt has %s", why);
+        res.error_code = "context_length_exceeded";
     }
     serve_slot *sl = res.finish == SRV_FINISH_ERROR ? NULL : choose_slot(se, toks, n);
     sampler_params sp = q->sp;
@@ -500,6 +519,28 @@ static void count_step(serve_engine *se, const serve_mb *b, int in_flight)
     stats_emit(se->r->ra.stats, "step", o);
 }
 
+/* The prompt is in: the answer starts, with the prompt's text first when the request asks it
+ * back (echo; a prompt of token ids as their pieces, control tokens as their text). */
+static void slot_begin(serve_engine *se, serve_slot *sl)
+{
+    srv_job_begin(sl->job, sl->n);
+    const srv_request *q = srv_job_request(sl->job);
+    if (!q->echo)
+        return;
+    if (!q->prompt_toks) {
+        srv_job_text(sl->job, q->prompt, strlen(q->prompt));
+        return;
+    }
+    strbuf t = {0};
+    for (int i = 0; i < q->n_prompt_toks; i++) {
+        char piece[256];
+        size_t n = tokenizer_piece(se->r->tk, q->prompt_toks[i], true, piece, sizeof piece);
+        strbuf_add(&t, piece, n < sizeof piece ? n : sizeof piece);
+    }
+    srv_job_text(sl->job, t.p, t.len);
+    free(t.p);
+}
+
 /* Keep the micro-batches in flight (with a ring, each on another device: pipelining), then take
  * the oldest back: its prompt chunk goes in, its generating slots sample. */
 static void step(serve_engine *se, srv *sv)
@@ -543,7 +584,7 @@ static void step(serve_engine *se, srv *sv)
             sl->decoding = true;
             sl->t_first = se_now();
             sl->res.prefill_s = sl->t_first - sl->t_admit;
-            srv_job_begin(sl->job);
+            slot_begin(se, sl);
         }
         slot_sample(se, sv, sl);
     }
@@ -566,7 +607,7 @@ static void run_solo(serve_engine *se, srv *sv, serve_slot *sl)
     sl->res.prefill_s = st.prompt_s;
     sl->decoding = true;
     sl->t_first = se_now();
-    srv_job_begin(sl->job);
+    slot_begin(se, sl);
     enum gen_end end = gen_reply(s, r->tk, sl->smp, &sl->go, emit, &sl->tc, NULL, &st, err,
                                  sizeof err);
     sl->gt.n_gen = st.n_gen;

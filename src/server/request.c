@@ -57,7 +57,7 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, dou
 static int get_float_into(const cJSON *obj, const char *name, double lo, double hi, float *dst,
                           srv_refusal *why)
 {
-    double v;
+    double v = 0;
     int got = get_number(obj, name, lo, hi, &v, why);
     if (got == 1)
         *dst = (float)v;
@@ -162,16 +162,45 @@ static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
     return 0;
 }
 
+/* A token id of a prompt given as ids: an integer in [0, 2^31); the generator checks it
+ * against the vocabulary. */
+static bool token_id(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2147483648.0 &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
+/* OpenAI's prompt: a string, an array of one string, an array of token ids, or an array of one
+ * array of ids. Several prompts (several choices) are refused: one choice per request. */
 static int parse_prompt(srv_request *r, const cJSON *root, srv_refusal *why)
 {
     const cJSON *p = field(root, "prompt");
     if (!p)
         return refuse(why, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1)
+    int n = cJSON_GetArraySize(p);
+    if (cJSON_IsArray(p) && n == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
-    if (!cJSON_IsString(p))
-        return refuse(why, "prompt", "'prompt' must be a string (or an array of one string)");
-    r->prompt = p->valuestring;
+    if (cJSON_IsString(p)) {
+        r->prompt = p->valuestring;
+        return 0;
+    }
+    n = cJSON_GetArraySize(p);
+    if (cJSON_IsArray(p) && n > 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+        return refuse(why, "prompt", "'prompt' holds %d prompts: send one per request (this "
+                      "server answers with one choice)", n);
+    if (!cJSON_IsArray(p) || n == 0)
+        return refuse(why, "prompt", "'prompt' must be a string, or an array of token ids");
+    r->prompt_toks = malloc(sizeof *r->prompt_toks * (size_t)n);
+    if (!r->prompt_toks)
+        return refuse(why, NULL, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, p) {
+        if (!token_id(e))
+            return refuse(why, "prompt", "'prompt' token %d is not a token id (an integer "
+                          ">= 0)", r->n_prompt_toks);
+        r->prompt_toks[r->n_prompt_toks++] = (int32_t)e->valuedouble;
+    }
+    r->prompt = "";
     return 0;
 }
 
@@ -261,6 +290,7 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model))
         return refuse(why, "model", "'model' must be a string");
+    r->model = model ? model->valuestring : NULL;
     if (r->kind == SRV_CHAT ? parse_messages(r, root, why) : parse_prompt(r, root, why))
         return -1;
     double v;
@@ -280,6 +310,10 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so))
         return refuse(why, "stream_options", "'stream_options' must be an object");
+    if (so && get_bool(so, "include_usage", &r->include_usage, why))
+        return -1;
+    if (r->kind == SRV_COMPLETION && get_bool(root, "echo", &r->echo, why))
+        return -1;
     return parse_stop(r, root, why) || parse_sampling(r, root, why) ||
                    parse_logprobs(r, root, why)
                ? -1
@@ -314,29 +348,45 @@ static int check_text(const char *body, size_t len, srv_refusal *why)
     return 0;
 }
 
-int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
-                      const sampler_params *defaults, srv_refusal *why)
+cJSON *srv_request_json(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                        const sampler_params *defaults, srv_refusal *why)
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
     r->sp = *defaults;
     if (check_text(body, len, why))
-        return -1;
+        return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return refuse(why, NULL, "malformed JSON at byte %zu of the body", at);
+        refuse(why, NULL, "malformed JSON at byte %zu of the body", at);
+        return NULL;
     }
     r->json = root;
     while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
         end++;
     if (end != body + len) {
         srv_request_free(r);
-        return refuse(why, NULL, "malformed JSON: data after the value at byte %zu",
-                      (size_t)(end - body));
+        refuse(why, NULL, "malformed JSON: data after the value at byte %zu",
+               (size_t)(end - body));
+        return NULL;
     }
+    if (!cJSON_IsObject(root)) {
+        srv_request_free(r);
+        refuse(why, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                      const sampler_params *defaults, srv_refusal *why)
+{
+    cJSON *root = srv_request_json(r, kind, body, len, defaults, why);
+    if (!root)
+        return -1;
     int rc = parse_body(r, root, why);
     if (rc)
         srv_request_free(r);
@@ -347,8 +397,73 @@ void srv_request_free(srv_request *r)
 {
     cJSON_Delete(r->json);
     free(r->msgs);
+    free(r->prompt_toks);
     for (int i = 0; i < r->n_owned; i++)
         free(r->owned[i]);
     free(r->owned);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- the helpers the other APIs' parsers share (internal.h) ---- */
+
+int srv_refuse(srv_refusal *why, const char *param, const char *message)
+{
+    return refuse(why, param, "%s", message);
+}
+
+const cJSON *srv_field(const cJSON *obj, const char *name)
+{
+    return field(obj, name);
+}
+
+int srv_get_int(const cJSON *obj, const char *name, double lo, double hi, double *out,
+                srv_refusal *why)
+{
+    return get_int(obj, name, lo, hi, out, why);
+}
+
+int srv_get_float(const cJSON *obj, const char *name, double lo, double hi, float *dst,
+                  srv_refusal *why)
+{
+    return get_float_into(obj, name, lo, hi, dst, why);
+}
+
+int srv_get_bool(const cJSON *obj, const char *name, bool *dst, srv_refusal *why)
+{
+    return get_bool(obj, name, dst, why);
+}
+
+char *srv_keep(srv_request *r, char *text)
+{
+    return keep(r, text);
+}
+
+int srv_parse_stop(srv_request *r, const cJSON *obj, const char *name, srv_refusal *why)
+{
+    const cJSON *s = field(obj, name);
+    if (!s)
+        return 0;
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
+        return refuse(why, name, "'%s' must be an array of up to %d strings", name,
+                      SRV_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, s) {
+        if (!cJSON_IsString(e))
+            return refuse(why, name, "'%s' must be an array of up to %d strings", name,
+                          SRV_MAX_STOP);
+        if (*e->valuestring)
+            r->stop[r->n_stop++] = e->valuestring;
+    }
+    return 0;
+}
+
+int srv_parse_seed(srv_request *r, const cJSON *obj, srv_refusal *why)
+{
+    double v = 0;
+    int got = get_int(obj, "seed", -9007199254740992.0, 9007199254740992.0, &v, why);
+    if (got == 1 && v >= 0) {   /* Ollama's clients send -1 for "any seed" */
+        r->sp.seed = (uint64_t)v;
+        r->seed_given = true;
+    }
+    return got < 0 ? -1 : 0;
 }

@@ -1,10 +1,12 @@
-/* request.h — an OpenAI-style generation request, parsed and checked.
+/* request.h — a generation request, parsed and checked, whichever API it came in.
  *
- * The body of POST /v1/chat/completions or /v1/completions becomes an srv_request: the
- * messages or the prompt, the token limit, the sampling parameters (starting from the server's
- * defaults), stop strings, streaming and log-probability options. Anything of the wrong type or
+ * The body of OpenAI's POST /v1/chat/completions or /v1/completions, Ollama's /api/chat or
+ * /api/generate, or Anthropic's /v1/messages becomes an srv_request: the messages or the
+ * prompt, the token limit, the sampling parameters (starting from the server's defaults), stop
+ * strings, streaming and log-probability options. The generator reads the same fields whatever
+ * the API; `api` says which wire format the answer goes out in. Anything of the wrong type or
  * out of range is refused with a one-line message naming the field; fields this server does not
- * know are ignored, as OpenAI's clients send many. */
+ * know are ignored, as clients send many. */
 #ifndef PRIMA_SRV_REQUEST_H
 #define PRIMA_SRV_REQUEST_H
 
@@ -15,6 +17,8 @@
 #include "text/tokenizer.h"
 
 enum srv_endpoint { SRV_CHAT, SRV_COMPLETION };
+/* The wire format of the request and its answer. */
+enum srv_api { SRV_API_OPENAI, SRV_API_OLLAMA, SRV_API_ANTHROPIC };
 
 #define SRV_MAX_STOP 4          /* OpenAI's limit */
 #define SRV_MAX_TOP_LOGPROBS 20 /* chat; completions allow 5 */
@@ -35,6 +39,14 @@ typedef struct srv_request {
     void *json;              /* the parsed body, which the strings point into */
     char **owned;            /* texts joined from content parts */
     int n_owned;
+    enum srv_api api;
+    const char *model;       /* the model the request names (NULL: none) */
+    bool include_usage;      /* OpenAI streams: a final chunk with the usage */
+    bool echo;               /* completions: the prompt's text before the generated text */
+    int32_t *prompt_toks;    /* completions given token ids (n_prompt_toks) instead of text */
+    int n_prompt_toks;
+    bool load_only;          /* Ollama: no prompt, no messages: load the model, generate nothing */
+    bool reply_as_text;      /* Ollama's /api/generate: the reply is "response", not a message */
 } srv_request;
 
 /* Why a request was refused: the message and the field it names (NULL: the whole body). */
@@ -47,6 +59,13 @@ typedef struct srv_refusal {
  * (seed_given says whether the request chose the seed). 0, or -1 with why filled in. */
 int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
                       const sampler_params *defaults, srv_refusal *why);
+/* The same for Ollama's /api/chat (kind SRV_CHAT) and /api/generate (SRV_COMPLETION; without
+ * "raw": true its prompt and system become a chat, rendered with the model's template) and for
+ * Anthropic's /v1/messages (kind SRV_CHAT). */
+int srv_ollama_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                     const sampler_params *defaults, srv_refusal *why);
+int srv_anthropic_parse(srv_request *r, const char *body, size_t len,
+                        const sampler_params *defaults, srv_refusal *why);
 void srv_request_free(srv_request *r);
 
 #endif

@@ -1,8 +1,12 @@
-/* server.h — an OpenAI-compatible HTTP server in front of one text generator.
+/* server.h — an HTTP server in front of one text generator, speaking three APIs.
  *
- *   POST /v1/chat/completions, POST /v1/completions   (stream: true as server-sent events)
- *   GET  /v1/models, GET /health, GET /metrics        (Prometheus text)
- *   GET  /  (a web page: chat and a cluster view), GET /cluster (the JSON the page polls)
+ *   OpenAI:    POST /v1/chat/completions, /v1/completions (stream: true as server-sent events),
+ *              GET /v1/models, GET /v1/models/{id}
+ *   Ollama:    POST /api/chat, /api/generate (NDJSON streams), /api/show;
+ *              GET /api/tags, /api/ps, /api/version
+ *   Anthropic: POST /v1/messages (its server-sent events)
+ *   GET /health, GET /metrics (Prometheus text), GET / (a web page: chat and a cluster view),
+ *   GET /cluster (the JSON the page polls), POST /apply-template
  *
  * libmicrohttpd serves every connection on its own thread, up to a bound; a request is read
  * (at most max_body bytes), checked (request.h) and queued; one engine thread runs the
@@ -38,7 +42,10 @@ typedef struct srv_result {
     enum srv_finish finish;
     int status;                  /* SRV_FINISH_ERROR: 400 for the request, 500 for the server */
     const char *error_param;     /* the request field a 400 is about, or NULL */
+    const char *error_code;      /* a machine-readable reason ("context_length_exceeded"), or
+                                  * NULL */
     char error[512];
+    const char *stop_sequence;   /* the request's stop string that ended it, or NULL */
     int prompt_tokens, cached_tokens, completion_tokens;
     double prefill_s, decode_s;  /* time in the prompt, and in the generated tokens */
 } srv_result;
@@ -64,11 +71,27 @@ typedef struct srv_engine {
     char *(*apply_template)(void *ctx, const void *cjson_vars, size_t *len, char *err, size_t errlen);
 } srv_engine;
 
+/* What the model is, for Ollama's /api/tags, /api/show and /api/ps. */
+typedef struct srv_model_info {
+    char family[64];             /* the architecture (general.architecture) */
+    char quantization[16];       /* the element type of most of the weights ("Q4_K") */
+    double n_params;             /* weights, counted */
+    double size;                 /* bytes of the file */
+    long long modified;          /* the file's modification time (Unix) */
+    int n_ctx;                   /* the context of one request */
+    char *chat_template;         /* the template's text (Jinja), or NULL */
+    char digest[65];             /* an identifier of the file (hex; not its SHA-256) */
+} srv_model_info;
+
 typedef struct srv_config {
     const char *host;            /* bind address (numeric or a name) */
     int port;                    /* 0: any free port (srv_port says which) */
     const char *api_key;         /* NULL: no authentication */
     const char *model_id;        /* the name /v1/models lists */
+    const char *const *model_names; /* other names a request may give (general.name, aliases) */
+    int n_model_names;
+    const srv_model_info *info;  /* NULL: the Ollama model views answer with less */
+    const char *version;         /* the server's version (Ollama's /api/version) */
     int queue_max;               /* requests waiting beyond those being generated */
     int max_connections;         /* served at once; a few more are answered 503, then refused */
     size_t max_body;             /* bytes; larger bodies get 413 */
@@ -99,8 +122,8 @@ void srv_job_finish(srv *s, srv_job *j, const srv_result *res);
 /* For the generator, while it runs a job: */
 const srv_request *srv_job_request(const srv_job *j);
 bool srv_job_cancelled(const srv_job *j);
-/* The prompt is accepted (tokenized, fits): a stream starts now. */
-void srv_job_begin(srv_job *j);
+/* The prompt is accepted (tokenized, fits: prompt_tokens of them): a stream starts now. */
+void srv_job_begin(srv_job *j, int prompt_tokens);
 /* Generated text, in order (complete UTF-8 sequences). */
 void srv_job_text(srv_job *j, const char *text, size_t len);
 /* A generated token's log-probability (natural log) and its n_top most likely alternatives,
