@@ -11,48 +11,132 @@
 
 /* ---- requests --------------------------------------------------------------------------- */
 
-/* Text blocks joined into one string (kept with r); other block types are refused, but for an
- * assistant's thinking, which is its own and is dropped from the history. */
-static const char *blocks_text(srv_request *r, const cJSON *c, const char *param,
-                               srv_refusal *why)
+/* The text of a block's "text", or of a tool result's content (a string or text blocks),
+ * appended to t. 0, or -1 with why. */
+static int add_text(strbuf *t, const cJSON *c, srv_refusal *why)
 {
     if (cJSON_IsString(c))
-        return c->valuestring;
-    if (!cJSON_IsArray(c)) {
-        srv_refuse(why, param, "content must be a string or an array of content blocks");
-        return NULL;
-    }
-    strbuf t = {0};
+        return strbuf_add(t, c->valuestring, strlen(c->valuestring)) ? srv_refuse(why, NULL,
+                                                                                  "out of memory")
+                                                                      : 0;
     const cJSON *b;
+    if (!cJSON_IsArray(c))
+        return srv_refuse(why, "messages", "a tool result's content must be a string or text "
+                          "blocks");
     cJSON_ArrayForEach(b, c) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(b, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(b, "text");
-        if (!cJSON_IsObject(b) || !cJSON_IsString(type)) {
-            free(t.p);
-            srv_refuse(why, param, "a content block must be an object with a string 'type'");
-            return NULL;
-        }
-        if (!strcmp(type->valuestring, "thinking") ||
-            !strcmp(type->valuestring, "redacted_thinking"))
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return srv_refuse(why, "messages", "a tool result's content blocks must be text "
+                              "(images and documents are not supported)");
+        if (add_text(t, text, why))
+            return -1;
+    }
+    return 0;
+}
+
+/* A message as the chat template sees it, in both of the request's forms; text is kept with r.
+ * NULL when out of memory. */
+static cJSON *add_message(srv_request *r, const char *role, strbuf *text)
+{
+    const char *kept = srv_keep(r, text->p ? text->p : calloc(1, 1));
+    *text = (strbuf){0};
+    cJSON *t = kept ? cJSON_CreateObject() : NULL;
+    if (!t || !cJSON_AddItemToArray(r->chat_json, t))
+        return NULL;
+    cJSON_AddStringToObject(t, "role", role);
+    cJSON_AddStringToObject(t, "content", kept);
+    r->msgs[r->n_msgs++] = (chat_msg){role, kept};
+    return t;
+}
+
+/* One message's content blocks: text (joined), thinking (the assistant's own: dropped),
+ * tool_use (an assistant's calls) and tool_result (a user's answers: each a message of role
+ * tool, before the user's text). 0, or -1 with why. */
+static int add_blocks(srv_request *r, bool user, const cJSON *content, srv_refusal *why)
+{
+    strbuf text = {0};
+    cJSON *calls = NULL;
+    int rc = 0;
+    bool had_results = false;
+    if (cJSON_IsString(content)) {
+        rc = add_text(&text, content, why);
+        content = NULL;
+    } else if (!cJSON_IsArray(content)) {
+        rc = srv_refuse(why, "messages", "content must be a string or an array of content "
+                        "blocks");
+    }
+    const cJSON *b;
+    cJSON_ArrayForEach(b, content) {
+        if (rc)
+            break;
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, "type"));
+        if (!type) {
+            rc = srv_refuse(why, "messages", "a content block needs a string 'type'");
+        } else if (!strcmp(type, "text")) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "text");
+            rc = cJSON_IsString(t) ? add_text(&text, t, why)
+                                   : srv_refuse(why, "messages", "a text block needs 'text'");
+        } else if (!user && (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking"))) {
             continue;
-        if (strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
-            free(t.p);
-            srv_refuse(why, param, strcmp(type->valuestring, "text")
-                                       ? "only content blocks of type text are supported "
-                                         "(images and documents are not)"
-                                       : "a text block needs a string 'text'");
-            return NULL;
-        }
-        if (strbuf_add(&t, text->valuestring, strlen(text->valuestring))) {
-            free(t.p);
-            srv_refuse(why, NULL, "out of memory");
-            return NULL;
+        } else if (!user && !strcmp(type, "tool_use")) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "id");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(b, "name");
+            const cJSON *input = cJSON_GetObjectItemCaseSensitive(b, "input");
+            if (!cJSON_IsString(id) || !cJSON_IsString(name) || !cJSON_IsObject(input)) {
+                rc = srv_refuse(why, "messages", "a tool_use block needs 'id', 'name' and an "
+                                "object 'input'");
+                break;
+            }
+            if (!calls)
+                calls = cJSON_CreateArray();
+            cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+            cJSON_AddItemToArray(calls, c);
+            cJSON_AddStringToObject(c, "id", id->valuestring);
+            cJSON_AddItemToObject(c, "function", f);
+            cJSON_AddStringToObject(f, "name", name->valuestring);
+            cJSON_AddItemToObject(f, "arguments", cJSON_Duplicate(input, true));
+        } else if (user && !strcmp(type, "tool_result")) {
+            const cJSON *id = cJSON_GetObjectItemCaseSensitive(b, "tool_use_id");
+            const cJSON *c = srv_field(b, "content");
+            strbuf result = {0};
+            if (!cJSON_IsString(id)) {
+                rc = srv_refuse(why, "messages", "a tool_result block needs 'tool_use_id'");
+                break;
+            }
+            rc = c ? add_text(&result, c, why) : 0;
+            const char *fname = srv_call_name(r->chat_json, id->valuestring);
+            cJSON *t = rc ? NULL : add_message(r, "tool", &result);
+            if (!rc && !t)
+                rc = srv_refuse(why, NULL, "out of memory");
+            free(result.p);
+            if (rc)
+                break;
+            had_results = true;
+            cJSON_AddStringToObject(t, "tool_call_id", id->valuestring);
+            if (fname)
+                cJSON_AddStringToObject(t, "name", fname);
+        } else {
+            rc = srv_refuse(why, "messages", "content blocks of this type are not supported here "
+                            "(text; an assistant's tool_use, a user's tool_result)");
         }
     }
-    const char *joined = srv_keep(r, t.p ? t.p : calloc(1, 1));
-    if (!joined)
-        srv_refuse(why, NULL, "out of memory");
-    return joined;
+    /* the text (or an empty turn), unless the message held only tool results */
+    bool only_results = had_results && !text.len;
+    if (!rc && !only_results) {
+        cJSON *t = add_message(r, user ? "user" : "assistant", &text);
+        if (!t)
+            rc = srv_refuse(why, NULL, "out of memory");
+        else if (calls) {
+            cJSON *tc = srv_template_calls(calls, r->n_msgs - 1, why);
+            rc = tc ? 0 : -1;
+            if (tc)
+                cJSON_AddItemToObject(t, "tool_calls", tc);
+        }
+    }
+    cJSON_Delete(calls);
+    free(text.p);
+    return rc;
 }
 
 static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
@@ -63,17 +147,26 @@ static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
         return srv_refuse(why, "messages", "messages: Field required");
     if (!cJSON_IsArray(msgs) || n == 0)
         return srv_refuse(why, "messages", "messages: must be a non-empty array");
-    r->msgs = calloc((size_t)n + 1, sizeof *r->msgs);
-    if (!r->msgs)
+    int room = 1;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, msgs)
+        room += 1 + cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    r->msgs = calloc((size_t)room, sizeof *r->msgs);
+    r->chat_json = cJSON_CreateArray();
+    if (!r->msgs || !r->chat_json)
         return srv_refuse(why, NULL, "out of memory");
     if (system) {
-        const char *text = blocks_text(r, system, "system", why);
-        if (!text)
-            return -1;
-        if (*text)
-            r->msgs[r->n_msgs++] = (chat_msg){"system", text};
+        strbuf text = {0};
+        if (add_text(&text, system, why)) {
+            free(text.p);
+            return srv_refuse(why, "system", "system: must be a string or an array of text "
+                              "blocks");
+        }
+        if (!text.len)
+            free(text.p);
+        else if (!add_message(r, "system", &text))
+            return srv_refuse(why, NULL, "out of memory");
     }
-    const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
         const cJSON *content = srv_field(m, "content");
@@ -83,12 +176,76 @@ static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
             return srv_refuse(why, "messages", "a message needs a role, user or assistant");
         if (!content)
             return srv_refuse(why, "messages", "a message needs its content");
-        const char *text = blocks_text(r, content, "messages", why);
-        if (!text)
+        if (add_blocks(r, user, content, why))
             return -1;
-        r->msgs[r->n_msgs++] = (chat_msg){user ? "user" : "assistant", text};
     }
     return 0;
+}
+
+/* tools [{name, description, input_schema}] and tool_choice {type: auto | any | tool (with
+ * name) | none, disable_parallel_tool_use}, in OpenAI's terms (kept in api_json) for
+ * srv_parse_tools. */
+static int parse_tools(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *tools = srv_field(root, "tools"), *choice = srv_field(root, "tool_choice");
+    if (!tools && !choice)
+        return 0;
+    cJSON *o = cJSON_CreateObject();
+    r->api_json = o;
+    if (!o)
+        return srv_refuse(why, NULL, "out of memory");
+    if (tools && !cJSON_IsArray(tools))
+        return srv_refuse(why, "tools", "tools: must be an array");
+    cJSON *list = cJSON_AddArrayToObject(o, "tools");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tools) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *schema = cJSON_GetObjectItemCaseSensitive(t, "input_schema");
+        const cJSON *desc = cJSON_GetObjectItemCaseSensitive(t, "description");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+        if (type && !(cJSON_IsString(type) && !strcmp(type->valuestring, "custom")))
+            return srv_refuse(why, "tools", "tools: only client tools (name, input_schema) are "
+                              "supported, not Anthropic's server tools");
+        if (!cJSON_IsString(name) || !cJSON_IsObject(schema))
+            return srv_refuse(why, "tools", "tools: a tool needs 'name' and an object "
+                              "'input_schema'");
+        cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddItemToArray(list, e);
+        cJSON_AddStringToObject(e, "type", "function");
+        cJSON_AddItemToObject(e, "function", f);
+        cJSON_AddStringToObject(f, "name", name->valuestring);
+        if (cJSON_IsString(desc))
+            cJSON_AddStringToObject(f, "description", desc->valuestring);
+        cJSON_AddItemToObject(f, "parameters", cJSON_Duplicate(schema, true));
+    }
+    if (choice) {
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(choice, "type"));
+        static const char *const types[][2] = {
+            {"auto", "auto"}, {"any", "required"}, {"none", "none"}, {"tool", NULL}};
+        int k = -1;
+        for (int i = 0; type && i < 4; i++)
+            if (!strcmp(type, types[i][0]))
+                k = i;
+        if (k < 0)
+            return srv_refuse(why, "tool_choice", "tool_choice: type must be auto, any, tool or "
+                              "none");
+        bool one = false;
+        if (srv_get_bool(choice, "disable_parallel_tool_use", &one, why))
+            return -1;
+        cJSON_AddBoolToObject(o, "parallel_tool_calls", !one);
+        if (types[k][1]) {
+            cJSON_AddStringToObject(o, "tool_choice", types[k][1]);
+        } else {
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(choice, "name");
+            if (!cJSON_IsString(name))
+                return srv_refuse(why, "tool_choice", "tool_choice: type tool needs 'name'");
+            cJSON *c = cJSON_AddObjectToObject(o, "tool_choice");
+            cJSON_AddStringToObject(c, "type", "function");
+            cJSON_AddStringToObject(cJSON_AddObjectToObject(c, "function"), "name",
+                                    name->valuestring);
+        }
+    }
+    return srv_parse_tools(r, o, why);
 }
 
 static int parse_anthropic(srv_request *r, const cJSON *root, srv_refusal *why)
@@ -118,10 +275,7 @@ static int parse_anthropic(srv_request *r, const cJSON *root, srv_refusal *why)
         return -1;
     if (got)
         sp->top_k = (int)v;
-    const cJSON *tools = srv_field(root, "tools");
-    if (tools && cJSON_GetArraySize(tools))
-        return srv_refuse(why, "tools", "tools: not supported yet");
-    return srv_parse_stop(r, root, "stop_sequences", why);
+    return parse_tools(r, root, why) || srv_parse_stop(r, root, "stop_sequences", why) ? -1 : 0;
 }
 
 int srv_anthropic_parse(srv_request *r, const char *body, size_t len,

@@ -85,6 +85,14 @@ int srv_parse_stop(srv_request *r, const cJSON *obj, const char *name, srv_refus
 int srv_parse_seed(srv_request *r, const cJSON *obj, srv_refusal *why);
 /* text (malloc'd) is freed with r; NULL when text is NULL or memory ran out. */
 char *srv_keep(srv_request *r, char *text);
+/* OpenAI's "tools", "tool_choice" and "parallel_tool_calls" members of obj into r (the other
+ * APIs give theirs in these terms). */
+int srv_parse_tools(srv_request *r, const cJSON *obj, srv_refusal *why);
+/* An assistant's tool calls ({id?, function: {name, arguments: JSON text or object}}) as the
+ * chat template sees them (arguments as objects); message `at` names it in a refusal. */
+cJSON *srv_template_calls(const cJSON *calls, int at, srv_refusal *why);
+/* The function name of the call with this id in the template's messages so far, or NULL. */
+const char *srv_call_name(const cJSON *tmsgs, const char *id);
 
 /* ollama.c: the model views, and names: whether name is one of the served model's (as Ollama
  * names it, ":latest" may follow). */

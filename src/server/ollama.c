@@ -75,6 +75,29 @@ static int refuse_unsupported(const cJSON *root, srv_refusal *why)
     return 0;
 }
 
+/* A message as the chat template sees it, added to the request's conversation (chat_json) and
+ * to its plain messages; NULL when out of memory. */
+static cJSON *add_message(srv_request *r, const char *role, const char *content)
+{
+    cJSON *t = cJSON_CreateObject();
+    if (!t || !cJSON_AddItemToArray(r->chat_json, t))
+        return NULL;
+    cJSON_AddStringToObject(t, "role", role);
+    cJSON_AddStringToObject(t, "content", content);
+    r->msgs[r->n_msgs++] = (chat_msg){role, content};
+    return t;
+}
+
+/* Room for n messages, in both forms. */
+static int new_conversation(srv_request *r, int n, srv_refusal *why)
+{
+    r->msgs = calloc((size_t)n, sizeof *r->msgs);
+    r->chat_json = cJSON_CreateArray();
+    return r->msgs && r->chat_json ? 0 : srv_refuse(why, NULL, "out of memory");
+}
+
+/* messages: {role: system|user|assistant|tool, content, tool_calls (assistant: [{function:
+ * {name, arguments: {...}}}]), tool_name (tool: the function it answers), images}. */
 static int parse_ollama_messages(srv_request *r, const cJSON *msgs, srv_refusal *why)
 {
     int n = cJSON_GetArraySize(msgs);
@@ -84,10 +107,9 @@ static int parse_ollama_messages(srv_request *r, const cJSON *msgs, srv_refusal 
         r->load_only = true;
         return 0;
     }
-    r->msgs = calloc((size_t)n, sizeof *r->msgs);
-    if (!r->msgs)
-        return srv_refuse(why, NULL, "out of memory");
-    static const char *const roles[] = {"system", "user", "assistant"};
+    if (new_conversation(r, n, why))
+        return -1;
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -95,19 +117,52 @@ static int parse_ollama_messages(srv_request *r, const cJSON *msgs, srv_refusal 
         if (!cJSON_IsObject(m) || !cJSON_IsString(role))
             return srv_refuse(why, "messages", "a message must be an object with a string 'role'");
         int known = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             if (!strcmp(role->valuestring, roles[i]))
                 known = i;
         if (known < 0)
-            return srv_refuse(why, "messages", "a message's role must be system, user or "
-                              "assistant");
+            return srv_refuse(why, "messages", "a message's role must be system, user, "
+                              "assistant or tool");
         if (content && !cJSON_IsString(content))
             return srv_refuse(why, "messages", "a message's 'content' must be a string");
         const cJSON *images = srv_field(m, "images");
         if (images && cJSON_GetArraySize(images))
             return srv_refuse(why, "messages", "'images': this server's models read text only");
-        r->msgs[r->n_msgs++] = (chat_msg){roles[known], content ? content->valuestring : ""};
+        const cJSON *calls = srv_field(m, "tool_calls"), *tool_name = srv_field(m, "tool_name");
+        if (calls && known != 2)
+            return srv_refuse(why, "messages", "only an assistant message has 'tool_calls'");
+        if (tool_name && !cJSON_IsString(tool_name))
+            return srv_refuse(why, "messages", "'tool_name' must be a string");
+        cJSON *t = add_message(r, roles[known], content ? content->valuestring : "");
+        if (!t)
+            return srv_refuse(why, NULL, "out of memory");
+        if (calls) {
+            cJSON *tc = srv_template_calls(calls, r->n_msgs - 1, why);
+            if (!tc)
+                return -1;
+            cJSON_AddItemToObject(t, "tool_calls", tc);
+        }
+        if (known == 3 && tool_name)
+            cJSON_AddStringToObject(t, "name", tool_name->valuestring);
     }
+    return 0;
+}
+
+/* format: "json" (any JSON object) or a JSON schema the reply must follow. */
+static int parse_format(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *format = srv_field(root, "format");
+    if (!format || (cJSON_IsString(format) && !*format->valuestring))
+        return 0;
+    if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
+        r->out = SRV_OUT_JSON;
+        return 0;
+    }
+    if (!cJSON_IsObject(format))
+        return srv_refuse(why, "format", "'format' must be \"json\" or a JSON schema (an object)");
+    r->out = SRV_OUT_SCHEMA;
+    r->schema = format;
+    r->strict = true;
     return 0;
 }
 
@@ -133,12 +188,11 @@ static int parse_generate(srv_request *r, const cJSON *root, srv_refusal *why)
         return 0;
     }
     r->kind = SRV_CHAT;
-    r->msgs = calloc(2, sizeof *r->msgs);
-    if (!r->msgs)
+    if (new_conversation(r, 2, why))
+        return -1;
+    if ((system && *system->valuestring && !add_message(r, "system", system->valuestring)) ||
+        !add_message(r, "user", prompt->valuestring))
         return srv_refuse(why, NULL, "out of memory");
-    if (system && *system->valuestring)
-        r->msgs[r->n_msgs++] = (chat_msg){"system", system->valuestring};
-    r->msgs[r->n_msgs++] = (chat_msg){"user", prompt->valuestring};
     return 0;
 }
 
@@ -163,13 +217,10 @@ static int parse_ollama(srv_request *r, enum srv_endpoint kind, const cJSON *roo
     const cJSON *think = srv_field(root, "think");
     if (think && !cJSON_IsBool(think) && !cJSON_IsString(think))
         return srv_refuse(why, "think", "'think' must be true, false or a level (\"high\")");
-    const cJSON *format = srv_field(root, "format");
-    if (format && !(cJSON_IsString(format) && !*format->valuestring))
-        return srv_refuse(why, "format", "'format' (constrained output) is not supported yet");
-    const cJSON *tools = srv_field(root, "tools");
-    if (tools && cJSON_GetArraySize(tools))
-        return srv_refuse(why, "tools", "'tools' is not supported yet");
-    if (parse_options(r, root, why))
+    if (parse_options(r, root, why) || parse_format(r, root, why))
+        return -1;
+    /* tools: OpenAI's array, and the model chooses (Ollama has no tool_choice) */
+    if (kind == SRV_CHAT && srv_parse_tools(r, root, why))
         return -1;
     if (kind == SRV_CHAT) {
         const cJSON *msgs = srv_field(root, "messages");

@@ -601,6 +601,7 @@ void srv_request_free(srv_request *r)
 {
     cJSON_Delete(r->json);
     cJSON_Delete(r->chat_json);
+    cJSON_Delete(r->api_json);
     free(r->msgs);
     free(r->prompt_toks);
     for (int i = 0; i < r->n_owned; i++)
@@ -671,4 +672,19 @@ int srv_parse_seed(srv_request *r, const cJSON *obj, srv_refusal *why)
         r->seed_given = true;
     }
     return got < 0 ? -1 : 0;
+}
+
+int srv_parse_tools(srv_request *r, const cJSON *obj, srv_refusal *why)
+{
+    return parse_tools(r, obj, why);
+}
+
+cJSON *srv_template_calls(const cJSON *calls, int at, srv_refusal *why)
+{
+    return template_calls(calls, at, why);
+}
+
+const char *srv_call_name(const cJSON *tmsgs, const char *id)
+{
+    return call_name(tmsgs, id);
 }

@@ -79,6 +79,8 @@ typedef struct srv_request {
     int n_prompt_toks;
     bool load_only;          /* Ollama: no prompt, no messages: load the model, generate nothing */
     bool reply_as_text;      /* Ollama's /api/generate: the reply is "response", not a message */
+    void *api_json;          /* cJSON the API's parser made (Anthropic's tools in OpenAI's
+                              * terms), which fields may point into (owned) */
 } srv_request;
 
 /* Why a request was refused: the message and the field it names (NULL: the whole body). */
