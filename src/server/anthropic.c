@@ -293,10 +293,13 @@ int srv_anthropic_parse(srv_request *r, const char *body, size_t len,
 
 /* ---- answers ---------------------------------------------------------------------------- */
 
-static const char *stop_reason(const srv_result *r)
+static const char *stop_reason(const srv_job *j)
 {
+    const srv_result *r = &j->res;
     if (r->finish == SRV_FINISH_LENGTH)
         return "max_tokens";
+    if (j->calls)
+        return "tool_use";
     return r->stop_sequence ? "stop_sequence" : "end_turn";
 }
 
@@ -322,8 +325,8 @@ static cJSON *message(const srv_job *j, cJSON *content, bool finished)
     cJSON_AddItemToObject(o, "content", content ? content : cJSON_CreateArray());
     const srv_result *r = &j->res;
     if (finished) {
-        cJSON_AddStringToObject(o, "stop_reason", stop_reason(r));
-        if (r->stop_sequence)
+        cJSON_AddStringToObject(o, "stop_reason", stop_reason(j));
+        if (r->stop_sequence && !j->calls)
             cJSON_AddStringToObject(o, "stop_sequence", r->stop_sequence);
         else
             cJSON_AddNullToObject(o, "stop_sequence");
@@ -336,11 +339,22 @@ static cJSON *message(const srv_job *j, cJSON *content, bool finished)
     return o;
 }
 
-static cJSON *text_block(const char *text, size_t len)
+/* A block {type, <member>: text}: text's "text", thinking's "thinking". */
+static cJSON *text_block(const char *type, const char *member, const char *text, size_t len)
 {
     cJSON *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(b, "type", "text");
-    cJSON_AddItemToObject(b, "text", srv_utf8_string(text, len));
+    cJSON_AddStringToObject(b, "type", type);
+    cJSON_AddItemToObject(b, member, srv_utf8_string(text, len));
+    return b;
+}
+
+static cJSON *tool_use_block(const cJSON *call, bool with_input)
+{
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "type", "tool_use");
+    cJSON_AddStringToObject(b, "id", cJSON_GetObjectItem(call, "id")->valuestring);
+    cJSON_AddStringToObject(b, "name", cJSON_GetObjectItem(call, "name")->valuestring);
+    cJSON_AddItemToObject(b, "input", with_input ? srv_call_arguments(call) : cJSON_CreateObject());
     return b;
 }
 
@@ -352,26 +366,72 @@ static void event(srv_job *j, const char *name, cJSON *obj)
     srv_send_event(j, name, e);
 }
 
+/* {"index": the current block, "delta": delta}, as a content_block_delta. */
+static void block_delta(srv_job *j, cJSON *delta)
+{
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddNumberToObject(d, "index", j->n_blocks - 1);
+    cJSON_AddItemToObject(d, "delta", delta);
+    event(j, "content_block_delta", d);
+}
+
+/* The stream's content blocks: one open at a time (j->block: its kind), each ended before the
+ * next begins; text and thinking blocks open with their first delta. */
+enum { NO_BLOCK, TEXT_BLOCK, THINKING_BLOCK, TOOL_BLOCK };
+
+static void close_block(srv_job *j)
+{
+    if (j->block == NO_BLOCK)
+        return;
+    cJSON *stop = cJSON_CreateObject();
+    cJSON_AddNumberToObject(stop, "index", j->n_blocks - 1);
+    event(j, "content_block_stop", stop);
+    j->block = NO_BLOCK;
+}
+
+static void open_block(srv_job *j, int kind, cJSON *block)
+{
+    close_block(j);
+    cJSON *start = cJSON_CreateObject();
+    cJSON_AddNumberToObject(start, "index", j->n_blocks++);
+    cJSON_AddItemToObject(start, "content_block", block);
+    event(j, "content_block_start", start);
+    j->block = kind;
+}
+
 static void anthropic_begin(srv_job *j)
 {
     cJSON *start = cJSON_CreateObject();
     cJSON_AddItemToObject(start, "message", message(j, NULL, false));
     event(j, "message_start", start);
-    cJSON *block = cJSON_CreateObject();
-    cJSON_AddNumberToObject(block, "index", 0);
-    cJSON_AddItemToObject(block, "content_block", text_block("", 0));
-    event(j, "content_block_start", block);
     event(j, "ping", NULL);
 }
 
 static void anthropic_text(srv_job *j, const char *text, size_t len)
 {
-    cJSON *d = cJSON_CreateObject();
-    cJSON_AddNumberToObject(d, "index", 0);
-    cJSON *delta = cJSON_AddObjectToObject(d, "delta");
-    cJSON_AddStringToObject(delta, "type", "text_delta");
-    cJSON_AddItemToObject(delta, "text", srv_utf8_string(text, len));
-    event(j, "content_block_delta", d);
+    if (j->block != TEXT_BLOCK)
+        open_block(j, TEXT_BLOCK, text_block("text", "text", "", 0));
+    cJSON *delta = text_block("text_delta", "text", text, len);
+    block_delta(j, delta);
+}
+
+static void anthropic_reasoning(srv_job *j, const char *text, size_t len)
+{
+    if (j->block != THINKING_BLOCK)
+        open_block(j, THINKING_BLOCK, text_block("thinking", "thinking", "", 0));
+    block_delta(j, text_block("thinking_delta", "thinking", text, len));
+}
+
+/* A tool_use block: begun with an empty input, its arguments as one input_json_delta. */
+static void anthropic_tool_call(srv_job *j, const cJSON *call)
+{
+    open_block(j, TOOL_BLOCK, tool_use_block(call, false));
+    cJSON *delta = cJSON_CreateObject();
+    cJSON_AddStringToObject(delta, "type", "input_json_delta");
+    cJSON_AddStringToObject(delta, "partial_json",
+                            cJSON_GetObjectItem(call, "arguments")->valuestring);
+    block_delta(j, delta);
+    close_block(j);
 }
 
 static const char *error_type(int status)
@@ -410,13 +470,13 @@ static void anthropic_end(srv_job *j)
     }
     if (r->finish == SRV_FINISH_CANCELLED)
         return;
-    cJSON *stop = cJSON_CreateObject();
-    cJSON_AddNumberToObject(stop, "index", 0);
-    event(j, "content_block_stop", stop);
+    if (!j->n_blocks) /* an empty reply is one empty text block */
+        open_block(j, TEXT_BLOCK, text_block("text", "text", "", 0));
+    close_block(j);
     cJSON *md = cJSON_CreateObject();
     cJSON *delta = cJSON_AddObjectToObject(md, "delta");
-    cJSON_AddStringToObject(delta, "stop_reason", stop_reason(r));
-    if (r->stop_sequence)
+    cJSON_AddStringToObject(delta, "stop_reason", stop_reason(j));
+    if (r->stop_sequence && !j->calls)
         cJSON_AddStringToObject(delta, "stop_sequence", r->stop_sequence);
     else
         cJSON_AddNullToObject(delta, "stop_sequence");
@@ -425,12 +485,22 @@ static void anthropic_end(srv_job *j)
     event(j, "message_stop", NULL);
 }
 
+/* thinking (when there was reasoning), text (unless the reply is calls alone), tool_use. */
 static cJSON *anthropic_answer(srv_job *j)
 {
     cJSON *content = cJSON_CreateArray();
-    cJSON_AddItemToArray(content, text_block(j->text.p ? j->text.p : "", j->text.len));
+    if (j->reasoning.len)
+        cJSON_AddItemToArray(content, text_block("thinking", "thinking", j->reasoning.p,
+                                                 j->reasoning.len));
+    if (j->text.len || !j->calls)
+        cJSON_AddItemToArray(content, text_block("text", "text", j->text.p ? j->text.p : "",
+                                                 j->text.len));
+    const cJSON *c;
+    cJSON_ArrayForEach(c, j->calls)
+        cJSON_AddItemToArray(content, tool_use_block(c, true));
     return message(j, content, true);
 }
 
 const srv_wire srv_anthropic_wire = {"text/event-stream", anthropic_begin, anthropic_text,
-                                     anthropic_end, anthropic_answer, anthropic_error};
+                                     anthropic_reasoning, anthropic_tool_call, anthropic_end,
+                                     anthropic_answer, anthropic_error};

@@ -35,6 +35,10 @@ struct srv_job {
     strbuf out;                  /* streaming: event bytes not yet sent from out_sent on */
     size_t out_sent;
     size_t text_offset;           /* bytes of the token pieces so far (completions' text_offset) */
+    strbuf reasoning;             /* not streaming: the reasoning so far */
+    cJSON *calls;                 /* the tool calls so far: [{id, name, arguments}] */
+    int block, n_blocks;          /* Anthropic streams: the open content block's kind (0: none,
+                                   * 1: text, 2: thinking) and the blocks begun */
     cJSON *lp;                    /* log-probabilities not yet sent, in the endpoint's format */
 };
 
@@ -43,6 +47,8 @@ struct srv_wire {
     const char *stream_type;      /* the Content-Type of a stream */
     void (*begin)(srv_job *j);
     void (*text)(srv_job *j, const char *text, size_t len);
+    void (*reasoning)(srv_job *j, const char *text, size_t len);
+    void (*tool_call)(srv_job *j, const cJSON *call);   /* {id, name, arguments}, streaming */
     void (*end)(srv_job *j);      /* the last events: j->res says how it ended */
     cJSON *(*answer)(srv_job *j); /* the whole answer, not streaming */
     /* An error object: status, the field it is about (or NULL), a code (or NULL). */
@@ -53,6 +59,8 @@ const srv_wire *srv_wire_of(enum srv_api api);
 
 /* server.c: CLOCK_MONOTONIC in seconds. */
 double srv_now(void);
+/* A call's arguments (JSON text) as an object; {} when they do not parse as one. */
+cJSON *srv_call_arguments(const cJSON *call);
 
 /* openai.c. Length of the valid UTF-8 sequence (RFC 3629) at s (at most n bytes), or 0. */
 size_t srv_utf8_seq(const unsigned char *s, size_t n);

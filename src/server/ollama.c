@@ -278,16 +278,40 @@ static cJSON *head(const srv_job *j)
     return o;
 }
 
-/* The reply text: "response" for /api/generate, an assistant "message" for /api/chat. */
-static void add_text(cJSON *o, const srv_job *j, const char *text, size_t len)
+/* The reply text: "response" for /api/generate, an assistant "message" for /api/chat; its
+ * reasoning (thinking: NULL for none) beside it. The message, or NULL for /api/generate. */
+static cJSON *add_text(cJSON *o, const srv_job *j, const char *text, size_t len,
+                       const char *thinking, size_t thinking_len)
 {
     if (j->req.reply_as_text) {
         cJSON_AddItemToObject(o, "response", srv_utf8_string(text, len));
-        return;
+        if (thinking)
+            cJSON_AddItemToObject(o, "thinking", srv_utf8_string(thinking, thinking_len));
+        return NULL;
     }
     cJSON *m = cJSON_AddObjectToObject(o, "message");
     cJSON_AddStringToObject(m, "role", "assistant");
     cJSON_AddItemToObject(m, "content", srv_utf8_string(text, len));
+    if (thinking)
+        cJSON_AddItemToObject(m, "thinking", srv_utf8_string(thinking, thinking_len));
+    return m;
+}
+
+/* Tool calls as Ollama writes them: [{function: {name, arguments: {...}}}], from the first. */
+static void add_calls(cJSON *m, const cJSON *calls, int first)
+{
+    if (!m || !calls)
+        return;
+    cJSON *a = cJSON_AddArrayToObject(m, "tool_calls");
+    for (int i = first; i < cJSON_GetArraySize(calls); i++) {
+        const cJSON *c = cJSON_GetArrayItem(calls, i);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", cJSON_GetObjectItem(c, "name")->valuestring);
+        cJSON_AddItemToObject(f, "arguments", srv_call_arguments(c));
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToObject(e, "function", f);
+        cJSON_AddItemToArray(a, e);
+    }
 }
 
 /* "done": true, why, and the timings (nanoseconds) and counts. The model is loaded before the
@@ -327,7 +351,24 @@ static void ollama_begin(srv_job *j)
 static void ollama_text(srv_job *j, const char *text, size_t len)
 {
     cJSON *o = head(j);
-    add_text(o, j, text, len);
+    add_text(o, j, text, len, NULL, 0);
+    cJSON_AddBoolToObject(o, "done", false);
+    send_line(j, o);
+}
+
+static void ollama_reasoning(srv_job *j, const char *text, size_t len)
+{
+    cJSON *o = head(j);
+    add_text(o, j, "", 0, text, len);
+    cJSON_AddBoolToObject(o, "done", false);
+    send_line(j, o);
+}
+
+static void ollama_tool_call(srv_job *j, const cJSON *call)
+{
+    (void)call; /* the newest of j->calls */
+    cJSON *o = head(j);
+    add_calls(add_text(o, j, "", 0, NULL, 0), j->calls, cJSON_GetArraySize(j->calls) - 1);
     cJSON_AddBoolToObject(o, "done", false);
     send_line(j, o);
 }
@@ -347,7 +388,7 @@ static void ollama_end(srv_job *j)
         send_line(j, ollama_error(r->status, r->error_param, r->error_code, r->error));
     } else if (r->finish != SRV_FINISH_CANCELLED) {
         cJSON *o = head(j);
-        add_text(o, j, "", 0);
+        add_text(o, j, "", 0, NULL, 0);
         add_done(o, j);
         send_line(j, o);
     }
@@ -356,13 +397,16 @@ static void ollama_end(srv_job *j)
 static cJSON *ollama_answer(srv_job *j)
 {
     cJSON *o = head(j);
-    add_text(o, j, j->text.p ? j->text.p : "", j->text.len);
+    cJSON *m = add_text(o, j, j->text.p ? j->text.p : "", j->text.len,
+                        j->reasoning.len ? j->reasoning.p : NULL, j->reasoning.len);
+    add_calls(m, j->calls, 0);
     add_done(o, j);
     return o;
 }
 
-const srv_wire srv_ollama_wire = {"application/x-ndjson", ollama_begin, ollama_text, ollama_end,
-                                  ollama_answer, ollama_error};
+const srv_wire srv_ollama_wire = {"application/x-ndjson", ollama_begin, ollama_text,
+                                  ollama_reasoning, ollama_tool_call, ollama_end, ollama_answer,
+                                  ollama_error};
 
 /* ---- the model views -------------------------------------------------------------------- */
 

@@ -158,9 +158,31 @@ static cJSON *take_logprobs(srv_job *j)
     return o;
 }
 
-static const char *finish_name(const srv_result *r)
+/* A reply that made tool calls ends with "tool_calls" (unless cut short). */
+static const char *finish_name(const srv_job *j)
 {
-    return r->finish == SRV_FINISH_LENGTH ? "length" : "stop";
+    if (j->res.finish == SRV_FINISH_LENGTH)
+        return "length";
+    return j->calls ? "tool_calls" : "stop";
+}
+
+/* The calls as OpenAI writes them: [{(index,) id, type, function: {name, arguments}}]. */
+static cJSON *calls_json(const cJSON *calls, int first, bool indexed)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = first; i < cJSON_GetArraySize(calls); i++) {
+        const cJSON *c = cJSON_GetArrayItem(calls, i);
+        cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        if (indexed)
+            cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddStringToObject(e, "id", cJSON_GetObjectItem(c, "id")->valuestring);
+        cJSON_AddStringToObject(e, "type", "function");
+        cJSON_AddStringToObject(f, "name", cJSON_GetObjectItem(c, "name")->valuestring);
+        cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItem(c, "arguments")->valuestring);
+        cJSON_AddItemToObject(e, "function", f);
+        cJSON_AddItemToArray(a, e);
+    }
+    return a;
 }
 
 static cJSON *usage_json(const srv_result *r)
@@ -201,8 +223,15 @@ static cJSON *choice(srv_job *j, const char *text, size_t len, bool role, const 
         cJSON *d = cJSON_AddObjectToObject(c, j->req.stream ? "delta" : "message");
         if (role || !j->req.stream)
             cJSON_AddStringToObject(d, "role", "assistant");
-        if (text)
+        if (!j->req.stream && j->calls && !len)   /* a reply of calls only */
+            cJSON_AddNullToObject(d, "content");
+        else if (text)
             cJSON_AddItemToObject(d, "content", utf8_string(text, len));
+        if (!j->req.stream && j->reasoning.len)
+            cJSON_AddItemToObject(d, "reasoning_content",
+                                  utf8_string(j->reasoning.p, j->reasoning.len));
+        if (!j->req.stream && j->calls)
+            cJSON_AddItemToObject(d, "tool_calls", calls_json(j->calls, 0, false));
     } else {
         cJSON_AddItemToObject(c, "text", utf8_string(text ? text : "", text ? len : 0));
     }
@@ -252,6 +281,26 @@ static void openai_text(srv_job *j, const char *text, size_t len)
     send_event(j, envelope(j, chunk_object(j), choice(j, text, len, false, NULL)));
 }
 
+/* A chunk whose delta holds one member (reasoning text, or the newest tool call). */
+static void delta_chunk(srv_job *j, const char *name, cJSON *value)
+{
+    cJSON *c = choice(j, NULL, 0, false, NULL);
+    if (!cJSON_AddItemToObject(cJSON_GetObjectItem(c, "delta"), name, value))
+        cJSON_Delete(value); /* completions have no delta: their reply is text alone */
+    send_event(j, envelope(j, chunk_object(j), c));
+}
+
+static void openai_reasoning(srv_job *j, const char *text, size_t len)
+{
+    delta_chunk(j, "reasoning_content", utf8_string(text, len));
+}
+
+static void openai_tool_call(srv_job *j, const cJSON *call)
+{
+    (void)call; /* the newest of j->calls */
+    delta_chunk(j, "tool_calls", calls_json(j->calls, cJSON_GetArraySize(j->calls) - 1, true));
+}
+
 static cJSON *openai_error(int status, const char *param, const char *code, const char *message)
 {
     cJSON *o = srv_error_json(status, param, message);
@@ -269,7 +318,7 @@ static void openai_end(srv_job *j)
     if (r->finish == SRV_FINISH_ERROR) {
         send_event(j, openai_error(r->status, r->error_param, r->error_code, r->error));
     } else if (r->finish != SRV_FINISH_CANCELLED) {
-        send_event(j, envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(r))));
+        send_event(j, envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(j))));
         if (j->req.include_usage) {
             cJSON *u = envelope(j, chunk_object(j), NULL);
             cJSON_AddItemToObject(u, "usage", usage_json(r));
@@ -283,13 +332,14 @@ static cJSON *openai_answer(srv_job *j)
 {
     const char *text = j->text.p ? j->text.p : "";
     cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion",
-                        choice(j, text, j->text.len, true, finish_name(&j->res)));
+                        choice(j, text, j->text.len, true, finish_name(j)));
     cJSON_AddItemToObject(a, "usage", usage_json(&j->res));
     return a;
 }
 
-const srv_wire srv_openai_wire = {"text/event-stream", openai_begin, openai_text, openai_end,
-                                  openai_answer, openai_error};
+const srv_wire srv_openai_wire = {"text/event-stream", openai_begin, openai_text,
+                                  openai_reasoning, openai_tool_call, openai_end, openai_answer,
+                                  openai_error};
 
 const srv_wire *srv_wire_of(enum srv_api api)
 {

@@ -52,6 +52,8 @@ static void job_unref(srv_job *j)
         return;
     srv_request_free(&j->req);
     cJSON_Delete(j->lp);
+    cJSON_Delete(j->calls);
+    free(j->reasoning.p);
     free(j->out.p);
     free(j->text.p);
     pthread_mutex_destroy(&j->mu);
@@ -99,6 +101,53 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
         strbuf_add(&j->text, text, len);
     }
     pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_reasoning(srv_job *j, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    pthread_mutex_lock(&j->mu);
+    if (j->req.stream) {
+        j->wire->reasoning(j, text, len);
+        pthread_cond_broadcast(&j->cv);
+    } else {
+        strbuf_add(&j->reasoning, text, len);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_tool_call(srv_job *j, const char *name, const char *arguments)
+{
+    pthread_mutex_lock(&j->mu);
+    if (!j->calls)
+        j->calls = cJSON_CreateArray();
+    /* an id of the job's own, in the form each API's ids take after their prefix */
+    char id[64];
+    snprintf(id, sizeof id, "%s%llx%llx%d", j->req.api == SRV_API_ANTHROPIC ? "toolu_" : "call_",
+             (unsigned long long)j->created, (unsigned long long)j->serial,
+             cJSON_GetArraySize(j->calls));
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddStringToObject(c, "arguments", arguments);
+    cJSON_AddItemToArray(j->calls, c);
+    if (j->req.stream) {
+        j->wire->tool_call(j, c);
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+}
+
+cJSON *srv_call_arguments(const cJSON *call)
+{
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(call, "arguments"));
+    cJSON *args = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(args)) {
+        cJSON_Delete(args);
+        args = cJSON_CreateObject();
+    }
+    return args;
 }
 
 void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top)

@@ -124,8 +124,15 @@ const srv_request *srv_job_request(const srv_job *j);
 bool srv_job_cancelled(const srv_job *j);
 /* The prompt is accepted (tokenized, fits: prompt_tokens of them): a stream starts now. */
 void srv_job_begin(srv_job *j, int prompt_tokens);
-/* Generated text, in order (complete UTF-8 sequences). */
+/* Generated text, in order (complete UTF-8 sequences): the reply's content. */
 void srv_job_text(srv_job *j, const char *text, size_t len);
+/* The reply's reasoning (a model's <think> text), apart from its content. */
+void srv_job_reasoning(srv_job *j, const char *text, size_t len);
+/* A tool call the reply makes, complete: the function's name and its arguments (JSON text of
+ * an object). Each API says it in its own terms (OpenAI's tool_calls and finish_reason
+ * "tool_calls", Ollama's message.tool_calls, Anthropic's tool_use blocks and stop_reason
+ * "tool_use"), streamed or in the answer, with an id of its own. */
+void srv_job_tool_call(srv_job *j, const char *name, const char *arguments);
 /* A generated token's log-probability (natural log) and its n_top most likely alternatives,
  * when the request asked for them; called before the token's text. */
 typedef struct srv_token_prob {
