@@ -91,6 +91,7 @@ int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, c
 void serve_engine_free(serve_engine *se)
 {
     serve_slots_close(se);
+    grammar_vocab_free(se->gv);
     pthread_mutex_destroy(&se->mu);
 }
 

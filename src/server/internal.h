@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "server/server.h"
+#include "text/toolcall.h"
 #include "util/strbuf.h"
 
 typedef struct cJSON cJSON;
@@ -31,6 +32,11 @@ struct srv_job {
     size_t out_sent;
     size_t text_offset;           /* bytes of the token pieces so far (completions' text_offset) */
     cJSON *lp;                    /* log-probabilities not yet sent, in the endpoint's format */
+    bool parse;                   /* the reply is read for tool calls and reasoning: */
+    enum tool_format tool_fmt;
+    bool think;                   /* (it starts inside reasoning) */
+    tool_parser *tp;              /* streaming: the reading so far */
+    int n_calls;                  /* calls sent (streaming) or found (not) */
 };
 
 /* openai.c. Length of the valid UTF-8 sequence (RFC 3629) at s (at most n bytes), or 0. */
@@ -39,6 +45,8 @@ size_t srv_utf8_seq(const unsigned char *s, size_t n);
 void srv_sse_begin(srv_job *j);
 void srv_sse_text(srv_job *j, const char *text, size_t len);
 void srv_sse_end(srv_job *j);
+/* Streaming a parsed reply: what became certain (content, reasoning, calls). */
+void srv_sse_delta(srv_job *j, const tool_delta *d);
 void srv_logprob_add(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top);
 cJSON *srv_answer_json(srv_job *j);
 cJSON *srv_error_json(int status, const char *param, const char *message);

@@ -152,9 +152,9 @@ static cJSON *take_logprobs(srv_job *j)
     return o;
 }
 
-static const char *finish_name(const srv_result *r)
+static const char *finish_name(const srv_job *j, const srv_result *r)
 {
-    return r->finish == SRV_FINISH_LENGTH ? "length" : "stop";
+    return r->finish == SRV_FINISH_LENGTH ? "length" : j->n_calls ? "tool_calls" : "stop";
 }
 
 static cJSON *usage_json(const srv_result *r)
@@ -240,18 +240,82 @@ void srv_sse_end(srv_job *j)
     if (r->finish == SRV_FINISH_ERROR) {
         send_event(j, srv_error_json(r->status, r->error_param, r->error));
     } else if (r->finish != SRV_FINISH_CANCELLED) {
-        cJSON *last = envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(r)));
+        cJSON *last = envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(j, r)));
         cJSON_AddItemToObject(last, "usage", usage_json(r));
         send_event(j, last);
     }
     strbuf_add(&j->out, "data: [DONE]\n\n", 14);
 }
 
+/* OpenAI's tool call: {"index"?, "id", "type": "function", "function": {"name", "arguments"}}
+ * (arguments as JSON text), the k-th of the job's. */
+static cJSON *call_json(const srv_job *j, const tool_call *c, int k, bool index)
+{
+    char id[80];
+    snprintf(id, sizeof id, "call_%llx%llx_%d", (unsigned long long)j->created,
+             (unsigned long long)j->serial, k);
+    cJSON *o = cJSON_CreateObject();
+    if (index)
+        cJSON_AddNumberToObject(o, "index", k);
+    cJSON_AddStringToObject(o, "id", id);
+    cJSON_AddStringToObject(o, "type", "function");
+    cJSON *f = cJSON_AddObjectToObject(o, "function");
+    cJSON_AddStringToObject(f, "name", c->name);
+    cJSON_AddStringToObject(f, "arguments", c->arguments);
+    return o;
+}
+
+void srv_sse_delta(srv_job *j, const tool_delta *d)
+{
+    if (d->reasoning_len) {
+        cJSON *c = choice(j, NULL, 0, false, NULL);
+        cJSON_AddItemToObject(cJSON_GetObjectItem(c, "delta"), "reasoning_content",
+                              utf8_string(d->reasoning, d->reasoning_len));
+        send_event(j, envelope(j, chunk_object(j), c));
+    }
+    if (d->content_len)
+        srv_sse_text(j, d->content, d->content_len);
+    for (int k = d->first_call; k < d->n_calls; k++) {
+        cJSON *c = choice(j, NULL, 0, false, NULL);
+        cJSON *calls = cJSON_AddArrayToObject(cJSON_GetObjectItem(c, "delta"), "tool_calls");
+        cJSON_AddItemToArray(calls, call_json(j, &d->calls[k], k, true));
+        send_event(j, envelope(j, chunk_object(j), c));
+        j->n_calls = k + 1;
+    }
+}
+
+/* A chat answer read for calls and reasoning: its message (content null when there is none
+ * beside the calls). */
+static cJSON *parsed_answer(srv_job *j, const char *text, size_t len)
+{
+    tool_reply r;
+    if (tool_parse(j->tool_fmt, j->think, text, len, &r))
+        return NULL;
+    j->n_calls = r.n_calls;
+    cJSON *c = choice(j, NULL, 0, false, finish_name(j, &j->res));
+    cJSON *m = cJSON_GetObjectItem(c, "message");
+    if (r.content_len || !r.n_calls)
+        cJSON_AddItemToObject(m, "content", utf8_string(r.content, r.content_len));
+    else
+        cJSON_AddNullToObject(m, "content");
+    if (r.reasoning_len)
+        cJSON_AddItemToObject(m, "reasoning_content", utf8_string(r.reasoning, r.reasoning_len));
+    if (r.n_calls) {
+        cJSON *calls = cJSON_AddArrayToObject(m, "tool_calls");
+        for (int k = 0; k < r.n_calls; k++)
+            cJSON_AddItemToArray(calls, call_json(j, &r.calls[k], k, false));
+    }
+    tool_reply_free(&r);
+    return c;
+}
+
 cJSON *srv_answer_json(srv_job *j)
 {
     const char *text = j->text.p ? j->text.p : "";
-    cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion",
-                        choice(j, text, j->text.len, true, finish_name(&j->res)));
+    cJSON *c = j->parse && j->req.kind == SRV_CHAT ? parsed_answer(j, text, j->text.len) : NULL;
+    if (!c)
+        c = choice(j, text, j->text.len, true, finish_name(j, &j->res));
+    cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion", c);
     cJSON_AddItemToObject(a, "usage", usage_json(&j->res));
     return a;
 }

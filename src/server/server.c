@@ -52,6 +52,7 @@ static void job_unref(srv_job *j)
         return;
     srv_request_free(&j->req);
     cJSON_Delete(j->lp);
+    tool_parser_free(j->tp);
     free(j->out.p);
     free(j->text.p);
     pthread_mutex_destroy(&j->mu);
@@ -86,12 +87,28 @@ void srv_job_begin(srv_job *j)
     pthread_mutex_unlock(&j->mu);
 }
 
+void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think)
+{
+    pthread_mutex_lock(&j->mu);
+    j->parse = true;
+    j->tool_fmt = f;
+    j->think = think;
+    pthread_mutex_unlock(&j->mu);
+}
+
 void srv_job_text(srv_job *j, const char *text, size_t len)
 {
     if (!len)
         return;
     pthread_mutex_lock(&j->mu);
-    if (j->req.stream) {
+    if (j->req.stream && j->parse) {
+        tool_delta d;
+        if (!j->tp)
+            j->tp = tool_parser_new(j->tool_fmt, j->think);
+        if (j->tp && !tool_parser_feed(j->tp, text, len, &d))
+            srv_sse_delta(j, &d);
+        pthread_cond_broadcast(&j->cv);
+    } else if (j->req.stream) {
         srv_sse_text(j, text, len);
         pthread_cond_broadcast(&j->cv); /* the connection sends it; otherwise it waits for the end */
     } else {
@@ -112,6 +129,10 @@ static void job_end(srv *s, srv_job *j, const srv_result *res)
 {
     pthread_mutex_lock(&j->mu);
     j->res = *res;
+    tool_delta d;
+    if (j->req.stream && j->begun && j->tp && res->finish != SRV_FINISH_ERROR &&
+        !tool_parser_finish(j->tp, &d))
+        srv_sse_delta(j, &d);
     if (j->req.stream && j->begun)
         srv_sse_end(j);
     j->done = true;

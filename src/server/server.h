@@ -22,6 +22,7 @@
 
 #include "model/sample.h"
 #include "server/request.h"
+#include "text/toolcall.h"
 
 typedef struct srv srv;
 typedef struct srv_job srv_job;
@@ -101,6 +102,10 @@ const srv_request *srv_job_request(const srv_job *j);
 bool srv_job_cancelled(const srv_job *j);
 /* The prompt is accepted (tokenized, fits): a stream starts now. */
 void srv_job_begin(srv_job *j);
+/* Before srv_job_begin: the reply is to be read as a model of format f writes (think: it starts
+ * inside reasoning), its tool calls and reasoning given apart from the content (text/toolcall.h);
+ * otherwise it is content as it comes. */
+void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think);
 /* Generated text, in order (complete UTF-8 sequences). */
 void srv_job_text(srv_job *j, const char *text, size_t len);
 /* A generated token's log-probability (natural log) and its n_top most likely alternatives,
