@@ -73,6 +73,7 @@ void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit
     *g = (gen_text){.tk = tk, .o = o, .emit = emit, .user = user, .stop_index = -1};
     detok_init(&g->ds);
     g->ds.first = false; /* a reply continues the text before it: keep its leading space */
+    g->ds.special = o->special_text;
 }
 
 bool gen_text_open(const gen_text *g)

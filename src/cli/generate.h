@@ -24,6 +24,7 @@ typedef struct gen_opts {
     volatile sig_atomic_t *cancel;
     const char *const *stop;    /* stop strings (not printed) */
     int n_stop;
+    bool special_text;          /* control tokens print their text (else nothing) */
     bool context_shift;
     int n_keep;                 /* tokens kept at the start on a context shift */
     /* Called with every sampled token that is not an end of generation, and the logits it was

@@ -139,6 +139,7 @@ void serve_model_info(const runner *r, srv_model_info *info, char *name, size_t 
 void serve_engine_free(serve_engine *se)
 {
     serve_slots_close(se);
+    grammar_vocab_free(se->gv);
     pthread_mutex_destroy(&se->mu);
 }
 

@@ -12,6 +12,7 @@
 
 #include "cli/runner.h"
 #include "server/server.h"
+#include "text/grammar.h"
 
 #define SERVE_MAX_SLOTS 64
 
@@ -47,6 +48,10 @@ typedef struct serve_engine {
     int n_mbs, max_mbs;        /* max_mbs: the in_flight asked for (0: no bound) */
     uint64_t clock;            /* orders the slots' admissions and uses */
     int next_slot;             /* where the next micro-batch starts looking for slots */
+    grammar_vocab *gv;         /* the vocabulary's trie for constrained replies (made at the
+                                * first one) */
+    enum tool_format tool_fmt; /* how the model writes tool calls (found at the first use) */
+    bool tool_fmt_known;
 } serve_engine;
 
 /* Whether n_slots sequences at once go with the options (the runner's n_seq is to be

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/serve_agents.h"
 #include "cli/serve_engine.h"
 #include "cluster/stats.h"
 
@@ -42,6 +43,7 @@ struct serve_slot {
     session *s;                /* a peer of the runner's session (slot 0: NULL, it uses the
                                 * runner's own, reopened after a ring failure) */
     sampler *smp;
+    serve_constraint con;      /* the grammar its reply must follow (none: con.g NULL) */
     gen_opts go;
     gen_text gt;
     token_ctx tc;
@@ -134,31 +136,6 @@ static uint64_t request_seed(const runner *r, const srv_request *q)
     if (r->o.seed_given)
         return r->o.sp.seed;
     return run_opts_fresh_seed();
-}
-
-/* Chat: the model's chat format (chat_format_tokenize); a completion's prompt is the client's
- * own text, control tokens and all, as prima run -p takes it. The count, or a TOK_ERR_* code,
- * or CHAT_ERR_TEMPLATE with err (the template refused the conversation). */
-static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks, char *err,
-                         size_t errlen)
-{
-    if (q->kind == SRV_CHAT)
-        return chat_format_tokenize(se->r->chat, se->r->tk, q->msgs, q->n_msgs, true, toks, err,
-                                    errlen);
-    if (q->prompt_toks) { /* token ids: checked against the vocabulary */
-        for (int i = 0; i < q->n_prompt_toks; i++)
-            if (q->prompt_toks[i] >= se->r->m->hp.n_vocab) {
-                snprintf(err, errlen, "token %d of the prompt, %d, is not in the vocabulary "
-                         "(%d tokens)", i, (int)q->prompt_toks[i], se->r->m->hp.n_vocab);
-                return CHAT_ERR_TEMPLATE;
-            }
-        *toks = malloc(sizeof **toks * (size_t)q->n_prompt_toks);
-        if (!*toks)
-            return TOK_ERR_NOMEM;
-        memcpy(*toks, q->prompt_toks, sizeof **toks * (size_t)q->n_prompt_toks);
-        return q->n_prompt_toks;
-    }
-    return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
 }
 
 /* ---- slots ------------------------------------------------------------------------------ */
@@ -318,6 +295,7 @@ static void slot_finish(serve_engine *se, srv *sv, serve_slot *sl, enum gen_end 
     }
     sampler_free(sl->smp);
     sl->smp = NULL;
+    serve_constraint_close(&sl->con);
     free(sl->toks);
     sl->toks = NULL;
     srv_job_finish(sv, sl->job, res);
@@ -335,7 +313,7 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     srv_result res = {0};
     int32_t *toks = NULL;
     char terr[400];   /* fits the answer's error text */
-    int n = prompt_tokens(se, q, &toks, terr, sizeof terr);
+    int n = serve_prompt(se, q, &toks, terr, sizeof terr);
     if (n == CHAT_ERR_TEMPLATE)
         fail(&res, 400, param, "%s", terr);
     else if (n < 0) /* the text's fault (400), unless memory ran out */
@@ -349,6 +327,13 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
         fail(&res, 400, param, "the prompt has %s", why);
         res.error_code = "context_length_exceeded";
     }
+    serve_constraint con = {0};
+    if (res.finish != SRV_FINISH_ERROR) {
+        const char *cparam = NULL;
+        int rc = serve_constraint_open(se, q, &con, &cparam, terr, sizeof terr);
+        if (rc)
+            fail(&res, rc == -1 ? 400 : 500, rc == -1 ? cparam : NULL, "%s", terr);
+    }
     serve_slot *sl = res.finish == SRV_FINISH_ERROR ? NULL : choose_slot(se, toks, n);
     sampler_params sp = q->sp;
     sp.seed = request_seed(r, q);
@@ -357,9 +342,11 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
         fail(&res, 500, NULL, "%s", "out of memory");
     if (res.finish == SRV_FINISH_ERROR) {
         free(toks);
+        serve_constraint_close(&con);
         srv_job_finish(sv, job, &res);
         return;
     }
+    bool parsed = serve_reply_format(se, job, toks, n);
     session *s = slot_session(se, sl);
     int common = 0;
     while (common < n && common < s->n_past && toks[common] == s->tokens[common])
@@ -371,11 +358,14 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     for (int i = 0; i < common; i++)
         sampler_accept(smp, toks[i]);
     *sl = (serve_slot){.id = sl->id, .s = sl->s, .job = job,
-                       .smp = smp, .toks = toks, .n = n, .fed = common,
+                       .smp = smp, .con = con, .toks = toks, .n = n, .fed = common,
                        .t_admit = se_now(), .admitted = ++se->clock, .used = sl->used};
     sl->tc = (token_ctx){se, job, r->tk, r->m->hp.n_vocab, q->top_logprobs, 0};
     sl->go = (gen_opts){.n_predict = q->max_tokens, .stop = q->stop, .n_stop = q->n_stop,
-                        .on_token = on_token, .on_token_user = &sl->tc};
+                        .on_token = on_token, .on_token_user = &sl->tc,
+                        /* a reply read for calls sees the control tokens' text (gpt-oss's
+                         * channels) */
+                        .special_text = parsed};
     gen_text_init(&sl->gt, r->tk, &sl->go, emit, &sl->tc);
     sl->res.prompt_tokens = n;
     sl->res.cached_tokens = common;
@@ -389,14 +379,23 @@ static void slot_sample(serve_engine *se, srv *sv, serve_slot *sl)
         slot_finish(se, sv, sl, GEN_LIMIT);
         return;
     }
-    int32_t tok = sampler_sample(sl->smp, s->logits);
-    sampler_accept(sl->smp, tok);
     enum gen_end end;
     char err[256];
-    if (!gen_text_token(&sl->gt, tok, s->logits, &end, err, sizeof err)) {
+    const float *logits = serve_constraint_mask(se, &sl->con, s->logits, err, sizeof err);
+    if (!logits) {
+        fail(&sl->res, 500, NULL, "%s", err);
+        slot_finish(se, sv, sl, GEN_ERROR);
+        return;
+    }
+    int32_t tok = sampler_sample(sl->smp, logits);
+    sampler_accept(sl->smp, tok);
+    bool done = serve_constraint_take(se, &sl->con, tok);
+    if (!gen_text_token(&sl->gt, tok, logits, &end, err, sizeof err)) {
         if (end == GEN_ERROR)
             fail(&sl->res, 500, NULL, "%s", err);
         slot_finish(se, sv, sl, end);
+    } else if (done) {
+        slot_finish(se, sv, sl, GEN_EOG); /* the grammar is complete: nothing more may come */
     } else if (!gen_text_open(&sl->gt)) {
         slot_finish(se, sv, sl, GEN_LIMIT);
     } else if (s->n_past == s->n_ctx) {

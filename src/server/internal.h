@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "server/server.h"
+#include "text/toolcall.h"
 #include "util/strbuf.h"
 
 typedef struct cJSON cJSON;
@@ -40,6 +41,10 @@ struct srv_job {
     int block, n_blocks;          /* Anthropic streams: the open content block's kind (0: none,
                                    * 1: text, 2: thinking) and the blocks begun */
     cJSON *lp;                    /* log-probabilities not yet sent, in the endpoint's format */
+    bool parse;                   /* the reply is read for tool calls and reasoning: */
+    enum tool_format tool_fmt;
+    bool think;                   /* (it starts inside reasoning) */
+    tool_parser *tp;              /* streaming: the reading so far */
 };
 
 /* An API's wire format. The stream calls append to the job's out (the job is locked). */

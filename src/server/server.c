@@ -54,6 +54,7 @@ static void job_unref(srv_job *j)
     cJSON_Delete(j->lp);
     cJSON_Delete(j->calls);
     free(j->reasoning.p);
+    tool_parser_free(j->tp);
     free(j->out.p);
     free(j->text.p);
     pthread_mutex_destroy(&j->mu);
@@ -89,17 +90,90 @@ void srv_job_begin(srv_job *j, int prompt_tokens)
     pthread_mutex_unlock(&j->mu);
 }
 
+void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think)
+{
+    pthread_mutex_lock(&j->mu);
+    j->parse = true;
+    j->tool_fmt = f;
+    j->think = think;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The job is locked. Content, reasoning and calls: sent when streaming, kept for the answer
+ * otherwise. */
+static void add_content(srv_job *j, const char *text, size_t len)
+{
+    if (j->req.stream)
+        j->wire->text(j, text, len);
+    else
+        strbuf_add(&j->text, text, len);
+}
+
+static void add_reasoning(srv_job *j, const char *text, size_t len)
+{
+    if (j->req.stream)
+        j->wire->reasoning(j, text, len);
+    else
+        strbuf_add(&j->reasoning, text, len);
+}
+
+static void add_call(srv_job *j, const char *name, const char *arguments)
+{
+    if (!j->calls)
+        j->calls = cJSON_CreateArray();
+    /* an id of the job's own, in the form each API's ids take after their prefix */
+    char id[64];
+    snprintf(id, sizeof id, "%s%llx%llx_%d", j->req.api == SRV_API_ANTHROPIC ? "toolu_" : "call_",
+             (unsigned long long)j->created, (unsigned long long)j->serial,
+             cJSON_GetArraySize(j->calls));
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddStringToObject(c, "arguments", arguments);
+    cJSON_AddItemToArray(j->calls, c);
+    if (j->req.stream)
+        j->wire->tool_call(j, c);
+}
+
+/* What the reply's reader found certain. */
+static void deliver(srv_job *j, const tool_delta *d)
+{
+    if (d->reasoning_len)
+        add_reasoning(j, d->reasoning, d->reasoning_len);
+    if (d->content_len)
+        add_content(j, d->content, d->content_len);
+    for (int k = d->first_call; k < d->n_calls; k++)
+        add_call(j, d->calls[k].name, d->calls[k].arguments);
+}
+
+/* A reply not streamed, read whole at its end: its text becomes the content. */
+static void read_reply(srv_job *j)
+{
+    tool_reply r;
+    if (tool_parse(j->tool_fmt, j->think, j->text.p ? j->text.p : "", j->text.len, &r))
+        return; /* out of memory: the text stays as it came */
+    j->text.len = 0;
+    tool_delta d = {r.content, r.content_len, r.reasoning, r.reasoning_len, r.calls, 0,
+                    r.n_calls};
+    deliver(j, &d);
+    tool_reply_free(&r);
+}
+
 void srv_job_text(srv_job *j, const char *text, size_t len)
 {
     if (!len)
         return;
     pthread_mutex_lock(&j->mu);
-    if (j->req.stream) {
-        j->wire->text(j, text, len);
-        pthread_cond_broadcast(&j->cv); /* the connection sends it; otherwise it waits for the end */
+    if (j->req.stream && j->parse) {
+        tool_delta d;
+        if (!j->tp)
+            j->tp = tool_parser_new(j->tool_fmt, j->think);
+        if (j->tp && !tool_parser_feed(j->tp, text, len, &d))
+            deliver(j, &d);
     } else {
-        strbuf_add(&j->text, text, len);
+        add_content(j, text, len); /* not streaming (or read at the end), kept for the answer */
     }
+    pthread_cond_broadcast(&j->cv); /* a stream's connection sends what came */
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -108,34 +182,16 @@ void srv_job_reasoning(srv_job *j, const char *text, size_t len)
     if (!len)
         return;
     pthread_mutex_lock(&j->mu);
-    if (j->req.stream) {
-        j->wire->reasoning(j, text, len);
-        pthread_cond_broadcast(&j->cv);
-    } else {
-        strbuf_add(&j->reasoning, text, len);
-    }
+    add_reasoning(j, text, len);
+    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
 void srv_job_tool_call(srv_job *j, const char *name, const char *arguments)
 {
     pthread_mutex_lock(&j->mu);
-    if (!j->calls)
-        j->calls = cJSON_CreateArray();
-    /* an id of the job's own, in the form each API's ids take after their prefix */
-    char id[64];
-    snprintf(id, sizeof id, "%s%llx%llx%d", j->req.api == SRV_API_ANTHROPIC ? "toolu_" : "call_",
-             (unsigned long long)j->created, (unsigned long long)j->serial,
-             cJSON_GetArraySize(j->calls));
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddStringToObject(c, "id", id);
-    cJSON_AddStringToObject(c, "name", name);
-    cJSON_AddStringToObject(c, "arguments", arguments);
-    cJSON_AddItemToArray(j->calls, c);
-    if (j->req.stream) {
-        j->wire->tool_call(j, c);
-        pthread_cond_broadcast(&j->cv);
-    }
+    add_call(j, name, arguments);
+    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -162,6 +218,12 @@ static void job_end(srv *s, srv_job *j, const srv_result *res)
 {
     pthread_mutex_lock(&j->mu);
     j->res = *res;
+    tool_delta d;
+    if (j->req.stream && j->begun && j->tp && res->finish != SRV_FINISH_ERROR &&
+        !tool_parser_finish(j->tp, &d))
+        deliver(j, &d);
+    if (!j->req.stream && j->parse && res->finish != SRV_FINISH_ERROR)
+        read_reply(j);
     if (j->req.stream && j->begun)
         j->wire->end(j);
     j->done = true;

@@ -26,6 +26,7 @@
 
 #include "model/sample.h"
 #include "server/request.h"
+#include "text/toolcall.h"
 
 typedef struct srv srv;
 typedef struct srv_job srv_job;
@@ -124,7 +125,12 @@ const srv_request *srv_job_request(const srv_job *j);
 bool srv_job_cancelled(const srv_job *j);
 /* The prompt is accepted (tokenized, fits: prompt_tokens of them): a stream starts now. */
 void srv_job_begin(srv_job *j, int prompt_tokens);
-/* Generated text, in order (complete UTF-8 sequences): the reply's content. */
+/* Before srv_job_begin: the reply is to be read as a model of format f writes (think: it starts
+ * inside reasoning), its tool calls and reasoning given apart from the content (text/toolcall.h,
+ * then srv_job_reasoning and srv_job_tool_call below); otherwise it is content as it comes. */
+void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think);
+/* Generated text, in order (complete UTF-8 sequences): the reply's content (or, when it is
+ * read as srv_job_parse_reply says, the reply to read). */
 void srv_job_text(srv_job *j, const char *text, size_t len);
 /* The reply's reasoning (a model's <think> text), apart from its content. */
 void srv_job_reasoning(srv_job *j, const char *text, size_t len);
