@@ -5,7 +5,8 @@
 # run's text for the same settings; its model views, errors, stop sequences and usage; an unknown
 # model (404 in every API), model aliases, the usage chunk, context_length_exceeded, echo and
 # prompts of token ids. Then curl for what no client checks: the raw NDJSON and SSE framing and
-# refusals of malformed bodies in each API's error shape.
+# refusals of malformed bodies in each API's error shape. Last, tool use and constrained output
+# through the three clients (web/test/agents.test.mjs, arguments validated with ajv).
 set -u
 source "$(dirname "$0")/support/ring_workers.sh" serve-apis
 source "$(dirname "$0")/support/serve.sh"
@@ -91,5 +92,12 @@ code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'x-api-key: test-key' "http:
 [ "$code" = 200 ] || fail "x-api-key: $code"
 kill -0 "$spid" || fail "the server died"
 stop_server "$tmp/serve.log"
+
+# ---- tool use and constrained output through the three clients, on a random-weight model (its
+# template writes Hermes <tool_call>): web/test/agents.test.mjs validates with ajv
+start_server "$tmp/agents.log" -m "$fixtures/models/synth-qwen2-l2-e64-q8_0.gguf" || exit 1
+timeout 300 node "$web/agents.test.mjs" "http://127.0.0.1:$sport" ||
+    fail "agent checks (above); server log: $(tail -5 "$tmp/agents.log")"
+stop_server "$tmp/agents.log"
 [ "$fails" = 0 ] && echo "serve_apis: all passed"
 exit $((fails > 0))
