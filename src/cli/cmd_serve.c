@@ -63,6 +63,9 @@ static void usage(FILE *out, const run_opts *o)
           "                          may. Without an API key the server answers only\n"
           "                          requests that name it by an address, localhost or\n"
           "                          this machine's name (Host), against DNS rebinding\n"
+          "  --embeddings            answer POST /v1/embeddings and /api/embed: the mean of\n"
+          "                          the last hidden states, unit length (without it they\n"
+          "                          answer 501)\n"
           "  --alias NAME            another name requests may give as their model (the\n"
           "                          file's name and its general.name are always known;\n"
           "                          repeatable, up to 8); an unknown name is a 404\n"
@@ -78,6 +81,7 @@ typedef struct serve_args {
     const char *host, *api_key, *api_key_file, *cors_origins;
     const char *names[SERVE_MAX_ALIASES + 1];   /* --alias, and general.name */
     int n_names;
+    bool embeddings;
     int port, queue, timeout, slots, in_flight;
     char *key_owned;
 } serve_args;
@@ -89,6 +93,10 @@ static int parse_serve_arg(void *ctx, int argc, char **argv, int *i)
                                         "--queue", "--timeout", "-np", "--in-flight",
                                         "--cors-origin", "--alias", NULL};
     const char *f = argv[*i];
+    if (!strcmp(f, "--embeddings")) {
+        a->embeddings = true;
+        return 1;
+    }
     int k = 0;
     while (flags[k] && strcmp(f, flags[k]))
         k++;
@@ -194,6 +202,7 @@ static int serve(runner *r, serve_args *a)
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
                     .model_id = base_name(r->o.model), .model_names = a->names,
                     .n_model_names = a->n_names, .info = &info, .version = PRIMA_VERSION,
+                    .embeddings = a->embeddings,
                     .queue_max = a->queue,
                     .max_connections = a->queue + 64, .max_body = 8u << 20,
                     .timeout_s = (unsigned)a->timeout, .cors_origins = a->cors_origins,

@@ -52,6 +52,8 @@ typedef struct serve_engine {
                                 * first one) */
     enum tool_format tool_fmt; /* how the model writes tool calls (found at the first use) */
     bool tool_fmt_known;
+    srv_job *embed;            /* an embeddings request waiting for a free slot and for the
+                                * micro-batches in flight to come back */
 } serve_engine;
 
 /* Whether n_slots sequences at once go with the options (the runner's n_seq is to be
@@ -90,5 +92,9 @@ void serve_slots_session_close(serve_engine *se);
 void serve_slots_close(serve_engine *se);
 /* The engine thread's body (srv_engine.serve), until the server stops. */
 void serve_slots_loop(serve_engine *se, srv *sv);
+/* serve_embed.c: answer an embeddings request with s, the session of a free slot and nothing
+ * in flight (its history is evaluated over, and left empty), and finish it. false when the
+ * layers failed (a ring: its session is to be closed, err says why; the job has its 500). */
+bool serve_embed(serve_engine *se, srv *sv, srv_job *job, session *s, char *err, size_t errlen);
 
 #endif

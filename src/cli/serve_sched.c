@@ -540,12 +540,13 @@ static void slot_begin(serve_engine *se, serve_slot *sl)
     free(t.p);
 }
 
-/* Keep the micro-batches in flight (with a ring, each on another device: pipelining), then take
- * the oldest back: its prompt chunk goes in, its generating slots sample. */
-static void step(serve_engine *se, srv *sv)
+/* Keep the micro-batches in flight (with a ring, each on another device: pipelining), unless
+ * send_more is false (then only those on their way go on), then take the oldest back: its prompt
+ * chunk goes in, its generating slots sample. */
+static void step(serve_engine *se, srv *sv, bool send_more)
 {
     char err[512];
-    for (int i = 0; i < se->n_mbs; i++) {
+    for (int i = 0; send_more && i < se->n_mbs; i++) {
         if (se->mbs[i].busy)
             continue;
         int rc = send(se, sv, &se->mbs[i], err, sizeof err);
@@ -617,6 +618,30 @@ static void run_solo(serve_engine *se, srv *sv, serve_slot *sl)
     slot_finish(se, sv, sl, end);
 }
 
+static bool mbs_in_flight(const serve_engine *se)
+{
+    for (int i = 0; i < se->n_mbs; i++)
+        if (se->mbs[i].busy)
+            return true;
+    return false;
+}
+
+/* The embeddings request waiting, in the session of a free slot (the one unused longest: its
+ * cache is lost), with nothing in flight. */
+static void run_embed(serve_engine *se, srv *sv)
+{
+    serve_slot *sl = NULL;
+    for (int i = 0; i < se->n_slots; i++)
+        if (!se->slots[i].job && (!sl || se->slots[i].used < sl->used))
+            sl = &se->slots[i];
+    srv_job *job = se->embed;
+    se->embed = NULL;
+    char err[512];
+    if (!serve_embed(se, sv, job, slot_session(se, sl), err, sizeof err))
+        step_failed(se, sv, err);
+    sl->used = ++se->clock;
+}
+
 static int busy_slots(const serve_engine *se)
 {
     int n = 0;
@@ -629,21 +654,29 @@ void serve_slots_loop(serve_engine *se, srv *sv)
 {
     for (;;) {
         int busy = busy_slots(se);
-        /* join: while a slot is free (waiting for a job only when nothing runs) */
-        while (busy < se->n_slots) {
+        /* join: while a slot is free (waiting for a job only when nothing runs); an embeddings
+         * request waits for the others' micro-batches to come back */
+        while (busy < se->n_slots && !se->embed) {
             srv_job *j = srv_take(sv, busy == 0);
             if (!j)
                 break;
             if (busy == 0 && se_ring_ready(se, sv, j))
                 continue; /* the ring could not be connected: the job got its 500 */
-            admit(se, sv, j);
+            if (srv_job_request(j)->kind == SRV_EMBED)
+                se->embed = j;
+            else
+                admit(se, sv, j);
             busy = busy_slots(se);
+        }
+        if (se->embed && busy < se->n_slots && !mbs_in_flight(se)) {
+            run_embed(se, sv);
+            continue;
         }
         if (busy == 0)
             return; /* stopping, nothing left */
         if (se->r->spec)
             run_solo(se, sv, &se->slots[0]);
-        else
-            step(se, sv);
+        else /* no more sent while an embeddings request waits for a free slot's turn */
+            step(se, sv, !(se->embed && busy < se->n_slots));
     }
 }

@@ -45,6 +45,8 @@ struct srv_job {
     enum tool_format tool_fmt;
     bool think;                   /* (it starts inside reasoning) */
     tool_parser *tp;              /* streaming: the reading so far */
+    float *emb;                   /* embeddings: n_inputs x emb_dim */
+    int emb_dim;
 };
 
 /* An API's wire format. The stream calls append to the job's out (the job is locked). */
@@ -107,6 +109,9 @@ cJSON *srv_template_calls(const cJSON *calls, int at, srv_refusal *why);
 /* The function name of the call with this id in the template's messages so far, or NULL. */
 const char *srv_call_name(const cJSON *tmsgs, const char *id);
 
+/* embed.c: an embeddings answer, in the job's API's terms. */
+cJSON *srv_embed_answer(srv_job *j);
+
 /* ollama.c: the model views, and names: whether name is one of the served model's (as Ollama
  * names it, ":latest" may follow). */
 bool srv_name_matches(const srv_config *c, const char *name);
@@ -160,7 +165,7 @@ typedef struct srv_hist {
 typedef struct srv_metrics {
     pthread_mutex_t mu;
     uint64_t by_status[5];                  /* 2xx..5xx, other */
-    uint64_t requests[2], finished[4];      /* by endpoint, by finish */
+    uint64_t requests[3], finished[4];      /* by endpoint, by finish */
     uint64_t prompt_tokens, cached_tokens, completion_tokens;
     srv_hist tpot, prefill;
 } srv_metrics;

@@ -396,6 +396,8 @@ static void ollama_end(srv_job *j)
 
 static cJSON *ollama_answer(srv_job *j)
 {
+    if (j->req.kind == SRV_EMBED)
+        return srv_embed_answer(j);
     cJSON *o = head(j);
     cJSON *m = add_text(o, j, j->text.p ? j->text.p : "", j->text.len,
                         j->reasoning.len ? j->reasoning.p : NULL, j->reasoning.len);

@@ -330,6 +330,8 @@ static void openai_end(srv_job *j)
 
 static cJSON *openai_answer(srv_job *j)
 {
+    if (j->req.kind == SRV_EMBED)
+        return srv_embed_answer(j);
     const char *text = j->text.p ? j->text.p : "";
     cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion",
                         choice(j, text, j->text.len, true, finish_name(j)));

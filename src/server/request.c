@@ -604,6 +604,7 @@ void srv_request_free(srv_request *r)
     cJSON_Delete(r->api_json);
     free(r->msgs);
     free(r->prompt_toks);
+    free(r->inputs);
     for (int i = 0; i < r->n_owned; i++)
         free(r->owned[i]);
     free(r->owned);

@@ -23,7 +23,7 @@
 #include "model/sample.h"
 #include "text/tokenizer.h"
 
-enum srv_endpoint { SRV_CHAT, SRV_COMPLETION };
+enum srv_endpoint { SRV_CHAT, SRV_COMPLETION, SRV_EMBED };
 /* The wire format of the request and its answer. */
 enum srv_api { SRV_API_OPENAI, SRV_API_OLLAMA, SRV_API_ANTHROPIC };
 
@@ -43,6 +43,13 @@ enum srv_constraint {
     SRV_OUT_JSON,         /* any JSON object */
     SRV_OUT_SCHEMA,       /* JSON valid against schema */
 };
+
+/* An input to embed: text, or token ids. */
+typedef struct srv_input {
+    const char *text;        /* NULL: toks */
+    const int32_t *toks;
+    int n_toks;
+} srv_input;
 
 typedef struct srv_request {
     enum srv_endpoint kind;
@@ -79,6 +86,12 @@ typedef struct srv_request {
     int n_prompt_toks;
     bool load_only;          /* Ollama: no prompt, no messages: load the model, generate nothing */
     bool reply_as_text;      /* Ollama's /api/generate: the reply is "response", not a message */
+    srv_input *inputs;       /* embeddings: n_inputs texts (token ids in prompt_toks) */
+    int n_inputs;
+    bool truncate;           /* embeddings: an input longer than the context is cut to it (else
+                              * a 400) */
+    bool base64;             /* OpenAI's embeddings as base64 of little-endian float32 */
+    int dimensions;          /* embeddings: the size asked (0: the model's) */
     void *api_json;          /* cJSON the API's parser made (Anthropic's tools in OpenAI's
                               * terms), which fields may point into (owned) */
 } srv_request;
@@ -100,6 +113,9 @@ int srv_ollama_parse(srv_request *r, enum srv_endpoint kind, const char *body, s
                      const sampler_params *defaults, srv_refusal *why);
 int srv_anthropic_parse(srv_request *r, const char *body, size_t len,
                         const sampler_params *defaults, srv_refusal *why);
+/* POST /v1/embeddings (api SRV_API_OPENAI) or Ollama's /api/embed: kind SRV_EMBED. */
+int srv_embed_parse(srv_request *r, enum srv_api api, const char *body, size_t len,
+                    const sampler_params *defaults, srv_refusal *why);
 void srv_request_free(srv_request *r);
 
 #endif

@@ -54,6 +54,7 @@ static void job_unref(srv_job *j)
     cJSON_Delete(j->lp);
     cJSON_Delete(j->calls);
     free(j->reasoning.p);
+    free(j->emb);
     tool_parser_free(j->tp);
     free(j->out.p);
     free(j->text.p);
@@ -325,13 +326,14 @@ static void *engine_main(void *arg)
 
 enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_PAGE,
              R_CLUSTER, R_TEMPLATE, R_MESSAGES, R_OLLAMA_CHAT, R_OLLAMA_GENERATE, R_OLLAMA_SHOW,
-             R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_VERSION };
+             R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_VERSION, R_EMBEDDINGS, R_OLLAMA_EMBED };
 
 /* The routes that take a JSON body (the others are GETs). */
 static bool posts_json(enum route r)
 {
     return r == R_CHAT || r == R_COMPLETION || r == R_TEMPLATE || r == R_MESSAGES ||
-           r == R_OLLAMA_CHAT || r == R_OLLAMA_GENERATE || r == R_OLLAMA_SHOW;
+           r == R_OLLAMA_CHAT || r == R_OLLAMA_GENERATE || r == R_OLLAMA_SHOW ||
+           r == R_EMBEDDINGS || r == R_OLLAMA_EMBED;
 }
 
 /* Whose error format a path's answers use: Ollama's under /api/, Anthropic's for /v1/messages,
@@ -507,6 +509,10 @@ static int parse_request(srv *s, const conn_ctx *cc, srv_request *r, srv_refusal
     switch (cc->route) {
     case R_MESSAGES:
         return srv_anthropic_parse(r, body, cc->body.len, &s->c.defaults, why);
+    case R_EMBEDDINGS:
+    case R_OLLAMA_EMBED:
+        return srv_embed_parse(r, cc->route == R_EMBEDDINGS ? SRV_API_OPENAI : SRV_API_OLLAMA,
+                               body, cc->body.len, &s->c.defaults, why);
     case R_OLLAMA_CHAT:
     case R_OLLAMA_GENERATE:
         return srv_ollama_parse(r, cc->route == R_OLLAMA_CHAT ? SRV_CHAT : SRV_COMPLETION, body,
@@ -735,6 +741,7 @@ static enum route find_route(const char *url, const char *method, bool *bad_meth
         {"/api/chat", "POST", R_OLLAMA_CHAT},     {"/api/generate", "POST", R_OLLAMA_GENERATE},
         {"/api/show", "POST", R_OLLAMA_SHOW},     {"/api/tags", "GET", R_OLLAMA_TAGS},
         {"/api/ps", "GET", R_OLLAMA_PS},          {"/api/version", "GET", R_OLLAMA_VERSION},
+        {"/v1/embeddings", "POST", R_EMBEDDINGS}, {"/api/embed", "POST", R_OLLAMA_EMBED},
     };
     *bad_method = false;
     if (!strncmp(url, "/v1/models/", 11) && url[11]) {
@@ -911,6 +918,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return apply_template(s, c, cc);
     if (cc->route == R_OLLAMA_SHOW)
         return ollama_show(s, c, cc);
+    if ((cc->route == R_EMBEDDINGS || cc->route == R_OLLAMA_EMBED) && !s->c.embeddings)
+        return respond_error(s, c, 501, NULL, "embeddings are not enabled on this server: start "
+                             "prima serve with --embeddings");
     return run_request(s, c, cc);
 }
 

@@ -93,6 +93,7 @@ typedef struct srv_config {
     int n_model_names;
     const srv_model_info *info;  /* NULL: the Ollama model views answer with less */
     const char *version;         /* the server's version (Ollama's /api/version) */
+    bool embeddings;             /* POST /v1/embeddings and /api/embed answer (else 501) */
     int queue_max;               /* requests waiting beyond those being generated */
     int max_connections;         /* served at once; a few more are answered 503, then refused */
     size_t max_body;             /* bytes; larger bodies get 413 */
@@ -139,6 +140,8 @@ void srv_job_reasoning(srv_job *j, const char *text, size_t len);
  * "tool_calls", Ollama's message.tool_calls, Anthropic's tool_use blocks and stop_reason
  * "tool_use"), streamed or in the answer, with an id of its own. */
 void srv_job_tool_call(srv_job *j, const char *name, const char *arguments);
+/* Embeddings: input `index`'s vector (n floats; every input's of the same n). */
+void srv_job_embedding(srv_job *j, int index, const float *v, int n);
 /* A generated token's log-probability (natural log) and its n_top most likely alternatives,
  * when the request asked for them; called before the token's text. */
 typedef struct srv_token_prob {
