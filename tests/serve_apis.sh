@@ -40,7 +40,7 @@ jq -n --arg prompt "$prompt" --arg greedy "$greedy" --argjson ids "$ids" --arg s
     '{prompt: $prompt, ids: $ids, greedy: $greedy, system: $system, user: $user, chat: $chat,
       generate: $generate, alias: "tiny"}' >"$tmp/want.json" || fail "want.json (tokenize: '$ids')"
 
-start_server "$tmp/serve.log" -m "$model" -c 256 --api-key test-key --alias tiny || exit 1
+start_server "$tmp/serve.log" -m "$model" -c 256 --api-key test-key --alias tiny --embeddings || exit 1
 timeout 180 node "$web/apis.test.mjs" "http://127.0.0.1:$sport" test-key "$tmp/want.json" ||
     fail "client checks (above); server log: $(tail -5 "$tmp/serve.log")"
 
@@ -96,6 +96,12 @@ stop_server "$tmp/serve.log"
 # ---- tool use and constrained output through the three clients, on a random-weight model (its
 # template writes Hermes <tool_call>): web/test/agents.test.mjs validates with ajv
 start_server "$tmp/agents.log" -m "$fixtures/models/synth-qwen2-l2-e64-q8_0.gguf" || exit 1
+# without --embeddings: 501 saying how to enable them, in each API's shape
+for path in /v1/embeddings /api/embed; do
+    code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' \
+        --data-binary '{"input":"x"}' "http://127.0.0.1:$sport$path")
+    [ "$code" = 501 ] && grep -q -- "--embeddings" "$tmp/body" || fail "$path without --embeddings: $code $(cat "$tmp/body")"
+done
 timeout 300 node "$web/agents.test.mjs" "http://127.0.0.1:$sport" ||
     fail "agent checks (above); server log: $(tail -5 "$tmp/agents.log")"
 stop_server "$tmp/agents.log"

@@ -11,7 +11,8 @@
 
 static sampler_params defaults;
 
-enum api { OLLAMA_CHAT, OLLAMA_GENERATE, ANTHROPIC, OPENAI_COMPLETION, OPENAI_CHAT };
+enum api { OLLAMA_CHAT, OLLAMA_GENERATE, ANTHROPIC, OPENAI_COMPLETION, OPENAI_CHAT, OPENAI_EMBED,
+           OLLAMA_EMBED };
 
 static int parse(enum api a, const char *body, srv_request *r, srv_refusal *why)
 {
@@ -21,6 +22,8 @@ static int parse(enum api a, const char *body, srv_request *r, srv_refusal *why)
     case OLLAMA_GENERATE: return srv_ollama_parse(r, SRV_COMPLETION, body, n, &defaults, why);
     case ANTHROPIC: return srv_anthropic_parse(r, body, n, &defaults, why);
     case OPENAI_COMPLETION: return srv_request_parse(r, SRV_COMPLETION, body, n, &defaults, why);
+    case OPENAI_EMBED: return srv_embed_parse(r, SRV_API_OPENAI, body, n, &defaults, why);
+    case OLLAMA_EMBED: return srv_embed_parse(r, SRV_API_OLLAMA, body, n, &defaults, why);
     default: return srv_request_parse(r, SRV_CHAT, body, n, &defaults, why);
     }
 }
@@ -161,6 +164,28 @@ static void test_openai_details(void)
     srv_request_free(&r);
 }
 
+static void test_embeddings(void)
+{
+    srv_request r;
+    srv_refusal why;
+    REQUIRE(parse(OPENAI_EMBED, "{\"model\":\"m\",\"input\":[\"a\",[3,4],\"b\",[5]],"
+                  "\"encoding_format\":\"base64\",\"dimensions\":64}", &r, &why) == 0, "%s", why.message);
+    CHECK(r.kind == SRV_EMBED && r.n_inputs == 4 && r.base64 && r.dimensions == 64 && !r.truncate,
+          "fields");
+    if (r.n_inputs == 4)
+        CHECK(!strcmp(r.inputs[0].text, "a") && r.inputs[1].n_toks == 2 && r.inputs[1].toks[1] == 4 &&
+                  !strcmp(r.inputs[2].text, "b") && r.inputs[3].n_toks == 1 && r.inputs[3].toks[0] == 5,
+              "inputs");
+    srv_request_free(&r);
+    REQUIRE(parse(OPENAI_EMBED, "{\"input\":[1,2,3]}", &r, &why) == 0, "%s", why.message);
+    CHECK(r.n_inputs == 1 && r.inputs[0].n_toks == 3 && !r.inputs[0].text, "one input of ids");
+    srv_request_free(&r);
+    REQUIRE(parse(OLLAMA_EMBED, "{\"model\":\"m\",\"input\":\"x\",\"keep_alive\":0}", &r, &why) == 0,
+            "%s", why.message);
+    CHECK(r.api == SRV_API_OLLAMA && r.n_inputs == 1 && r.truncate, "ollama: truncate by default");
+    srv_request_free(&r);
+}
+
 /* The body is refused, naming param (NULL: the whole body) with a message containing words. */
 static void refused(enum api a, const char *body, const char *param, const char *words)
 {
@@ -241,6 +266,18 @@ static void test_refusals(void)
         {OPENAI_COMPLETION, "{\"prompt\":[]}", "prompt", "string"},
         {OPENAI_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo", "true or false"},
         {OPENAI_CHAT, "{" MSGS ",\"stream_options\":{\"include_usage\":1}}", "include_usage", "true or false"},
+        {OPENAI_EMBED, "{}", "input", "required"},
+        {OPENAI_EMBED, "{\"input\":5}", "input", "string or a non-empty array"},
+        {OPENAI_EMBED, "{\"input\":[]}", "input", "non-empty"},
+        {OPENAI_EMBED, "{\"input\":\"\"}", "input", "empty string"},
+        {OPENAI_EMBED, "{\"input\":[\"a\",7]}", "input", "array of strings"},
+        {OPENAI_EMBED, "{\"input\":[[1,-1]]}", "input", "token id"},
+        {OPENAI_EMBED, "{\"input\":[1,\"a\"]}", "input", "token id"},
+        {OPENAI_EMBED, "{\"input\":[[]]}", "input", "none empty"},
+        {OPENAI_EMBED, "{\"input\":\"a\",\"encoding_format\":\"int8\"}", "encoding_format", "float or base64"},
+        {OPENAI_EMBED, "{\"input\":\"a\",\"dimensions\":0}", "dimensions", "[1,"},
+        {OPENAI_EMBED, "{\"input\":\"a\",\"model\":[]}", "model", "string"},
+        {OLLAMA_EMBED, "{\"input\":\"a\",\"truncate\":\"yes\"}", "truncate", "true or false"},
     };
 #undef MSGS
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -253,6 +290,7 @@ int main(void)
     test_ollama();
     test_anthropic();
     test_openai_details();
+    test_embeddings();
     test_refusals();
     return test_done();
 }

@@ -274,6 +274,43 @@ static void test_anthropic(void)
     job_free(&j);
 }
 
+/* Embeddings: OpenAI's list (floats, or base64 of the float32 bytes), Ollama's arrays. */
+static void test_embeddings(void)
+{
+    const char *what = "embeddings";
+    const float v0[3] = {0.5f, -0.25f, 1.0f}, v1[3] = {0, 1, -2};
+    srv_input in[2] = {{.text = "a"}, {.text = "b"}};
+    for (int api = 0; api < 3; api++) {
+        srv_job j;
+        job_init(&j, api == 2 ? SRV_API_OLLAMA : SRV_API_OPENAI, false);
+        j.req.kind = SRV_EMBED;
+        j.req.inputs = in;
+        j.req.n_inputs = 2;
+        j.req.base64 = api == 1;
+        srv_job_embedding(&j, 1, v1, 3);
+        srv_job_embedding(&j, 0, v0, 3);
+        j.res = (srv_result){.finish = SRV_FINISH_STOP, .prompt_tokens = 4};
+        cJSON *a = answer(&j);
+        if (api == 0) {
+            EXPECT(a, "object", "list");
+            EXPECT(a, "data.0.embedding.1", "-0.25");
+            EXPECT(a, "data.1.embedding.2", "-2");
+            EXPECT(a, "data.1.index", "1");
+            EXPECT(a, "usage.prompt_tokens", "4");
+        } else if (api == 1) {
+            /* 0.5, -0.25, 1.0 as little-endian float32: 0000003f 000080be 0000803f */
+            EXPECT(a, "data.0.embedding", "AAAAPwAAgL4AAIA/");
+        } else {
+            EXPECT(a, "embeddings.0.0", "0.5");
+            EXPECT(a, "embeddings.1.1", "1");
+            EXPECT(a, "prompt_eval_count", "4");
+        }
+        cJSON_Delete(a);
+        free(j.emb);
+        job_free(&j);
+    }
+}
+
 /* Errors in each API's shape. */
 static void test_errors(void)
 {
@@ -312,5 +349,6 @@ int main(void)
     test_ollama();
     test_anthropic();
     test_errors();
+    test_embeddings();
     return test_done();
 }

@@ -69,6 +69,28 @@ await check('openai: echo, and a prompt of token ids', async () => {
     (e) => e instanceof OpenAI.BadRequestError && e.param === 'prompt');
 });
 
+// JSON numbers carry a float32 to 15 digits; base64 carries its bytes
+const close = (a, b) => assert.ok(a.length === b.length && a.every((x, i) => Math.abs(x - b[i]) < 1e-7),
+  `${a.slice(0, 4)}... vs ${b.slice(0, 4)}...`);
+await check('openai: embeddings (unit length, per input, token ids as the text, base64 as floats)', async () => {
+  const one = await openai.embeddings.create({ model, input: want.prompt });
+  const v = one.data[0].embedding;
+  assert.equal(one.object, 'list');
+  assert.equal(v.length, 64);
+  assert.ok(Math.abs(v.reduce((s, x) => s + x * x, 0) - 1) < 1e-5);
+  assert.equal(one.usage.prompt_tokens, want.ids.length);
+  const many = await openai.embeddings.create({ model: want.alias, input: ['A cat.', want.prompt, want.ids] });
+  assert.deepEqual(many.data.map((d) => d.index), [0, 1, 2]);
+  assert.deepEqual(many.data[1].embedding, v);
+  assert.deepEqual(many.data[2].embedding, v);
+  assert.notDeepEqual(many.data[0].embedding, v);
+  const floats = await openai.embeddings.create({ model, input: want.prompt, encoding_format: 'float' });
+  close(floats.data[0].embedding, v);
+  const e = await ollama.embed({ model, input: ['A cat.', want.prompt] });
+  assert.equal(e.embeddings.length, 2);
+  close(e.embeddings[1], v);
+});
+
 // ---- Ollama
 await check('ollama: list, ps, show, version', async () => {
   const tags = await ollama.list();
