@@ -1,4 +1,5 @@
-/* prima serve — an OpenAI-compatible HTTP server on this device, alone or as a ring's head. */
+/* prima serve — an HTTP server (OpenAI's, Ollama's and Anthropic's APIs) on this device, alone or as
+ * a ring's head. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,5 +253,5 @@ static int cmd_serve(int argc, char **argv)
     return rc;
 }
 
-const struct cli_command cli_cmd_serve = {"serve", "an OpenAI-compatible HTTP server for the model or ring",
-                                          cmd_serve};
+const struct cli_command cli_cmd_serve = {
+    "serve", "an OpenAI, Ollama and Anthropic API server for the model or ring", cmd_serve};
