@@ -49,7 +49,25 @@ struct grammar_state {
     uint32_t lo, hi;         /* the code points the begun character may still be */
     idset *lv;               /* the mask's sets, one per trie depth */
     int n_lv;
+    struct memo *memo;       /* the mask's advances, remembered (MEMO_SIZE) */
+    uint32_t memo_gen;
+    int32_t *pool;           /* their results' stacks */
+    int n_pool, cap_pool;
 };
+
+/* The mask meets the same set of stacks and character again and again (inside a string, every
+ * character leaves the stacks as they were), so each advance of a small set is remembered for
+ * the rest of the mask: a trie node then costs a lookup, not an expansion. */
+#define MEMO_SIZE 4096
+#define MEMO_IN 4
+typedef struct memo {
+    uint32_t gen;
+    uint32_t cp;
+    int32_t in[MEMO_IN];
+    int n_in;
+    int32_t out, n_out;      /* into the pool */
+    bool complete, overflow;
+} memo;
 
 /* ---- nodes ------------------------------------------------------------------------------ */
 
@@ -313,6 +331,8 @@ void grammar_state_free(grammar_state *st)
     for (int i = 0; i < st->n_lv; i++)
         free(st->lv[i].v);
     free(st->lv);
+    free(st->memo);
+    free(st->pool);
     free(st);
 }
 
@@ -435,6 +455,45 @@ static int32_t trie_child(grammar_vocab *v, int32_t at, uint8_t b)
     return c;
 }
 
+/* Renumber the trie's nodes in depth-first order, so that the mask's walk reads them mostly
+ * in sequence (built in insertion order, each node was a cache miss). 0, or -1. */
+static int relayout(grammar_vocab *v)
+{
+    tnode *nd = malloc(sizeof *nd * (size_t)v->n_nd);
+    int32_t *stack = malloc(sizeof *stack * (size_t)v->n_nd), *map = malloc(sizeof *map * (size_t)v->n_nd);
+    if (!nd || !stack || !map) {
+        free(nd);
+        free(stack);
+        free(map);
+        return -1;
+    }
+    int sp = 0, k = 0;
+    stack[sp++] = 0;
+    while (sp) {
+        int32_t at = stack[--sp];
+        map[at] = k++;
+        /* children pushed last to first, so the first is visited next */
+        int first = sp;
+        for (int32_t c = v->nd[at].child; c >= 0; c = v->nd[c].sibling)
+            stack[sp++] = c;
+        for (int i = first, j = sp - 1; i < j; i++, j--) {
+            int32_t x = stack[i];
+            stack[i] = stack[j];
+            stack[j] = x;
+        }
+    }
+    for (int i = 0; i < v->n_nd; i++) {
+        tnode o = v->nd[i];
+        nd[map[i]] = (tnode){o.child < 0 ? -1 : map[o.child], o.sibling < 0 ? -1 : map[o.sibling],
+                             o.tok, o.byte};
+    }
+    free(v->nd);
+    v->nd = nd;
+    free(stack);
+    free(map);
+    return 0;
+}
+
 grammar_vocab *grammar_vocab_new(const tokenizer *t)
 {
     grammar_vocab *v = calloc(1, sizeof *v);
@@ -478,6 +537,10 @@ grammar_vocab *grammar_vocab_new(const tokenizer *t)
         at += len;
     }
     v->off[n] = (uint32_t)at;
+    if (relayout(v)) {
+        grammar_vocab_free(v);
+        return NULL;
+    }
     return v;
 }
 
@@ -496,6 +559,44 @@ void grammar_vocab_free(grammar_vocab *v)
 int grammar_vocab_size(const grammar_vocab *v)
 {
     return v->n_vocab;
+}
+
+/* advance(), remembered for small sets within one mask (st->memo_gen). */
+static bool advance_memo(grammar_state *st, const idset *in, uint32_t cp, idset *out)
+{
+    if (in->n > MEMO_IN || in->overflow)
+        return advance(st, in, cp, out);
+    uint64_t h = cp * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < in->n; i++)
+        h = (h ^ (uint32_t)in->v[i]) * 0x100000001B3ull;
+    memo *m = &st->memo[(h >> 40) & (MEMO_SIZE - 1)];
+    if (m->gen == st->memo_gen && m->cp == cp && m->n_in == in->n &&
+        !memcmp(m->in, in->v, sizeof *in->v * (size_t)in->n)) {
+        set_clear(out);
+        for (int i = 0; i < m->n_out; i++)
+            if (!set_add(out, st->pool[m->out + i]))
+                return false;
+        out->complete = m->complete;
+        out->overflow = m->overflow;
+        return true;
+    }
+    if (!advance(st, in, cp, out))
+        return false;
+    if (st->n_pool + out->n > st->cap_pool) {
+        int cap = st->cap_pool ? st->cap_pool * 2 : 1024;
+        while (cap < st->n_pool + out->n)
+            cap *= 2;
+        int32_t *p = realloc(st->pool, sizeof *p * (size_t)cap);
+        if (!p)
+            return true;   /* not remembered: no harm */
+        st->pool = p;
+        st->cap_pool = cap;
+    }
+    *m = (memo){st->memo_gen, cp, {0}, in->n, st->n_pool, out->n, out->complete, out->overflow};
+    memcpy(m->in, in->v, sizeof *in->v * (size_t)in->n);
+    memcpy(st->pool + st->n_pool, out->v, sizeof *out->v * (size_t)out->n);
+    st->n_pool += out->n;
+    return true;
 }
 
 typedef struct walk {
@@ -521,7 +622,7 @@ static bool walk_node(walk *w, int32_t at, int depth, const idset *s, u8 u)
             if (!may_take(st, s, x.lo, x.hi))
                 continue;
         } else {
-            if (!advance(st, s, x.cp, t))
+            if (!advance_memo(st, s, x.cp, t))
                 return false;
             if (!set_alive(t))
                 continue;
@@ -548,6 +649,10 @@ int grammar_state_mask(grammar_state *st, const grammar_vocab *v, uint8_t *allow
         st->lv = lv;
         st->n_lv = v->depth + 1;
     }
+    if (!st->memo && !(st->memo = calloc(MEMO_SIZE, sizeof *st->memo)))
+        return -1;
+    st->memo_gen++;
+    st->n_pool = 0;
     walk w = {st, v, allowed, 0};
     int base = st->n_nd;
     u8 u = {.cp = st->cp, .need = st->need, .len = st->len, .lo = st->lo, .hi = st->hi};
