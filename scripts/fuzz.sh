@@ -13,8 +13,9 @@
 # reader parses; the data section is only bounds-checked) and small complete models from prima
 # mkmodel; protocol — none (libFuzzer's comparison tracing finds the frame magic and lengths in
 # seconds); tokenizer — each vocabulary's test strings (the first byte of an input picks the
-# vocabulary and the flags); request parser — a chat and a completion body (the first byte picks
-# the endpoint); chat templates — the fixtures' published templates and a small one written
+# vocabulary and the flags); request parser — a body for each API's endpoints: OpenAI's chat and
+# completion, Ollama's chat and generate with tools and format, Anthropic's messages with tool
+# use and results, embeddings (the first byte picks the API and the endpoint); chat templates — the fixtures' published templates and a small one written
 # here, with a dictionary of Jinja's tags and keywords; grammars — a JSON grammar and a small
 # one with every operator, with a dictionary of GBNF's tokens; tool calls — a reply of each
 # format (the first byte picks it). The tokenizer target needs the
@@ -59,6 +60,14 @@ printf '\001{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"stop":[
     >build-fuzz/corpus-request/seed-chat
 printf '\000{"prompt":"Once","temperature":0.5,"seed":3,"stream":true,"logprobs":2}' \
     >build-fuzz/corpus-request/seed-completion
+printf '\003{"model":"m","messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]},{"role":"tool","content":"1","tool_name":"f"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"format":{"type":"object"},"options":{"num_predict":8,"stop":["x"]}}' \
+    >build-fuzz/corpus-request/seed-ollama-chat
+printf '\002{"model":"m","prompt":"p","system":"s","raw":false,"format":"json","stream":false}' \
+    >build-fuzz/corpus-request/seed-ollama-generate
+printf '\005{"model":"m","max_tokens":9,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"}]}],"tools":[{"name":"f","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"},"stop_sequences":["z"]}' \
+    >build-fuzz/corpus-request/seed-anthropic
+printf '\007{"input":["a",[1,2]],"encoding_format":"base64","dimensions":8}' \
+    >build-fuzz/corpus-request/seed-embeddings
 run fuzz_request "$eighth" -max_len=4096 build-fuzz/corpus-request
 
 corpus=build-fuzz/corpus-jinja
