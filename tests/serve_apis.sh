@@ -102,6 +102,11 @@ for path in /v1/embeddings /api/embed; do
         --data-binary '{"input":"x"}' "http://127.0.0.1:$sport$path")
     [ "$code" = 501 ] && grep -q -- "--embeddings" "$tmp/body" || fail "$path without --embeddings: $code $(cat "$tmp/body")"
 done
+# a schema the compiler refuses names Ollama's field, not OpenAI's
+code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary \
+    '{"model":"synth-qwen2-l2-e64-q8_0.gguf","messages":[{"role":"user","content":"x"}],"stream":false,"format":{"type":"object","properties":{"a":{"not":{}}}}}' \
+    "http://127.0.0.1:$sport/api/chat")
+[ "$code" = 400 ] && jq -r .error "$tmp/body" | grep -q '^format: ' || fail "ollama format refused: $code $(cat "$tmp/body")"
 timeout 300 node "$web/agents.test.mjs" "http://127.0.0.1:$sport" ||
     fail "agent checks (above); server log: $(tail -5 "$tmp/agents.log")"
 stop_server "$tmp/agents.log"

@@ -101,10 +101,10 @@ int serve_constraint_open(serve_engine *se, const srv_request *q, serve_constrai
         *param = "grammar";
         text = q->grammar;
     } else if (q->out == SRV_OUT_JSON) {
-        *param = "response_format";
+        *param = q->out_param ? q->out_param : "response_format";
         text = json_object_grammar();
     } else if (q->out == SRV_OUT_SCHEMA) {
-        *param = "response_format";
+        *param = q->out_param ? q->out_param : "response_format";
         src = json_schema_grammar(q->schema, NULL, why, sizeof why);
     } else {
         return 0;

@@ -156,6 +156,7 @@ static int parse_format(srv_request *r, const cJSON *root, srv_refusal *why)
         return 0;
     if (cJSON_IsString(format) && !strcmp(format->valuestring, "json")) {
         r->out = SRV_OUT_JSON;
+        r->out_param = "format";
         return 0;
     }
     if (!cJSON_IsObject(format))
@@ -163,6 +164,7 @@ static int parse_format(srv_request *r, const cJSON *root, srv_refusal *why)
     r->out = SRV_OUT_SCHEMA;
     r->schema = format;
     r->strict = true;
+    r->out_param = "format";
     return 0;
 }
 

@@ -92,6 +92,8 @@ typedef struct srv_request {
                               * a 400) */
     bool base64;             /* OpenAI's embeddings as base64 of little-endian float32 */
     int dimensions;          /* embeddings: the size asked (0: the model's) */
+    const char *out_param;   /* the field the output constraint came in (NULL: OpenAI's
+                              * "response_format"; Ollama's "format") */
     void *api_json;          /* cJSON the API's parser made (Anthropic's tools in OpenAI's
                               * terms), which fields may point into (owned) */
 } srv_request;
