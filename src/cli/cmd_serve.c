@@ -1,5 +1,5 @@
-/* prima serve — an HTTP server (OpenAI's, Ollama's and Anthropic's APIs) on this device, alone or as
- * a ring's head. */
+/* prima serve — an HTTP server (OpenAI's, Ollama's and Anthropic's APIs) on this device, alone
+ * or as a ring's head. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

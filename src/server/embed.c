@@ -64,7 +64,8 @@ static int parse_input(srv_request *r, const cJSON *root, srv_refusal *why)
     if (!in)
         return srv_refuse(why, "input", "'input' is required");
     /* one input of ids is an array of numbers: seen as an array holding that array */
-    bool one = cJSON_IsString(in) || (cJSON_IsArray(in) && cJSON_IsNumber(cJSON_GetArrayItem(in, 0)));
+    bool one = cJSON_IsString(in) ||
+               (cJSON_IsArray(in) && cJSON_IsNumber(cJSON_GetArrayItem(in, 0)));
     int n = one ? 1 : cJSON_GetArraySize(in);
     if (!one && (!cJSON_IsArray(in) || n == 0))
         return srv_refuse(why, "input", "'input' must be a string or a non-empty array");
