@@ -252,6 +252,8 @@ int main(void)
     against_regex("root ::= num (\",\" num)*\nnum ::= \"-\"? [0-9]{1,3}\n  (\".\" [0-9]+)?",
                   "^-?[0-9]{1,3}(\\.[0-9]+)?(,-?[0-9]{1,3}(\\.[0-9]+)?)*$", "-0123456789.,a", 10);
     against_regex("root ::= (\"ab\" | \"a\")* \"b\"? [^ab]{2,}", "^(ab|a)*b?[^ab]{2,}$", "abcd", 8);
+    /* `.` alone: a class with no ranges in a grammar that has none */
+    against_regex("root ::= .{1,3} \"a\"?", "^.{1,3}a?$", "ab\n", 5);
     brackets();
     unicode();
     malformed();

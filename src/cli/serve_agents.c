@@ -48,6 +48,9 @@ int serve_prompt(serve_engine *se, const srv_request *q, int32_t **toks, char *e
         return prompt_ids(se, q, toks, err, errlen);
     if (q->kind != SRV_CHAT)
         return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
+    if (!q->chat_json) /* a request of roles and texts only */
+        return chat_format_tokenize(se->r->chat, se->r->tk, q->msgs, q->n_msgs, true, toks, err,
+                                    errlen);
     /* the template sees the conversation as Hugging Face's apply_chat_template is given it */
     cJSON *vars = cJSON_CreateObject();
     bool ok = vars && cJSON_AddItemReferenceToObject(vars, "messages", (cJSON *)q->chat_json) &&

@@ -65,7 +65,8 @@ typedef struct srv_request {
     bool logprobs;           /* per generated token: its log-probability ... */
     int top_logprobs;        /* ... and the most likely alternatives' */
     /* Agents (chat only). */
-    void *chat_json;         /* cJSON array: the messages for the chat template (owned) */
+    void *chat_json;         /* cJSON array: the messages for the chat template (owned; NULL:
+                              * msgs, roles and texts only, are the conversation) */
     const void *tools;       /* cJSON array of tools (into json), NULL: none */
     int n_tools;
     enum srv_tool_choice tool_choice;

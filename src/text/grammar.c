@@ -266,9 +266,10 @@ static int cmp_range(const void *a, const void *b)
 /* A class of the ranges collected at rg[first..n_rg): sorted and merged; its index or -1. */
 static int add_class(parser *p, int first, bool neg)
 {
-    grange *r = p->rg + first;
     int n = p->n_rg - first, k = 0;
-    qsort(r, (size_t)n, sizeof *r, cmp_range);
+    grange *r = n ? p->rg + first : NULL;   /* (`.` has no ranges, perhaps before any) */
+    if (n)
+        qsort(r, (size_t)n, sizeof *r, cmp_range);
     for (int i = 0; i < n; i++) {
         if (k && r[i].lo <= r[k - 1].hi + 1) {
             if (r[i].hi > r[k - 1].hi)
@@ -710,7 +711,7 @@ bool grammar_class_has(const grammar *g, const gclass *c, uint32_t cp)
 {
     if (cp < 128)
         return c->ascii[cp >> 5] >> (cp & 31) & 1;
-    const grange *r = g->rg + c->first;
+    const grange *r = c->n ? g->rg + c->first : NULL;
     bool in = false;
     for (int i = 0; i < c->n && !in; i++)
         in = cp >= r[i].lo && cp <= r[i].hi;
@@ -719,7 +720,7 @@ bool grammar_class_has(const grammar *g, const gclass *c, uint32_t cp)
 
 bool grammar_class_meets(const grammar *g, const gclass *c, uint32_t lo, uint32_t hi)
 {
-    const grange *r = g->rg + c->first;
+    const grange *r = c->n ? g->rg + c->first : NULL;
     for (int i = 0; i < c->n; i++) {
         bool overlaps = r[i].lo <= hi && r[i].hi >= lo;
         if (!c->neg && overlaps)

@@ -539,19 +539,27 @@ static void read_plain(reading *r, enum tool_format f, bool think)
 static void read_harmony(reading *r)
 {
     static const char *const ends[] = {"<|end|>", "<|call|>", "<|return|>", NULL};
+    static const char *const heads[] = {"<|channel|>", "<|start|>", "<|message|>", NULL};
+    /* a reply that does not open with a header is not in channels: all of it is content */
     size_t pos = 0;
+    while (pos < r->n && strchr(" \t\r\n", r->s[pos]))
+        pos++;
+    bool channels = false, maybe = pos == r->n;
+    for (int i = 0; heads[i]; i++) {
+        channels |= starts(r, pos, heads[i]);
+        maybe |= begins(r, pos, heads[i]);
+    }
+    if (!channels) {
+        if (!maybe || r->final)
+            out_text(r, &r->content, 0, r->n);
+        return;
+    }
     while (!r->oom && pos < r->n) {
         if (starts(r, pos, "<|start|>"))
             pos += 9;
         long msg = find(r, pos, "<|message|>");
-        if (msg < 0) {
-            /* a reply not in channels at all is content; else a header is still coming */
-            static const char *const heads[] = {"<|channel|>", "<|start|>", "<|message|>", NULL};
-            bool plain = find(r, 0, "<|channel|>") < 0 && find(r, 0, "<|start|>") < 0;
-            if (plain)
-                out_text(r, &r->content, pos, r->final ? r->n : r->n - partial(r, pos, heads));
-            return;
-        }
+        if (msg < 0)
+            return; /* a header still coming (at the end: a header alone says nothing) */
         size_t body = (size_t)msg + 11;
         long end = -1;
         size_t end_len = 0;

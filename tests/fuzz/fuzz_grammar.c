@@ -2,6 +2,7 @@
  * The grammar parses or is refused with a message naming its line; a grammar that parses
  * follows the text byte by byte and whole with the same verdict, without crashing, leaking,
  * reading out of bounds or running without bound. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -3,6 +3,7 @@
  * model's reply. Parsed whole and streamed in three pieces, it must give the same content,
  * reasoning and calls (every call's arguments JSON), without crashing, leaking or reading out
  * of bounds. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
