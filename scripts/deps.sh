@@ -1,7 +1,9 @@
 #!/bin/sh
 # deps.sh [--test] — install the Debian 12 packages prima needs to build and benchmark, and the
 # npm packages of the server's web page (web/page, from its lock file); with --test also what
-# the tests need beyond that: Debian's chromium and the test clients (web/test).
+# the tests need beyond that: Debian's chromium, the test clients (web/test) and Python's
+# jsonschema (python3-jsonschema: tests/serve_tools.sh validates tool-call arguments and
+# schema-constrained answers with it, a validator independent of the server's grammar).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
 # libvulkan-dev and glslc build the (optional) Vulkan GPU backend; with --test, mesa-vulkan-drivers
 # brings lavapipe, the CPU Vulkan driver the GPU tests run on. With --test also the aarch64
@@ -14,7 +16,7 @@ PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev li
       libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then
-    PKGS="$PKGS chromium mesa-vulkan-drivers gcc-aarch64-linux-gnu qemu-user"
+    PKGS="$PKGS chromium mesa-vulkan-drivers python3-jsonschema gcc-aarch64-linux-gnu qemu-user"
     npm_dirs="web/page web/test"
 fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.

@@ -59,15 +59,16 @@ post /v1/chat/completions "$chat}"
 [ "$code" = 200 ] && [ "$(field .object)" = chat.completion ] || fail "chat: $code $(cat "$tmp/body")"
 reply=$(field .choices[0].message.content)
 [ "$(field .choices[0].message.role)" = assistant ] && [ -n "$reply" ] || fail "chat reply"
-post /v1/chat/completions "$chat,\"stream\":true}" -N
+post /v1/chat/completions "$chat,\"stream\":true,\"stream_options\":{\"include_usage\":true}}" -N
 cp "$tmp/body" "$tmp/stream"
 tail -c 14 "$tmp/stream" | cmp -s - <(printf 'data: [DONE]\n\n') || fail "stream end: $(tail -c 40 "$tmp/stream")"
 sed -n 's/^data: \({.*\)$/\1/p' "$tmp/stream" >"$tmp/chunks"
 [ "$(jq -j '.choices[0].delta.content // empty' "$tmp/chunks")" = "$reply" ] ||
     fail "streamed text differs: '$(jq -j '.choices[0].delta.content // empty' "$tmp/chunks")' vs '$reply'"
 [ "$(head -1 "$tmp/chunks" | jq -r .choices[0].delta.role)" = assistant ] || fail "first chunk's role"
-[ "$(tail -1 "$tmp/chunks" | jq -r '"\(.choices[0].finish_reason) \(.usage.completion_tokens)"')" = "length 20" ] ||
-    fail "last chunk: $(tail -1 "$tmp/chunks")"
+# the finish in the last chunk with a choice, the usage (asked for) in one of its own after it
+[ "$(tail -2 "$tmp/chunks" | jq -sr '"\(.[0].choices[0].finish_reason) \(.[1].usage.completion_tokens) \(.[1].choices | length)"')" = "length 20 0" ] ||
+    fail "last chunks: $(tail -2 "$tmp/chunks")"
 [ "$(jq -s 'map(.object == "chat.completion.chunk") | all' "$tmp/chunks")" = true ] || fail "chunk object"
 
 # the next turn reuses the cached conversation and answers as a fresh one does

@@ -12,7 +12,7 @@
  * when there is none). */
 static char *answer_text(srv_job *j)
 {
-    cJSON *a = srv_answer_json(j);
+    cJSON *a = j->wire->answer(j);
     char *json = a ? cJSON_PrintUnformatted(a) : NULL;
     cJSON_Delete(a);
     CHECK(json != NULL, "no answer JSON");
@@ -29,6 +29,7 @@ static void job_init(srv_job *j, enum srv_endpoint kind, const char *text, size_
     memset(j, 0, sizeof *j);
     j->req.kind = kind;
     j->model_id = "m";
+    j->wire = &srv_openai_wire;
     CHECK(strbuf_add(&j->text, text, len) == 0, "strbuf_add");
 }
 

@@ -28,7 +28,7 @@ static void serve_hello(void *ctx, srv *s)
     (void)ctx;
     srv_job *j;
     while ((j = srv_take(s, true))) {
-        srv_job_begin(j);
+        srv_job_begin(j, 1);
         srv_job_text(j, "hello", 5);
         srv_result r = {.finish = SRV_FINISH_STOP, .prompt_tokens = 1, .completion_tokens = 1};
         srv_job_finish(s, j, &r);

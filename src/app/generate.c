@@ -43,7 +43,8 @@ int gen_feed(session *s, sampler *smp, const gen_opts *o, const int32_t *tokens,
 
 /* Where the earliest stop string starts in text (searching from `from`), or -1. Otherwise
  * *hold is how many trailing bytes could still become a stop string and must wait. */
-static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *hold)
+static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *hold,
+                      int *which)
 {
     long found = -1;
     *hold = 0;
@@ -52,8 +53,10 @@ static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *h
         size_t start = from >= sl ? from - sl + 1 : 0;
         if (start < t->len) {
             const char *hit = memmem(t->p + start, t->len - start, o->stop[i], sl);
-            if (hit && (found < 0 || hit - t->p < found))
+            if (hit && (found < 0 || hit - t->p < found)) {
                 found = hit - t->p;
+                *which = i;
+            }
         }
         for (size_t k = sl - 1; k > *hold; k--)
             if (k <= t->len && !memcmp(t->p + t->len - k, o->stop[i], k)) {
@@ -67,9 +70,10 @@ static long find_stop(const strbuf *t, size_t from, const gen_opts *o, size_t *h
 void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit_fn emit,
                    void *user)
 {
-    *g = (gen_text){.tk = tk, .o = o, .emit = emit, .user = user};
+    *g = (gen_text){.tk = tk, .o = o, .emit = emit, .user = user, .stop_index = -1};
     detok_init(&g->ds);
     g->ds.first = false; /* a reply continues the text before it: keep its leading space */
+    g->ds.special = o->special_text;
 }
 
 bool gen_text_open(const gen_text *g)
@@ -102,7 +106,7 @@ bool gen_text_token(gen_text *g, int32_t tok, const float *logits, enum gen_end 
         return false;
     }
     size_t hold;
-    long at = find_stop(&g->text, g->printed, o, &hold);
+    long at = find_stop(&g->text, g->printed, o, &hold, &g->stop_index);
     if (at >= 0) {
         g->emit(g->user, g->text.p + g->printed, (size_t)at - g->printed);
         g->text.len = (size_t)at;

@@ -24,6 +24,7 @@ typedef struct gen_opts {
     volatile sig_atomic_t *cancel;
     const char *const *stop;    /* stop strings (not printed) */
     int n_stop;
+    bool special_text;          /* control tokens print their text (else nothing) */
     bool context_shift;
     int n_keep;                 /* tokens kept at the start on a context shift */
     /* Called with every sampled token that is not an end of generation, and the logits it was
@@ -65,6 +66,7 @@ typedef struct gen_text {
     size_t printed;
     detok_stream ds;
     int n_gen;
+    int stop_index;             /* the stop string that ended it (GEN_STOP_STRING), else -1 */
 } gen_text;
 
 void gen_text_init(gen_text *g, const tokenizer *tk, const gen_opts *o, gen_emit_fn emit,

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,9 +89,57 @@ int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, c
     return 0;
 }
 
+/* FNV-1a, 64 bits, from h over n bytes. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void serve_model_info(const runner *r, srv_model_info *info, char *name, size_t cap)
+{
+    const gguf_file *f = r->m->file;
+    *info = (srv_model_info){.size = (double)f->size, .n_ctx = r->n_ctx};
+    if (!gguf_get_str(f, "general.architecture", info->family, sizeof info->family))
+        snprintf(info->family, sizeof info->family, "unknown");
+    if (!gguf_get_str(f, "general.name", name, cap))
+        name[0] = '\0';
+    /* the element type that holds most of the weights' bytes names the quantization */
+    uint64_t bytes[DT_COUNT] = {0};
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        info->n_params += (double)t->ne[0] * (double)t->ne[1] * (double)t->ne[2] * (double)t->ne[3];
+        if ((unsigned)t->type < DT_COUNT)
+            bytes[t->type] += t->nbytes;
+    }
+    int best = 0;
+    for (int t = 1; t < DT_COUNT; t++)
+        best = bytes[t] > bytes[best] ? t : best;
+    const dtype_info *di = dtype_get((uint32_t)best);
+    snprintf(info->quantization, sizeof info->quantization, "%s",
+             di && di->name ? di->name : "unknown");
+    struct stat st;
+    if (stat(f->path, &st) == 0)
+        info->modified = (long long)st.st_mtime;
+    const gguf_kv *tpl = gguf_find(f, "tokenizer.chat_template");
+    if (tpl && tpl->type == GGUF_STRING)
+        info->chat_template = strndup(tpl->v.str.ptr, tpl->v.str.len);
+    /* the path, size and time of the file, hashed four ways: the same file, the same digest */
+    uint64_t h = fnv(0xcbf29ce484222325ull, f->path, strlen(f->path));
+    h = fnv(h, &f->size, sizeof f->size);
+    h = fnv(h, &info->modified, sizeof info->modified);
+    for (int k = 0; k < 4; k++) {
+        h = fnv(h, &k, sizeof k);
+        snprintf(info->digest + 16 * k, sizeof info->digest - 16 * (size_t)k, "%016llx",
+                 (unsigned long long)h);
+    }
+}
+
 void serve_engine_free(serve_engine *se)
 {
     serve_slots_close(se);
+    grammar_vocab_free(se->gv);
     pthread_mutex_destroy(&se->mu);
 }
 

@@ -12,6 +12,7 @@
 
 #include "app/runner.h"
 #include "server/server.h"
+#include "text/grammar.h"
 
 #define SERVE_MAX_SLOTS 64
 
@@ -47,6 +48,12 @@ typedef struct serve_engine {
     int n_mbs, max_mbs;        /* max_mbs: the in_flight asked for (0: no bound) */
     uint64_t clock;            /* orders the slots' admissions and uses */
     int next_slot;             /* where the next micro-batch starts looking for slots */
+    grammar_vocab *gv;         /* the vocabulary's trie for constrained replies (made at the
+                                * first one) */
+    enum tool_format tool_fmt; /* how the model writes tool calls (found at the first use) */
+    bool tool_fmt_known;
+    srv_job *embed;            /* an embeddings request waiting for a free slot and for the
+                                * micro-batches in flight to come back */
 } serve_engine;
 
 /* Whether n_slots sequences at once go with the options (the runner's n_seq is to be
@@ -60,6 +67,10 @@ int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen);
 int serve_engine_init(serve_engine *se, runner *r, int n_slots, int in_flight, char *err,
                       size_t errlen);
 void serve_engine_free(serve_engine *se);
+/* What the model is, for the server's model views (Ollama's /api/tags and /api/show): its
+ * general.name in name (cap bytes; "" without one), the rest in info, whose chat_template is
+ * malloc'd (free it; NULL when the file has none). */
+void serve_model_info(const runner *r, srv_model_info *info, char *name, size_t cap);
 srv_engine serve_engine_iface(serve_engine *se);
 
 /* Between serve_engine.c (the views: health, metrics, the cluster; the ring's state) and
@@ -81,5 +92,9 @@ void serve_slots_session_close(serve_engine *se);
 void serve_slots_close(serve_engine *se);
 /* The engine thread's body (srv_engine.serve), until the server stops. */
 void serve_slots_loop(serve_engine *se, srv *sv);
+/* serve_embed.c: answer an embeddings request with s, the session of a free slot and nothing
+ * in flight (its history is evaluated over, and left empty), and finish it. false when the
+ * layers failed (a ring: its session is to be closed, err says why; the job has its 500). */
+bool serve_embed(serve_engine *se, srv *sv, srv_job *job, session *s, char *err, size_t errlen);
 
 #endif

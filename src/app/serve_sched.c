@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/serve_agents.h"
 #include "app/serve_engine.h"
 #include "cluster/stats.h"
 
@@ -42,6 +43,7 @@ struct serve_slot {
     session *s;                /* a peer of the runner's session (slot 0: NULL, it uses the
                                 * runner's own, reopened after a ring failure) */
     sampler *smp;
+    serve_constraint con;      /* the grammar its reply must follow (none: con.g NULL) */
     gen_opts go;
     gen_text gt;
     token_ctx tc;
@@ -134,18 +136,6 @@ static uint64_t request_seed(const runner *r, const srv_request *q)
     if (r->o.seed_given)
         return r->o.sp.seed;
     return run_opts_fresh_seed();
-}
-
-/* Chat: the model's chat format (chat_format_tokenize); a completion's prompt is the client's
- * own text, control tokens and all, as prima run -p takes it. The count, or a TOK_ERR_* code,
- * or CHAT_ERR_TEMPLATE with err (the template refused the conversation). */
-static int prompt_tokens(serve_engine *se, const srv_request *q, int32_t **toks, char *err,
-                         size_t errlen)
-{
-    if (q->kind == SRV_CHAT)
-        return chat_format_tokenize(se->r->chat, se->r->tk, q->msgs, q->n_msgs, true, toks, err,
-                                    errlen);
-    return tokenizer_encode(se->r->tk, q->prompt, strlen(q->prompt), true, true, toks);
 }
 
 /* ---- slots ------------------------------------------------------------------------------ */
@@ -291,8 +281,13 @@ static void slot_finish(serve_engine *se, srv *sv, serve_slot *sl, enum gen_end 
     if (sl->decoding)
         res->decode_s = se_now() - sl->t_first;
     switch (end) {
-    case GEN_EOG:
-    case GEN_STOP_STRING: res->finish = SRV_FINISH_STOP; break;
+    case GEN_STOP_STRING:
+        /* (speculative decoding's gen_reply keeps its own gen_text: which one is not known) */
+        if (sl->gt.stop_index >= 0)
+            res->stop_sequence = srv_job_request(sl->job)->stop[sl->gt.stop_index];
+        res->finish = SRV_FINISH_STOP;
+        break;
+    case GEN_EOG: res->finish = SRV_FINISH_STOP; break;
     case GEN_LIMIT:
     case GEN_CONTEXT_FULL: res->finish = SRV_FINISH_LENGTH; break;
     case GEN_CANCELLED: res->finish = SRV_FINISH_CANCELLED; break;
@@ -300,6 +295,7 @@ static void slot_finish(serve_engine *se, srv *sv, serve_slot *sl, enum gen_end 
     }
     sampler_free(sl->smp);
     sl->smp = NULL;
+    serve_constraint_close(&sl->con);
     free(sl->toks);
     sl->toks = NULL;
     srv_job_finish(sv, sl->job, res);
@@ -317,7 +313,7 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     srv_result res = {0};
     int32_t *toks = NULL;
     char terr[400];   /* fits the answer's error text */
-    int n = prompt_tokens(se, q, &toks, terr, sizeof terr);
+    int n = serve_prompt(se, q, &toks, terr, sizeof terr);
     if (n == CHAT_ERR_TEMPLATE)
         fail(&res, 400, param, "%s", terr);
     else if (n < 0) /* the text's fault (400), unless memory ran out */
@@ -329,6 +325,14 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
         char why[64];
         snprintf(why, sizeof why, "%d tokens; the context holds %d", n, r->n_ctx);
         fail(&res, 400, param, "the prompt has %s", why);
+        res.error_code = "context_length_exceeded";
+    }
+    serve_constraint con = {0};
+    if (res.finish != SRV_FINISH_ERROR) {
+        const char *cparam = NULL;
+        int rc = serve_constraint_open(se, q, &con, &cparam, terr, sizeof terr);
+        if (rc)
+            fail(&res, rc == -1 ? 400 : 500, rc == -1 ? cparam : NULL, "%s", terr);
     }
     serve_slot *sl = res.finish == SRV_FINISH_ERROR ? NULL : choose_slot(se, toks, n);
     sampler_params sp = q->sp;
@@ -338,9 +342,11 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
         fail(&res, 500, NULL, "%s", "out of memory");
     if (res.finish == SRV_FINISH_ERROR) {
         free(toks);
+        serve_constraint_close(&con);
         srv_job_finish(sv, job, &res);
         return;
     }
+    bool parsed = serve_reply_format(se, job, toks, n);
     session *s = slot_session(se, sl);
     int common = 0;
     while (common < n && common < s->n_past && toks[common] == s->tokens[common])
@@ -352,11 +358,14 @@ static void admit(serve_engine *se, srv *sv, srv_job *job)
     for (int i = 0; i < common; i++)
         sampler_accept(smp, toks[i]);
     *sl = (serve_slot){.id = sl->id, .s = sl->s, .job = job,
-                       .smp = smp, .toks = toks, .n = n, .fed = common,
+                       .smp = smp, .con = con, .toks = toks, .n = n, .fed = common,
                        .t_admit = se_now(), .admitted = ++se->clock, .used = sl->used};
     sl->tc = (token_ctx){se, job, r->tk, r->m->hp.n_vocab, q->top_logprobs, 0};
     sl->go = (gen_opts){.n_predict = q->max_tokens, .stop = q->stop, .n_stop = q->n_stop,
-                        .on_token = on_token, .on_token_user = &sl->tc};
+                        .on_token = on_token, .on_token_user = &sl->tc,
+                        /* a reply read for calls sees the control tokens' text (gpt-oss's
+                         * channels) */
+                        .special_text = parsed};
     gen_text_init(&sl->gt, r->tk, &sl->go, emit, &sl->tc);
     sl->res.prompt_tokens = n;
     sl->res.cached_tokens = common;
@@ -370,14 +379,23 @@ static void slot_sample(serve_engine *se, srv *sv, serve_slot *sl)
         slot_finish(se, sv, sl, GEN_LIMIT);
         return;
     }
-    int32_t tok = sampler_sample(sl->smp, s->logits);
-    sampler_accept(sl->smp, tok);
     enum gen_end end;
     char err[256];
-    if (!gen_text_token(&sl->gt, tok, s->logits, &end, err, sizeof err)) {
+    const float *logits = serve_constraint_mask(se, &sl->con, s->logits, err, sizeof err);
+    if (!logits) {
+        fail(&sl->res, 500, NULL, "%s", err);
+        slot_finish(se, sv, sl, GEN_ERROR);
+        return;
+    }
+    int32_t tok = sampler_sample(sl->smp, logits);
+    sampler_accept(sl->smp, tok);
+    bool done = serve_constraint_take(se, &sl->con, tok);
+    if (!gen_text_token(&sl->gt, tok, logits, &end, err, sizeof err)) {
         if (end == GEN_ERROR)
             fail(&sl->res, 500, NULL, "%s", err);
         slot_finish(se, sv, sl, end);
+    } else if (done) {
+        slot_finish(se, sv, sl, GEN_EOG); /* the grammar is complete: nothing more may come */
     } else if (!gen_text_open(&sl->gt)) {
         slot_finish(se, sv, sl, GEN_LIMIT);
     } else if (s->n_past == s->n_ctx) {
@@ -500,12 +518,35 @@ static void count_step(serve_engine *se, const serve_mb *b, int in_flight)
     stats_emit(se->r->ra.stats, "step", o);
 }
 
-/* Keep the micro-batches in flight (with a ring, each on another device: pipelining), then take
- * the oldest back: its prompt chunk goes in, its generating slots sample. */
-static void step(serve_engine *se, srv *sv)
+/* The prompt is in: the answer starts, with the prompt's text first when the request asks it
+ * back (echo; a prompt of token ids as their pieces, control tokens as their text). */
+static void slot_begin(serve_engine *se, serve_slot *sl)
+{
+    srv_job_begin(sl->job, sl->n);
+    const srv_request *q = srv_job_request(sl->job);
+    if (!q->echo)
+        return;
+    if (!q->prompt_toks) {
+        srv_job_text(sl->job, q->prompt, strlen(q->prompt));
+        return;
+    }
+    strbuf t = {0};
+    for (int i = 0; i < q->n_prompt_toks; i++) {
+        char piece[256];
+        size_t n = tokenizer_piece(se->r->tk, q->prompt_toks[i], true, piece, sizeof piece);
+        strbuf_add(&t, piece, n < sizeof piece ? n : sizeof piece);
+    }
+    srv_job_text(sl->job, t.p, t.len);
+    free(t.p);
+}
+
+/* Keep the micro-batches in flight (with a ring, each on another device: pipelining), unless
+ * send_more is false (then only those on their way go on), then take the oldest back: its prompt
+ * chunk goes in, its generating slots sample. */
+static void step(serve_engine *se, srv *sv, bool send_more)
 {
     char err[512];
-    for (int i = 0; i < se->n_mbs; i++) {
+    for (int i = 0; send_more && i < se->n_mbs; i++) {
         if (se->mbs[i].busy)
             continue;
         int rc = send(se, sv, &se->mbs[i], err, sizeof err);
@@ -543,7 +584,7 @@ static void step(serve_engine *se, srv *sv)
             sl->decoding = true;
             sl->t_first = se_now();
             sl->res.prefill_s = sl->t_first - sl->t_admit;
-            srv_job_begin(sl->job);
+            slot_begin(se, sl);
         }
         slot_sample(se, sv, sl);
     }
@@ -566,7 +607,7 @@ static void run_solo(serve_engine *se, srv *sv, serve_slot *sl)
     sl->res.prefill_s = st.prompt_s;
     sl->decoding = true;
     sl->t_first = se_now();
-    srv_job_begin(sl->job);
+    slot_begin(se, sl);
     enum gen_end end = gen_reply(s, r->tk, sl->smp, &sl->go, emit, &sl->tc, NULL, &st, err,
                                  sizeof err);
     sl->gt.n_gen = st.n_gen;
@@ -575,6 +616,30 @@ static void run_solo(serve_engine *se, srv *sv, serve_slot *sl)
         return;
     }
     slot_finish(se, sv, sl, end);
+}
+
+static bool mbs_in_flight(const serve_engine *se)
+{
+    for (int i = 0; i < se->n_mbs; i++)
+        if (se->mbs[i].busy)
+            return true;
+    return false;
+}
+
+/* The embeddings request waiting, in the session of a free slot (the one unused longest: its
+ * cache is lost), with nothing in flight. */
+static void run_embed(serve_engine *se, srv *sv)
+{
+    serve_slot *sl = NULL;
+    for (int i = 0; i < se->n_slots; i++)
+        if (!se->slots[i].job && (!sl || se->slots[i].used < sl->used))
+            sl = &se->slots[i];
+    srv_job *job = se->embed;
+    se->embed = NULL;
+    char err[512];
+    if (!serve_embed(se, sv, job, slot_session(se, sl), err, sizeof err))
+        step_failed(se, sv, err);
+    sl->used = ++se->clock;
 }
 
 static int busy_slots(const serve_engine *se)
@@ -589,21 +654,29 @@ void serve_slots_loop(serve_engine *se, srv *sv)
 {
     for (;;) {
         int busy = busy_slots(se);
-        /* join: while a slot is free (waiting for a job only when nothing runs) */
-        while (busy < se->n_slots) {
+        /* join: while a slot is free (waiting for a job only when nothing runs); an embeddings
+         * request waits for the others' micro-batches to come back */
+        while (busy < se->n_slots && !se->embed) {
             srv_job *j = srv_take(sv, busy == 0);
             if (!j)
                 break;
             if (busy == 0 && se_ring_ready(se, sv, j))
                 continue; /* the ring could not be connected: the job got its 500 */
-            admit(se, sv, j);
+            if (srv_job_request(j)->kind == SRV_EMBED)
+                se->embed = j;
+            else
+                admit(se, sv, j);
             busy = busy_slots(se);
+        }
+        if (se->embed && busy < se->n_slots && !mbs_in_flight(se)) {
+            run_embed(se, sv);
+            continue;
         }
         if (busy == 0)
             return; /* stopping, nothing left */
         if (se->r->spec)
             run_solo(se, sv, &se->slots[0]);
-        else
-            step(se, sv);
+        else /* no more sent while an embeddings request waits for a free slot's turn */
+            step(se, sv, !(se->embed && busy < se->n_slots));
     }
 }

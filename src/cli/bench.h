@@ -22,6 +22,7 @@ extern const struct bench_sub bench_run;
 extern const struct bench_sub bench_plan;
 extern const struct bench_sub bench_ring;
 extern const struct bench_sub bench_serve;
+extern const struct bench_sub bench_grammar;
 
 /* One measurement. Absent fields: NULL strings, tokens 0, fraction and spread < 0. */
 typedef struct bench_result {

@@ -110,7 +110,8 @@ static int stream_once(client *c, int k, double *tpot)
     char body[256], req[512];
     int bl = snprintf(body, sizeof body,
                       "{\"prompt\":\"Client %d asks question %d: once upon a time\",\"max_tokens\":"
-                      "%d,\"temperature\":0,\"stream\":true}",
+                      "%d,\"temperature\":0,\"stream\":true,"
+                      "\"stream_options\":{\"include_usage\":true}}",
                       c->id, k, c->tokens);
     int rl = snprintf(req, sizeof req,
                       "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
@@ -120,7 +121,7 @@ static int stream_once(client *c, int k, double *tpot)
         close(fd);
         return -1;
     }
-    /* Count the text events as they come; the usage is in the last chunk. */
+    /* Count the text events as they come; the usage is in the last chunk (asked for). */
     char buf[8192], last[4096] = "";
     size_t held = 0;
     double first = 0, latest = 0;

@@ -14,7 +14,7 @@
 #include "kernels/probe.h"
 
 static const struct bench_sub *const subs[] = {&bench_kernels, &bench_pages, &bench_run, &bench_plan,
-                                              &bench_ring, &bench_serve};
+                                              &bench_ring, &bench_serve, &bench_grammar};
 #define N_SUBS (sizeof subs / sizeof subs[0])
 
 static void usage(FILE *out)

@@ -1,4 +1,5 @@
-/* prima serve — an OpenAI-compatible HTTP server on this device, alone or as a ring's head. */
+/* prima serve — an HTTP server (OpenAI's, Ollama's and Anthropic's APIs) on this device, alone
+ * or as a ring's head. */
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -14,12 +15,15 @@
 static const char usage_head[] =
     "usage: prima serve -m FILE [--workers H:P,...] [--host ADDR] [--port N] [options]\n"
     "\n"
-    "Serve the model over HTTP with OpenAI's API, on this device or as the head of a\n"
-    "ring of devices (--workers, as in prima run):\n"
+    "Serve the model over HTTP with OpenAI's, Ollama's and Anthropic's APIs, on this\n"
+    "device or as the head of a ring of devices (--workers, as in prima run):\n"
     "  POST /v1/chat/completions   chat with the model's template (\"stream\": true for\n"
-    "                              server-sent events)\n"
+    "                              server-sent events); tools, response_format\n"
     "  POST /v1/completions        continue a prompt\n"
-    "  GET  /v1/models, GET /health (also the ring's state), GET /metrics (Prometheus)\n"
+    "  GET  /v1/models[/ID], GET /health (also the ring's state), GET /metrics\n"
+    "  POST /api/chat, /api/generate, /api/show; GET /api/tags, /api/ps, /api/version\n"
+    "                              Ollama's API (NDJSON streams)\n"
+    "  POST /v1/messages           Anthropic's Messages API\n"
     "  GET  /                      a web page: chat, and a live view of the ring\n"
     "                              (GET /cluster is its JSON)\n"
     "Requests take messages / prompt, max_tokens (or max_completion_tokens),\n"
@@ -39,11 +43,28 @@ static const char usage_head[] =
     "worker is not planned around (no failover). One line per request goes to stderr;\n"
     "--stats FILE also gets a \"step\" event per step (its decode and prompt rows).\n\n";
 
+#define SERVE_MAX_ALIASES 8
+
 typedef struct serve_args {
     const char *host, *api_key, *api_key_file, *cors_origins;
+    const char *names[SERVE_MAX_ALIASES + 1];   /* --alias, and general.name */
+    int n_names;
+    bool embeddings;
     int port, queue, timeout, slots, in_flight;
     char *key_owned;
 } serve_args;
+
+/* --alias NAME, repeatable */
+static int add_alias(void *dst, const char *flag, const char *value)
+{
+    serve_args *a = dst;
+    if (a->n_names == SERVE_MAX_ALIASES) {
+        cli_fail("%s: at most %d aliases", flag, SERVE_MAX_ALIASES);
+        return -1;
+    }
+    a->names[a->n_names++] = value;
+    return 0;
+}
 
 #define F(field) offsetof(serve_args, field)
 static const cli_opt server_rows[] = {
@@ -76,6 +97,14 @@ static const cli_opt server_rows[] = {
              "may. Without an API key the server answers only\n"
              "requests that name it by an address, localhost or\n"
              "this machine's name (Host), against DNS rebinding"},
+    {"--embeddings", NULL, CLI_FLAG, F(embeddings),
+     .help = "answer POST /v1/embeddings and /api/embed: the mean of\n"
+             "the last hidden states, unit length (without it they\n"
+             "answer 501)"},
+    {"--alias", "NAME", CLI_FN, 0, .fn = add_alias,
+     .help = "another name requests may give as their model (the\n"
+             "file's name and its general.name are always known;\n"
+             "repeatable, up to 8); an unknown name is a 404"},
     {0},
 };
 #undef F
@@ -130,7 +159,7 @@ static const char *base_name(const char *path)
 extern const unsigned char prima_page[];
 extern const size_t prima_page_len;
 
-static int serve(runner *r, const serve_args *a)
+static int serve(runner *r, serve_args *a)
 {
     /* Signals are taken by sigwait below; every thread started from here on blocks them. */
     sigset_t sigs;
@@ -149,8 +178,17 @@ static int serve(runner *r, const serve_args *a)
     if (serve_engine_init(&se, r, a->slots, a->in_flight, err, sizeof err))
         return cli_fail("%s", err);
     srv_engine e = serve_engine_iface(&se);
+    srv_model_info info;
+    char general_name[256];
+    serve_model_info(r, &info, general_name, sizeof general_name);
+    if (*general_name)
+        a->names[a->n_names++] = general_name;
     srv_config c = {.host = a->host, .port = a->port, .api_key = a->api_key,
-                    .model_id = base_name(r->o.model), .queue_max = a->queue,
+                    .model_id = base_name(r->o.model), .model_names = a->names,
+                    .n_model_names = a->n_names, .info = &info, .version = PRIMA_VERSION,
+                    .embeddings = a->embeddings,
+                    .embeddings_how = "start prima serve with --embeddings",
+                    .queue_max = a->queue,
                     .max_connections = a->queue + 64, .max_body = 8u << 20,
                     .timeout_s = (unsigned)a->timeout, .cors_origins = a->cors_origins,
                     .defaults = r->o.sp, .log = stderr,
@@ -159,6 +197,7 @@ static int serve(runner *r, const serve_args *a)
     srv *s = srv_start(&c, &e, err, sizeof err);
     if (!s) {
         serve_engine_free(&se);
+        free(info.chat_template);
         return cli_fail("%s", err);
     }
     if (!a->api_key && !is_loopback(a->host))
@@ -173,6 +212,7 @@ static int serve(runner *r, const serve_args *a)
     fprintf(stderr, "prima: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     srv_stop(s);
     serve_engine_free(&se);
+    free(info.chat_template);
     return 0;
 }
 
@@ -203,5 +243,5 @@ static int cmd_serve(int argc, char **argv)
     return rc;
 }
 
-const struct cli_command cli_cmd_serve = {"serve", "an OpenAI-compatible HTTP server for the model or ring",
-                                          cmd_serve};
+const struct cli_command cli_cmd_serve = {
+    "serve", "an OpenAI, Ollama and Anthropic API server for the model or ring", cmd_serve};

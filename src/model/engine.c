@@ -578,6 +578,12 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
     return 0;
 }
 
+void engine_output_norm(const engine *e, const float *hidden, int n_rows, float *out)
+{
+    const model *m = e->m;
+    rmsnorm_rows(out, hidden, m->output_norm, n_rows, m->hp.n_embd, m->hp.rms_eps);
+}
+
 int logits_check(const float *l, int rows, int n_vocab, int pos0, char *err, size_t errlen)
 {
     for (size_t i = 0; i < (size_t)rows * (size_t)n_vocab; i++)

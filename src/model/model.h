@@ -95,6 +95,9 @@ int engine_layers(engine *e, float *hidden, int n, const int32_t *pos, const int
 /* Final norm + output projection of the rows [row0, row0+n_rows) of hidden -> logits
  * (n_rows x n_vocab). 0, or -1 as engine_layers. */
 int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *logits);
+/* The final norm alone of n_rows rows of hidden -> out (n_rows x n_embd): the last hidden
+ * state, as embeddings pool it. */
+void engine_output_norm(const engine *e, const float *hidden, int n_rows, float *out);
 /* Damaged weights (or a kernel bug) show up in the logits first: nothing downstream can choose
  * a token from a NaN, so wherever logits are made, say so instead of sampling garbage. l: rows
  * of n_vocab logits, the first of them at position pos0. 0, or -1 with a message. */

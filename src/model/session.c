@@ -143,6 +143,48 @@ static int check_tokens(const session *s, const int32_t *tokens, int n, char *er
     return 0;
 }
 
+int session_embed(session *s, const int32_t *tokens, int n, float *out, char *err,
+                  size_t errlen)
+{
+    const int n_embd = s->m->hp.n_embd;
+    if (check_tokens(s, tokens, n, err, errlen))
+        return -1;
+    float *normed = malloc(sizeof(float) * (size_t)s->n_batch * (size_t)n_embd);
+    double *sum = calloc((size_t)n_embd, sizeof *sum);
+    int rc = normed && sum ? 0 : -1;
+    if (rc)
+        snprintf(err, errlen, "out of memory for an embedding");
+    for (int done = 0; !rc && done < n;) {
+        int nb = n - done < s->n_batch ? n - done : s->n_batch;
+        for (int t = 0; t < nb; t++)
+            s->pos[t] = s->n_past + t;
+        engine_embed(s->e, tokens + done, nb, s->hidden);
+        rc = s->layers.eval(s->layers.ctx, s->hidden, nb, s->pos, s->seqs, err, errlen);
+        if (rc)
+            break;
+        memcpy(s->tokens + s->n_past, tokens + done, sizeof(int32_t) * (size_t)nb);
+        s->n_past += nb;
+        done += nb;
+        engine_output_norm(s->e, s->hidden, nb, normed);
+        for (size_t i = 0; i < (size_t)nb * (size_t)n_embd; i++)
+            sum[i % (size_t)n_embd] += normed[i];
+    }
+    double norm = 0;
+    for (int i = 0; !rc && i < n_embd; i++)
+        norm += sum[i] * sum[i];
+    if (!rc && !(isfinite(norm) && norm > 0)) {
+        snprintf(err, errlen, "the model's hidden states are not finite (or all zero): the "
+                 "weights are damaged or the type is unsupported");
+        rc = -1;
+    }
+    /* the mean, then unit length: the mean's 1/n cancels in the scaling */
+    for (int i = 0; !rc && i < n_embd; i++)
+        out[i] = (float)(sum[i] / sqrt(norm));
+    free(normed);
+    free(sum);
+    return rc;
+}
+
 int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
                  size_t errlen)
 {

@@ -90,6 +90,12 @@ void session_free(session *s);
  * names its position; the tokens are then in the history). */
 int session_eval(session *s, const int32_t *tokens, int n, float *all_logits, char *err,
                  size_t errlen);
+/* An embedding of n tokens evaluated after the history: the mean of their last hidden states
+ * (after the final norm), scaled to unit length, into out (n_embd floats). The history then holds
+ * them (truncate it to reuse the room). 0, or -1 with a message (as session_eval; also a state
+ * that is not finite). */
+int session_embed(session *s, const int32_t *tokens, int n, float *out, char *err,
+                  size_t errlen);
 /* Context shift: drop the oldest half of the history after the first n_keep tokens, moving the
  * rest down (keys re-rotated). Returns the number of tokens dropped (0 if nothing to drop). */
 int session_shift(session *s, int n_keep);

@@ -93,6 +93,8 @@ void srv_metrics_write(srv_metrics *m, FILE *f, int busy, int queued)
             (unsigned long long)c.requests[SRV_CHAT]);
     fprintf(f, "prima_requests_total{endpoint=\"completions\"} %llu\n",
             (unsigned long long)c.requests[SRV_COMPLETION]);
+    fprintf(f, "prima_requests_total{endpoint=\"embeddings\"} %llu\n",
+            (unsigned long long)c.requests[SRV_EMBED]);
     fputs("# HELP prima_requests_finished_total generation requests by how they ended\n"
           "# TYPE prima_requests_finished_total counter\n",
           f);
@@ -121,7 +123,8 @@ void srv_metrics_json(srv_metrics *m, cJSON *obj)
     pthread_mutex_lock(&m->mu);
     srv_metrics c = *m;
     pthread_mutex_unlock(&m->mu);
-    cJSON_AddNumberToObject(obj, "requests", (double)(c.requests[0] + c.requests[1]));
+    cJSON_AddNumberToObject(obj, "requests",
+                            (double)(c.requests[0] + c.requests[1] + c.requests[2]));
     cJSON_AddNumberToObject(obj, "prompt_tokens", (double)c.prompt_tokens);
     cJSON_AddNumberToObject(obj, "completion_tokens", (double)c.completion_tokens);
 }

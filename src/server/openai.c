@@ -1,4 +1,5 @@
-/* openai.c — OpenAI's wire format: answers, stream chunks, log-probabilities, errors. */
+/* openai.c — OpenAI's wire format: answers, stream chunks, log-probabilities, errors; and the
+ * UTF-8 and event helpers the other APIs' formats share. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,11 @@ static cJSON *utf8_string(const char *p, size_t n)
     return s;
 }
 
+cJSON *srv_utf8_string(const char *p, size_t n)
+{
+    return utf8_string(p, n);
+}
+
 static cJSON *bytes_array(const char *p, size_t n)
 {
     cJSON *a = cJSON_CreateArray();
@@ -152,9 +158,31 @@ static cJSON *take_logprobs(srv_job *j)
     return o;
 }
 
-static const char *finish_name(const srv_result *r)
+/* A reply that made tool calls ends with "tool_calls" (unless cut short). */
+static const char *finish_name(const srv_job *j)
 {
-    return r->finish == SRV_FINISH_LENGTH ? "length" : "stop";
+    if (j->res.finish == SRV_FINISH_LENGTH)
+        return "length";
+    return j->calls ? "tool_calls" : "stop";
+}
+
+/* The calls as OpenAI writes them: [{(index,) id, type, function: {name, arguments}}]. */
+static cJSON *calls_json(const cJSON *calls, int first, bool indexed)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = first; i < cJSON_GetArraySize(calls); i++) {
+        const cJSON *c = cJSON_GetArrayItem(calls, i);
+        cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        if (indexed)
+            cJSON_AddNumberToObject(e, "index", i);
+        cJSON_AddStringToObject(e, "id", cJSON_GetObjectItem(c, "id")->valuestring);
+        cJSON_AddStringToObject(e, "type", "function");
+        cJSON_AddStringToObject(f, "name", cJSON_GetObjectItem(c, "name")->valuestring);
+        cJSON_AddStringToObject(f, "arguments", cJSON_GetObjectItem(c, "arguments")->valuestring);
+        cJSON_AddItemToObject(e, "function", f);
+        cJSON_AddItemToArray(a, e);
+    }
+    return a;
 }
 
 static cJSON *usage_json(const srv_result *r)
@@ -179,7 +207,9 @@ static cJSON *envelope(const srv_job *j, const char *object, cJSON *choice)
     cJSON_AddStringToObject(o, "object", object);
     cJSON_AddNumberToObject(o, "created", (double)j->created);
     cJSON_AddStringToObject(o, "model", j->model_id);
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "choices"), choice);
+    cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+    if (choice)
+        cJSON_AddItemToArray(choices, choice);
     return o;
 }
 
@@ -193,8 +223,15 @@ static cJSON *choice(srv_job *j, const char *text, size_t len, bool role, const 
         cJSON *d = cJSON_AddObjectToObject(c, j->req.stream ? "delta" : "message");
         if (role || !j->req.stream)
             cJSON_AddStringToObject(d, "role", "assistant");
-        if (text)
+        if (!j->req.stream && j->calls && !len)   /* a reply of calls only */
+            cJSON_AddNullToObject(d, "content");
+        else if (text)
             cJSON_AddItemToObject(d, "content", utf8_string(text, len));
+        if (!j->req.stream && j->reasoning.len)
+            cJSON_AddItemToObject(d, "reasoning_content",
+                                  utf8_string(j->reasoning.p, j->reasoning.len));
+        if (!j->req.stream && j->calls)
+            cJSON_AddItemToObject(d, "tool_calls", calls_json(j->calls, 0, false));
     } else {
         cJSON_AddItemToObject(c, "text", utf8_string(text ? text : "", text ? len : 0));
     }
@@ -211,49 +248,106 @@ static const char *chunk_object(const srv_job *j)
     return j->req.kind == SRV_CHAT ? "chat.completion.chunk" : "text_completion";
 }
 
-static void send_event(srv_job *j, cJSON *obj)
+void srv_send_event(srv_job *j, const char *event, cJSON *obj)
 {
     char *text = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!text)
         return;
+    if (event) {
+        strbuf_add(&j->out, "event: ", 7);
+        strbuf_add(&j->out, event, strlen(event));
+        strbuf_add(&j->out, "\n", 1);
+    }
     strbuf_add(&j->out, "data: ", 6);
     strbuf_add(&j->out, text, strlen(text));
     strbuf_add(&j->out, "\n\n", 2);
     free(text);
 }
 
-void srv_sse_begin(srv_job *j)
+static void send_event(srv_job *j, cJSON *obj)
+{
+    srv_send_event(j, NULL, obj);
+}
+
+static void openai_begin(srv_job *j)
 {
     if (j->req.kind == SRV_CHAT)
         send_event(j, envelope(j, chunk_object(j), choice(j, "", 0, true, NULL)));
 }
 
-void srv_sse_text(srv_job *j, const char *text, size_t len)
+static void openai_text(srv_job *j, const char *text, size_t len)
 {
     send_event(j, envelope(j, chunk_object(j), choice(j, text, len, false, NULL)));
 }
 
-void srv_sse_end(srv_job *j)
+/* A chunk whose delta holds one member (reasoning text, or the newest tool call). */
+static void delta_chunk(srv_job *j, const char *name, cJSON *value)
+{
+    cJSON *c = choice(j, NULL, 0, false, NULL);
+    if (!cJSON_AddItemToObject(cJSON_GetObjectItem(c, "delta"), name, value))
+        cJSON_Delete(value); /* completions have no delta: their reply is text alone */
+    send_event(j, envelope(j, chunk_object(j), c));
+}
+
+static void openai_reasoning(srv_job *j, const char *text, size_t len)
+{
+    delta_chunk(j, "reasoning_content", utf8_string(text, len));
+}
+
+static void openai_tool_call(srv_job *j, const cJSON *call)
+{
+    (void)call; /* the newest of j->calls */
+    delta_chunk(j, "tool_calls", calls_json(j->calls, cJSON_GetArraySize(j->calls) - 1, true));
+}
+
+static cJSON *openai_error(int status, const char *param, const char *code, const char *message)
+{
+    cJSON *o = srv_error_json(status, param, message);
+    if (code)
+        cJSON_ReplaceItemInObject(cJSON_GetObjectItem(o, "error"), "code",
+                                  cJSON_CreateString(code));
+    return o;
+}
+
+/* The last chunk says why it ended; the usage follows in a chunk of its own, with no choices,
+ * when the request asked for it (stream_options.include_usage), as OpenAI sends it. */
+static void openai_end(srv_job *j)
 {
     const srv_result *r = &j->res;
     if (r->finish == SRV_FINISH_ERROR) {
-        send_event(j, srv_error_json(r->status, r->error_param, r->error));
+        send_event(j, openai_error(r->status, r->error_param, r->error_code, r->error));
     } else if (r->finish != SRV_FINISH_CANCELLED) {
-        cJSON *last = envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(r)));
-        cJSON_AddItemToObject(last, "usage", usage_json(r));
-        send_event(j, last);
+        send_event(j, envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(j))));
+        if (j->req.include_usage) {
+            cJSON *u = envelope(j, chunk_object(j), NULL);
+            cJSON_AddItemToObject(u, "usage", usage_json(r));
+            send_event(j, u);
+        }
     }
     strbuf_add(&j->out, "data: [DONE]\n\n", 14);
 }
 
-cJSON *srv_answer_json(srv_job *j)
+static cJSON *openai_answer(srv_job *j)
 {
+    if (j->req.kind == SRV_EMBED)
+        return srv_embed_answer(j);
     const char *text = j->text.p ? j->text.p : "";
     cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion",
-                        choice(j, text, j->text.len, true, finish_name(&j->res)));
+                        choice(j, text, j->text.len, true, finish_name(j)));
     cJSON_AddItemToObject(a, "usage", usage_json(&j->res));
     return a;
+}
+
+const srv_wire srv_openai_wire = {"text/event-stream", openai_begin, openai_text,
+                                  openai_reasoning, openai_tool_call, openai_end, openai_answer,
+                                  openai_error};
+
+const srv_wire *srv_wire_of(enum srv_api api)
+{
+    return api == SRV_API_OLLAMA      ? &srv_ollama_wire
+           : api == SRV_API_ANTHROPIC ? &srv_anthropic_wire
+                                      : &srv_openai_wire;
 }
 
 cJSON *srv_error_json(int status, const char *param, const char *message)
@@ -278,15 +372,20 @@ cJSON *srv_error_json(int status, const char *param, const char *message)
     return o;
 }
 
-cJSON *srv_models_json(const char *model_id)
+cJSON *srv_model_json(const char *model_id)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "prima");
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), m);
+    return m;
+}
+
+cJSON *srv_models_json(const char *model_id)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), srv_model_json(model_id));
     return o;
 }

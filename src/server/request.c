@@ -57,7 +57,7 @@ static int get_int(const cJSON *obj, const char *name, double lo, double hi, dou
 static int get_float_into(const cJSON *obj, const char *name, double lo, double hi, float *dst,
                           srv_refusal *why)
 {
-    double v;
+    double v = 0;
     int got = get_number(obj, name, lo, hi, &v, why);
     if (got == 1)
         *dst = (float)v;
@@ -124,6 +124,62 @@ static const char *content_text(srv_request *r, const cJSON *c, srv_refusal *why
     return joined;
 }
 
+/* An assistant message's tool_calls, for the template: {id, type, function: {name,
+ * arguments}} with the arguments (OpenAI's JSON text) as an object where they parse as one, as
+ * templates write them with tojson. NULL with why filled in. */
+static cJSON *template_calls(const cJSON *calls, int at, srv_refusal *why)
+{
+    if (!cJSON_IsArray(calls)) {
+        refuse(why, "messages", "message %d: 'tool_calls' must be an array", at);
+        return NULL;
+    }
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *c;
+    cJSON_ArrayForEach(c, calls) {
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        if (!cJSON_IsObject(fn) || !cJSON_IsString(name) ||
+            (args && !cJSON_IsString(args) && !cJSON_IsObject(args)) || (id && !cJSON_IsString(id))) {
+            cJSON_Delete(out);
+            refuse(why, "messages", "message %d: a tool call needs 'function' with a string "
+                   "'name' and 'arguments' (a JSON string or an object)", at);
+            return NULL;
+        }
+        cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
+        cJSON_AddItemToArray(out, e);
+        if (id)
+            cJSON_AddStringToObject(e, "id", id->valuestring);
+        cJSON_AddStringToObject(e, "type", "function");
+        cJSON_AddItemToObject(e, "function", f);
+        cJSON_AddStringToObject(f, "name", name->valuestring);
+        cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
+        if (parsed && !cJSON_IsObject(parsed)) {
+            cJSON_Delete(parsed);
+            parsed = NULL;
+        }
+        cJSON_AddItemToObject(f, "arguments", parsed ? parsed
+                              : args ? cJSON_Duplicate(args, true) : cJSON_CreateObject());
+    }
+    return out;
+}
+
+/* The name of the call a tool message answers (templates that print it read "name"). */
+static const char *call_name(const cJSON *tmsgs, const char *id)
+{
+    const cJSON *m, *c;
+    cJSON_ArrayForEach(m, tmsgs) {
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+            const char *cid = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "id"));
+            if (cid && !strcmp(cid, id))
+                return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                    cJSON_GetObjectItemCaseSensitive(c, "function"), "name"));
+        }
+    }
+    return NULL;
+}
+
 static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
 {
     const cJSON *msgs = field(root, "messages");
@@ -133,9 +189,11 @@ static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
     if (!cJSON_IsArray(msgs) || n == 0)
         return refuse(why, "messages", "'messages' must be a non-empty array");
     r->msgs = calloc((size_t)n, sizeof *r->msgs);
-    if (!r->msgs)
+    cJSON *tmsgs = cJSON_CreateArray();
+    r->chat_json = tmsgs;
+    if (!r->msgs || !tmsgs)
         return refuse(why, NULL, "out of memory");
-    static const char *const roles[] = {"system", "user", "assistant", "developer"};
+    static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
     const cJSON *m;
     cJSON_ArrayForEach(m, msgs) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
@@ -144,34 +202,207 @@ static int parse_messages(srv_request *r, const cJSON *root, srv_refusal *why)
             return refuse(why, "messages", "message %d: expected an object with a string 'role'",
                           r->n_msgs);
         int known = -1;
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (!strcmp(role->valuestring, roles[i]))
                 known = i;
         if (known < 0)
             return refuse(why, "messages",
-                          "message %d: role must be system, user, assistant or developer",
+                          "message %d: role must be system, user, assistant, developer or tool",
                           r->n_msgs);
-        if (!content)
-            return refuse(why, "messages", "message %d: 'content' is required", r->n_msgs);
-        const char *text = content_text(r, content, why);
+        const cJSON *calls = field(m, "tool_calls");
+        if (calls && known != 2)
+            return refuse(why, "messages", "message %d: only an assistant message has "
+                          "'tool_calls'", r->n_msgs);
+        /* an assistant message that only calls tools has content null (or none) */
+        bool may_lack = calls != NULL;
+        if (!content || cJSON_IsNull(content)) {
+            if (!may_lack)
+                return refuse(why, "messages", "message %d: 'content' is required", r->n_msgs);
+            content = NULL;
+        }
+        const char *text = content ? content_text(r, content, why) : "";
         if (!text)
             return -1;
         /* a developer message is OpenAI's newer name for a system message */
-        r->msgs[r->n_msgs++] = (chat_msg){roles[known == 3 ? 0 : known], text};
+        const char *name = roles[known == 3 ? 0 : known];
+        r->msgs[r->n_msgs++] = (chat_msg){name, text};
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddItemToArray(tmsgs, t);
+        cJSON_AddStringToObject(t, "role", name);
+        cJSON_AddStringToObject(t, "content", text);
+        if (calls) {
+            cJSON *tc = template_calls(calls, r->n_msgs - 1, why);
+            if (!tc)
+                return -1;
+            cJSON_AddItemToObject(t, "tool_calls", tc);
+        }
+        if (known == 4) {
+            const cJSON *id = field(m, "tool_call_id");
+            if (id && !cJSON_IsString(id))
+                return refuse(why, "messages", "message %d: 'tool_call_id' must be a string",
+                              r->n_msgs - 1);
+            const cJSON *nm = field(m, "name");
+            const char *fname = cJSON_IsString(nm) ? nm->valuestring
+                                : id ? call_name(tmsgs, id->valuestring) : NULL;
+            if (id)
+                cJSON_AddStringToObject(t, "tool_call_id", id->valuestring);
+            if (fname)
+                cJSON_AddStringToObject(t, "name", fname);
+        }
     }
     return 0;
 }
 
+/* tools: [{"type": "function", "function": {"name", "description"?, "parameters"?}}]. */
+static int parse_tools(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *tools = field(root, "tools");
+    r->parallel_tool_calls = true;
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, why))
+        return -1;
+    if (tools) {
+        if (!cJSON_IsArray(tools))
+            return refuse(why, "tools", "'tools' must be an array");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, tools) {
+            const cJSON *type = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") ||
+                !cJSON_IsObject(fn) || !cJSON_IsString(name) || !*name->valuestring)
+                return refuse(why, "tools", "tool %d: expected {\"type\": \"function\", "
+                              "\"function\": {\"name\": ...}}", r->n_tools);
+            if (strspn(name->valuestring, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_-.") != strlen(name->valuestring) ||
+                strlen(name->valuestring) > 64)
+                return refuse(why, "tools", "tool %d: a function name is 1 to 64 of a-z, A-Z, "
+                              "0-9, _, - and .", r->n_tools);
+            if (params && !cJSON_IsNull(params) && !cJSON_IsObject(params))
+                return refuse(why, "tools", "tool %d: 'parameters' must be a JSON schema object",
+                              r->n_tools);
+            r->n_tools++;
+        }
+        if (r->n_tools)
+            r->tools = tools;
+    }
+    const cJSON *tc = field(root, "tool_choice");
+    r->tool_choice = SRV_TOOLS_AUTO;
+    if (!tc)
+        return 0;
+    if (cJSON_IsString(tc)) {
+        static const char *const names[] = {"auto", "none", "required"};
+        int k = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(tc->valuestring, names[i]))
+                k = i;
+        if (k < 0)
+            return refuse(why, "tool_choice", "'tool_choice' must be auto, none, required or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r->tool_choice = (enum srv_tool_choice)k;
+    } else {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+            cJSON_GetObjectItemCaseSensitive(tc, "function"), "name"));
+        if (!cJSON_IsObject(tc) || !name)
+            return refuse(why, "tool_choice", "'tool_choice' must be auto, none, required or "
+                          "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r->tool_choice = SRV_TOOLS_NAMED;
+        r->tool_name = name;
+        bool found = false;
+        const cJSON *t;
+        cJSON_ArrayForEach(t, (const cJSON *)r->tools) {
+            const char *n = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(t, "function"), "name"));
+            found |= n && !strcmp(n, name);
+        }
+        if (!found)
+            return refuse(why, "tool_choice", "'tool_choice' names '%.64s', which is not in "
+                          "'tools'", name);
+    }
+    if ((r->tool_choice == SRV_TOOLS_REQUIRED) && !r->tools)
+        return refuse(why, "tool_choice", "'tool_choice' required needs 'tools'");
+    return 0;
+}
+
+/* response_format {"type": "text" | "json_object" | "json_schema", "json_schema": {"name",
+ * "schema", "strict"}}, or llama.cpp's grammar (GBNF). */
+static int parse_output(srv_request *r, const cJSON *root, srv_refusal *why)
+{
+    const cJSON *g = field(root, "grammar");
+    if (g) {
+        if (!cJSON_IsString(g))
+            return refuse(why, "grammar", "'grammar' must be a string of GBNF");
+        r->out = SRV_OUT_GRAMMAR;
+        r->grammar = g->valuestring;
+    }
+    const cJSON *rf = field(root, "response_format");
+    if (!rf)
+        return 0;
+    const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rf, "type"));
+    if (!cJSON_IsObject(rf) || !type)
+        return refuse(why, "response_format", "'response_format' must be an object with a 'type'");
+    if (!strcmp(type, "text"))
+        return 0;
+    if (g)
+        return refuse(why, "response_format", "give 'grammar' or 'response_format', not both");
+    if (!strcmp(type, "json_object")) {
+        r->out = SRV_OUT_JSON;
+        return 0;
+    }
+    if (strcmp(type, "json_schema"))
+        return refuse(why, "response_format", "'response_format' type must be text, json_object "
+                      "or json_schema");
+    const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+    const cJSON *schema = cJSON_GetObjectItemCaseSensitive(js, "schema");
+    if (!cJSON_IsObject(js) || (schema && !cJSON_IsObject(schema) && !cJSON_IsBool(schema)))
+        return refuse(why, "response_format", "'response_format' json_schema needs "
+                      "'json_schema': {\"name\": ..., \"schema\": {...}}");
+    if (get_bool(js, "strict", &r->strict, why))
+        return refuse(why, "response_format", "'json_schema.strict' must be true or false");
+    r->out = schema ? SRV_OUT_SCHEMA : SRV_OUT_JSON;
+    r->schema = schema;
+    return 0;
+}
+
+/* A token id of a prompt given as ids: an integer in [0, 2^31); the generator checks it
+ * against the vocabulary. */
+static bool token_id(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 2147483648.0 &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
+/* OpenAI's prompt: a string, an array of one string, an array of token ids, or an array of one
+ * array of ids. Several prompts (several choices) are refused: one choice per request. */
 static int parse_prompt(srv_request *r, const cJSON *root, srv_refusal *why)
 {
     const cJSON *p = field(root, "prompt");
     if (!p)
         return refuse(why, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(p) && cJSON_GetArraySize(p) == 1)
+    int n = cJSON_GetArraySize(p);
+    if (cJSON_IsArray(p) && n == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
         p = cJSON_GetArrayItem(p, 0);
-    if (!cJSON_IsString(p))
-        return refuse(why, "prompt", "'prompt' must be a string (or an array of one string)");
-    r->prompt = p->valuestring;
+    if (cJSON_IsString(p)) {
+        r->prompt = p->valuestring;
+        return 0;
+    }
+    n = cJSON_GetArraySize(p);
+    if (cJSON_IsArray(p) && n > 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
+        return refuse(why, "prompt", "'prompt' holds %d prompts: send one per request (this "
+                      "server answers with one choice)", n);
+    if (!cJSON_IsArray(p) || n == 0)
+        return refuse(why, "prompt", "'prompt' must be a string, or an array of token ids");
+    r->prompt_toks = malloc(sizeof *r->prompt_toks * (size_t)n);
+    if (!r->prompt_toks)
+        return refuse(why, NULL, "out of memory");
+    const cJSON *e;
+    cJSON_ArrayForEach(e, p) {
+        if (!token_id(e))
+            return refuse(why, "prompt", "'prompt' token %d is not a token id (an integer "
+                          ">= 0)", r->n_prompt_toks);
+        r->prompt_toks[r->n_prompt_toks++] = (int32_t)e->valuedouble;
+    }
+    r->prompt = "";
     return 0;
 }
 
@@ -261,6 +492,7 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     const cJSON *model = field(root, "model");
     if (model && !cJSON_IsString(model))
         return refuse(why, "model", "'model' must be a string");
+    r->model = model ? model->valuestring : NULL;
     if (r->kind == SRV_CHAT ? parse_messages(r, root, why) : parse_prompt(r, root, why))
         return -1;
     double v;
@@ -280,8 +512,14 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so))
         return refuse(why, "stream_options", "'stream_options' must be an object");
+    if (so && get_bool(so, "include_usage", &r->include_usage, why))
+        return -1;
+    if (r->kind == SRV_COMPLETION && get_bool(root, "echo", &r->echo, why))
+        return -1;
+    if (r->kind == SRV_CHAT && parse_tools(r, root, why))
+        return -1;
     return parse_stop(r, root, why) || parse_sampling(r, root, why) ||
-                   parse_logprobs(r, root, why)
+                   parse_logprobs(r, root, why) || parse_output(r, root, why)
                ? -1
                : 0;
 }
@@ -314,29 +552,45 @@ static int check_text(const char *body, size_t len, srv_refusal *why)
     return 0;
 }
 
-int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
-                      const sampler_params *defaults, srv_refusal *why)
+cJSON *srv_request_json(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                        const sampler_params *defaults, srv_refusal *why)
 {
     memset(r, 0, sizeof *r);
     r->kind = kind;
     r->max_tokens = -1;
     r->sp = *defaults;
     if (check_text(body, len, why))
-        return -1;
+        return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, false);
     if (!root) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        return refuse(why, NULL, "malformed JSON at byte %zu of the body", at);
+        refuse(why, NULL, "malformed JSON at byte %zu of the body", at);
+        return NULL;
     }
     r->json = root;
     while (end && end < body + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
         end++;
     if (end != body + len) {
         srv_request_free(r);
-        return refuse(why, NULL, "malformed JSON: data after the value at byte %zu",
-                      (size_t)(end - body));
+        refuse(why, NULL, "malformed JSON: data after the value at byte %zu",
+               (size_t)(end - body));
+        return NULL;
     }
+    if (!cJSON_IsObject(root)) {
+        srv_request_free(r);
+        refuse(why, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, size_t len,
+                      const sampler_params *defaults, srv_refusal *why)
+{
+    cJSON *root = srv_request_json(r, kind, body, len, defaults, why);
+    if (!root)
+        return -1;
     int rc = parse_body(r, root, why);
     if (rc)
         srv_request_free(r);
@@ -346,9 +600,92 @@ int srv_request_parse(srv_request *r, enum srv_endpoint kind, const char *body, 
 void srv_request_free(srv_request *r)
 {
     cJSON_Delete(r->json);
+    cJSON_Delete(r->chat_json);
+    cJSON_Delete(r->api_json);
     free(r->msgs);
+    free(r->prompt_toks);
+    free(r->inputs);
     for (int i = 0; i < r->n_owned; i++)
         free(r->owned[i]);
     free(r->owned);
     memset(r, 0, sizeof *r);
+}
+
+/* ---- the helpers the other APIs' parsers share (internal.h) ---- */
+
+int srv_refuse(srv_refusal *why, const char *param, const char *message)
+{
+    return refuse(why, param, "%s", message);
+}
+
+const cJSON *srv_field(const cJSON *obj, const char *name)
+{
+    return field(obj, name);
+}
+
+int srv_get_int(const cJSON *obj, const char *name, double lo, double hi, double *out,
+                srv_refusal *why)
+{
+    return get_int(obj, name, lo, hi, out, why);
+}
+
+int srv_get_float(const cJSON *obj, const char *name, double lo, double hi, float *dst,
+                  srv_refusal *why)
+{
+    return get_float_into(obj, name, lo, hi, dst, why);
+}
+
+int srv_get_bool(const cJSON *obj, const char *name, bool *dst, srv_refusal *why)
+{
+    return get_bool(obj, name, dst, why);
+}
+
+char *srv_keep(srv_request *r, char *text)
+{
+    return keep(r, text);
+}
+
+int srv_parse_stop(srv_request *r, const cJSON *obj, const char *name, srv_refusal *why)
+{
+    const cJSON *s = field(obj, name);
+    if (!s)
+        return 0;
+    if (!cJSON_IsArray(s) || cJSON_GetArraySize(s) > SRV_MAX_STOP)
+        return refuse(why, name, "'%s' must be an array of up to %d strings", name,
+                      SRV_MAX_STOP);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, s) {
+        if (!cJSON_IsString(e))
+            return refuse(why, name, "'%s' must be an array of up to %d strings", name,
+                          SRV_MAX_STOP);
+        if (*e->valuestring)
+            r->stop[r->n_stop++] = e->valuestring;
+    }
+    return 0;
+}
+
+int srv_parse_seed(srv_request *r, const cJSON *obj, srv_refusal *why)
+{
+    double v = 0;
+    int got = get_int(obj, "seed", -9007199254740992.0, 9007199254740992.0, &v, why);
+    if (got == 1 && v >= 0) {   /* Ollama's clients send -1 for "any seed" */
+        r->sp.seed = (uint64_t)v;
+        r->seed_given = true;
+    }
+    return got < 0 ? -1 : 0;
+}
+
+int srv_parse_tools(srv_request *r, const cJSON *obj, srv_refusal *why)
+{
+    return parse_tools(r, obj, why);
+}
+
+cJSON *srv_template_calls(const cJSON *calls, int at, srv_refusal *why)
+{
+    return template_calls(calls, at, why);
+}
+
+const char *srv_call_name(const cJSON *tmsgs, const char *id)
+{
+    return call_name(tmsgs, id);
 }

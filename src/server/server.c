@@ -1,5 +1,5 @@
-/* server.c — connections, the queue and the engine thread; the OpenAI wire format is in
- * openai.c and the counters in metrics.c. */
+/* server.c — connections, routes, the queue and the engine thread; the APIs' wire formats are
+ * in openai.c, ollama.c and anthropic.c, and the counters in metrics.c. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -52,6 +52,10 @@ static void job_unref(srv_job *j)
         return;
     srv_request_free(&j->req);
     cJSON_Delete(j->lp);
+    cJSON_Delete(j->calls);
+    free(j->reasoning.p);
+    free(j->emb);
+    tool_parser_free(j->tp);
     free(j->out.p);
     free(j->text.p);
     pthread_mutex_destroy(&j->mu);
@@ -76,14 +80,84 @@ bool srv_job_cancelled(const srv_job *j)
     return atomic_load(&j->cancelled);
 }
 
-void srv_job_begin(srv_job *j)
+void srv_job_begin(srv_job *j, int prompt_tokens)
 {
     pthread_mutex_lock(&j->mu);
     j->begun = true;
+    j->prompt_tokens = prompt_tokens;
     if (j->req.stream)
-        srv_sse_begin(j);
+        j->wire->begin(j);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think)
+{
+    pthread_mutex_lock(&j->mu);
+    j->parse = true;
+    j->tool_fmt = f;
+    j->think = think;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The job is locked. Content, reasoning and calls: sent when streaming, kept for the answer
+ * otherwise. */
+static void add_content(srv_job *j, const char *text, size_t len)
+{
+    if (j->req.stream)
+        j->wire->text(j, text, len);
+    else
+        strbuf_add(&j->text, text, len);
+}
+
+static void add_reasoning(srv_job *j, const char *text, size_t len)
+{
+    if (j->req.stream)
+        j->wire->reasoning(j, text, len);
+    else
+        strbuf_add(&j->reasoning, text, len);
+}
+
+static void add_call(srv_job *j, const char *name, const char *arguments)
+{
+    if (!j->calls)
+        j->calls = cJSON_CreateArray();
+    /* an id of the job's own, in the form each API's ids take after their prefix */
+    char id[64];
+    snprintf(id, sizeof id, "%s%llx%llx_%d", j->req.api == SRV_API_ANTHROPIC ? "toolu_" : "call_",
+             (unsigned long long)j->created, (unsigned long long)j->serial,
+             cJSON_GetArraySize(j->calls));
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddStringToObject(c, "id", id);
+    cJSON_AddStringToObject(c, "name", name);
+    cJSON_AddStringToObject(c, "arguments", arguments);
+    cJSON_AddItemToArray(j->calls, c);
+    if (j->req.stream)
+        j->wire->tool_call(j, c);
+}
+
+/* What the reply's reader found certain. */
+static void deliver(srv_job *j, const tool_delta *d)
+{
+    if (d->reasoning_len)
+        add_reasoning(j, d->reasoning, d->reasoning_len);
+    if (d->content_len)
+        add_content(j, d->content, d->content_len);
+    for (int k = d->first_call; k < d->n_calls; k++)
+        add_call(j, d->calls[k].name, d->calls[k].arguments);
+}
+
+/* A reply not streamed, read whole at its end: its text becomes the content. */
+static void read_reply(srv_job *j)
+{
+    tool_reply r;
+    if (tool_parse(j->tool_fmt, j->think, j->text.p ? j->text.p : "", j->text.len, &r))
+        return; /* out of memory: the text stays as it came */
+    j->text.len = 0;
+    tool_delta d = {r.content, r.content_len, r.reasoning, r.reasoning_len, r.calls, 0,
+                    r.n_calls};
+    deliver(j, &d);
+    tool_reply_free(&r);
 }
 
 void srv_job_text(srv_job *j, const char *text, size_t len)
@@ -91,13 +165,46 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
     if (!len)
         return;
     pthread_mutex_lock(&j->mu);
-    if (j->req.stream) {
-        srv_sse_text(j, text, len);
-        pthread_cond_broadcast(&j->cv); /* the connection sends it; otherwise it waits for the end */
+    if (j->req.stream && j->parse) {
+        tool_delta d;
+        if (!j->tp)
+            j->tp = tool_parser_new(j->tool_fmt, j->think);
+        if (j->tp && !tool_parser_feed(j->tp, text, len, &d))
+            deliver(j, &d);
     } else {
-        strbuf_add(&j->text, text, len);
+        add_content(j, text, len); /* not streaming (or read at the end), kept for the answer */
     }
+    pthread_cond_broadcast(&j->cv); /* a stream's connection sends what came */
     pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_reasoning(srv_job *j, const char *text, size_t len)
+{
+    if (!len)
+        return;
+    pthread_mutex_lock(&j->mu);
+    add_reasoning(j, text, len);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_tool_call(srv_job *j, const char *name, const char *arguments)
+{
+    pthread_mutex_lock(&j->mu);
+    add_call(j, name, arguments);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+cJSON *srv_call_arguments(const cJSON *call)
+{
+    const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(call, "arguments"));
+    cJSON *args = text ? cJSON_Parse(text) : NULL;
+    if (!cJSON_IsObject(args)) {
+        cJSON_Delete(args);
+        args = cJSON_CreateObject();
+    }
+    return args;
 }
 
 void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top)
@@ -112,8 +219,14 @@ static void job_end(srv *s, srv_job *j, const srv_result *res)
 {
     pthread_mutex_lock(&j->mu);
     j->res = *res;
+    tool_delta d;
+    if (j->req.stream && j->begun && j->tp && res->finish != SRV_FINISH_ERROR &&
+        !tool_parser_finish(j->tp, &d))
+        deliver(j, &d);
+    if (!j->req.stream && j->parse && res->finish != SRV_FINISH_ERROR)
+        read_reply(j);
     if (j->req.stream && j->begun)
-        srv_sse_end(j);
+        j->wire->end(j);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
@@ -211,17 +324,33 @@ static void *engine_main(void *arg)
 
 /* ---- HTTP ------------------------------------------------------------------------------- */
 
-enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_HEALTH, R_METRICS, R_PAGE, R_CLUSTER,
-             R_TEMPLATE };
+enum route { R_NONE, R_CHAT, R_COMPLETION, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_PAGE,
+             R_CLUSTER, R_TEMPLATE, R_MESSAGES, R_OLLAMA_CHAT, R_OLLAMA_GENERATE, R_OLLAMA_SHOW,
+             R_OLLAMA_TAGS, R_OLLAMA_PS, R_OLLAMA_VERSION, R_EMBEDDINGS, R_OLLAMA_EMBED };
 
 /* The routes that take a JSON body (the others are GETs). */
 static bool posts_json(enum route r)
 {
-    return r == R_CHAT || r == R_COMPLETION || r == R_TEMPLATE;
+    return r == R_CHAT || r == R_COMPLETION || r == R_TEMPLATE || r == R_MESSAGES ||
+           r == R_OLLAMA_CHAT || r == R_OLLAMA_GENERATE || r == R_OLLAMA_SHOW ||
+           r == R_EMBEDDINGS || r == R_OLLAMA_EMBED;
+}
+
+/* Whose error format a path's answers use: Ollama's under /api/, Anthropic's for /v1/messages,
+ * OpenAI's for the rest. */
+static enum srv_api api_of_path(const char *path)
+{
+    if (!strncmp(path, "/api/", 5))
+        return SRV_API_OLLAMA;
+    if (!strcmp(path, "/v1/messages"))
+        return SRV_API_ANTHROPIC;
+    return SRV_API_OPENAI;
 }
 
 typedef struct conn_ctx {
     enum route route;
+    enum srv_api api;            /* the error format of its answers */
+    char model[256];             /* R_MODEL: the id asked for (in the URL) */
     strbuf body;
     bool too_big;
     srv_job *job;
@@ -277,11 +406,17 @@ static enum MHD_Result respond_json(srv *s, struct MHD_Connection *c, int status
     return respond(s, c, status, "application/json", text, strlen(text));
 }
 
-static enum MHD_Result respond_error(srv *s, struct MHD_Connection *c, int status,
-                                     const char *param, const char *message)
+/* An error in the format of the API asked (cc NULL: OpenAI's). */
+static enum MHD_Result respond_error_code(srv *s, struct MHD_Connection *c, const conn_ctx *cc,
+                                          int status, const char *param, const char *code,
+                                          const char *message)
 {
-    return respond_json(s, c, status, srv_error_json(status, param, message));
+    const srv_wire *w = srv_wire_of(cc ? cc->api : SRV_API_OPENAI);
+    return respond_json(s, c, status, w->error(status, param, code, message));
 }
+
+#define respond_error(s, c, status, param, message) \
+    respond_error_code(s, c, cc, status, param, NULL, message)
 
 static int client_fd(struct MHD_Connection *c)
 {
@@ -367,25 +502,75 @@ static void stream_free(void *cls)
 
 /* After the whole body: check it, queue the job, and answer when it is done (or, streaming,
  * when it begins). */
+/* The body of a generating route, parsed in its API's terms: 0, or -1 with why. */
+static int parse_request(srv *s, const conn_ctx *cc, srv_request *r, srv_refusal *why)
+{
+    const char *body = cc->body.p ? cc->body.p : "";
+    switch (cc->route) {
+    case R_MESSAGES:
+        return srv_anthropic_parse(r, body, cc->body.len, &s->c.defaults, why);
+    case R_EMBEDDINGS:
+    case R_OLLAMA_EMBED:
+        return srv_embed_parse(r, cc->route == R_EMBEDDINGS ? SRV_API_OPENAI : SRV_API_OLLAMA,
+                               body, cc->body.len, &s->c.defaults, why);
+    case R_OLLAMA_CHAT:
+    case R_OLLAMA_GENERATE:
+        return srv_ollama_parse(r, cc->route == R_OLLAMA_CHAT ? SRV_CHAT : SRV_COMPLETION, body,
+                                cc->body.len, &s->c.defaults, why);
+    default:
+        return srv_request_parse(r, cc->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION, body,
+                                 cc->body.len, &s->c.defaults, why);
+    }
+}
+
+double srv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A request naming another model than this one: 404 in the API's terms. */
+static enum MHD_Result unknown_model(srv *s, struct MHD_Connection *c, const conn_ctx *cc,
+                                     const char *name)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "the model '%.100s' does not exist: this server serves '%.100s' "
+             "(GET /v1/models)", name, s->c.model_id);
+    return respond_error_code(s, c, cc, 404, "model", "model_not_found", msg);
+}
+
 static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *cc)
 {
     srv_job *j = calloc(1, sizeof *j);
     if (!j)
         return respond_error(s, c, 500, NULL, "out of memory");
     srv_refusal why;
-    enum srv_endpoint kind = cc->route == R_CHAT ? SRV_CHAT : SRV_COMPLETION;
-    if (srv_request_parse(&j->req, kind, cc->body.p ? cc->body.p : "", cc->body.len,
-                          &s->c.defaults, &why)) {
+    if (parse_request(s, cc, &j->req, &why)) {
         free(j);
         return respond_error(s, c, 400, why.param, why.message);
+    }
+    j->wire = srv_wire_of(j->req.api);
+    if (j->req.model && !srv_name_matches(&s->c, j->req.model)) {
+        enum MHD_Result rc = unknown_model(s, c, cc, j->req.model);
+        srv_request_free(&j->req);
+        free(j);
+        return rc;
+    }
+    j->t_start = srv_now();
+    j->serial = atomic_fetch_add(&s->next_id, 1) + 1;
+    j->created = (long long)time(NULL);
+    j->model_id = s->c.model_id;
+    if (j->req.load_only) {   /* Ollama's "load the model": it is loaded; nothing to generate */
+        cJSON *answer = j->wire->answer(j);
+        srv_request_free(&j->req);
+        free(j);
+        return respond_json(s, c, 200, answer);
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->refs = 1;
     j->fd = client_fd(c);
-    j->serial = atomic_fetch_add(&s->next_id, 1) + 1;
-    j->created = (long long)time(NULL);
-    j->model_id = s->c.model_id;
     cc->job = j;
     int busy = submit(s, j);
     if (busy == 429) {
@@ -400,7 +585,7 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
     bool here = wait_job(j, j->req.stream ? is_begun_or_done : is_done);
     bool streaming = here && j->req.stream && j->begun;
     srv_result res = j->res;
-    cJSON *answer = here && !streaming && res.finish != SRV_FINISH_ERROR ? srv_answer_json(j)
+    cJSON *answer = here && !streaming && res.finish != SRV_FINISH_ERROR ? j->wire->answer(j)
                                                                          : NULL;
     pthread_mutex_unlock(&j->mu);
     if (!here)
@@ -414,13 +599,14 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
             job_unref(j);
             return MHD_NO;
         }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, j->wire->stream_type);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         srv_metrics_status(&s->metrics, 200);
         return queue(s, c, 200, r);
     }
     if (res.finish == SRV_FINISH_ERROR)
-        return respond_error(s, c, res.status, res.error_param, res.error);
+        return respond_error_code(s, c, cc, res.status, res.error_param, res.error_code,
+                                  res.error);
     if (res.finish == SRV_FINISH_CANCELLED)
         return respond_error(s, c, 503, NULL, "the request was cancelled: the server is stopping");
     return respond_json(s, c, 200, answer);
@@ -464,10 +650,37 @@ static void slots_json(srv *s, cJSON *obj)
     pthread_mutex_unlock(&s->mu);
 }
 
-static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
+/* POST /api/show: the model's details, in Ollama's terms. */
+static enum MHD_Result ollama_show(srv *s, struct MHD_Connection *c, conn_ctx *cc)
 {
+    cJSON *body = cJSON_ParseWithLength(cc->body.p ? cc->body.p : "", cc->body.len);
+    int status = 400;
+    char msg[300] = "the body is not a JSON object";
+    cJSON *answer = cJSON_IsObject(body) ? srv_ollama_show(&s->c, body, &status, msg, sizeof msg)
+                                         : NULL;
+    cJSON_Delete(body);
+    if (!answer)
+        return respond_error(s, c, status, "model", msg);
+    return respond_json(s, c, 200, answer);
+}
+
+static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, conn_ctx *cc)
+{
+    enum route r = cc->route;
     if (r == R_MODELS)
         return respond_json(s, c, 200, srv_models_json(s->c.model_id));
+    if (r == R_MODEL) {
+        if (!srv_name_matches(&s->c, cc->model))
+            return unknown_model(s, c, cc, cc->model);
+        return respond_json(s, c, 200, srv_model_json(s->c.model_id));
+    }
+    if (r == R_OLLAMA_TAGS || r == R_OLLAMA_PS)
+        return respond_json(s, c, 200, srv_ollama_tags(&s->c, r == R_OLLAMA_PS));
+    if (r == R_OLLAMA_VERSION) {
+        cJSON *v = cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "version", s->c.version ? s->c.version : "0");
+        return respond_json(s, c, 200, v);
+    }
     if (r == R_PAGE) {
         if (!s->c.page)
             return respond_error(s, c, 404, NULL,
@@ -511,7 +724,10 @@ static enum MHD_Result get_route(srv *s, struct MHD_Connection *c, enum route r)
     return respond(s, c, 200, "text/plain; version=0.0.4", text, len);
 }
 
-static enum route find_route(const char *url, const char *method, bool *bad_method)
+/* The route of a path and method; bad_method: the path is one, with another method. model:
+ * the id of GET /v1/models/{id}. */
+static enum route find_route(const char *url, const char *method, bool *bad_method,
+                             const char **model)
 {
     static const struct {
         const char *url, *method;
@@ -521,9 +737,18 @@ static enum route find_route(const char *url, const char *method, bool *bad_meth
         {"/v1/models", "GET", R_MODELS},          {"/health", "GET", R_HEALTH},
         {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},
         {"/index.html", "GET", R_PAGE},           {"/cluster", "GET", R_CLUSTER},
-        {"/apply-template", "POST", R_TEMPLATE},
+        {"/apply-template", "POST", R_TEMPLATE},  {"/v1/messages", "POST", R_MESSAGES},
+        {"/api/chat", "POST", R_OLLAMA_CHAT},     {"/api/generate", "POST", R_OLLAMA_GENERATE},
+        {"/api/show", "POST", R_OLLAMA_SHOW},     {"/api/tags", "GET", R_OLLAMA_TAGS},
+        {"/api/ps", "GET", R_OLLAMA_PS},          {"/api/version", "GET", R_OLLAMA_VERSION},
+        {"/v1/embeddings", "POST", R_EMBEDDINGS}, {"/api/embed", "POST", R_OLLAMA_EMBED},
     };
     *bad_method = false;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) {
+        *model = url + 11;
+        *bad_method = strcmp(method, "GET") != 0;
+        return *bad_method ? R_NONE : R_MODEL;
+    }
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i].url)) {
             if (!strcmp(method, routes[i].method))
@@ -545,12 +770,16 @@ static bool key_matches(const char *given, const char *key)
     return diff == 0;
 }
 
+/* The key as "Authorization: Bearer KEY" (OpenAI's, Ollama's clients) or "x-api-key: KEY"
+ * (Anthropic's). */
 static bool authorized(const srv *s, struct MHD_Connection *c)
 {
     if (!s->c.api_key)
         return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && !strncmp(h, "Bearer ", 7) && key_matches(h + 7, s->c.api_key);
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key");
+    return (h && !strncmp(h, "Bearer ", 7) && key_matches(h + 7, s->c.api_key)) ||
+           (x && key_matches(x, s->c.api_key));
 }
 
 /* An answer to a CORS preflight (OPTIONS): what a page of an allowed origin may send. */
@@ -562,7 +791,7 @@ static enum MHD_Result preflight(srv *s, struct MHD_Connection *c)
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST, OPTIONS");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_HEADERS,
-                            "Authorization, Content-Type");
+                            "Authorization, Content-Type, x-api-key, anthropic-version");
     MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_MAX_AGE, "600");
     srv_metrics_status(&s->metrics, 204);
     return queue(s, c, 204, r);
@@ -594,9 +823,11 @@ static int foreign(const srv *s, struct MHD_Connection *c, const char *authority
 static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc,
                                   const char *url, const char *method)
 {
+    char authority[256], msg[300];
+    const char *path = srv_origin_form(url, authority, sizeof authority);
+    cc->api = api_of_path(path);
     unsigned open = srv_conns_open_before(s->conns, c);
     if (open >= (unsigned)s->c.max_connections) {
-        char msg[128];
         snprintf(msg, sizeof msg, "server busy: %u connections are open, the limit is %d; retry "
                  "later", open + 1, s->c.max_connections);
         return respond_error(s, c, 503, NULL, msg);
@@ -607,13 +838,14 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc
     if (cl && MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
         return respond_error(s, c, 400, NULL, "a request with both Content-Length and "
                              "Transfer-Encoding: its body's end is ambiguous");
-    char authority[256], msg[300];
-    const char *path = srv_origin_form(url, authority, sizeof authority);
     int refused = foreign(s, c, authority, msg, sizeof msg);
     if (refused)
         return respond_error(s, c, refused, NULL, msg);
     bool bad_method;
-    cc->route = find_route(path, method, &bad_method);
+    const char *model = NULL;
+    cc->route = find_route(path, method, &bad_method, &model);
+    if (model)
+        snprintf(cc->model, sizeof cc->model, "%s", model);
     if (cc->route == R_NONE && bad_method && !strcmp(method, MHD_HTTP_METHOD_OPTIONS))
         return preflight(s, c);
     if (cc->route == R_NONE) {
@@ -622,8 +854,8 @@ static enum MHD_Result first_call(srv *s, struct MHD_Connection *c, conn_ctx *cc
         return respond_error(s, c, bad_method ? 405 : 404, NULL, msg);
     }
     if (cc->route != R_HEALTH && cc->route != R_PAGE && !authorized(s, c))
-        return respond_error(s, c, 401, NULL,
-                             "missing or wrong API key (send Authorization: Bearer KEY)");
+        return respond_error(s, c, 401, NULL, "missing or wrong API key (send "
+                             "Authorization: Bearer KEY, or x-api-key: KEY)");
     /* A GET is answered at the next call, once libmicrohttpd has the whole request: an answer
      * queued now would close the connection, and the page polls /cluster every second. */
     if (!posts_json(cc->route))
@@ -676,7 +908,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     srv_conns_deadline(s->conns, c, false);   /* the request is whole */
     if (!posts_json(cc->route))
-        return get_route(s, c, cc->route);
+        return get_route(s, c, cc);
     if (cc->too_big) {
         char msg[96];
         too_big_message(s, msg, sizeof msg);
@@ -684,6 +916,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (cc->route == R_TEMPLATE)
         return apply_template(s, c, cc);
+    if (cc->route == R_OLLAMA_SHOW)
+        return ollama_show(s, c, cc);
+    if ((cc->route == R_EMBEDDINGS || cc->route == R_OLLAMA_EMBED) && !s->c.embeddings) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "embeddings are not enabled on this server%s%s",
+                 s->c.embeddings_how ? ": " : "", s->c.embeddings_how ? s->c.embeddings_how : "");
+        return respond_error(s, c, 501, NULL, msg);
+    }
     return run_request(s, c, cc);
 }
 

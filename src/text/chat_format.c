@@ -11,6 +11,8 @@ struct chat_format {
     enum chat_template builtin;
     bool warned;                    /* the file's template was neither readable nor recognised */
     char *bos, *eos;                /* the tokens' texts, NULL where the vocabulary has none */
+    char *src;                      /* the Jinja source (NULL: none), for what it writes */
+    size_t src_len;
     char what[640];
 };
 
@@ -54,10 +56,14 @@ chat_format *chat_format_load(const gguf_file *f, const tokenizer *t, const char
             return NULL;
         }
         snprintf(cf->what, sizeof cf->what, "the chat template given");
+        cf->src = strndup(src, len);
+        cf->src_len = cf->src ? len : 0;
     } else {
         const gguf_kv *kv = f ? gguf_find(f, "tokenizer.chat_template") : NULL;
         if (kv && kv->type == GGUF_STRING && (cf->jinja = jinja_parse(kv->v.str.ptr, kv->v.str.len, &je))) {
             snprintf(cf->what, sizeof cf->what, "the model's chat template");
+            cf->src = strndup(kv->v.str.ptr, kv->v.str.len);
+            cf->src_len = cf->src ? kv->v.str.len : 0;
         } else {
             /* a template this interpreter cannot read still names its format */
             cf->builtin = chat_template_detect(f, &cf->warned);
@@ -79,6 +85,7 @@ void chat_format_free(chat_format *cf)
     if (!cf)
         return;
     jinja_free(cf->jinja);
+    free(cf->src);
     free(cf->bos);
     free(cf->eos);
     free(cf);
@@ -91,25 +98,15 @@ const char *chat_format_describe(const chat_format *cf, bool *warned)
     return cf->what;
 }
 
+static chat_msg *builtin_msgs(const cJSON *vars, int *n);
+
 /* The built-in format's rendering of vars' messages (role and text content). */
 static char *apply_builtin(const chat_format *cf, const cJSON *vars, size_t *len, jinja_error *err)
 {
-    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(vars, "messages");
-    int n = cJSON_GetArraySize(msgs);
-    chat_msg *m = calloc((size_t)n + 1, sizeof *m);
-    if (!m) {
-        snprintf(err->msg, sizeof err->msg, "out of memory");
-        return NULL;
-    }
-    int k = 0;
-    for (const cJSON *e = cJSON_IsArray(msgs) ? msgs->child : NULL; e; e = e->next, k++) {
-        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "role"));
-        const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "content"));
-        m[k].role = role ? role : "user";
-        m[k].content = content ? content : "";
-    }
+    int n;
+    chat_msg *m = builtin_msgs(vars, &n);
     bool gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(vars, "add_generation_prompt"));
-    char *text = chat_render(cf->builtin, m, k, gen);
+    char *text = m ? chat_render(cf->builtin, m, n, gen) : NULL;
     free(m);
     if (!text)
         snprintf(err->msg, sizeof err->msg, "out of memory");
@@ -167,20 +164,40 @@ static cJSON *conversation(const chat_msg *msgs, int n, bool add_assistant)
     return vars;
 }
 
-int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_msg *msgs, int n,
-                         bool add_assistant, int32_t **out, char *err, size_t errlen)
+/* The built-in format's messages from vars: role and text content (NULL: out of memory). */
+static chat_msg *builtin_msgs(const cJSON *vars, int *n)
+{
+    const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(vars, "messages");
+    chat_msg *m = calloc((size_t)cJSON_GetArraySize(msgs) + 1, sizeof *m);
+    int k = 0;
+    for (const cJSON *e = m && cJSON_IsArray(msgs) ? msgs->child : NULL; e; e = e->next, k++) {
+        const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "role"));
+        const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "content"));
+        m[k].role = role ? role : "user";
+        m[k].content = content ? content : "";
+    }
+    *n = k;
+    return m;
+}
+
+int chat_format_tokenize_vars(const chat_format *cf, const tokenizer *t, const cJSON *vars,
+                              int32_t **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (!cf->jinja)
-        return chat_tokenize(t, cf->builtin, msgs, n, add_assistant, out);
-    cJSON *vars = conversation(msgs, n, add_assistant);
-    if (!vars)
-        return TOK_ERR_NOMEM;
+    if (!cf->jinja) {
+        int n;
+        chat_msg *m = builtin_msgs(vars, &n);
+        if (!m)
+            return TOK_ERR_NOMEM;
+        bool gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(vars, "add_generation_prompt"));
+        int rc = chat_tokenize(t, cf->builtin, m, n, gen, out);
+        free(m);
+        return rc;
+    }
     jinja_error je;
     size_t len = 0;
     uint8_t *plain = NULL;
     char *text = apply(cf, vars, time(NULL), &len, &plain, &je);
-    cJSON_Delete(vars);
     if (!text) {
         snprintf(err, errlen, "chat template: %s", je.msg);
         return CHAT_ERR_TEMPLATE;
@@ -193,4 +210,24 @@ int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_m
     free(text);
     free(plain);
     return rc;
+}
+
+int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_msg *msgs, int n,
+                         bool add_assistant, int32_t **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!cf->jinja)
+        return chat_tokenize(t, cf->builtin, msgs, n, add_assistant, out);
+    cJSON *vars = conversation(msgs, n, add_assistant);
+    if (!vars)
+        return TOK_ERR_NOMEM;
+    int rc = chat_format_tokenize_vars(cf, t, vars, out, err, errlen);
+    cJSON_Delete(vars);
+    return rc;
+}
+
+const char *chat_format_source(const chat_format *cf, size_t *len)
+{
+    *len = cf->src_len;
+    return cf->src;
 }

@@ -39,4 +39,14 @@ char *chat_format_apply(const chat_format *cf, const cJSON *vars, time_t now, si
 int chat_format_tokenize(const chat_format *cf, const tokenizer *t, const chat_msg *msgs, int n,
                          bool add_assistant, int32_t **out, char *err, size_t errlen);
 
+/* chat_format_tokenize of a conversation as the template sees it: vars as chat_format_apply
+ * takes them (messages with tool calls and results, tools, add_generation_prompt, ...). The
+ * built-in formats read the messages' roles and text contents only. */
+int chat_format_tokenize_vars(const chat_format *cf, const tokenizer *t, const cJSON *vars,
+                              int32_t **out, char *err, size_t errlen);
+
+/* The Jinja source in use (*len bytes), or NULL for a built-in format: what it writes for a tool
+ * call tells the model's tool-call format (text/toolcall.h). */
+const char *chat_format_source(const chat_format *cf, size_t *len);
+
 #endif

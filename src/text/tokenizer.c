@@ -628,6 +628,7 @@ void detok_init(detok_stream *s)
 {
     s->n_pending = 0;
     s->first = true;
+    s->special = false;
 }
 
 /* How many bytes the sequence starting with lead has in well-formed UTF-8 (0: cannot start one). */
@@ -703,12 +704,12 @@ size_t detok_push(detok_stream *s, const tokenizer *t, int32_t id, char *out, si
 {
     char local[256];
     char *piece = local;
-    size_t n = tokenizer_piece(t, id, false, local, sizeof local);
+    size_t n = tokenizer_piece(t, id, s->special, local, sizeof local);
     if (n > sizeof local) {
         piece = malloc(n);
         if (!piece)
             return 0;
-        tokenizer_piece(t, id, false, piece, n);
+        tokenizer_piece(t, id, s->special, piece, n);
     }
     size_t start = 0;
     /* The SPM space prefix added when encoding is not part of the text. */

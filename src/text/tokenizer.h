@@ -57,6 +57,7 @@ typedef struct detok_stream {
     char pending[8];
     int n_pending;
     bool first;        /* SPM: drop the leading space of the very first piece */
+    bool special;      /* control tokens give their text (set after detok_init; else none) */
 } detok_stream;
 void detok_init(detok_stream *s);
 /* Appends the printable bytes of token id to out (at most cap); returns the count. A token of

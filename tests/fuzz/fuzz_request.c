@@ -1,5 +1,7 @@
-/* libFuzzer target for the server's request parser: any body, as either endpoint, is parsed
- * and checked (or refused with a message) without crashing, leaking or reading out of bounds. */
+/* libFuzzer target for the server's request parsers: any body, as any endpoint of any API
+ * (OpenAI's chat, completions and embeddings, Ollama's chat, generate and embed, Anthropic's
+ * messages), is parsed and checked (or refused with a message) without crashing, leaking or
+ * reading out of bounds. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,9 +25,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     srv_request r;
     srv_refusal why;
     enum srv_endpoint kind = data[0] & 1 ? SRV_CHAT : SRV_COMPLETION;
-    if (srv_request_parse(&r, kind, body, size - 1, &defaults, &why) == 0) {
+    int rc;
+    switch (data[0] >> 1 & 3) {
+    case 0: rc = srv_request_parse(&r, kind, body, size - 1, &defaults, &why); break;
+    case 1: rc = srv_ollama_parse(&r, kind, body, size - 1, &defaults, &why); break;
+    case 2: rc = srv_anthropic_parse(&r, body, size - 1, &defaults, &why); break;
+    default:
+        rc = srv_embed_parse(&r, kind == SRV_CHAT ? SRV_API_OPENAI : SRV_API_OLLAMA, body,
+                             size - 1, &defaults, &why);
+    }
+    if (rc == 0) {
         for (int i = 0; i < r.n_msgs; i++)
             (void)strlen(r.msgs[i].content);
+        for (int i = 0; i < r.n_inputs; i++)
+            if (r.inputs[i].text)
+                (void)strlen(r.inputs[i].text);
+            else
+                (void)r.inputs[i].toks[r.inputs[i].n_toks - 1];
         srv_request_free(&r);
     } else if (!memchr(why.message, '\0', sizeof why.message)) {
         abort();
