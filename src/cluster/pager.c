@@ -209,7 +209,8 @@ void pager_request(pager *p, const byte_range *drop, int n_drop, const byte_rang
     struct job *j = &p->req;
     int need = n_drop > n_fetch ? n_drop : n_fetch;
     if (need > j->cap) {
-        /* At most one range per layer of the model, so this stops growing quickly. */
+        /* At most a few ranges per layer (per expert of a layer of experts), so this stops
+         * growing quickly. */
         byte_range *d = realloc(j->drop, sizeof *d * (size_t)need);
         if (d)
             j->drop = d;

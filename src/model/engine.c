@@ -34,6 +34,10 @@ struct engine {
     void *moe_block;
     float *scores, *chosen_w, *rows_w;
     int32_t *chosen, *rows;
+    /* [n_layer][routed_words]: the experts each layer routed a row to in its latest
+     * evaluation (engine_routed; the ring's pager pages by expert from it) */
+    uint64_t *routed;
+    int routed_words;
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -137,6 +141,10 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
         e->rows_w = e->chosen_w + B * k;
         e->chosen = (int32_t *)(e->rows_w + B);
         e->rows = e->chosen + B * k;
+        e->routed_words = (hp->n_expert + 63) / 64;
+        e->routed = calloc((size_t)hp->n_layer * (size_t)e->routed_words, sizeof *e->routed);
+        if (!e->routed)
+            goto oom;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
@@ -166,9 +174,18 @@ void engine_free(engine *e)
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++)
         free(e->buf[b]);
     free(e->moe_block);
+    free(e->routed);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
+}
+
+const uint64_t *engine_routed(const engine *e, int il)
+{
+    const model_layer *l = &e->m->layers[il];
+    if (!e->routed || !l->t[LT_FFN_GATE_INP])
+        return NULL;
+    return e->routed + (size_t)il * (size_t)e->routed_words;
 }
 
 bool engine_layer_on_gpu(const engine *e, int il)
@@ -383,6 +400,10 @@ static int moe(engine *e, int il, const layer_op *op, int n)
         route(e->scores + (size_t)t * (size_t)n_x, n_x, k, e->chosen + (size_t)t * (size_t)k,
               e->chosen_w + (size_t)t * (size_t)k);
     memset(out, 0, sizeof(float) * (size_t)n * (size_t)d);
+    uint64_t *routed = e->routed + (size_t)il * (size_t)e->routed_words;
+    memset(routed, 0, sizeof *routed * (size_t)e->routed_words);
+    for (int i = 0; i < n * k; i++)
+        routed[e->chosen[i] / 64] |= 1ull << (e->chosen[i] % 64);
     for (int x = 0; x < n_x; x++) {
         int c = 0;
         for (int t = 0; t < n; t++)
