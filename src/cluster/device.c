@@ -443,6 +443,8 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
             device_free(d);
             return -1;
         }
+        if (d->hot_room || (d->heat && d->n_streamed))
+            pager_set_exact(d->pg);   /* a layer of experts' read-ahead has gaps */
         if (d->prefetch) {
             int n = fetch_ranges(d, next_window(d, -1), d->scratch);
             pager_request(d->pg, NULL, 0, d->scratch, n);
