@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 #include "cluster/device.h"
@@ -246,6 +247,26 @@ static void note_routed(device *d, int first, int last)
     }
 }
 
+/* Read-around on the expert tensors of the owned layers of experts: off (MADV_RANDOM) while
+ * they are paged by expert, where a fault's readahead (read_ahead_kb, 8 MiB on the
+ * development VM) would read the neighbouring experts a token did not route to; the layers
+ * then ask for exactly their routed experts' pages as soon as they have routed
+ * (ring_layers.hint_experts). Back to MADV_NORMAL when the device is freed. */
+static void expert_advice(const device *d, int advice)
+{
+    const ring_model *m = d->m;
+    for (int r = 0; r < d->plan.k; r++) {
+        int first, last;
+        plan_range(&d->plan, d->rank, r, &first, &last);
+        for (int il = first; il < last; il++)
+            for (int j = 0; j < RING_EXPERT_TENSORS && by_expert(d, il); j++) {
+                uint64_t b = m->expert_begin[il][j] / 4096 * 4096;
+                uint64_t e = m->expert_begin[il][j] + (uint64_t)m->n_expert * m->expert_slice[il][j];
+                madvise((void *)(m->map + b), e - b, advice);
+            }
+    }
+}
+
 const bool *device_hot_experts(const device *d, int il)
 {
     return by_expert(d, il) ? d->hot + (size_t)il * (size_t)d->m->n_expert : NULL;
@@ -443,8 +464,13 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
             device_free(d);
             return -1;
         }
-        if (d->hot_room || (d->heat && d->n_streamed))
+        if (d->heat && d->n_streamed) {
             pager_set_exact(d->pg);   /* a layer of experts' read-ahead has gaps */
+            expert_advice(d, MADV_RANDOM);
+            d->advised = true;
+            if (d->layers.hint_experts)
+                d->layers.hint_experts(d->layers.ctx, true);
+        }
         if (d->prefetch) {
             int n = fetch_ranges(d, next_window(d, -1), d->scratch);
             pager_request(d->pg, NULL, 0, d->scratch, n);
@@ -457,6 +483,8 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
 
 void device_free(device *d)
 {
+    if (d->advised)
+        expert_advice(d, MADV_NORMAL);
     pager_free(d->pg);
     free(d->scratch);
     free(d->scratch2);

@@ -41,6 +41,9 @@ typedef struct ring_layers {
      * a bitmask of ring_model.n_expert bits (bit x of word x / 64); NULL for a dense layer.
      * The pager pages such layers by expert from it. NULL: unknown (whole layers). */
     const uint64_t *(*routed)(void *ctx, int il);
+    /* Whether the layers of experts ask for their routed experts' pages as soon as they have
+     * routed (the device turns it on when it pages by expert); NULL: they cannot. */
+    void (*hint_experts)(void *ctx, bool on);
 } ring_layers;
 
 #define RING_EXPERT_TENSORS 3   /* gate, up, down */
@@ -99,6 +102,7 @@ typedef struct device {
     int expert_words;
     uint64_t hot_room;
     double repeat_hit, repeat_all;
+    bool advised;                  /* the expert tensors' read-around is off (device.c) */
 } device;
 
 /* Does the batch reach device `rank` in `round`? (It stops at the device computing the last

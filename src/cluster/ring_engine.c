@@ -89,6 +89,11 @@ static const uint64_t *engine_routed_of(void *ctx, int il)
     return engine_routed(ctx, il);
 }
 
+static void engine_hint_experts_of(void *ctx, bool on)
+{
+    engine_hint_experts(ctx, on);
+}
+
 static bool engine_in_vram(void *ctx, int il)
 {
     return engine_layer_on_gpu(ctx, il);
@@ -119,7 +124,8 @@ static ring_layers ring_layers_of_engine(engine *e)
                          engine_in_vram,
                          engine_embed_rows,
                          engine_output_row,
-                         engine_routed_of};
+                         engine_routed_of,
+                         engine_hint_experts_of};
 }
 
 static int count_marked(const bool *mark, int n)

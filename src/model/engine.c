@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gpu/gpu.h"
 #include "model/model.h"
@@ -38,6 +39,7 @@ struct engine {
      * evaluation (engine_routed; the ring's pager pages by expert from it) */
     uint64_t *routed;
     int routed_words;
+    bool hint_experts;   /* engine_hint_experts */
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -178,6 +180,11 @@ void engine_free(engine *e)
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
+}
+
+void engine_hint_experts(engine *e, bool on)
+{
+    e->hint_experts = on;
 }
 
 const uint64_t *engine_routed(const engine *e, int il)
@@ -380,6 +387,24 @@ static int expert_matmul(engine *e, const gguf_tensor *w, int x, const float *in
                        (int)w->ne[0], (int)w->ne[1], in, n, y);
 }
 
+/* Ask the kernel to read the routed experts' pages of the 3-D tensors w[1..3] now, exactly
+ * those (whole pages), so that they arrive in large requests while the first experts compute. */
+static void hint_routed(const gguf_tensor *const *w, const uint64_t *routed, int n_x)
+{
+    const uintptr_t page = 4096;
+    for (int j = 1; j <= 3; j++) {
+        const size_t slice = w[j]->nbytes / (size_t)n_x;
+        for (int x = 0; x < n_x; x++) {
+            if (!((routed[x / 64] >> (x % 64)) & 1))
+                continue;
+            uintptr_t b = (uintptr_t)w[j]->data + (uintptr_t)x * slice;
+            uintptr_t e = b + slice;
+            b &= ~(page - 1);
+            madvise((void *)b, e - b, MADV_WILLNEED);
+        }
+    }
+}
+
 /* LOP_MOE: the router's scores for every row, then expert by expert (in index order, so a
  * row's sum is the same whatever else is in its batch) one product over the rows routed to it. */
 static int moe(engine *e, int il, const layer_op *op, int n)
@@ -404,6 +429,8 @@ static int moe(engine *e, int il, const layer_op *op, int n)
     memset(routed, 0, sizeof *routed * (size_t)e->routed_words);
     for (int i = 0; i < n * k; i++)
         routed[e->chosen[i] / 64] |= 1ull << (e->chosen[i] % 64);
+    if (e->hint_experts)
+        hint_routed(w, routed, n_x);
     for (int x = 0; x < n_x; x++) {
         int c = 0;
         for (int t = 0; t < n; t++)

@@ -127,6 +127,11 @@ int engine_set_owned(engine *e, const bool *owns);
 /* The experts layer il routed at least one row to in its latest evaluation here: a bitmask of
  * n_expert bits (bit x of word x / 64), all zero before the first. NULL for a dense layer. */
 const uint64_t *engine_routed(const engine *e, int il);
+/* Whether a layer of experts asks the kernel for exactly its routed experts' pages once it
+ * has routed (MADV_WILLNEED), before computing them: for weights that are paged by expert,
+ * whose cold experts are not in memory (and whose faults, without readahead, would read a page
+ * at a time). Off by default: a hint on pages in memory still costs a page-cache walk. */
+void engine_hint_experts(engine *e, bool on);
 /* Bytes held by the KV cache and by the scratch buffers. */
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes);
 
