@@ -163,7 +163,8 @@ static uint64_t ranges_without(const device *d, int il, byte_range s,
     return cap0 - o->cap;
 }
 
-/* What to drop of layer il once computed: its streamed part, less its hot experts. */
+/* What to drop of layer il once computed: its streamed part, less its hot experts, and less
+ * its shared part too when the budget keeps the shared parts (stream_by_expert). */
 static int drop_ranges(const device *d, int il, byte_range *out)
 {
     byte_range s = streamed_part(d, il);
@@ -174,7 +175,17 @@ static int drop_ranges(const device *d, int il, byte_range *out)
         return 1;
     }
     range_out o = {out, 0, UINT64_MAX};
-    ranges_without(d, il, s, keep_hot, &o);
+    if (!d->keep_shared) {
+        ranges_without(d, il, s, keep_hot, &o);
+        return o.n;
+    }
+    const ring_model *m = d->m;
+    for (int j = 0; j < RING_EXPERT_TENSORS; j++)
+        for (int x = 0; x < m->n_expert; x++)
+            if (!keep_hot(d, il, x)) {
+                uint64_t b = m->expert_begin[il][j] + (uint64_t)x * m->expert_slice[il][j];
+                put_range(&o, b, b + m->expert_slice[il][j]);
+            }
     return o.n;
 }
 
@@ -418,6 +429,7 @@ static void stream_by_expert(device *d, uint64_t mem_budget)
     d->cut = first;
     d->cut_offset = m->layer_begin[first];
     d->n_streamed = n;
+    d->keep_shared = true;
     d->hot_room = mem_budget > fixed ? mem_budget - fixed : 0;
 }
 

@@ -101,6 +101,7 @@ typedef struct device {
     uint64_t *seen;                /* [n_layer][expert words] */
     int expert_words;
     uint64_t hot_room;
+    bool keep_shared;              /* the streamed layers' shared parts stay (auto's budget) */
     double repeat_hit, repeat_all;
     bool advised;                  /* the expert tensors' read-around is off (device.c) */
 } device;
