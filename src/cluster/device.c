@@ -278,11 +278,6 @@ static void expert_advice(const device *d, int advice)
     }
 }
 
-const bool *device_hot_experts(const device *d, int il)
-{
-    return by_expert(d, il) ? d->hot + (size_t)il * (size_t)d->m->n_expert : NULL;
-}
-
 /* What to read ahead of computing window `round`: its resident layers and the cut layer's
  * resident prefix (already in memory after the first token, so the pager skips them), then
  * the first streamed bytes that fit the room (of a layer of experts: those it is expected to

@@ -139,9 +139,6 @@ int device_compute(device *d, int round, float *hidden, int n, const int32_t *po
 /* The activations of `round` have been handed on: drop that window if the release policy says
  * so, and prefetch the window this device computes next. */
 void device_handed_on(device *d, int round);
-/* The experts of layer il that are hot now (paging by expert), as a bool per expert; NULL when
- * the device pages it whole. */
-const bool *device_hot_experts(const device *d, int il);
 /* The counters of the batch just finished (disk bytes included); starts a new batch. */
 void device_take_counters(device *d, ring_counters *out);
 /* Accumulate src into dst. */
