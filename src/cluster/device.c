@@ -475,14 +475,15 @@ int device_init(device *d, const ring_model *m, const ring_plan *p, int rank,
             pager_set_exact(d->pg);   /* a layer of experts' read-ahead has gaps */
             expert_advice(d, MADV_RANDOM);
             d->advised = true;
-            if (d->layers.hint_experts)
-                d->layers.hint_experts(d->layers.ctx, true);
         }
         if (d->prefetch) {
             int n = fetch_ranges(d, next_window(d, -1), d->scratch);
             pager_request(d->pg, NULL, 0, d->scratch, n);
         }
     }
+    /* on, or off again (the head's engine outlives a plan that paged by expert) */
+    if (d->layers.hint_experts)
+        d->layers.hint_experts(d->layers.ctx, d->advised);
     d->idle_since = net_now_ns();
     d->disk_mark = pager_disk_read_bytes();
     return 0;
