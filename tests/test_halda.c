@@ -562,8 +562,74 @@ static void near_ties(void)
           tied.cost.tpot * 1e3, exact.cost.tpot * 1e3, most_tied * 1e3, most_exact * 1e3);
 }
 
+/* A model of experts (cost.h: Disk): layers of 100 MiB, 20 of them shared and 80 of experts
+ * of which a token reads 1/8 (10 MiB): it costs a token 30 MiB of memory traffic, and an
+ * overloaded device reads 1/8 of its bytes not kept, or, when even the shared parts do not
+ * fit, those and every routed expert; Halda agrees with the exhaustive search on such models. */
+static sched_model moe_model(int n_layer)
+{
+    sched_model sm = small_model(n_layer);
+    sm.layer_read = 30 * MIB;
+    sm.expert_share = 1.0 / 8;
+    return sm;
+}
+
+static void experts(void)
+{
+    sched_model sm = moe_model(6);
+    sm.kv_bytes = 0;
+    dev_cost dc[3];
+    alike(dc, 3, "x", 6e-3, 1000);
+    dc[2].ram = 340 * MIB;
+    dc[2].fixed_anon = 40 * MIB;
+    sched_opts o = sched_opts_default();
+    ring_plan q = {.n_dev = 3, .n_layer = 6, .k = 1, .window = {1, 1, 4}};
+    cost_result r;
+    /* 400 MiB of layers, 100 kept (340 - 40 - the room's 200): 300 MiB not kept, of which a
+     * token reads 37.5, none of it ahead */
+    cost_eval(dc, &sm, &o, &q, &r);
+    CHECK(r.feasible && r.dev[2].overloaded && close_to(r.dev[2].disk_bytes, 37.5 * MIB) &&
+              close_to(r.dev[2].t_disk, 37.5 * MIB / 1e9),
+          "340 MiB: %.2f MiB read, %.3f ms", r.dev[2].disk_bytes / MIB, r.dev[2].t_disk * 1e3);
+    /* 250 MiB: 10 kept, less than the 80 MiB of shared parts: 4 * 30 - 10 = 110 MiB a token */
+    dc[2].ram = 250 * MIB;
+    cost_eval(dc, &sm, &o, &q, &r);
+    CHECK(r.feasible && close_to(r.dev[2].disk_bytes, 110 * MIB),
+          "250 MiB: %.2f MiB read", r.dev[2].disk_bytes / MIB);
+    /* the kernels stream what a token reads: 30 MiB at 1 GB/s is the floor of a layer (its KV
+     * reads aside) */
+    sm.kv_read = 0;
+    dev_profile p = {.mem_bw = 1e9};
+    snprintf(p.name, sizeof p.name, "bw");
+    p.cpu[DT_Q4_K].matvec = p.cpu[DT_Q6_K].matvec = 1e12;
+    dev_cost c;
+    char err[256];
+    REQUIRE(cost_device(&sm, &p, &o, false, &c, err, sizeof err) == 0, "%s", err);
+    CHECK(c.cpu_layer >= 30 * MIB / 1e9 && c.cpu_layer < 31 * MIB / 1e9,
+          "a layer of experts takes %.3f ms at 1 GB/s, want %.3f (30 MiB)", c.cpu_layer * 1e3,
+          30 * MIB / 1e6);
+
+    static const int shapes[][2] = {{2, 8}, {3, 6}, {4, 5}};
+    rng_state = 777;
+    for (int rep = 0; rep < 16; rep++)   /* 8 and 11 need both disk rows */
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int n = shapes[s][0], L = shapes[s][1];
+            sched_model m = moe_model(L);
+            dev_cost d[4];
+            for (int i = 0; i < n; i++)
+                d[i] = random_device(i, L, rep % 2 == 1);
+            sched_opts so = sched_opts_default();
+            so.allow_disk = rep % 4 >= 2;
+            char label[96];
+            snprintf(label, sizeof label, "experts %d (%d devices, %d layers%s%s)", rep, n, L,
+                     rep % 2 ? ", tight" : "", so.allow_disk ? ", disk allowed" : "");
+            check_scenario(d, n, &m, &so, label);
+        }
+}
+
 int main(void)
 {
+    experts();
     near_ties();
     unequal_layers();
     layer_cost();

@@ -2,8 +2,9 @@
  * rows by expert (one product per expert over its rows), gives bit for bit the logits of the
  * same prompt fed a token at a time, at 1 and 2 threads; for a Qwen3-MoE and a Mixtral-style
  * llama file written by the synthetic writer, which must also load as the architecture says
- * (3-D expert tensors, an F32 router, the expert keys). The fixtures' agreement with llama.cpp
- * is test_fidelity's. */
+ * (3-D expert tensors, an F32 router, the expert keys). The experts a layer reports routed
+ * (engine_routed, what the ring pages by) are k per token, and a batch's are the union of its
+ * tokens'. The fixtures' agreement with llama.cpp is test_fidelity's. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,14 @@
 #include "test.h"
 
 enum { N_PROMPT = 12 };
+
+static int popcount(uint64_t w)
+{
+    int n = 0;
+    for (; w; w &= w - 1)
+        n++;
+    return n;
+}
 
 static void check_arch(enum model_arch arch)
 {
@@ -44,12 +53,27 @@ static void check_arch(enum model_arch arch)
         session *a = session_create(m, kc, 64, N_PROMPT, err, sizeof err);
         REQUIRE(a, "%s", err);
         REQUIRE(!session_eval(a, toks, N_PROMPT, batch, err, sizeof err), "%s", err);
+        uint64_t batch_routed[8], step_routed[8] = {0};   /* 8 experts: one word a layer */
+        REQUIRE(m->hp.n_layer <= 8, "%d layers", m->hp.n_layer);
+        for (int il = 0; il < m->hp.n_layer; il++)
+            batch_routed[il] = engine_routed(a->e, il)[0];
         session_free(a);
         session *b = session_create(m, kc, 64, 1, err, sizeof err);
         REQUIRE(b, "%s", err);
-        for (int i = 0; i < N_PROMPT; i++)
+        for (int i = 0; i < N_PROMPT; i++) {
             REQUIRE(!session_eval(b, toks + i, 1, steps + (size_t)i * (size_t)nv, err,
                                   sizeof err), "%s", err);
+            for (int il = 0; il < m->hp.n_layer; il++) {
+                uint64_t r = engine_routed(b->e, il)[0];
+                CHECK(popcount(r) == 3 && r < 256, "%s: token %d routed to experts %#llx of "
+                      "layer %d, want 3 of 8", name, i, (unsigned long long)r, il);
+                step_routed[il] |= r;
+            }
+        }
+        for (int il = 0; il < m->hp.n_layer; il++)
+            CHECK(batch_routed[il] == step_routed[il], "%s: layer %d: the batch routed to "
+                  "experts %#llx, its tokens alone to %#llx", name, il,
+                  (unsigned long long)batch_routed[il], (unsigned long long)step_routed[il]);
         session_free(b);
         kern_ctx_free(kc);
         for (int i = 0; i < N_PROMPT; i++)

@@ -2,7 +2,8 @@
  * them bit for bit the logits it gets alone (rows interleaved at the engine, parts of a step
  * through session_eval_batch and the micro-batch calls); truncating or shifting one sequence
  * leaves the others as they were; bad sequence ids and broken position runs are refused; the
- * KV cache grows with the number of sequences. On the fixture models. */
+ * KV cache grows with the number of sequences. On the fixture models, those of experts too (the
+ * server's -np slots share such a batch). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,7 +215,11 @@ int main(void)
     static const char *models[] = {"stories260K.gguf", "synth-spm512-l4-e256-f32.gguf",
                                    "synth-llama3-l2-e64-q8_0.gguf",
                                    "synth-qwen2-l2-e64-q8_0.gguf",
-                                   "synth-spm512-l4-e256-q4_k_m.gguf"};
+                                   "synth-spm512-l4-e256-q4_k_m.gguf",
+                                   /* experts: a row is routed as it is alone (-np) */
+                                   "synth-qwen3moe-l2-e64-q8_0.gguf",
+                                   "synth-mixtral-l3-e64-q8_0.gguf",
+                                   "synth-gptoss-l4-e64-mxfp4.gguf"};
     kern_ctx *kc = kern_ctx_create(2);
     REQUIRE(kc, "threads");
     for (size_t k = 0; k < sizeof models / sizeof models[0]; k++) {

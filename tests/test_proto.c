@@ -40,15 +40,15 @@ static void stats_layout(void)
     msg_stats m = {.serial = 7, .rank = 2,
                    .c = {.compute_ns = 101, .wait_ns = 102, .major_faults = 103, .disk_bytes = 104,
                          .pages = 105, .pages_resident = 106, .bytes_sent = 107, .bytes_recv = 108,
-                         .hops = 109}};
+                         .hops = 109, .routed_bytes = 110}};
     char err[512];
     REQUIRE(proto_send_stats(&a, &m, err, sizeof err) == 0, "%s", err);
     frame f;
     REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
-    CHECK(f.type == RM_STATS && f.len == 8 + 9 * 8, "STATS of %u bytes", f.len);
-    if (f.len == 80) {
+    CHECK(f.type == RM_STATS && f.len == 8 + 10 * 8, "STATS of %u bytes", f.len);
+    if (f.len == 88) {
         CHECK(f.body[0] == 7 && f.body[4] == 2, "serial and rank first");
-        for (int i = 0; i < 9; i++)
+        for (int i = 0; i < 10; i++)
             CHECK(get64(f.body + 8 + 8 * i) == 101u + (unsigned)i, "counter %d is %llu", i,
                   (unsigned long long)get64(f.body + 8 + 8 * i));
     }

@@ -14,6 +14,7 @@ static void check_dispatch(void)
     static const struct { enum dtype t; const mm_kernel *tile; } want[] = {
         {DT_Q4_0, &mm_q4_0_avx512}, {DT_Q8_0, &mm_q8_0_avx512}, {DT_IQ4_NL, &mm_iq4_nl_avx512},
         {DT_Q4_K, &mm_q4_k_avx512}, {DT_Q5_K, &mm_q5_k_avx512}, {DT_Q6_K, &mm_q6_k_avx512},
+        {DT_MXFP4, &mm_mxfp4_avx512},
         {DT_F16, &mm_f16_avx2},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)

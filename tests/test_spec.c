@@ -4,7 +4,8 @@
  * file, a random-weight draft that shares stories260K's vocabulary (mostly refused) and n-gram
  * drafting, the tokens are the plain decoder's, token for token, on one device and through
  * rings of 1 to 3 devices (workers in threads of this process) with uneven windows and k > 1,
- * across context shifts. Sampling: the first two generated tokens, over thousands of seeds,
+ * across context shifts; the same for a Qwen3-MoE model drafting for itself and by n-grams.
+ * Sampling: the first two generated tokens, over thousands of seeds,
  * follow the exact distribution of sampling the target token by token (a chi-square bound).
  * Also: a draft with another vocabulary is refused, and drafts are cut to the context left. */
 #include <stdlib.h>
@@ -482,6 +483,15 @@ int main(void)
         {"", SPEC_NGRAM, 16, 0.0f, true, 1}, /* its text repeats single tokens only */
     };
     check_greedy("tinystories-656k-f16.lily.json", 1.1f, tiny, 3, rings2, 4);
+    /* a model of experts (2 layers): a verified batch routes each row as its token alone, so
+     * the tokens are plain decoding's; drafting for itself it is named as another file, since
+     * its drafts after a context shift (evaluated afresh, where the target's cache was moved
+     * and re-rotated) may route differently at this random model's near-ties and be refused */
+    const spec_case experts[] = {
+        {"synth-qwen3moe-l2-e64-q8_0.gguf", SPEC_DRAFT, 8, 0.0f, true, 0},
+        {"", SPEC_NGRAM, 16, 0.0f, false, 1},
+    };
+    check_greedy("synth-qwen3moe-l2-e64-q8_0.route.json", 1.0f, experts, 2, rings2, 4);
 
     /* prompt: a reference prompt, 12 tokens of its greedy continuation, then the first three
      * again, so that n-grams find the earlier occurrence; the 4th follows (x0) */

@@ -256,6 +256,8 @@ static void se_metrics(void *ctx, FILE *f)
          offsetof(ring_counters, disk_bytes), 1},
         {"prima_device_major_faults_total", "major page faults during compute",
          offsetof(ring_counters, major_faults), 1},
+        {"prima_device_routed_bytes_total", "bytes of the experts the device's rows were routed to",
+         offsetof(ring_counters, routed_bytes), 1},
     };
     pthread_mutex_lock(&se->mu);
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
@@ -277,6 +279,7 @@ static void add_counters(cJSON *o, const ring_counters *c)
     cJSON_AddNumberToObject(o, "compute_seconds", (double)c->compute_ns * 1e-9);
     cJSON_AddNumberToObject(o, "wait_seconds", (double)c->wait_ns * 1e-9);
     cJSON_AddNumberToObject(o, "disk_bytes", (double)c->disk_bytes);
+    cJSON_AddNumberToObject(o, "routed_bytes", (double)c->routed_bytes);
     cJSON_AddNumberToObject(o, "major_faults", (double)c->major_faults);
     cJSON_AddNumberToObject(o, "pages", (double)c->pages);
     cJSON_AddNumberToObject(o, "pages_resident", (double)c->pages_resident);

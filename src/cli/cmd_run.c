@@ -66,8 +66,10 @@ static void print_ring(const runner *r)
     fprintf(stderr, "prima: ring: %d device%s, %d round%s a token; per batch (%d batches: the "
                     "prompt's chunks and one a generated token):\n",
             p->n_dev, p->n_dev > 1 ? "s" : "", p->k, p->k > 1 ? "s" : "", batches);
+    /* a model of experts: the disk read against the routed experts' bytes (paging by expert) */
+    const bool experts = r->m->hp.n_expert > 0;
     fprintf(stderr, "prima:   device  address                layers       compute ms  wait ms"
-                    "  sent KiB\n");
+                    "  sent KiB%s\n", experts ? "  disk MiB  routed MiB" : "");
     for (int d = 0; d < p->n_dev; d++) {
         ring_counters c;
         char addr[NET_HOST_MAX + 8], layers[256];
@@ -75,9 +77,13 @@ static void print_ring(const runner *r)
         ring_totals(rg, d, &c);
         ring_device(rg, d, addr, sizeof addr, &budget);
         plan_format_layers(p, d, layers, sizeof layers);
-        fprintf(stderr, "prima:   %-6d  %-21s  %-11s  %10.3f  %7.3f  %8.2f\n", d,
+        char more[64] = "";
+        if (experts)
+            snprintf(more, sizeof more, "  %8.2f  %10.2f", c.disk_bytes / 1048576.0 / batches,
+                     c.routed_bytes / 1048576.0 / batches);
+        fprintf(stderr, "prima:   %-6d  %-21s  %-11s  %10.3f  %7.3f  %8.2f%s\n", d,
                 d ? addr : "(the head)", layers, c.compute_ns / 1e6 / batches,
-                c.wait_ns / 1e6 / batches, c.bytes_sent / 1024.0 / batches);
+                c.wait_ns / 1e6 / batches, c.bytes_sent / 1024.0 / batches, more);
     }
 }
 

@@ -37,7 +37,16 @@ typedef struct ring_layers {
     void (*embed)(void *ctx, const int32_t *tokens, int n, float *hidden);
     int (*output)(void *ctx, const float *hidden, int pos, float *logits, int n_vocab, char *err,
                   size_t errlen);
+    /* For a model of experts: the experts layer il routed a row to in its latest eval here, as
+     * a bitmask of ring_model.n_expert bits (bit x of word x / 64); NULL for a dense layer.
+     * The pager pages such layers by expert from it. NULL: unknown (whole layers). */
+    const uint64_t *(*routed)(void *ctx, int il);
+    /* Whether the layers of experts ask for their routed experts' pages as soon as they have
+     * routed (the device turns it on when it pages by expert); NULL: they cannot. */
+    void (*hint_experts)(void *ctx, bool on);
 } ring_layers;
+
+#define RING_EXPERT_TENSORS 3   /* gate, up, down */
 
 /* The model as the ring sees it: who it is, its shape, and where each layer lies in the file. */
 typedef struct ring_model {
@@ -48,6 +57,11 @@ typedef struct ring_model {
     uint64_t map_size;
     uint64_t *layer_begin, *layer_end;   /* n_layer file byte ranges */
     uint64_t head_bytes;           /* embedding, final norm and output: the head's extra weights */
+    /* Experts (n_expert 0: a dense model): expert x of layer il is RING_EXPERT_TENSORS byte
+     * ranges, [expert_begin[il][j] + x * expert_slice[il][j], + expert_slice[il][j]), all
+     * inside the layer's range; a dense layer's slices are 0. */
+    int n_expert;
+    uint64_t (*expert_begin)[RING_EXPERT_TENSORS], (*expert_slice)[RING_EXPERT_TENSORS];
 } ring_model;
 
 typedef struct device_opts {
@@ -73,8 +87,23 @@ typedef struct device {
     ring_counters cur;             /* this batch so far */
     int64_t idle_since;
     uint64_t disk_mark;
-    byte_range *scratch;           /* n_layer ranges */
+    byte_range *scratch;           /* n_scratch ranges each */
     byte_range *scratch2;
+    int n_scratch;
+    /* Paging by expert (a model of experts whose layers say what they routed): per owned
+     * layer and expert its heat (routings, decayed per batch), whether it is hot (kept in
+     * memory while its layer streams), and the experts of the layer's latest batch; a streamed
+     * layer of experts keeps its hot experts (as many as hot_room holds, hottest first) and
+     * reads ahead the rest of what the last batch routed when that guess has been paying off
+     * (repeat_hit: the decayed share of a batch's routed experts the one before had routed). */
+    float *heat;                   /* [n_layer][n_expert], NULL: whole layers */
+    bool *hot;                     /* [n_layer][n_expert] */
+    uint64_t *seen;                /* [n_layer][expert words] */
+    int expert_words;
+    uint64_t hot_room;
+    bool keep_shared;              /* the streamed layers' shared parts stay (auto's budget) */
+    double repeat_hit, repeat_all;
+    bool advised;                  /* the expert tensors' read-around is off (device.c) */
 } device;
 
 /* Does the batch reach device `rank` in `round`? (It stops at the device computing the last

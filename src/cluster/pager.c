@@ -28,11 +28,12 @@ struct pager {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     bool stop, pending, busy;
+    _Atomic bool exact;        /* pager_set_exact */
     /* The pending request, and the one the thread works on: swapped under the lock, so the
      * requester never writes ranges the thread is reading. */
     struct job {
         byte_range *drop, *fetch;
-        int n_drop, n_fetch, cap;
+        int n_drop, n_fetch, cap_drop, cap_fetch;
     } req, work;
     _Atomic uint64_t faults;
 };
@@ -141,10 +142,17 @@ static void *pager_main(void *arg)
                  * the page cache or a load per page. */
                 if (chunk_resident(p, b, ce))
                     continue;
-                if (p->method == PREFETCH_TOUCH)
+                if (atomic_load(&p->exact)) {
+                    /* the hint reads exactly [b, ce) (never outside the file's range); a
+                     * fault on a page it cached reads nothing more */
+                    posix_fadvise(p->fd, (off_t)b, (off_t)(ce - b), POSIX_FADV_WILLNEED);
+                    if (p->method == PREFETCH_TOUCH)
+                        pages_populate(p->map + b, ce - b);
+                } else if (p->method == PREFETCH_TOUCH) {
                     pages_populate(p->map + b, ce - b);
-                else
+                } else {
                     hint_chunk(p, b, ce);
+                }
             }
         }
         atomic_fetch_add(&p->faults, thread_major_faults() - f0);
@@ -203,33 +211,46 @@ void pager_free(pager *p)
     free(p);
 }
 
+/* Room for n ranges in *r (its capacity *cap); false when out of memory. */
+static bool reserve(byte_range **r, int *cap, int n)
+{
+    if (n <= *cap)
+        return true;
+    /* a few ranges per layer (per expert of a layer of experts): this stops growing quickly */
+    byte_range *g = realloc(*r, sizeof *g * (size_t)n);
+    if (!g)
+        return false;
+    *r = g;
+    *cap = n;
+    return true;
+}
+
 void pager_request(pager *p, const byte_range *drop, int n_drop, const byte_range *fetch, int n_fetch)
 {
     pthread_mutex_lock(&p->lock);
     struct job *j = &p->req;
-    int need = n_drop > n_fetch ? n_drop : n_fetch;
-    if (need > j->cap) {
-        /* At most one range per layer of the model, so this stops growing quickly. */
-        byte_range *d = realloc(j->drop, sizeof *d * (size_t)need);
-        if (d)
-            j->drop = d;
-        byte_range *f = d ? realloc(j->fetch, sizeof *f * (size_t)need) : NULL;
-        if (!f) {
-            pthread_mutex_unlock(&p->lock);
-            return;   /* prefetching is an optimisation: skipping it is always correct */
-        }
-        j->fetch = f;
-        j->cap = need;
+    /* A pending request's fetches are outdated, but its drops are not: dropping is what keeps
+     * a device within its budget, so they stay, and the new ones follow. */
+    int kept = p->pending ? j->n_drop : 0;
+    if (!reserve(&j->drop, &j->cap_drop, kept + n_drop) ||
+        !reserve(&j->fetch, &j->cap_fetch, n_fetch)) {
+        pthread_mutex_unlock(&p->lock);
+        return;   /* prefetching is an optimisation: skipping it is always correct */
     }
     if (n_drop)
-        memcpy(j->drop, drop, sizeof *drop * (size_t)n_drop);
+        memcpy(j->drop + kept, drop, sizeof *drop * (size_t)n_drop);
     if (n_fetch)
         memcpy(j->fetch, fetch, sizeof *fetch * (size_t)n_fetch);
-    j->n_drop = n_drop;
+    j->n_drop = kept + n_drop;
     j->n_fetch = n_fetch;
     p->pending = true;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
+}
+
+void pager_set_exact(pager *p)
+{
+    atomic_store(&p->exact, true);
 }
 
 void pager_wait_idle(pager *p)

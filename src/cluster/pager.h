@@ -35,9 +35,15 @@ typedef struct pager pager;
 pager *pager_create(const char *path, const uint8_t *map, uint64_t size,
                     enum prefetch_method method, char *err, size_t errlen);
 void pager_free(pager *p);
-/* Replace any pending work with: drop the `drop` ranges, then bring in the `fetch` ranges. Work
- * already in progress stops at its next chunk. Never blocks on I/O. */
+/* Replace any pending work with: drop the `drop` ranges, then bring in the `fetch` ranges. A
+ * pending request's drops are kept (they run first), its fetches are not. Fetches already in
+ * progress stop at their next chunk. Never blocks on I/O. */
 void pager_request(pager *p, const byte_range *drop, int n_drop, const byte_range *fetch, int n_fetch);
+/* From now on bring in exactly the requested ranges: no readahead past them (the kernel's
+ * would read the neighbouring bytes, which for the experts of a layer are the experts a token
+ * did not route to). The reads are hinted first, then faulted in (TOUCH), which maps 4 KB
+ * pages rather than large folios. */
+void pager_set_exact(pager *p);
 /* Block until the thread has nothing left to do (tests and benchmarks). */
 void pager_wait_idle(pager *p);
 /* Major page faults taken by the pager's own thread so far. */

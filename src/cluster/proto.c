@@ -766,6 +766,7 @@ int proto_send_stats(conn *c, const msg_stats *m, char *err, size_t errlen)
     w_u64(&w, k->bytes_sent);
     w_u64(&w, k->bytes_recv);
     w_u64(&w, k->hops);
+    w_u64(&w, k->routed_bytes);
     return conn_send(c, RM_STATS, w.b, w.n, err, errlen);
 }
 
@@ -787,6 +788,7 @@ int proto_decode_stats(const frame *f, msg_stats *m, char *err, size_t errlen)
     k->bytes_sent = r_u64(&r);
     k->bytes_recv = r_u64(&r);
     k->hops = r_u64(&r);
+    k->routed_bytes = r_u64(&r);
     return r_done(&r, f, err, errlen);
 }
 

@@ -48,9 +48,10 @@
 #include "model/sample.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 5           /* 2: the link handshake, sealed frames, no proofs in bodies;
+#define PROTO_VERSION 6           /* 2: the link handshake, sealed frames, no proofs in bodies;
                                    * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE;
-                                   * 5: the tag on the handshake's keyed greeting */
+                                   * 5: the tag on the handshake's keyed greeting;
+                                   * 6: STATS' routed_bytes */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -219,6 +220,8 @@ typedef struct ring_counters {
     uint64_t pages_resident;   /* of those, already in memory when compute started */
     uint64_t bytes_sent, bytes_recv;
     uint64_t hops;             /* windows computed or forwarded */
+    uint64_t routed_bytes;     /* of the experts the batch's rows were routed to, every layer
+                                * computed: what paging by expert must read at most */
 } ring_counters;
 
 typedef struct msg_stats {

@@ -42,6 +42,19 @@ int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
     }
     for (int il = 0; il < n; il++)
         model_layer_span(m, il, &rm->layer_begin[il], &rm->layer_end[il]);
+    if (m->hp.n_expert) {
+        _Static_assert(RING_EXPERT_TENSORS == MODEL_EXPERT_TENSORS, "an expert's tensors");
+        rm->n_expert = m->hp.n_expert;
+        rm->expert_begin = calloc((size_t)n, sizeof *rm->expert_begin);
+        rm->expert_slice = calloc((size_t)n, sizeof *rm->expert_slice);
+        if (!rm->expert_begin || !rm->expert_slice) {
+            ring_model_release(rm);
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        for (int il = 0; il < n; il++)
+            model_layer_experts(m, il, rm->expert_begin[il], rm->expert_slice[il]);
+    }
     return 0;
 }
 
@@ -49,7 +62,10 @@ void ring_model_release(ring_model *rm)
 {
     free(rm->layer_begin);
     free(rm->layer_end);
+    free(rm->expert_begin);
+    free(rm->expert_slice);
     rm->layer_begin = rm->layer_end = NULL;
+    rm->expert_begin = rm->expert_slice = NULL;
 }
 
 static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
@@ -66,6 +82,16 @@ static int engine_truncate(void *ctx, int seq, int p0)
 static int engine_shift(void *ctx, int seq, int p0, int p1, int delta)
 {
     return engine_kv_shift(ctx, seq, p0, p1, delta);
+}
+
+static const uint64_t *engine_routed_of(void *ctx, int il)
+{
+    return engine_routed(ctx, il);
+}
+
+static void engine_hint_experts_of(void *ctx, bool on)
+{
+    engine_hint_experts(ctx, on);
 }
 
 static bool engine_in_vram(void *ctx, int il)
@@ -97,7 +123,9 @@ static ring_layers ring_layers_of_engine(engine *e)
                          engine_shift,
                          engine_in_vram,
                          engine_embed_rows,
-                         engine_output_row};
+                         engine_output_row,
+                         engine_routed_of,
+                         engine_hint_experts_of};
 }
 
 static int count_marked(const bool *mark, int n)

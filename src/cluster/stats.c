@@ -41,6 +41,7 @@ static const struct {
     {"bytes_sent", offsetof(ring_counters, bytes_sent)},
     {"bytes_recv", offsetof(ring_counters, bytes_recv)},
     {"hops", offsetof(ring_counters, hops)},
+    {"routed_bytes", offsetof(ring_counters, routed_bytes)},
 };
 
 _Static_assert(sizeof(ring_counters) == sizeof counter_fields / sizeof counter_fields[0] * sizeof(uint64_t),

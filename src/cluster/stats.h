@@ -6,7 +6,7 @@
  * The events:
  *   batch       (head) one device's counters for one batch: serial, device (ring position),
  *               compute_ns, wait_ns, major_faults, disk_bytes, pages, pages_resident,
- *               bytes_sent, bytes_recv, hops (cluster/proto.h, ring_counters)
+ *               bytes_sent, bytes_recv, hops, routed_bytes (cluster/proto.h, ring_counters)
  *   plan        (head, when the scheduler plans) Halda's plan as `prima plan --json` gives it:
  *               predicted tpot and its terms (compute, memory, gpu, disk, network, head), and
  *               per device its window, layers, resident_layers, disk_bytes_per_token and time

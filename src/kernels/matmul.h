@@ -14,6 +14,8 @@ MM_DECLARE(bf16)
 MM_DECLARE(q4_0)
 MM_DECLARE(q8_0)
 MM_DECLARE(iq4_nl)
+/* MXFP4: an AVX-512 tile only (AVX2 has its dot product) */
+extern const mm_kernel mm_mxfp4_avx512;
 MM_DECLARE(q4_k)
 MM_DECLARE(q5_k)
 MM_DECLARE(q6_k)

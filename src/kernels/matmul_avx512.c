@@ -197,11 +197,26 @@ ALWAYS_INLINE __m256i iq4_nl_unsigned(const void *b)
     return _mm256_shuffle_epi8(grid, nibbles_lo_hi(((const block_iq4_nl *)b)->qs));
 }
 
-typedef __m256i (*weights32_fn)(const void *block);
+ALWAYS_INLINE __m256i mxfp4_unsigned(const void *b)
+{
+    /* the doubled FP4 grid shifted by 128 (its levels lie in [-12, 12]) */
+    const __m256i grid = _mm256_xor_si256(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mxfp4_values)), _mm256_set1_epi8((char)0x80));
+    return _mm256_shuffle_epi8(grid, nibbles_lo_hi(((const block_mxfp4 *)b)->qs));
+}
 
-ALWAYS_INLINE void q32_tile(weights32_fn weights_u, int offset, size_t block_bytes, int n, int R,
-                            int T, const void *w, size_t ws, const void *a, size_t as, float *y,
-                            size_t ys)
+/* MXFP4's scale is its E8M0 exponent, not an fp16 d in front of the levels. */
+ALWAYS_INLINE float mxfp4_d(const void *b)
+{
+    return mxfp4_scale(((const block_mxfp4 *)b)->e);
+}
+
+typedef __m256i (*weights32_fn)(const void *block);
+typedef float (*scale32_fn)(const void *block);
+
+ALWAYS_INLINE void q32_tile(weights32_fn weights_u, scale32_fn scale, int offset,
+                            size_t block_bytes, int n, int R, int T, const void *w, size_t ws,
+                            const void *a, size_t as, float *y, size_t ys)
 {
     const __m256i off = _mm256_set1_epi8((char)offset);
     __m256 facc[4][3];
@@ -221,7 +236,7 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights_u, int offset, size_t block_byt
             if (T <= MM_STREAM_TOKENS && i % 2 == 0)
                 prefetch_ahead(block, 2 * block_bytes);
             __m256i wu = weights_u(block);
-            float dw = block_d(block);
+            float dw = scale(block);
             for (int t = 0; t < T; t++) {
                 __m256i p = _mm256_dpbusd_epi32(neg[t], wu, av[t]);
                 facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t]), _mm256_cvtepi32_ps(p), facc[r][t]);
@@ -233,12 +248,14 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights_u, int offset, size_t block_byt
             y[t * ys + r] = hsum_ps256(facc[r][t]);
 }
 
-#define Q8_0_TILE(...) q32_tile(q8_0_unsigned, 128, sizeof(block_q8_0), __VA_ARGS__)
-#define Q4_0_TILE(...) q32_tile(q4_0_unsigned, 8, sizeof(block_q4_0), __VA_ARGS__)
-#define IQ4_NL_TILE(...) q32_tile(iq4_nl_unsigned, 128, sizeof(block_iq4_nl), __VA_ARGS__)
+#define Q8_0_TILE(...) q32_tile(q8_0_unsigned, block_d, 128, sizeof(block_q8_0), __VA_ARGS__)
+#define Q4_0_TILE(...) q32_tile(q4_0_unsigned, block_d, 8, sizeof(block_q4_0), __VA_ARGS__)
+#define IQ4_NL_TILE(...) q32_tile(iq4_nl_unsigned, block_d, 128, sizeof(block_iq4_nl), __VA_ARGS__)
+#define MXFP4_TILE(...) q32_tile(mxfp4_unsigned, mxfp4_d, 128, sizeof(block_mxfp4), __VA_ARGS__)
 DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
 DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
 DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
+DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
 
 /* 4 x 4 K-quant tiles: each row's unpacked levels and scales serve four tokens (the 32 vector
  * registers of AVX-512 hold the 16 accumulators; measured 14% less CPU time per prefill token
@@ -252,3 +269,4 @@ const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 4, 1};
 const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1};
 const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1};
 const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1};
+const mm_kernel mm_mxfp4_avx512 = {tile_mxfp4, 4, 3, 1};

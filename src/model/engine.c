@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "gpu/gpu.h"
 #include "model/model.h"
@@ -34,6 +35,11 @@ struct engine {
     void *moe_block;
     float *scores, *chosen_w, *rows_w;
     int32_t *chosen, *rows;
+    /* [n_layer][routed_words]: the experts each layer routed a row to in its latest
+     * evaluation (engine_routed; the ring's pager pages by expert from it) */
+    uint64_t *routed;
+    int routed_words;
+    bool hint_experts;   /* engine_hint_experts */
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -137,6 +143,10 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
         e->rows_w = e->chosen_w + B * k;
         e->chosen = (int32_t *)(e->rows_w + B);
         e->rows = e->chosen + B * k;
+        e->routed_words = (hp->n_expert + 63) / 64;
+        e->routed = calloc((size_t)hp->n_layer * (size_t)e->routed_words, sizeof *e->routed);
+        if (!e->routed)
+            goto oom;
     }
     if (kern_ctx_reserve(kc, widest_input(hp), max_batch))
         goto oom;
@@ -166,9 +176,23 @@ void engine_free(engine *e)
     for (int b = FIRST_SCRATCH; b < LB_COUNT; b++)
         free(e->buf[b]);
     free(e->moe_block);
+    free(e->routed);
     gpu_layers_free(e->gpu);
     free(e->on_gpu);
     free(e);
+}
+
+void engine_hint_experts(engine *e, bool on)
+{
+    e->hint_experts = on;
+}
+
+const uint64_t *engine_routed(const engine *e, int il)
+{
+    const model_layer *l = &e->m->layers[il];
+    if (!e->routed || !l->t[LT_FFN_GATE_INP])
+        return NULL;
+    return e->routed + (size_t)il * (size_t)e->routed_words;
 }
 
 bool engine_layer_on_gpu(const engine *e, int il)
@@ -363,6 +387,24 @@ static int expert_matmul(engine *e, const gguf_tensor *w, int x, const float *in
                        (int)w->ne[0], (int)w->ne[1], in, n, y);
 }
 
+/* Ask the kernel to read the routed experts' pages of the 3-D tensors w[1..3] now, exactly
+ * those (whole pages), so that they arrive in large requests while the first experts compute. */
+static void hint_routed(const gguf_tensor *const *w, const uint64_t *routed, int n_x)
+{
+    const uintptr_t page = 4096;
+    for (int j = 1; j <= 3; j++) {
+        const size_t slice = w[j]->nbytes / (size_t)n_x;
+        for (int x = 0; x < n_x; x++) {
+            if (!((routed[x / 64] >> (x % 64)) & 1))
+                continue;
+            uintptr_t b = (uintptr_t)w[j]->data + (uintptr_t)x * slice;
+            uintptr_t e = b + slice;
+            b &= ~(page - 1);
+            madvise((void *)b, e - b, MADV_WILLNEED);
+        }
+    }
+}
+
 /* LOP_MOE: the router's scores for every row, then expert by expert (in index order, so a
  * row's sum is the same whatever else is in its batch) one product over the rows routed to it. */
 static int moe(engine *e, int il, const layer_op *op, int n)
@@ -383,6 +425,12 @@ static int moe(engine *e, int il, const layer_op *op, int n)
         route(e->scores + (size_t)t * (size_t)n_x, n_x, k, e->chosen + (size_t)t * (size_t)k,
               e->chosen_w + (size_t)t * (size_t)k);
     memset(out, 0, sizeof(float) * (size_t)n * (size_t)d);
+    uint64_t *routed = e->routed + (size_t)il * (size_t)e->routed_words;
+    memset(routed, 0, sizeof *routed * (size_t)e->routed_words);
+    for (int i = 0; i < n * k; i++)
+        routed[e->chosen[i] / 64] |= 1ull << (e->chosen[i] % 64);
+    if (e->hint_experts)
+        hint_routed(w, routed, n_x);
     for (int x = 0; x < n_x; x++) {
         int c = 0;
         for (int t = 0; t < n; t++)

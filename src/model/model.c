@@ -522,6 +522,20 @@ void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end)
     *end = hi;
 }
 
+int model_layer_experts(const model *m, int il, uint64_t begin[MODEL_EXPERT_TENSORS],
+                        uint64_t slice[MODEL_EXPERT_TENSORS])
+{
+    const gguf_tensor *const *t = m->layers[il].t;
+    if (!t[LT_FFN_GATE_INP] || !m->hp.n_expert)
+        return 0;
+    for (int j = 0; j < MODEL_EXPERT_TENSORS; j++) {
+        const gguf_tensor *x = t[LT_FFN_GATE_EXPS + j];
+        begin[j] = m->file->data_offset + x->offset;
+        slice[j] = x->nbytes / (uint64_t)m->hp.n_expert;
+    }
+    return MODEL_EXPERT_TENSORS;
+}
+
 uint64_t model_layer_bytes(const model *m, int il)
 {
     const gguf_tensor *ts[LT_COUNT];

@@ -56,6 +56,12 @@ int model_kv_rows(const model *m, int il, int n_ctx, int max_batch);
 int model_kv_resume(const model *m, int n_ctx, int max_batch, int filled, int p0);
 /* Byte range [*begin, *end) of the file holding layer il's tensors (for prefetch and planning). */
 void model_layer_span(const model *m, int il, uint64_t *begin, uint64_t *end);
+/* A layer of experts' expert tensors (gate, up, down): expert x's bytes in tensor j are
+ * [begin[j] + x * slice[j], + slice[j]) of the file. Returns how many there are (3), 0 for a
+ * dense layer. */
+#define MODEL_EXPERT_TENSORS 3
+int model_layer_experts(const model *m, int il, uint64_t begin[MODEL_EXPERT_TENSORS],
+                        uint64_t slice[MODEL_EXPERT_TENSORS]);
 /* Bytes of the weights of layer il, and of the head-only tensors (embedding, norm, output) the
  * head keeps in memory: of a token embedding separate from the output matrix, the pages of
  * the rows of MODEL_EMBD_ROWS distinct tokens (it is read a row per token, without readahead:
@@ -121,6 +127,14 @@ bool engine_layer_on_gpu(const engine *e, int il);
  * its plan changed). 0, or -1 when out of memory (some of the layers are then not owned) or
  * a GPU is attached (engine_attach_gpu). */
 int engine_set_owned(engine *e, const bool *owns);
+/* The experts layer il routed at least one row to in its latest evaluation here: a bitmask of
+ * n_expert bits (bit x of word x / 64), all zero before the first. NULL for a dense layer. */
+const uint64_t *engine_routed(const engine *e, int il);
+/* Whether a layer of experts asks the kernel for exactly its routed experts' pages once it
+ * has routed (MADV_WILLNEED), before computing them: for weights that are paged by expert,
+ * whose cold experts are not in memory (and whose faults, without readahead, would read a page
+ * at a time). Off by default: a hint on pages in memory still costs a page-cache walk. */
+void engine_hint_experts(engine *e, bool on);
 /* Bytes held by the KV cache and by the scratch buffers. */
 void engine_memory(const engine *e, uint64_t *kv_bytes, uint64_t *scratch_bytes);
 

@@ -46,6 +46,12 @@ static int layer_time(const type_rate *rates, const double *params, double bytes
     for (int t = 0; t < DT_COUNT; t++) {
         if (params[t] <= 0)
             continue;
+        if (rates[t].matvec <= 0 && t == DT_F32) {
+            /* F32 products (a router's) are bound by memory, 4 bytes a weight: a profile made
+             * with a model that has none is not short of anything it needs */
+            c += params[t] * 4 / bw;
+            continue;
+        }
         if (rates[t].matvec <= 0) {
             snprintf(err, errlen, "device %s: no %s throughput measured for %s weights (measure "
                      "its profile with this model)", dev, proc, dtype_get((uint32_t)t)->name);
@@ -68,7 +74,7 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
         snprintf(err, errlen, "device %s: no memory bandwidth measured", name);
         return -1;
     }
-    if (layer_time(p->cpu, sm->layer_params, sm->layer_bytes, p->mem_bw, name, "CPU",
+    if (layer_time(p->cpu, sm->layer_params, sched_layer_read(sm), p->mem_bw, name, "CPU",
                    &dc->cpu_compute, &dc->cpu_layer, err, errlen))
         return -1;
     /* the work besides the matrices: about 5 % of a layer of the 8B-like on the 2-core VM
@@ -87,7 +93,7 @@ int cost_device(const sched_model *sm, const dev_profile *p, const sched_opts *o
             return -1;
         }
         double gc;
-        if (layer_time(p->gpu, sm->layer_params, sm->layer_bytes, p->gpu_bw, name, "GPU", &gc,
+        if (layer_time(p->gpu, sm->layer_params, sched_layer_read(sm), p->gpu_bw, name, "GPU", &gc,
                        &dc->gpu_layer, err, errlen))
             return -1;
         /* every step of a GPU layer pays the dispatch's fixed cost: on a software driver it
@@ -144,6 +150,16 @@ static void __attribute__((format(printf, 2, 3))) infeasible(cost_result *r, con
     vsnprintf(r->why, sizeof r->why, fmt, ap);
     va_end(ap);
     r->feasible = false;
+}
+
+double sched_layer_read(const sched_model *sm)
+{
+    return sm->layer_read > 0 ? sm->layer_read : sm->layer_bytes;
+}
+
+double sched_stream_share(const sched_model *sm)
+{
+    return sm->expert_share > 0 ? sm->expert_share : 1;
 }
 
 /* Bytes of layer il in memory. */
@@ -307,6 +323,13 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             d->resident_layers = walk_ram_layers(sm, p, m, off > 0, keep).fit;
             d->disk_bytes = ram.bytes - keep;
             double ahead = o->prefetch ? room : 0;
+            if (sm->expert_share > 0) {
+                /* by expert (cost.h: Disk) */
+                double cold = sm->expert_share * (ram.bytes - keep);
+                double whole = (d->layers - off) * sm->layer_read - keep;
+                d->disk_bytes = cold > whole ? cold : whole;
+                ahead = 0;
+            }
             if (d->disk_bytes > ahead)
                 d->t_disk = (d->disk_bytes - ahead) / c->disk_bps;
         }

@@ -67,7 +67,21 @@
  * pager reads the first streamed bytes of a window at the hand-off before it); each streamed
  * byte beyond the room is read while it is needed, so the ring stalls for
  *   disk_m = (streamed bytes - room bytes) / disk throughput
- * (all streamed layers when the ring does not prefetch). The throughput is the profile's
+ * (all streamed layers when the ring does not prefetch).
+ * A model of experts is paged by expert (cluster/device.c): an overloaded device keeps the
+ * shared part (attention, router, norms) of all its layers, and its hottest experts as far as
+ * the budget beyond those and the room holds; a token reads from disk the experts it is routed
+ * to that are not kept. With the routing spread evenly over the experts (what the model
+ * assumes: a real model's skew only makes the kept experts cover more), the kept experts
+ * cover their share of the routings, so a token reads
+ *   disk bytes = k / n_expert * (bytes of its layers - bytes kept)
+ * (linear in the streamed bytes, as for dense layers, at k / n_expert of the rate) as long as
+ * the shared parts fit; beyond that the shared parts stream too, whole, and no expert is kept:
+ *   disk bytes = its layers * the bytes a token reads of one (layer_read) - bytes kept,
+ * the larger of the two in both cases (so Halda's program has a row for each). None of it is
+ * counted as read ahead: a token's experts are known only once its router has run (the shared
+ * parts that stream are, by the pager, which this leaves out: a bound on the stall).
+ * The throughput is the profile's
  * streaming figure: faults through a mapping with the kernel's readahead, as compute reads the
  * streamed layers beyond the room (sched/measure.c).
  * The room must fit beside anon (and the head's weights): that is the hard limit of a streaming
@@ -91,6 +105,11 @@ typedef struct sched_model {
     int n_layer, n_embd, n_vocab;
     double layer_params[DT_COUNT]; /* weights of each type in one layer (mean over layers) */
     double layer_bytes;            /* bytes of one layer's weights (mean) */
+    /* Layers of experts (0: a dense model): the bytes a token reads of a layer (its shared
+     * part and the k experts it is routed to; mean), and of a layer that streams the share a
+     * token reads from disk: k / n_expert (paging by expert, cost.h: Disk) */
+    double layer_read;
+    double expert_share;
     double layer_size[SCHED_MAX_LAYERS];   /* bytes of each layer; 0: the mean (layer_bytes) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
@@ -193,6 +212,11 @@ typedef struct cost_result {
 
 /* Evaluate a plan directly (no linearisation): what Halda's integer programs must agree with.
  * dc[0] is the head. */
+/* What a model's numbers mean when 0 (a dense model): the bytes a token reads of a layer, and
+ * the share of its streamed bytes a token reads from disk. */
+double sched_layer_read(const sched_model *sm);
+double sched_stream_share(const sched_model *sm);
+
 void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, const ring_plan *p,
                cost_result *r);
 

@@ -195,6 +195,11 @@ static glp_prob *build(const problem *pb, int k)
         bool u_fixed = m == 0 || pb->o->fixed_ring;
         double ram = c->ram / MIB, fp = c->fixed_page / MIB, room = PLAN_STREAM_ROOM_LAYERS * b;
         double ahead = pb->o->prefetch ? room : 0;   /* read while the others compute */
+        /* a model of experts: a streamed byte costs a token its share of the disk, and none of
+         * it is read ahead (cost.h: Disk) */
+        double sb = b * sched_stream_share(sm), rd = sched_layer_read(sm) / MIB;
+        if (sm->expert_share > 0)
+            ahead = 0;
         /* most memory a device can need: bounds the overload flag's row */
         double big = fmax(1, c->fixed_anon / MIB + fp + (kv + b) * ymax - ram);
 
@@ -278,7 +283,7 @@ static glp_prob *build(const problem *pb, int k)
         }
         /* memory: O = 0 => everything fits; O = 1 => R resident layers and the streaming room
          * fit beside anon and the head's weights, and the ring stalls for the streamed layers
-         * beyond those read ahead, E = b (y_cpu - R) - ahead (y_cpu = (k-1) W + V - off G) */
+         * beyond those read ahead, E = sb (y_cpu - R) - ahead (y_cpu = (k-1) W + V - off G) */
         mem_terms(pb, m, k, &r, 1, 1);
         term(&r, col(m, C_O), -big);
         add_row(lp, &r, GLP_UP, 0, ram - fp);
@@ -291,11 +296,18 @@ static glp_prob *build(const problem *pb, int k)
             mem_terms(pb, m, k, &r, 1, 0);
             term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
             add_row(lp, &r, GLP_UP, 0, ram - fp);
-            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b), term(&r, col(m, C_O), ahead);
-            term(&r, col(m, C_W), -b * (k - 1)), term(&r, col(m, C_V), -b);
+            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), sb), term(&r, col(m, C_O), ahead);
+            term(&r, col(m, C_W), -sb * (k - 1)), term(&r, col(m, C_V), -sb);
             if (off)
-                term(&r, col(m, C_G), b);
+                term(&r, col(m, C_G), sb);
             add_row(lp, &r, GLP_LO, 0, 0);
+            if (sm->expert_share > 0) {   /* and E >= rd y_cpu - b R: shared parts streamed */
+                term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b);
+                term(&r, col(m, C_W), -rd * (k - 1)), term(&r, col(m, C_V), -rd);
+                if (off)
+                    term(&r, col(m, C_G), rd);
+                add_row(lp, &r, GLP_LO, 0, 0);
+            }
         }
     }
     /* the head's hop: paid when the ring has another device */

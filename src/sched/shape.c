@@ -36,7 +36,7 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->n_layer = hp->n_layer;
     sm->n_embd = hp->n_embd;
     sm->n_vocab = hp->n_vocab;
-    double bytes = 0;
+    double bytes = 0, read = 0;
     double kv_rows = 0, kv_keys = 0;
     for (int il = 0; il < hp->n_layer; il++) {
         const model_layer *L = &m->layers[il];
@@ -64,8 +64,13 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
         kv_keys += L->prog.window && L->prog.window < n_ctx / 2 ? L->prog.window : n_ctx / 2.0;
         sm->layer_size[il] = (double)model_layer_bytes(m, il);
         bytes += sm->layer_size[il];
+        read += model_layer_token_bytes(m, il);
     }
     sm->layer_bytes = bytes / hp->n_layer;
+    if (hp->n_expert && hp->n_expert_used < hp->n_expert) {
+        sm->layer_read = read / hp->n_layer;
+        sm->expert_share = (double)hp->n_expert_used / hp->n_expert;
+    }
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
                                            hp->n_head_kv * hp->head_dim);
 
