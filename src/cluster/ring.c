@@ -10,6 +10,7 @@
 
 #include "cluster/ring.h"
 #include "cluster/stats.h"
+#include "cluster/manifest.h"
 #include "cluster/wire.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
@@ -127,6 +128,143 @@ static int count_workers(const char *list)
     return n;
 }
 
+/* ---- sending workers with a store their chunks ---- */
+
+static int handle_common(ring *r, int i, const frame *f);
+
+/* What one worker asked for, and how far the head is through it. */
+typedef struct xfer {
+    msg_want q;
+    uint32_t range, next;          /* the next chunk: q.first[range] + next */
+    uint64_t sent, total;
+    int64_t t0, shown;
+    bool asked;
+} xfer;
+
+static void show_transfer(ring *r, int i, xfer *x, bool last)
+{
+    int64_t now = net_now_ns();
+    /* done == total is said once, at the end */
+    if (!r->o.on_transfer || (!last && (now - x->shown < 250000000 || x->sent >= x->total)))
+        return;
+    x->shown = now;
+    r->o.on_transfer(r->o.transfer_ctx, i + 1, x->sent, last ? x->sent : x->total,
+                     x->asked ? (double)(now - x->t0) * 1e-9 : 0.0);
+}
+
+/* Serve the WANTs of the workers marked active (their MANIFEST or FETCH sent) until each says
+ * it holds what it needs (an empty WANT): a chunk to each in turn, so several fill at once. */
+static int transfer(ring *r, bool *active)
+{
+    const manifest *mf = r->m->manifest;
+    xfer *x = calloc((size_t)r->n_workers, sizeof *x);
+    if (!x)
+        return fail(r, "out of memory");
+    char err[512];
+    int rc = 0;
+    for (;;) {
+        bool any = false, pending = false;
+        for (int i = 0; i < r->n_workers; i++) {
+            any |= active[i];
+            pending |= active[i] && x[i].range < x[i].q.n;
+        }
+        if (!any)
+            break;
+        for (int i = 0; i < r->n_workers && rc == 0; i++) {
+            xfer *t = &x[i];
+            if (!active[i] || t->range >= t->q.n)
+                continue;
+            uint32_t c = t->q.first[t->range] + t->next;
+            uint32_t len = manifest_chunk_len(mf, c);
+            if (proto_send_chunk(&r->w[i].c, c, r->m->map + (uint64_t)c * mf->chunk_bytes, len,
+                                 err, sizeof err))
+                rc = lose(r, i, "%s", err);
+            t->sent += len;
+            if (++t->next == t->q.count[t->range]) {
+                t->range++;
+                t->next = 0;
+            }
+            show_transfer(r, i, t, false);
+        }
+        struct pollfd p[PRIMA_MAX_DEVICES];
+        for (int i = 0; i < r->n_workers; i++)
+            p[i] = (struct pollfd){.fd = active[i] ? r->w[i].c.fd : -1, .events = POLLIN};
+        if (rc == 0 && poll(p, (nfds_t)r->n_workers, pending ? 0 : PROTO_PING_MS) < 0 &&
+            errno != EINTR)
+            rc = fail(r, "poll: %s", strerror(errno));
+        for (int i = 0; i < r->n_workers && rc == 0; i++) {
+            if (!p[i].revents)
+                continue;
+            frame f;
+            int got = conn_recv(&r->w[i].c, &f, 0, err, sizeof err);
+            if (got < 0) {
+                rc = lose(r, i, "%s", err);
+                break;
+            }
+            int h = got == 1 ? 1 : handle_common(r, i, &f);
+            if (h < 0)
+                rc = -1;
+            if (h)
+                continue;
+            xfer *t = &x[i];
+            if (f.type != RM_WANT || t->range < t->q.n) {
+                rc = lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, proto_msg_name(f.type));
+                break;
+            }
+            if (proto_decode_want(&f, mf->n_chunks, &t->q, err, sizeof err)) {
+                rc = lose(r, i, "%s: %s", r->w[i].c.name, err);
+                break;
+            }
+            t->range = t->next = 0;
+            if (!t->asked) {
+                t->asked = true;
+                t->t0 = net_now_ns();
+            }
+            t->total = t->sent + t->q.bytes;
+            if (t->q.n == 0) {
+                active[i] = false;
+                show_transfer(r, i, t, true);
+            }
+        }
+        int64_t now = net_now_ns();
+        for (int i = 0; i < r->n_workers && rc == 0; i++)
+            if (active[i] && now - r->w[i].c.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000)
+                rc = lose(r, i, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
+                          PROTO_DEAD_MS / 1000);
+        if (rc)
+            break;
+    }
+    free(x);
+    return rc;
+}
+
+/* A worker that keeps a store and lacks the model: its manifest, then the chunks of its header
+ * (it asks), then its WELCOME again, now with the model's shape. */
+static int send_header(ring *r, int i, frame *f)
+{
+    remote *w = &r->w[i];
+    char err[512];
+    if (!r->m->manifest)
+        return fail(r, "%s has no copy of the model, and this device has no manifest to send it",
+                    w->c.name);
+    if (conn_send(&w->c, RM_MANIFEST, r->m->manifest->bytes, r->m->manifest->len, err,
+                  sizeof err))
+        return fail(r, "%s", err);
+    bool active[PRIMA_MAX_DEVICES] = {false};
+    active[i] = true;
+    if (transfer(r, active))
+        return -1;
+    for (;;) {   /* its heartbeat has started: pings may come first */
+        int rc = conn_recv(&w->c, f, PROTO_DEAD_MS, err, sizeof err);
+        if (rc == 1)
+            return fail(r, "%s did not answer within %d s", w->c.name, PROTO_DEAD_MS / 1000);
+        if (rc)
+            return fail(r, "%s", err);
+        if (f->type != RM_PING)
+            return 0;
+    }
+}
+
 /* Connect to worker i and exchange HELLO / WELCOME. */
 static int greet(ring *r, int i)
 {
@@ -161,6 +299,21 @@ static int greet(ring *r, int i)
     msg_welcome *wm = &w->welcome;
     if (proto_decode_welcome(&f, wm, err, sizeof err))
         return fail(r, "%s: %s", name, err);
+    if (wm->store & WELCOME_NEED_MANIFEST) {
+        snprintf(w->c.name, sizeof w->c.name, "%s", name);
+        if (send_header(r, i, &f))
+            return -1;
+        if (f.type == RM_ERROR) {
+            msg_error e;
+            if (proto_decode_error(&f, &e, err, sizeof err))
+                return fail(r, "%s: %s", name, err);
+            return fail(r, "%s refused: %s", name, e.text);
+        }
+        if (proto_decode_welcome(&f, wm, err, sizeof err))
+            return fail(r, "%s: %s", name, err);
+        if (wm->store & WELCOME_NEED_MANIFEST)
+            return fail(r, "%s asked for the manifest twice", name);
+    }
     if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
         wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
         return fail(r, "%s holds a different model (%u layers, width %u)", name, wm->n_layer,
@@ -561,6 +714,51 @@ static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen
 
 /* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with
  * r->err set. */
+static void plan_msg(const ring *r, int i, const uint8_t *session, msg_plan *mp)
+{
+    const ring_opts *o = &r->o;
+    *mp = (msg_plan){.rank = (uint32_t)i + 1, .n_dev = (uint32_t)r->plan.n_dev,
+                     .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
+                     .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
+                     .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
+                     .prefetch = o->prefetch, .release = (uint8_t)o->release,
+                     .n_seq = (uint32_t)o->n_seq,
+                     .weight_budget = r->plan.weight_budget[i + 1]};
+    memcpy(mp->session, session, sizeof mp->session);
+    for (int d = 0; d < r->plan.n_dev; d++) {
+        mp->window[d] = (uint32_t)r->plan.window[d];
+        mp->gpu_layers[d] = (uint32_t)r->plan.gpu_layers[d];
+    }
+    if (i + 1 < r->n_workers) {
+        snprintf(mp->succ_host, sizeof mp->succ_host, "%s", r->w[i + 1].host);
+        mp->succ_port = (uint32_t)r->w[i + 1].port;
+    }
+}
+
+/* Every worker that keeps a store gets the chunks of its part of the plan it lacks, all at
+ * once, before any plan is applied: the first token waits for these only. */
+static int fetch_shares(ring *r, const uint8_t *session)
+{
+    bool active[PRIMA_MAX_DEVICES] = {false};
+    bool any = false;
+    char err[512];
+    for (int i = 0; i < r->n_workers; i++) {
+        if (!(r->w[i].welcome.store & WELCOME_STORE))
+            continue;
+        if (!r->m->manifest)
+            return fail(r, "%s keeps a store, and this device has no manifest to fill it from",
+                        r->w[i].c.name);
+        msg_plan mp;
+        plan_msg(r, i, session, &mp);
+        if (proto_send_fetch(&r->w[i].c, &mp, err, sizeof err))
+            return lose(r, i, "%s", err);
+        active[i] = any = true;
+    }
+    return any ? transfer(r, active) : 0;
+}
+
+/* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with
+ * r->err set. */
 static int send_plans(ring *r)
 {
     const ring_opts *o = &r->o;
@@ -568,28 +766,16 @@ static int send_plans(ring *r)
     uint8_t session[16];
     if (ring_random(session, sizeof session))
         return fail(r, "no randomness source (libsodium failed to initialise)");
+    if (fetch_shares(r, session))
+        return -1;
     uint32_t bound = proto_data_bound(r->m->n_embd, o->max_batch, o->wire);
     /* Last worker first: each worker connects to its successor while applying its plan, so the
      * successor must already have applied its own. */
     for (int i = r->n_workers - 1; i >= 0; i--) {
         remote *w = &r->w[i];
         w->c.max_data = bound;
-        msg_plan mp = {.rank = (uint32_t)i + 1, .n_dev = (uint32_t)r->plan.n_dev,
-                       .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
-                       .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
-                       .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
-                       .prefetch = o->prefetch, .release = (uint8_t)o->release,
-                       .n_seq = (uint32_t)o->n_seq,
-                       .weight_budget = r->plan.weight_budget[i + 1]};
-        memcpy(mp.session, session, sizeof session);
-        for (int d = 0; d < r->plan.n_dev; d++) {
-            mp.window[d] = (uint32_t)r->plan.window[d];
-            mp.gpu_layers[d] = (uint32_t)r->plan.gpu_layers[d];
-        }
-        if (i + 1 < r->n_workers) {
-            snprintf(mp.succ_host, sizeof mp.succ_host, "%s", r->w[i + 1].host);
-            mp.succ_port = (uint32_t)r->w[i + 1].port;
-        }
+        msg_plan mp;
+        plan_msg(r, i, session, &mp);
         frame f;
         int who;
         if (proto_send_plan(&w->c, &mp, err, sizeof err))

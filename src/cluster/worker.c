@@ -94,6 +94,15 @@ typedef struct wsession {
     conn *hb_conns[1];
     uint64_t sent_mark, recv_mark;
     char reason[512];          /* why the session ended */
+    /* Fetching into the store (worker_opts.store): after a MANIFEST (the header's chunks) or a
+     * FETCH (a plan's), WANTs until every chunk marked is present. */
+    bool need_manifest;        /* WELCOME asked the head for its manifest */
+    bool fetching;
+    uint8_t identity[PROTO_ID_BYTES];   /* of the head's model */
+    uint8_t *mark, *asked, *failed;     /* per chunk: wanted; asked for; times it failed */
+    uint32_t n_chunks, awaiting;        /* chunks of the last WANT yet to arrive */
+    uint64_t fetched;
+    int64_t fetch_t0;
 } wsession;
 
 static void wvlog(const worker *w, const char *fmt, va_list ap)
@@ -516,31 +525,198 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
     return 0;
 }
 
+/* A PLAN or FETCH body into mp and p, checked against the model; -1 after failing the session. */
+static int plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p)
+{
+    const ring_model *m = s->w->b->model;
+    char err[512];
+    if (proto_decode_plan(f, mp, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return -1;
+    }
+    memset(p, 0, sizeof *p);
+    p->n_dev = (int)mp->n_dev;
+    p->n_layer = (int)mp->n_layer;
+    p->k = (int)mp->k;
+    for (int d = 0; d < p->n_dev; d++) {
+        p->window[d] = mp->window[d] > INT_MAX ? INT_MAX : (int)mp->window[d];
+        p->gpu_layers[d] = mp->gpu_layers[d] > INT_MAX ? INT_MAX : (int)mp->gpu_layers[d];
+    }
+    if (p->n_layer != m->n_layer) {
+        fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
+        return -1;
+    }
+    if (plan_validate(p, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- fetching into the store ---- */
+
+static void load_model(wsession *s);
+
+/* Ask for what is still missing of s->mark, or, when nothing is, say so (an empty WANT) and go
+ * on: after the header, load the model and welcome the head again. */
+static void want_more(wsession *s)
+{
+    worker *w = s->w;
+    static msg_want m;   /* large; one session at a time */
+    uint32_t ranges[2 * PROTO_WANT_MAX];
+    int n = store_missing(w->o.store, s->mark, ranges, PROTO_WANT_MAX, &m.bytes);
+    m.n = (uint32_t)n;
+    s->awaiting = 0;
+    for (int i = 0; i < n; i++) {
+        m.first[i] = ranges[2 * i];
+        m.count[i] = ranges[2 * i + 1];
+        memset(s->asked + m.first[i], 1, m.count[i]);
+        s->awaiting += m.count[i];
+    }
+    char err[512];
+    if (proto_send_want(&s->ctrl, &m, err, sizeof err)) {
+        end_session(s, "%s", err);
+        return;
+    }
+    if (n)
+        return;
+    s->fetching = false;
+    double secs = (double)(net_now_ns() - s->fetch_t0) * 1e-9;
+    if (s->fetched)
+        wlog(w, "store: received %.1f MiB in %.2f s (%.1f MB/s)", (double)s->fetched / (1 << 20),
+             secs, secs > 0 ? (double)s->fetched / secs * 1e-6 : 0.0);
+    else
+        wlog(w, "store: holds every chunk asked for: nothing to fetch");
+    s->fetched = 0;
+    if (s->need_manifest)
+        load_model(s);
+}
+
+/* Start fetching the chunks marked in s->mark (set by the caller). */
+static void fetch_marked(wsession *s)
+{
+    uint64_t bytes = 0;
+    uint32_t r[2];
+    store_missing(s->w->o.store, s->mark, r, 1, &bytes);
+    char err[512];
+    if (store_reserve(s->w->o.store, bytes, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    memset(s->asked, 0, s->n_chunks);
+    s->fetching = true;
+    s->fetched = 0;
+    s->fetch_t0 = net_now_ns();
+    want_more(s);
+}
+
+/* Per-chunk records for the manifest mf. */
+static int fetch_init(wsession *s, const manifest *mf)
+{
+    free(s->mark);
+    s->n_chunks = mf->n_chunks;
+    s->mark = calloc(3 * (size_t)mf->n_chunks, 1);
+    s->asked = s->mark + mf->n_chunks;
+    s->failed = s->asked + mf->n_chunks;
+    if (!s->mark) {
+        fail_session(s, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void handle_manifest(wsession *s, const frame *f)
+{
+    char err[512];
+    if (!s->need_manifest || s->fetching || s->mark) {
+        fail_session(s, "unexpected MANIFEST");
+        return;
+    }
+    if (store_take_manifest(s->w->o.store, s->identity, f->body, f->len, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    const manifest *mf = store_opened(s->w->o.store);
+    if (fetch_init(s, mf))
+        return;
+    manifest_mark(mf, 0, mf->header_bytes, s->mark);
+    fetch_marked(s);
+}
+
+static void handle_fetch(wsession *s, const frame *f)
+{
+    msg_plan mp;
+    ring_plan p;
+    if (s->planned || s->need_manifest || s->fetching) {
+        fail_session(s, "unexpected FETCH");
+        return;
+    }
+    if (plan_from_msg(s, f, &mp, &p))
+        return;
+    const ring_model *m = s->w->b->model;
+    if (!s->mark && fetch_init(s, m->manifest))
+        return;
+    store_plan_chunks(m, &p, (int)mp.rank, s->mark);
+    fetch_marked(s);
+}
+
+static void handle_chunk(wsession *s, const frame *f)
+{
+    uint32_t i;
+    const uint8_t *data;
+    size_t len;
+    char err[512];
+    if (proto_decode_chunk(f, &i, &data, &len, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    if (!s->fetching || i >= s->n_chunks || !s->asked[i]) {
+        fail_session(s, "CHUNK %u was not asked for", i);
+        return;
+    }
+    s->asked[i] = 0;
+    s->awaiting--;
+    int rc = store_put(s->w->o.store, i, data, len, err, sizeof err);
+    if (rc < 0) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    if (rc > 0) {
+        /* Asked again by the next WANT; a holder that keeps sending wrong bytes holds another
+         * file than its manifest describes. */
+        wlog(s->w, "store: chunk %u failed its hash: fetching it again", i);
+        if (++s->failed[i] >= 3) {
+            fail_session(s, "chunk %u failed its hash 3 times: the head's file is not the one "
+                         "its manifest describes", i);
+            return;
+        }
+    } else {
+        s->fetched += len;
+    }
+    if (s->awaiting == 0)
+        want_more(s);
+}
+
 static void apply_plan(wsession *s, const frame *f)
 {
     worker *w = s->w;
     const ring_model *m = w->b->model;
     char err[512];
-    if (proto_decode_plan(f, &s->mp, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
     ring_plan *p = &s->plan;
-    memset(p, 0, sizeof *p);
-    p->n_dev = (int)s->mp.n_dev;
-    p->n_layer = (int)s->mp.n_layer;
-    p->k = (int)s->mp.k;
-    for (int d = 0; d < p->n_dev; d++) {
-        p->window[d] = s->mp.window[d] > INT_MAX ? INT_MAX : (int)s->mp.window[d];
-        p->gpu_layers[d] = s->mp.gpu_layers[d] > INT_MAX ? INT_MAX : (int)s->mp.gpu_layers[d];
-    }
-    if (p->n_layer != m->n_layer) {
-        fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
+    if (plan_from_msg(s, f, &s->mp, p))
         return;
-    }
-    if (plan_validate(p, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
+    if (w->o.store) {
+        /* Never compute with a chunk that is not here and verified. */
+        if (!s->mark && fetch_init(s, m->manifest))
+            return;
+        store_plan_chunks(m, p, (int)s->mp.rank, s->mark);
+        uint64_t lack = 0;
+        uint32_t r[2];
+        if (store_missing(w->o.store, s->mark, r, 1, &lack)) {
+            fail_session(s, "the plan needs %.1f MiB this device's store does not hold (no FETCH "
+                         "before the PLAN)", (double)lack / (1 << 20));
+            return;
+        }
     }
     s->rank = (int)s->mp.rank;
     bool last = s->rank == p->n_dev - 1;
@@ -869,12 +1045,13 @@ static void handle_profile(wsession *s, const frame *f)
 static void handle_ctrl(wsession *s, const frame *f)
 {
     char err[512];
+    const worker *w = s->w;
     switch (f->type) {
     case RM_PING:
         return;
     case RM_PROFILE:
-        if (s->planned)
-            fail_session(s, "PROFILE after the plan");
+        if (s->planned || s->need_manifest)
+            fail_session(s, "PROFILE %s", s->planned ? "after the plan" : "before the model");
         else
             handle_profile(s, f);
         return;
@@ -885,8 +1062,22 @@ static void handle_ctrl(wsession *s, const frame *f)
     case RM_PLAN:
         if (s->planned)
             fail_session(s, "a second PLAN in one session");
+        else if (s->need_manifest || s->fetching)
+            fail_session(s, "PLAN before the model's chunks arrived");
         else
             apply_plan(s, f);
+        return;
+    case RM_MANIFEST:
+    case RM_FETCH:
+    case RM_CHUNK:
+        if (!w->o.store)
+            break;
+        if (f->type == RM_MANIFEST)
+            handle_manifest(s, f);
+        else if (f->type == RM_FETCH)
+            handle_fetch(s, f);
+        else
+            handle_chunk(s, f);
         return;
     case RM_BYE:
         if (conn_send(&s->ctrl, RM_BYE, NULL, 0, err, sizeof err) == 0)
@@ -968,11 +1159,52 @@ static void close_session(wsession *s)
     if (s->layers_open)
         s->w->b->close(s->w->b->ctx, &s->layers);
     hop_buffers_free(&s->buf);
+    free(s->mark);
     if (s->has_pred)
         conn_close(&s->pred);
     if (s->has_succ)
         conn_close(&s->succ);
     conn_close_gently(&s->ctrl);
+}
+
+/* WELCOME: this device's model and memory; with a store, the flag that says so, and, before
+ * the model is here, the request for its manifest. */
+static int send_welcome(wsession *s, char *err, size_t errlen)
+{
+    worker *w = s->w;
+    msg_welcome wm = {.instance = w->instance, .threads = (uint32_t)w->o.threads,
+                      .mem_budget = sysmem_budget(), .store = w->o.store ? WELCOME_STORE : 0};
+    if (s->need_manifest) {
+        wm.store |= WELCOME_NEED_MANIFEST;
+        memcpy(wm.identity, s->identity, sizeof wm.identity);
+    } else {
+        const ring_model *m = w->b->model;
+        wm.n_layer = (uint32_t)m->n_layer;
+        wm.n_embd = (uint32_t)m->n_embd;
+        memcpy(wm.identity, m->identity, sizeof wm.identity);
+    }
+    return proto_send_welcome(&s->ctrl, &wm, err, errlen);
+}
+
+/* The header has arrived: make the store's file computable, and welcome the head again. */
+static void load_model(wsession *s)
+{
+    worker *w = s->w;
+    char err[512];
+    const ring_backend *b = NULL;
+    if (w->o.load(w->o.load_ctx, store_model_path(w->o.store), store_opened(w->o.store),
+                  &b, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    w->b = b;
+    s->need_manifest = false;
+    if (memcmp(b->model->identity, s->identity, sizeof s->identity)) {
+        fail_session(s, "the model loaded from the store is not the head's");
+        return;
+    }
+    if (send_welcome(s, err, sizeof err))
+        end_session(s, "%s", err);
 }
 
 static void serve(worker *w, newcomer *head)
@@ -983,17 +1215,14 @@ static void serve(worker *w, newcomer *head)
         return;
     }
     s->w = w;
+    memcpy(s->identity, head->h.identity, sizeof s->identity);
+    s->need_manifest = !w->b;
     conn_move(&s->ctrl, &head->c);
     snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head->peer);
     free(head);
     s->pred.fd = s->succ.fd = -1;
     char err[512];
-    const ring_model *m = w->b->model;
-    msg_welcome wm = {.instance = w->instance, .n_layer = (uint32_t)m->n_layer,
-                      .n_embd = (uint32_t)m->n_embd, .threads = (uint32_t)w->o.threads,
-                      .mem_budget = sysmem_budget()};
-    memcpy(wm.identity, m->identity, sizeof wm.identity);
-    if (proto_send_welcome(&s->ctrl, &wm, err, sizeof err)) {
+    if (send_welcome(s, err, sizeof err)) {
         wlog(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
         free(s);
@@ -1065,13 +1294,54 @@ static void serve(worker *w, newcomer *head)
 }
 
 /* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
+/* With a store: the head's model loaded if the store holds its header, else none (the session
+ * then asks the head for it). */
+static void open_stored(worker *w, const uint8_t *id)
+{
+    if (w->b && !memcmp(w->b->model->identity, id, PROTO_ID_BYTES))
+        return;
+    if (w->b)
+        w->o.unload(w->o.load_ctx);
+    w->b = NULL;
+    uint32_t damaged = 0;
+    const manifest *mf = store_find(w->o.store, id, &damaged);
+    if (!mf)
+        return;
+    char hex[16];
+    id_hex(id, hex);
+    if (damaged)
+        wlog(w, "store: model %s: %u chunk(s) failed their hash: forgotten, to be fetched again",
+             hex, damaged);
+    uint8_t *mark = calloc(mf->n_chunks, 1);
+    uint32_t r[2];
+    if (!mark)
+        return;
+    manifest_mark(mf, 0, mf->header_bytes, mark);
+    bool header = store_missing(w->o.store, mark, r, 1, NULL) == 0;
+    free(mark);
+    char err[512];
+    const ring_backend *b;
+    if (!header)
+        return;
+    if (w->o.load(w->o.load_ctx, store_model_path(w->o.store), mf, &b, err, sizeof err))
+        wlog(w, "store: model %s: %s", hex, err);
+    else
+        w->b = b;
+}
+
+/* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
 static void admit_idle(worker *w, newcomer *n)
 {
-    const ring_model *m = w->b->model;
     if (n->h.role != ROLE_HEAD) {
         refuse_newcomer(w, n, "refused: no session in progress");
         return;
     }
+    if (w->o.store) {
+        open_stored(w, n->h.identity);
+        serve(w, n);
+        return;
+    }
+    const ring_model *m = w->b->model;
     if (memcmp(n->h.identity, m->identity, sizeof n->h.identity)) {
         char mine[16], theirs[16];
         id_hex(m->identity, mine);
@@ -1117,6 +1387,9 @@ int worker_run(worker *w)
         n = next;
     }
     tell_held_refusals(w, true);
+    if (w->o.store && w->b)
+        w->o.unload(w->o.load_ctx);
+    w->b = NULL;
     wlog(w, "stopped");
     return 0;
 }
