@@ -349,12 +349,10 @@ int store_reserve(store *s, uint64_t bytes, char *err, size_t errlen)
         if (own + rest + bytes <= s->max_bytes)
             return 0;
         if (!lru[0] || own + bytes > s->max_bytes) {
-            snprintf(err, errlen, "store %s: this model needs %.1f MiB more (%.1f MiB held); the "
-                     "store may hold %.1f MiB (--store-max) and %.1f MiB of it hold other models "
-                     "that cannot make room: refused",
-                     s->dir, (double)bytes / (1 << 20), (double)own / (1 << 20),
-                     (double)s->max_bytes / (1 << 20),
-                     own + bytes > s->max_bytes ? 0.0 : (double)rest / (1 << 20));
+            snprintf(err, errlen, "store %s: this model needs %.1f MiB more beside its %.1f MiB "
+                     "held, and the store's bound is %.1f MiB: refused", s->dir,
+                     (double)bytes / (1 << 20), (double)own / (1 << 20),
+                     (double)s->max_bytes / (1 << 20));
             return -1;
         }
         remove_entry(s, lru);
