@@ -61,7 +61,7 @@ same "second run"
 [ "$(grep -c "its store holds its share of the model: 0 bytes sent" "$tmp/err")" = 2 ] ||
     fail "the second run sent bytes: $(cat "$tmp/err")"
 
-# a flipped byte in a stored chunk (layer 3's): found when the worker starts again, fetched again
+# a flipped byte in a stored chunk (layer 3's): found when the worker starts, fetched again
 off=$("$prima" gguf info "$m" --json |
       jq '.data_offset + (.tensors[] | select(.name == "blk.3.ffn_up.weight") | .offset) + 1000')
 printf '\x5a' | dd of="$(echo "$tmp"/s1/*/model.gguf)" bs=1 seek="$off" conv=notrunc status=none
@@ -70,7 +70,7 @@ start_store_worker "$tmp/s1" "$tmp/w1b.log"; w1=$port; pid1=${pids[-1]}
 both=127.0.0.1:$w1,127.0.0.1:$w2
 ring $both 2,3,3 || fail "run after the flip: $(cat "$tmp/err")"
 same "after the flip"
-grep -q "1 chunk(s) failed their hash: forgotten, to be fetched again" "$tmp/w1b.log" ||
+grep -q "1 model(s), .* MiB held and verified, 1 damaged chunk(s) forgotten (to be fetched again)" "$tmp/w1b.log" ||
     fail "the flipped byte was not found: $(cat "$tmp/w1b.log")"
 grep -q "^prima: device 1: received its share of the model, 4.0 MiB" "$tmp/err" ||
     fail "not exactly the damaged chunk fetched again: $(cat "$tmp/err")"

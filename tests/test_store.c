@@ -131,8 +131,16 @@ static void test_store(void)
     CHECK(fd >= 0 && pwrite(fd, &x, 1, 2 * CHUNK + 77) == 1, "flip");
     close(fd);
     uint32_t damaged = 0;
-    CHECK(store_find(s, m->root, &damaged) && damaged == 1 && !store_has(s, 2) &&
-              store_has(s, 0), "damage not found (%u)", damaged);
+    CHECK(store_find(s, m->root, &damaged) && damaged == 0 && store_has(s, 2),
+          "checked twice in one run (%u)", damaged);
+    store_free(s);   /* the next worker's start finds it */
+    s = store_open(sdir, (uint64_t)6 * CHUNK, err, sizeof err);
+    REQUIRE(s, "%s", err);
+    int models = 0;
+    CHECK(store_check(s, &models, &damaged) == 0 && models == 1 && damaged == 1,
+          "damage not found at start-up (%d models, %u)", models, damaged);
+    CHECK(store_find(s, m->root, &damaged) && damaged == 0 && !store_has(s, 2) &&
+              store_has(s, 0), "the damaged chunk is still recorded");
     /* another model fills the store; the first is the least recently used */
     REQUIRE(store_take_manifest(s, o->root, o->bytes, o->len, err, sizeof err) == 0, "%s", err);
     CHECK(store_reserve(s, 3 * CHUNK, err, sizeof err) == 0, "%s", err);

@@ -128,10 +128,12 @@ int serve_worker(const serve_opts *o)
     char err[512];
     model *m = NULL;
     store *st = NULL;
+    int models = 0;
+    uint32_t damaged = 0;
     if (o->model_path)
         m = model_load(o->model_path, err, sizeof err);
-    else
-        st = store_open(o->store_dir, o->store_max, err, sizeof err);
+    else if ((st = store_open(o->store_dir, o->store_max, err, sizeof err)))
+        store_check(st, &models, &damaged);   /* before listening: no head waits meanwhile */
     if (!m && !st)
         return cli_fail("%s", err);
     ring_model rm = {0};
@@ -202,9 +204,11 @@ int serve_worker(const serve_opts *o)
         char what[300];
         if (m)
             snprintf(what, sizeof what, "%s: %d layers", o->model_path, m->hp.n_layer);
-        else
-            snprintf(what, sizeof what, "store %s (%.1f MiB held%s)", o->store_dir,
-                     (double)store_used(st) / (1 << 20), o->store_max ? "" : ", no bound");
+        else if (snprintf(what, sizeof what, "store %s: %d model(s), %.1f MiB held and verified",
+                          o->store_dir, models, (double)store_used(st) / (1 << 20)) > 0 &&
+                 damaged)
+            snprintf(what + strlen(what), sizeof what - strlen(what), ", %u damaged chunk(s) "
+                     "forgotten (to be fetched again)", damaged);
         if (!o->quiet)
             fprintf(stderr, "prima worker: %s; listening on %s:%d; %d thread%s, %.1f "
                             "GiB free for weights%s\n",

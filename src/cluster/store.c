@@ -14,6 +14,8 @@
 
 #define HEX_ID (2 * MANIFEST_HASH)
 
+static bool is_entry(const char *name);
+
 struct store {
     char dir[4096];
     uint64_t max_bytes;
@@ -24,7 +26,29 @@ struct store {
     char path[4200];           /* its model.gguf */
     int fd, present_fd;
     uint8_t *present;          /* n_chunks flags */
+    /* models whose chunks were hashed again since the store was opened (not again) */
+    char (*checked)[HEX_ID + 1];
+    int n_checked;
 };
+
+static bool was_checked(const store *s, const char *hex)
+{
+    for (int i = 0; i < s->n_checked; i++)
+        if (!strcmp(s->checked[i], hex))
+            return true;
+    return false;
+}
+
+static void set_checked(store *s, const char *hex)
+{
+    if (was_checked(s, hex))
+        return;
+    void *n = realloc(s->checked, ((size_t)s->n_checked + 1) * sizeof *s->checked);
+    if (!n)
+        return;   /* checked again next time: only costs time */
+    s->checked = n;
+    snprintf(s->checked[s->n_checked++], HEX_ID + 1, "%s", hex);
+}
 
 static void join(char *out, size_t cap, const char *dir, const char *hex, const char *name)
 {
@@ -86,6 +110,7 @@ void store_free(store *s)
         return;
     close_model(s);
     close(s->lock_fd);
+    free(s->checked);
     free(s);
 }
 
@@ -148,6 +173,11 @@ static int open_files(store *s, uint32_t *damaged, char *err, size_t errlen)
         got = 0;
     for (size_t i = (size_t)got; i < s->mf->n_chunks; i++)
         s->present[i] = 0;
+    if (damaged)
+        *damaged = 0;
+    futimens(s->present_fd, NULL);   /* used now: the last to be evicted */
+    if (was_checked(s, s->hex))
+        return 0;
     uint8_t *buf = malloc(MANIFEST_CHUNK);
     if (!buf) {
         snprintf(err, errlen, "out of memory");
@@ -169,8 +199,7 @@ static int open_files(store *s, uint32_t *damaged, char *err, size_t errlen)
     free(buf);
     if (damaged)
         *damaged = bad;
-    /* Used now: the last to be evicted. */
-    futimens(s->present_fd, NULL);
+    set_checked(s, s->hex);
     return 0;
 }
 
@@ -178,8 +207,6 @@ const manifest *store_find(store *s, const uint8_t id[MANIFEST_HASH], uint32_t *
 {
     char hex[HEX_ID + 1];
     sodium_bin2hex(hex, sizeof hex, id, MANIFEST_HASH);
-    if (s->mf && !strcmp(hex, s->hex))
-        close_model(s);   /* opened again: checked again */
     close_model(s);
     char p[4200];
     join(p, sizeof p, s->dir, hex, "manifest");
@@ -196,6 +223,28 @@ const manifest *store_find(store *s, const uint8_t id[MANIFEST_HASH], uint32_t *
         return NULL;
     }
     return s->mf;
+}
+
+int store_check(store *s, int *models, uint32_t *damaged)
+{
+    DIR *d = opendir(s->dir);
+    *models = 0;
+    *damaged = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        uint8_t id[MANIFEST_HASH];
+        if (!is_entry(e->d_name) ||
+            sodium_hex2bin(id, sizeof id, e->d_name, HEX_ID, NULL, NULL, NULL))
+            continue;
+        uint32_t bad = 0;
+        if (store_find(s, id, &bad)) {
+            ++*models;
+            *damaged += bad;
+        }
+    }
+    if (d)
+        closedir(d);
+    close_model(s);
+    return 0;
 }
 
 int store_take_manifest(store *s, const uint8_t id[MANIFEST_HASH], const void *bytes,

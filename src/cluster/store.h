@@ -4,8 +4,10 @@
  *
  * Layout: DIR/<identity in hex>/{manifest, model.gguf, present}; `present` has one byte per
  * chunk, set only after the chunk's bytes matched their hash and were written, so a transfer
- * cut short resumes with what is recorded. When a model is opened, every chunk recorded present
- * is hashed again: a damaged one is forgotten (and so fetched again). The store holds at most
+ * cut short resumes with what is recorded. The first time a model is opened after the store
+ * is (store_check does it for all at start-up, so that a head is not kept waiting while a
+ * large model is read), every chunk recorded present is hashed again: a damaged one is
+ * forgotten (and so fetched again). The store holds at most
  * max_bytes of chunks: before a transfer the least recently used other models are removed to
  * make room, or the transfer is refused naming the bytes it needs. One worker uses a store at a
  * time (a lock file).
@@ -29,9 +31,12 @@ store *store_open(const char *dir, uint64_t max_bytes, char *err, size_t errlen)
 void store_free(store *s);
 const char *store_dir(const store *s);
 
-/* The model with this identity, opened (its present chunks hashed again; *damaged says how many
- * failed and were forgotten) when the store holds its manifest; else NULL. Opening a model
- * closes the one opened before. */
+/* Hash again the recorded chunks of every model in the store: *models, and *damaged chunks
+ * forgotten. 0. */
+int store_check(store *s, int *models, uint32_t *damaged);
+/* The model with this identity, opened (the first time, its present chunks hashed again;
+ * *damaged says how many failed and were forgotten) when the store holds its manifest; else
+ * NULL. Opening a model closes the one opened before. */
 const manifest *store_find(store *s, const uint8_t id[MANIFEST_HASH], uint32_t *damaged);
 /* Take the manifest a holder sent for identity id (it must hash to id) and open that model,
  * creating its entry when new. 0, or -1 with err. */
