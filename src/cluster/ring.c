@@ -11,6 +11,7 @@
 #include "cluster/ring.h"
 #include "cluster/stats.h"
 #include "cluster/manifest.h"
+#include "cluster/transfer.h"
 #include "cluster/wire.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
@@ -132,110 +133,34 @@ static int count_workers(const char *list)
 
 static int handle_common(ring *r, int i, const frame *f);
 
-/* What one worker asked for, and how far the head is through it. */
-typedef struct xfer {
-    msg_want q;
-    uint32_t range, next;          /* the next chunk: q.first[range] + next */
-    uint64_t sent, total;
-    int64_t t0, shown;
-    bool asked;
-} xfer;
-
-static void show_transfer(ring *r, int i, xfer *x, bool last)
+static int transfer_other(void *ctx, int i, const frame *f)
 {
-    int64_t now = net_now_ns();
-    /* done == total is said once, at the end */
-    if (!r->o.on_transfer || (!last && (now - x->shown < 250000000 || x->sent >= x->total)))
-        return;
-    x->shown = now;
-    r->o.on_transfer(r->o.transfer_ctx, i + 1, x->sent, last ? x->sent : x->total,
-                     x->asked ? (double)(now - x->t0) * 1e-9 : 0.0);
+    int h = handle_common(ctx, i, f);
+    return h < 0 ? -1 : h;
 }
 
-/* Serve the WANTs of the workers marked active (their MANIFEST or FETCH sent) until each says
- * it holds what it needs (an empty WANT): a chunk to each in turn, so several fill at once. */
+static void transfer_progress(void *ctx, int i, uint64_t done, uint64_t total, double seconds)
+{
+    ring *r = ctx;
+    r->o.on_transfer(r->o.transfer_ctx, i + 1, done, total, seconds);
+}
+
+/* Serve the WANTs of the workers marked active (their MANIFEST or FETCH sent) until each holds
+ * what it needs (transfer.h). */
 static int transfer(ring *r, bool *active)
 {
-    const manifest *mf = r->m->manifest;
-    xfer *x = calloc((size_t)r->n_workers, sizeof *x);
-    if (!x)
-        return fail(r, "out of memory");
+    conn *links[PRIMA_MAX_DEVICES];
+    for (int i = 0; i < r->n_workers; i++)
+        links[i] = &r->w[i].c;
+    transfer_hooks h = {r, transfer_other, r->o.on_transfer ? transfer_progress : NULL};
     char err[512];
-    int rc = 0;
-    for (;;) {
-        bool any = false, pending = false;
-        for (int i = 0; i < r->n_workers; i++) {
-            any |= active[i];
-            pending |= active[i] && x[i].range < x[i].q.n;
-        }
-        if (!any)
-            break;
-        for (int i = 0; i < r->n_workers && rc == 0; i++) {
-            xfer *t = &x[i];
-            if (!active[i] || t->range >= t->q.n)
-                continue;
-            uint32_t c = t->q.first[t->range] + t->next;
-            uint32_t len = manifest_chunk_len(mf, c);
-            if (proto_send_chunk(&r->w[i].c, c, r->m->map + (uint64_t)c * mf->chunk_bytes, len,
-                                 err, sizeof err))
-                rc = lose(r, i, "%s", err);
-            t->sent += len;
-            if (++t->next == t->q.count[t->range]) {
-                t->range++;
-                t->next = 0;
-            }
-            show_transfer(r, i, t, false);
-        }
-        struct pollfd p[PRIMA_MAX_DEVICES];
-        for (int i = 0; i < r->n_workers; i++)
-            p[i] = (struct pollfd){.fd = active[i] ? r->w[i].c.fd : -1, .events = POLLIN};
-        if (rc == 0 && poll(p, (nfds_t)r->n_workers, pending ? 0 : PROTO_PING_MS) < 0 &&
-            errno != EINTR)
-            rc = fail(r, "poll: %s", strerror(errno));
-        for (int i = 0; i < r->n_workers && rc == 0; i++) {
-            if (!p[i].revents)
-                continue;
-            frame f;
-            int got = conn_recv(&r->w[i].c, &f, 0, err, sizeof err);
-            if (got < 0) {
-                rc = lose(r, i, "%s", err);
-                break;
-            }
-            int h = got == 1 ? 1 : handle_common(r, i, &f);
-            if (h < 0)
-                rc = -1;
-            if (h)
-                continue;
-            xfer *t = &x[i];
-            if (f.type != RM_WANT || t->range < t->q.n) {
-                rc = lose(r, i, "%s sent an unexpected %s", r->w[i].c.name, proto_msg_name(f.type));
-                break;
-            }
-            if (proto_decode_want(&f, mf->n_chunks, &t->q, err, sizeof err)) {
-                rc = lose(r, i, "%s: %s", r->w[i].c.name, err);
-                break;
-            }
-            t->range = t->next = 0;
-            if (!t->asked) {
-                t->asked = true;
-                t->t0 = net_now_ns();
-            }
-            t->total = t->sent + t->q.bytes;
-            if (t->q.n == 0) {
-                active[i] = false;
-                show_transfer(r, i, t, true);
-            }
-        }
-        int64_t now = net_now_ns();
-        for (int i = 0; i < r->n_workers && rc == 0; i++)
-            if (active[i] && now - r->w[i].c.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000)
-                rc = lose(r, i, "%s stopped responding (nothing for %d s)", r->w[i].c.name,
-                          PROTO_DEAD_MS / 1000);
-        if (rc)
-            break;
-    }
-    free(x);
-    return rc;
+    int failed;
+    if (transfer_serve(links, active, r->n_workers, r->m->manifest, r->m->map, &h, &failed, err,
+                       sizeof err) == 0)
+        return 0;
+    if (!err[0])
+        return -1;   /* handle_common has said why */
+    return failed >= 0 ? lose(r, failed, "%s", err) : fail(r, "%s", err);
 }
 
 /* A worker that keeps a store and lacks the model: its manifest, then the chunks of its header

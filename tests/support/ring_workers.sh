@@ -37,7 +37,7 @@ start_store_worker() { # dir log [args...]
 await_port() { # log
     port=
     for _ in $(seq 100); do
-        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$1")
+        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$1" 2>/dev/null)
         [ -n "$port" ] && return 0
         sleep 0.05
     done
