@@ -96,11 +96,11 @@ fi || fail "changed plan: the difference is $want MiB: $(cat "$tmp/err")"
 start_worker "$m" "$tmp/w6.log"; w6=$port; pid6=${pids[-1]}
 ring 127.0.0.1:$w1,127.0.0.1:$w6 2,3,3 || fail "mixed ring: $(cat "$tmp/err")"
 same "mixed ring"
-gen() { "$prima" run -m "$m" -p "Once upon" -n 3000 --temp 0 --ignore-eos -c 4096 -t 1 "$@"; }
+gen() { "$prima" run -m "$m" -p "Once upon" -n 1000 --temp 0 --ignore-eos -c 2048 -t 1 "$@"; }
 gen >"$tmp/gen-one.txt" 2>/dev/null
 gen --workers 127.0.0.1:$w1,127.0.0.1:$w6 -lw 2,3,3 >"$tmp/gen-ring.txt" 2>"$tmp/err" &
 head_pid=$!
-sleep 1
+sleep 0.5
 if kill -9 $pid6 2>/dev/null && wait $head_pid; then
     cmp -s "$tmp/gen-one.txt" "$tmp/gen-ring.txt" || fail "failover: the text differs"
     grep -q "^prima: lost device 2 .*new plan: 2 device(s)" "$tmp/err" &&
