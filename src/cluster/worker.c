@@ -562,7 +562,7 @@ static void load_model(wsession *s);
 static void want_more(wsession *s)
 {
     worker *w = s->w;
-    static msg_want m;   /* large; one session at a time */
+    msg_want m;
     uint32_t ranges[2 * PROTO_WANT_MAX];
     int n = store_missing(w->o.store, s->mark, ranges, PROTO_WANT_MAX, &m.bytes);
     m.n = (uint32_t)n;
