@@ -4,7 +4,7 @@
 # each store holds exactly the chunks of its share (header + its layers, in 4 MiB chunks); a
 # second run sends 0 bytes; a flipped byte is found when the worker starts again and fetched
 # again; a head killed mid-transfer resumes where it stopped; a changed plan fetches only the
-# difference; a store too small and a head whose file is not its manifest's are refused in
+# difference, from the other worker where it holds it; a store too small and a head whose file is not its manifest's are refused in
 # one line.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" store-ring
@@ -58,7 +58,7 @@ alloc=$(($(stat -c '%b*%B' "$tmp"/s1/*/model.gguf)))
 # a second run sends nothing
 ring $both 2,3,3 || fail "second run: $(cat "$tmp/err")"
 same "second run"
-[ "$(grep -c "its store holds its share of the model: 0 bytes sent" "$tmp/err")" = 2 ] ||
+[ "$(grep -c "0 bytes from the head: its store holds its share" "$tmp/err")" = 2 ] ||
     fail "the second run sent bytes: $(cat "$tmp/err")"
 
 # a flipped byte in a stored chunk (layer 3's): found when the worker starts, fetched again
@@ -81,14 +81,23 @@ ring $both 1,4,3 || fail "changed plan: $(cat "$tmp/err")"
 same "changed plan"
 [ "$(present "$tmp/s1")" = "$(expected_chunks 1 4)" ] ||
     fail "after the change store 1 holds $(present "$tmp/s1"), expected $(expected_chunks 1 4)"
-grep -q "^prima: device 2: its store holds its share of the model: 0 bytes sent" "$tmp/err" ||
+grep -q "^prima: device 2: 0 bytes from the head: its store holds its share" "$tmp/err" ||
     fail "device 2 was sent bytes for an unchanged share: $(cat "$tmp/err")"
 want=$(( ($(expected_chunks 1 4) - before) * 4 ))
 if [ $want = 0 ]; then
-    grep -q "^prima: device 1: its store holds its share of the model: 0 bytes sent" "$tmp/err"
+    grep -q "^prima: device 1: 0 bytes from the head: its store holds its share" "$tmp/err"
 else
     grep -q "^prima: device 1: received its share of the model, $want.0 MiB" "$tmp/err"
 fi || fail "changed plan: the difference is $want MiB: $(cat "$tmp/err")"
+
+# another plan again: device 2 now needs layers 3 and 4, which device 1 holds: device 1 sends them
+ring $both 1,2,5 || fail "plan 1,2,5: $(cat "$tmp/err")"
+same "plan 1,2,5"
+grep -q "store: received [0-9.]* MiB in .*, [1-9][0-9.]* MiB of it from another worker" "$tmp/w2.log" &&
+    grep -q "^prima: device 2: 0 bytes from the head" "$tmp/err" ||
+    fail "device 2 did not fetch layers 3-4 from device 1: $(cat "$tmp/err" "$tmp/w2.log")"
+grep -q "store: sending chunks to the worker at 127.0.0.1" "$tmp/w1b.log" ||
+    fail "device 1 sent no chunks: $(cat "$tmp/w1b.log")"
 
 # a worker with the model (-m) and one with a store in one ring; then the store worker's
 # failover: the -m worker killed mid-generation, the store worker is sent its new share and

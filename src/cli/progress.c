@@ -110,7 +110,7 @@ void cli_progress_transfer(void *ctx, int d, uint64_t done, uint64_t total, doub
             snprintf(what, sizeof what, "received its share of the model, %.1f MiB at %.1f MB/s",
                      total / mib, rate * 1e-6);
         else
-            snprintf(what, sizeof what, "its store holds its share of the model: 0 bytes sent");
+            snprintf(what, sizeof what, "0 bytes from the head: its store holds its share of the model (or another worker sent it)");
         show_as(p, "", who, what, -1);
         cli_progress_end(p);
         return;

@@ -38,6 +38,12 @@
  *   WANT    worker -> head           the chunks it lacks, as ranges, and their bytes; none: done
  *   CHUNK   head -> worker           chunk index + its bytes, each one checked against the
  *                                    manifest before it is kept
+ *   HAVE    worker -> head           after a FETCH: the chunks it holds (a bitmap), so that the
+ *                                    head can have other workers fetch them from it
+ *   FROM    head -> worker           the answer to HAVE: a worker (address) to fetch some
+ *                                    ranges from, or none; then the worker WANTs the rest
+ * A worker fetching from another connects to it with HELLO role FETCHER, sends one WANT, and is
+ * sent those chunks (CHUNK), each checked against the manifest as the head's are.
  */
 #ifndef PRIMA_PROTO_H
 #define PRIMA_PROTO_H
@@ -74,18 +80,19 @@
 #define PROTO_MAX_SEQ 256         /* sequences (KV regions) per device */
 #define PROTO_DECODE_WINDOW 512   /* bound on a DECODE's penalty window (repeat_last_n) */
 #define PROTO_WANT_MAX 500        /* chunk ranges in one WANT */
+#define PROTO_FROM_MAX 400        /* ... and in one FROM (beside an address) */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
     RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_DECODE, RM_TOKEN, RM_HALT,
-    RM_DONE, RM_MANIFEST, RM_FETCH, RM_WANT, RM_CHUNK, RM_TYPE_END
+    RM_DONE, RM_MANIFEST, RM_FETCH, RM_WANT, RM_CHUNK, RM_HAVE, RM_FROM, RM_TYPE_END
 };
 const char *proto_msg_name(int type);
 
 enum wire_type { WIRE_F32 = 0, WIRE_F16 = 1 };
 enum release_policy { RELEASE_AUTO = 0, RELEASE_NEVER = 1, RELEASE_ALWAYS = 2 };
 enum kv_op { KVOP_TRUNCATE = 1, KVOP_SHIFT = 2 };
-enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2 };
+enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2, ROLE_FETCHER = 3 };
 
 /* One connection. Sending is serialized by send_lock (a heartbeat thread shares the head links);
  * receiving belongs to one thread. */
@@ -262,6 +269,19 @@ int proto_send_fetch(conn *c, const msg_plan *m, char *err, size_t errlen);
 int proto_send_want(conn *c, const msg_want *m, char *err, size_t errlen);
 /* Ranges are checked against the file's n_chunks (non-empty, inside, not more than it has). */
 int proto_decode_want(const frame *f, uint32_t n_chunks, msg_want *m, char *err, size_t errlen);
+/* HAVE: n_chunks flags (0 or 1) as a bitmap; decoding checks its length against n_chunks. */
+int proto_send_have(conn *c, const uint8_t *flags, uint32_t n_chunks, char *err, size_t errlen);
+int proto_decode_have(const frame *f, uint32_t n_chunks, uint8_t *flags, char *err,
+                      size_t errlen);
+/* FROM: fetch m's ranges (at most PROTO_FROM_MAX) from the worker at host:port (port 0, no
+ * ranges: from nobody). */
+typedef struct msg_from {
+    char host[NET_HOST_MAX];
+    uint32_t port;
+    msg_want want;                     /* bytes: of the ranges */
+} msg_from;
+int proto_send_from(conn *c, const msg_from *m, char *err, size_t errlen);
+int proto_decode_from(const frame *f, uint32_t n_chunks, msg_from *m, char *err, size_t errlen);
 /* MANIFEST is sent with conn_send (its bytes are checked by manifest_parse). CHUNK: */
 int proto_send_chunk(conn *c, uint32_t index, const void *data, size_t len, char *err,
                      size_t errlen);

@@ -11,6 +11,7 @@
 #include "cluster/ring.h"
 #include "cluster/stats.h"
 #include "cluster/manifest.h"
+#include "cluster/store.h"
 #include "cluster/transfer.h"
 #include "cluster/wire.h"
 #include "util/logline.h"
@@ -637,8 +638,7 @@ static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen
     return 0;
 }
 
-/* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with
- * r->err set. */
+/* Worker i's part of the current plan, in session `session`. */
 static void plan_msg(const ring *r, int i, const uint8_t *session, msg_plan *mp)
 {
     const ring_opts *o = &r->o;
@@ -661,7 +661,9 @@ static void plan_msg(const ring *r, int i, const uint8_t *session, msg_plan *mp)
 }
 
 /* Every worker that keeps a store gets the chunks of its part of the plan it lacks, all at
- * once, before any plan is applied: the first token waits for these only. */
+ * once, before any plan is applied: the first token waits for these only. Each says what it
+ * holds (HAVE), and is told which other worker holds the most of what it lacks (FROM), to
+ * fetch those from it; the head sends the rest. */
 static int fetch_shares(ring *r, const uint8_t *session)
 {
     bool active[PRIMA_MAX_DEVICES] = {false};
@@ -679,7 +681,49 @@ static int fetch_shares(ring *r, const uint8_t *session)
             return lose(r, i, "%s", err);
         active[i] = any = true;
     }
-    return any ? transfer(r, active) : 0;
+    if (!any)
+        return 0;
+    size_t nc = r->m->manifest->n_chunks, n = (size_t)r->n_workers;
+    uint8_t *need = calloc(2 * n * nc, 1), *have = need ? need + n * nc : NULL;
+    int from[PRIMA_MAX_DEVICES];
+    msg_want *want = calloc(n, sizeof *want);
+    int rc = need && want ? 0 : fail(r, "out of memory");
+    bool got[PRIMA_MAX_DEVICES] = {false};
+    for (int k = 0; k < r->n_workers && rc == 0; k++) {
+        frame f;
+        int i;
+        if (!active[k])
+            continue;
+        if (await(r, RM_HAVE, RM_HAVE, -1, &f, &i))   /* in whatever order they come */
+            rc = -1;
+        else if (!active[i] || got[i])
+            rc = lose(r, i, "%s sent an unexpected HAVE", r->w[i].c.name);
+        else if (proto_decode_have(&f, (uint32_t)nc, have + i * nc, err, sizeof err))
+            rc = lose(r, i, "%s: %s", r->w[i].c.name, err);
+        if (rc)
+            break;
+        got[i] = true;
+        store_plan_chunks(r->m, &r->plan, i + 1, need + i * nc);
+        for (size_t c = 0; c < nc; c++)
+            need[i * nc + c] &= !have[i * nc + c];
+    }
+    if (rc == 0)
+        transfer_peers(r->n_workers, r->m->manifest, need, have, from, want);
+    for (int i = 0; i < r->n_workers && rc == 0; i++) {
+        if (!active[i])
+            continue;
+        msg_from fm = {.port = 0};
+        if (from[i] >= 0 && active[from[i]]) {
+            snprintf(fm.host, sizeof fm.host, "%s", r->w[from[i]].host);
+            fm.port = (uint32_t)r->w[from[i]].port;
+            fm.want = want[i];
+        }
+        if (proto_send_from(&r->w[i].c, &fm, err, sizeof err))
+            rc = lose(r, i, "%s", err);
+    }
+    free(need);
+    free(want);
+    return rc ? -1 : transfer(r, active);
 }
 
 /* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with

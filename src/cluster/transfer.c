@@ -132,3 +132,39 @@ int transfer_serve(conn *const *links, bool *active, int n, const manifest *mf,
     free(p);
     return rc;
 }
+
+void transfer_peers(int n, const manifest *mf, const uint8_t *need, const uint8_t *have,
+                    int *from, msg_want *want)
+{
+    size_t nc = mf->n_chunks;
+    for (int i = 0; i < n; i++) {
+        const uint8_t *ni = need + (size_t)i * nc;
+        uint32_t best = 0;
+        from[i] = -1;
+        memset(want + i, 0, sizeof *want);
+        for (int j = 0; j < n; j++) {
+            uint32_t k = 0;
+            for (size_t c = 0; j != i && c < nc; c++)
+                k += ni[c] && have[(size_t)j * nc + c];
+            if (k > best) {
+                best = k;
+                from[i] = j;
+            }
+        }
+        if (from[i] < 0)
+            continue;
+        const uint8_t *hj = have + (size_t)from[i] * nc;
+        msg_want *m = want + i;
+        for (uint32_t c = 0; c < nc; c++) {
+            if (!ni[c] || !hj[c])
+                continue;
+            if (m->n && m->first[m->n - 1] + m->count[m->n - 1] == c)
+                m->count[m->n - 1]++;
+            else if (m->n < PROTO_FROM_MAX)
+                m->first[m->n++] = c, m->count[m->n - 1] = 1;
+            else
+                continue;
+            m->bytes += manifest_chunk_len(mf, c);
+        }
+    }
+}

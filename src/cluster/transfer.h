@@ -31,4 +31,12 @@ int transfer_serve(conn *const *links, bool *active, int n, const manifest *mf,
                    const uint8_t *map, const transfer_hooks *h, int *failed, char *err,
                    size_t errlen);
 
+/* Which other worker each worker should fetch from, so that the holder's link carries less:
+ * need[i * n_chunks + c] whether worker i needs chunk c and lacks it, have[j * n_chunks + c]
+ * whether worker j holds it. from[i]: the worker holding the most of what i needs (-1: none
+ * holds any), and those chunks as ranges in want[i] (at most PROTO_FROM_MAX of them; the rest
+ * come from the holder of the file). */
+void transfer_peers(int n, const manifest *mf, const uint8_t *need, const uint8_t *have,
+                    int *from, msg_want *want);
+
 #endif

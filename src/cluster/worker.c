@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster/chunk_serve.h"
 #include "cluster/wire.h"
 #include "cluster/stats.h"
 #include "cluster/worker.h"
@@ -99,9 +100,13 @@ typedef struct wsession {
     bool need_manifest;        /* WELCOME asked the head for its manifest */
     bool fetching;
     uint8_t identity[PROTO_ID_BYTES];   /* of the head's model */
-    uint8_t *mark, *asked, *failed;     /* per chunk: wanted; asked for; times it failed */
+    bool want_from;            /* HAVE sent: FROM comes next */
+    uint8_t *mark, *asked, *failed;     /* per chunk: wanted; asked for (ASK_*); times it failed */
     uint32_t n_chunks, awaiting;        /* chunks of the last WANT yet to arrive */
-    uint64_t fetched;
+    conn fetch;                /* to the worker FROM named, while its chunks come */
+    bool has_fetch;
+    uint32_t peer_left;        /* chunks asked of it yet to arrive */
+    uint64_t fetched, from_peer;        /* bytes received, of them from another worker */
     int64_t fetch_t0;
 } wsession;
 
@@ -555,6 +560,8 @@ static int plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p
 
 /* ---- fetching into the store ---- */
 
+enum { ASK_HEAD = 1, ASK_PEER = 2 };
+
 static void load_model(wsession *s);
 
 /* Ask for what is still missing of s->mark, or, when nothing is, say so (an empty WANT) and go
@@ -564,15 +571,26 @@ static void want_more(wsession *s)
     worker *w = s->w;
     msg_want m;
     uint32_t ranges[2 * PROTO_WANT_MAX];
-    int n = store_missing(w->o.store, s->mark, ranges, PROTO_WANT_MAX, &m.bytes);
+    /* what another worker is sending is not asked of the head (unless it fails to come) */
+    uint8_t *want = malloc(s->n_chunks);
+    if (!want) {
+        fail_session(s, "out of memory");
+        return;
+    }
+    for (uint32_t c = 0; c < s->n_chunks; c++)
+        want[c] = s->mark[c] && s->asked[c] != ASK_PEER;
+    int n = store_missing(w->o.store, want, ranges, PROTO_WANT_MAX, &m.bytes);
+    free(want);
     m.n = (uint32_t)n;
     s->awaiting = 0;
     for (int i = 0; i < n; i++) {
         m.first[i] = ranges[2 * i];
         m.count[i] = ranges[2 * i + 1];
-        memset(s->asked + m.first[i], 1, m.count[i]);
+        memset(s->asked + m.first[i], ASK_HEAD, m.count[i]);
         s->awaiting += m.count[i];
     }
+    if (n == 0 && s->peer_left)
+        return;   /* the empty WANT (done) waits for the other worker's chunks */
     char err[512];
     if (proto_send_want(&s->ctrl, &m, err, sizeof err)) {
         end_session(s, "%s", err);
@@ -583,17 +601,20 @@ static void want_more(wsession *s)
     s->fetching = false;
     double secs = (double)(net_now_ns() - s->fetch_t0) * 1e-9;
     if (s->fetched)
-        wlog(w, "store: received %.1f MiB in %.2f s (%.1f MB/s)", (double)s->fetched / (1 << 20),
-             secs, secs > 0 ? (double)s->fetched / secs * 1e-6 : 0.0);
+        wlog(w, "store: received %.1f MiB in %.2f s (%.1f MB/s), %.1f MiB of it from another "
+             "worker", (double)s->fetched / (1 << 20), secs,
+             secs > 0 ? (double)s->fetched / secs * 1e-6 : 0.0, (double)s->from_peer / (1 << 20));
     else
         wlog(w, "store: holds every chunk asked for: nothing to fetch");
-    s->fetched = 0;
+    s->fetched = s->from_peer = 0;
     if (s->need_manifest)
         load_model(s);
 }
 
-/* Start fetching the chunks marked in s->mark (set by the caller). */
-static void fetch_marked(wsession *s)
+/* Start fetching the chunks marked in s->mark (set by the caller): at once from the head (the
+ * header), or, after a FETCH (have), once the head has said in FROM which other worker holds
+ * some of them. */
+static void fetch_marked(wsession *s, bool have)
 {
     uint64_t bytes = 0;
     uint32_t r[2];
@@ -607,6 +628,77 @@ static void fetch_marked(wsession *s)
     s->fetching = true;
     s->fetched = 0;
     s->fetch_t0 = net_now_ns();
+    if (!have) {
+        want_more(s);
+        return;
+    }
+    uint8_t *held = malloc(s->n_chunks);
+    for (uint32_t c = 0; held && c < s->n_chunks; c++)
+        held[c] = store_has(s->w->o.store, c);
+    if (!held)
+        fail_session(s, "out of memory");
+    else if (proto_send_have(&s->ctrl, held, s->n_chunks, err, sizeof err))
+        end_session(s, "%s", err);
+    else
+        s->want_from = true;
+    free(held);
+}
+
+/* The chunks asked of another worker stop coming: the head is asked for them instead. */
+static void peer_gone(wsession *s, const char *why)
+{
+    wlog(s->w, "store: %s: %s; asking the head for its %u chunk(s) left", s->fetch.name, why,
+         s->peer_left);
+    for (uint32_t c = 0; c < s->n_chunks; c++)
+        if (s->asked[c] == ASK_PEER)
+            s->asked[c] = 0;
+    s->peer_left = 0;
+    conn_close(&s->fetch);
+    s->has_fetch = false;
+    if (s->awaiting == 0)
+        want_more(s);
+}
+
+/* FROM: the ranges another worker holds, asked of it on a link of their own; the rest of the
+ * head. */
+static void handle_from(wsession *s, const frame *f)
+{
+    worker *w = s->w;
+    char err[512];
+    msg_from m;
+    if (!s->want_from) {
+        fail_session(s, "unexpected FROM");
+        return;
+    }
+    if (proto_decode_from(f, s->n_chunks, &m, err, sizeof err)) {
+        fail_session(s, "%s", err);
+        return;
+    }
+    s->want_from = false;
+    if (m.want.n) {
+        char name[128];
+        snprintf(name, sizeof name, "the worker at %.100s:%u", m.host, m.port);
+        msg_hello h = {.role = ROLE_FETCHER};
+        memcpy(h.identity, w->b->model->identity, sizeof h.identity);
+        if (conn_dial(&s->fetch, m.host, (int)m.port, name, w->o.key,
+                      net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, sizeof err) == 0) {
+            s->has_fetch = true;
+            for (uint32_t i = 0; i < m.want.n; i++)
+                for (uint32_t c = m.want.first[i]; c < m.want.first[i] + m.want.count[i]; c++)
+                    if (s->mark[c] && !store_has(w->o.store, c)) {
+                        s->asked[c] = ASK_PEER;
+                        s->peer_left++;
+                    }
+            if (proto_send_hello(&s->fetch, &h, err, sizeof err) ||
+                proto_send_want(&s->fetch, &m.want, err, sizeof err)) {
+                peer_gone(s, err);
+                return;   /* peer_gone asked the head */
+            }
+            s->fetch.max_data = 0;
+        } else {
+            wlog(w, "store: %s", err);
+        }
+    }
     want_more(s);
 }
 
@@ -640,14 +732,14 @@ static void handle_manifest(wsession *s, const frame *f)
     if (fetch_init(s, mf))
         return;
     manifest_mark(mf, 0, mf->header_bytes, s->mark);
-    fetch_marked(s);
+    fetch_marked(s, false);
 }
 
 static void handle_fetch(wsession *s, const frame *f)
 {
     msg_plan mp;
     ring_plan p;
-    if (s->planned || s->need_manifest || s->fetching) {
+    if (s->planned || s->need_manifest || s->fetching || s->want_from) {
         fail_session(s, "unexpected FETCH");
         return;
     }
@@ -657,10 +749,10 @@ static void handle_fetch(wsession *s, const frame *f)
     if (!s->mark && fetch_init(s, m->manifest))
         return;
     store_plan_chunks(m, &p, (int)mp.rank, s->mark);
-    fetch_marked(s);
+    fetch_marked(s, true);
 }
 
-static void handle_chunk(wsession *s, const frame *f)
+static void handle_chunk(wsession *s, const frame *f, bool from_peer)
 {
     uint32_t i;
     const uint8_t *data;
@@ -670,12 +762,19 @@ static void handle_chunk(wsession *s, const frame *f)
         fail_session(s, "%s", err);
         return;
     }
-    if (!s->fetching || i >= s->n_chunks || !s->asked[i]) {
-        fail_session(s, "CHUNK %u was not asked for", i);
+    int want = from_peer ? ASK_PEER : ASK_HEAD;
+    if (!s->fetching || i >= s->n_chunks || s->asked[i] != want) {
+        if (from_peer)
+            peer_gone(s, "it sent a chunk not asked for");
+        else
+            fail_session(s, "CHUNK %u was not asked for", i);
         return;
     }
     s->asked[i] = 0;
-    s->awaiting--;
+    if (from_peer)
+        s->peer_left--;
+    else
+        s->awaiting--;
     int rc = store_put(s->w->o.store, i, data, len, err, sizeof err);
     if (rc < 0) {
         fail_session(s, "%s", err);
@@ -692,8 +791,13 @@ static void handle_chunk(wsession *s, const frame *f)
         }
     } else {
         s->fetched += len;
+        s->from_peer += from_peer ? len : 0;
     }
-    if (s->awaiting == 0)
+    if (from_peer && s->peer_left == 0) {   /* data (inside its buffer) is no longer used */
+        conn_close(&s->fetch);
+        s->has_fetch = false;
+    }
+    if (s->awaiting == 0 && s->peer_left == 0)
         want_more(s);
 }
 
@@ -1062,13 +1166,14 @@ static void handle_ctrl(wsession *s, const frame *f)
     case RM_PLAN:
         if (s->planned)
             fail_session(s, "a second PLAN in one session");
-        else if (s->need_manifest || s->fetching)
+        else if (s->need_manifest || s->fetching || s->want_from)
             fail_session(s, "PLAN before the model's chunks arrived");
         else
             apply_plan(s, f);
         return;
     case RM_MANIFEST:
     case RM_FETCH:
+    case RM_FROM:
     case RM_CHUNK:
         if (!w->o.store)
             break;
@@ -1076,8 +1181,10 @@ static void handle_ctrl(wsession *s, const frame *f)
             handle_manifest(s, f);
         else if (f->type == RM_FETCH)
             handle_fetch(s, f);
+        else if (f->type == RM_FROM)
+            handle_from(s, f);
         else
-            handle_chunk(s, f);
+            handle_chunk(s, f, false);
         return;
     case RM_BYE:
         if (conn_send(&s->ctrl, RM_BYE, NULL, 0, err, sizeof err) == 0)
@@ -1119,11 +1226,45 @@ static void handle_ctrl(wsession *s, const frame *f)
 
 /* A newcomer admitted while this worker serves a head: the predecessor joining, or a refusal.
  * (With a cluster key the link handshake has already proved that it holds the key.) */
+static void chunk_served(void *ctx)
+{
+    worker *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    if (--w->greeters == 0)
+        pthread_cond_broadcast(&w->idle);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* Another worker of this session fetching chunks this one holds (the head said so in FROM). */
+static void serve_chunks(wsession *s, newcomer *n)
+{
+    worker *w = s->w;
+    if (!w->o.store || !w->b || memcmp(n->h.identity, w->b->model->identity, PROTO_ID_BYTES)) {
+        refuse_newcomer(w, n, "refused: this worker keeps no chunks of that model");
+        return;
+    }
+    char err[512];
+    pthread_mutex_lock(&w->lock);
+    w->greeters++;   /* a thread that refers to w: worker_run waits for it */
+    pthread_mutex_unlock(&w->lock);
+    wlog(w, "store: sending chunks to the worker at %s", n->peer);
+    if (chunk_serve_start(&n->c, store_model_path(w->o.store), w->b->model->manifest,
+                          chunk_served, w, err, sizeof err)) {
+        wlog(w, "store: %s", err);
+        chunk_served(w);
+    }
+    free(n);
+}
+
 static void handle_newcomer(wsession *s, newcomer *n)
 {
     worker *w = s->w;
     if (n->h.role == ROLE_HEAD) {
         refuse_newcomer(w, n, "busy: serving %s", s->ctrl.name);
+        return;
+    }
+    if (n->h.role == ROLE_FETCHER) {
+        serve_chunks(s, n);
         return;
     }
     const char *why = NULL;
@@ -1160,6 +1301,8 @@ static void close_session(wsession *s)
         s->w->b->close(s->w->b->ctx, &s->layers);
     hop_buffers_free(&s->buf);
     free(s->mark);
+    if (s->has_fetch)
+        conn_close(&s->fetch);
     if (s->has_pred)
         conn_close(&s->pred);
     if (s->has_succ)
@@ -1220,7 +1363,7 @@ static void serve(worker *w, newcomer *head)
     conn_move(&s->ctrl, &head->c);
     snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head->peer);
     free(head);
-    s->pred.fd = s->succ.fd = -1;
+    s->pred.fd = s->succ.fd = s->fetch.fd = -1;
     char err[512];
     if (send_welcome(s, err, sizeof err)) {
         wlog(w, "dropped head: %s", err);
@@ -1237,14 +1380,15 @@ static void serve(worker *w, newcomer *head)
     }
     wlog(w, "serving %s", s->ctrl.name);
     while (!s->reason[0]) {
-        struct pollfd p[5] = {
+        struct pollfd p[6] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
             {.fd = w->lfd, .events = POLLIN},
             {.fd = s->ctrl.fd, .events = POLLIN},
             {.fd = s->has_pred ? s->pred.fd : -1, .events = POLLIN},
             {.fd = w->admit_pipe[0], .events = POLLIN},
+            {.fd = s->has_fetch ? s->fetch.fd : -1, .events = POLLIN},
         };
-        int rc = poll(p, 5, PROTO_PING_MS);
+        int rc = poll(p, 6, PROTO_PING_MS);
         if (rc < 0 && errno != EINTR) {
             end_session(s, "poll: %s", strerror(errno));
             break;
@@ -1278,6 +1422,19 @@ static void serve(worker *w, newcomer *head)
                 fail_session(s, "lost the link from the previous device: %s", err);
             else if (rc == 0)
                 handle_data(s, &f);
+        }
+        if (!s->reason[0] && s->has_fetch) {
+            if (p[5].revents) {
+                rc = conn_recv(&s->fetch, &f, 0, err, sizeof err);
+                if (rc < 0)
+                    peer_gone(s, err);
+                else if (rc == 0 && f.type == RM_CHUNK)
+                    handle_chunk(s, &f, true);
+                else if (rc == 0)
+                    peer_gone(s, "it sent something other than chunks");
+            } else if (net_now_ns() - s->fetch.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000) {
+                peer_gone(s, "nothing for 5 s");
+            }
         }
         /* An admitted newcomer waits while the head's link has frames unread: pings queued
          * ahead of the head's goodbye or hang-up would otherwise leave this session looking
