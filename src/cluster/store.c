@@ -352,7 +352,7 @@ static uint64_t others(const store *s, char *lru, struct timespec *lru_used)
         total += entry_bytes(s, e->d_name, &used);
         if (lru && (!lru[0] || used.tv_sec < lru_used->tv_sec ||
                     (used.tv_sec == lru_used->tv_sec && used.tv_nsec < lru_used->tv_nsec))) {
-            snprintf(lru, HEX_ID + 1, "%s", e->d_name);
+            memcpy(lru, e->d_name, HEX_ID + 1);   /* is_entry: HEX_ID long */
             *lru_used = used;
         }
     }

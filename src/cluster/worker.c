@@ -16,99 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/chunk_serve.h"
-#include "cluster/wire.h"
 #include "cluster/stats.h"
-#include "cluster/worker.h"
+#include "cluster/worker_impl.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
 
-/* At most this many newcomers are in their handshake at once, and at most ADMIT_PER_SOURCE of
- * them from one address before their greeting has passed the cheap check of the key (link.h).
- * Over either bound the oldest such connection is turned away for the newest, so a stranger who
- * keeps connecting holds only the last few places and a real peer, whose greeting arrives at
- * once, gets through (and one turned away tries again: conn_dial). GREET_SLOTS leaves room for
- * the threads of those turned away to finish. */
-#define ADMIT_MAX 16
-#define ADMIT_PER_SOURCE 4
-#define GREET_SLOTS (2 * ADMIT_MAX)
-/* Lines about connections refused or dropped in their handshake: at most this many per
- * window, the others counted and told in one line. */
-#define REFUSAL_LINES 5
-#define REFUSAL_WINDOW_MS 10000
-
-/* A connection in its handshake. fd is -1 while the slot is free; the slot is freed before the
- * connection's fd is closed or handed on, so that the accepting thread, which may shut it down
- * under the lock, never touches another connection's fd. */
-typedef struct greeter {
-    int fd;
-    char host[NET_HOST_MAX + 8];
-    int64_t since;
-    atomic_bool vouched;       /* its greeting passed the cheap check */
-    bool evicted;              /* turned away for a newer connection */
-} greeter;
-
-/* A connection that has passed the handshake and sent a well-formed HELLO, waiting for the
- * main loop. */
-typedef struct newcomer {
-    struct worker *w;
-    greeter *g;
-    conn c;
-    msg_hello h;
-    char peer[NET_HOST_MAX + 8];
-    struct newcomer *next;
-} newcomer;
-
-/* Newcomers are greeted (handshake, HELLO) each on a thread of its own, under one overall
- * deadline, so that a peer that dawdles, trickles or says nothing holds up neither the session
- * in progress nor the next newcomer; the main loop only ever sees admitted ones. */
-struct worker {
-    worker_opts o;
-    const ring_backend *b;
-    int lfd, port;
-    int stop_pipe[2];
-    int admit_pipe[2];         /* a byte for every newcomer queued */
-    uint64_t instance;
-    pthread_mutex_t lock;      /* guards what follows */
-    pthread_cond_t idle;       /* signalled when greeters drops to 0 */
-    int greeters;
-    greeter slot[GREET_SLOTS];
-    log_limit refusals;
-    newcomer *queue, *queue_tail;
-};
-
-/* One head's session. */
-typedef struct wsession {
-    worker *w;
-    conn ctrl;                 /* the head; also the data link in for rank 1 and out for the last */
-    conn pred, succ;           /* data links from the previous and to the next worker */
-    bool has_pred, has_succ, planned;
-    msg_plan mp;
-    ring_plan plan;
-    int rank;
-    ring_layers layers;
-    bool layers_open;
-    device dev;
-    bool dev_init;
-    hop_buffers buf;
-    heartbeat hb;
-    conn *hb_conns[1];
-    uint64_t sent_mark, recv_mark;
-    char reason[512];          /* why the session ended */
-    /* Fetching into the store (worker_opts.store): after a MANIFEST (the header's chunks) or a
-     * FETCH (a plan's), WANTs until every chunk marked is present. */
-    bool need_manifest;        /* WELCOME asked the head for its manifest */
-    bool fetching;
-    uint8_t identity[PROTO_ID_BYTES];   /* of the head's model */
-    bool want_from;            /* HAVE sent: FROM comes next */
-    uint8_t *mark, *asked, *failed;     /* per chunk: wanted; asked for (ASK_*); times it failed */
-    uint32_t n_chunks, awaiting;        /* chunks of the last WANT yet to arrive */
-    conn fetch;                /* to the worker FROM named, while its chunks come */
-    bool has_fetch;
-    uint32_t peer_left;        /* chunks asked of it yet to arrive */
-    uint64_t fetched, from_peer;        /* bytes received, of them from another worker */
-    int64_t fetch_t0;
-} wsession;
 
 static void wvlog(const worker *w, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
@@ -121,8 +33,7 @@ static void wvlog(const worker *w, const char *fmt, va_list ap)
     log_vline(w->o.log, prefix, fmt, ap);
 }
 
-static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void wlog(const worker *w, const char *fmt, ...)
+void worker_log(const worker *w, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -130,7 +41,7 @@ static void wlog(const worker *w, const char *fmt, ...)
     va_end(ap);
 }
 
-static void id_hex(const uint8_t *id, char *out)
+void worker_id_hex(const uint8_t *id, char *out)
 {
     for (int i = 0; i < 6; i++)
         sprintf(out + 2 * i, "%02x", id[i]);
@@ -227,7 +138,7 @@ static bool stop_requested(const worker *w)
 static void log_held(worker *w, long held)
 {
     if (held)
-        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
+        worker_log(w, "%ld more connections refused or dropped in their handshake, not logged one by "
              "one", held);
 }
 
@@ -454,9 +365,7 @@ static newcomer *next_newcomer(worker *w)
     return n;
 }
 
-static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
+void worker_refuse(worker *w, newcomer *n, const char *fmt, ...)
 {
     char text[400];
     va_list ap;
@@ -464,15 +373,14 @@ static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     proto_send_error(&n->c, w->instance, "%s", text);
-    wlog(w, "refused %s: %s", n->peer, text);
+    worker_log(w, "refused %s: %s", n->peer, text);
     conn_close_gently(&n->c);
     free(n);
 }
 
 /* ---- a session ---- */
 
-static void end_session(wsession *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void end_session(wsession *s, const char *fmt, ...)
+void worker_end_session(wsession *s, const char *fmt, ...)
 {
     if (s->reason[0])
         return;   /* the first reason is the real one */
@@ -483,8 +391,7 @@ static void end_session(wsession *s, const char *fmt, ...)
 }
 
 /* Tell the head why this device gives up, then give up. */
-static void fail_session(wsession *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail_session(wsession *s, const char *fmt, ...)
+void worker_fail_session(wsession *s, const char *fmt, ...)
 {
     char text[400];
     va_list ap;
@@ -493,7 +400,7 @@ static void fail_session(wsession *s, const char *fmt, ...)
     va_end(ap);
     if (!s->reason[0])
         proto_send_error(&s->ctrl, s->w->instance, "%s", text);
-    end_session(s, "%s", text);
+    worker_end_session(s, "%s", text);
 }
 
 static int connect_successor(wsession *s, char *err, size_t errlen)
@@ -531,12 +438,12 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
 }
 
 /* A PLAN or FETCH body into mp and p, checked against the model; -1 after failing the session. */
-static int plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p)
+int worker_plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p)
 {
     const ring_model *m = s->w->b->model;
     char err[512];
     if (proto_decode_plan(f, mp, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return -1;
     }
     memset(p, 0, sizeof *p);
@@ -548,257 +455,14 @@ static int plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p
         p->gpu_layers[d] = mp->gpu_layers[d] > INT_MAX ? INT_MAX : (int)mp->gpu_layers[d];
     }
     if (p->n_layer != m->n_layer) {
-        fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
+        worker_fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
         return -1;
     }
     if (plan_validate(p, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return -1;
     }
     return 0;
-}
-
-/* ---- fetching into the store ---- */
-
-enum { ASK_HEAD = 1, ASK_PEER = 2 };
-
-static void load_model(wsession *s);
-
-/* Ask for what is still missing of s->mark, or, when nothing is, say so (an empty WANT) and go
- * on: after the header, load the model and welcome the head again. */
-static void want_more(wsession *s)
-{
-    worker *w = s->w;
-    msg_want m;
-    uint32_t ranges[2 * PROTO_WANT_MAX];
-    /* what another worker is sending is not asked of the head (unless it fails to come) */
-    uint8_t *want = malloc(s->n_chunks);
-    if (!want) {
-        fail_session(s, "out of memory");
-        return;
-    }
-    for (uint32_t c = 0; c < s->n_chunks; c++)
-        want[c] = s->mark[c] && s->asked[c] != ASK_PEER;
-    int n = store_missing(w->o.store, want, ranges, PROTO_WANT_MAX, &m.bytes);
-    free(want);
-    m.n = (uint32_t)n;
-    s->awaiting = 0;
-    for (int i = 0; i < n; i++) {
-        m.first[i] = ranges[2 * i];
-        m.count[i] = ranges[2 * i + 1];
-        memset(s->asked + m.first[i], ASK_HEAD, m.count[i]);
-        s->awaiting += m.count[i];
-    }
-    if (n == 0 && s->peer_left)
-        return;   /* the empty WANT (done) waits for the other worker's chunks */
-    char err[512];
-    if (proto_send_want(&s->ctrl, &m, err, sizeof err)) {
-        end_session(s, "%s", err);
-        return;
-    }
-    if (n)
-        return;
-    s->fetching = false;
-    double secs = (double)(net_now_ns() - s->fetch_t0) * 1e-9;
-    if (s->fetched)
-        wlog(w, "store: received %.1f MiB in %.2f s (%.1f MB/s), %.1f MiB of it from another "
-             "worker", (double)s->fetched / (1 << 20), secs,
-             secs > 0 ? (double)s->fetched / secs * 1e-6 : 0.0, (double)s->from_peer / (1 << 20));
-    else
-        wlog(w, "store: holds every chunk asked for: nothing to fetch");
-    s->fetched = s->from_peer = 0;
-    if (s->need_manifest)
-        load_model(s);
-}
-
-/* Start fetching the chunks marked in s->mark (set by the caller): at once from the head (the
- * header), or, after a FETCH (have), once the head has said in FROM which other worker holds
- * some of them. */
-static void fetch_marked(wsession *s, bool have)
-{
-    uint64_t bytes = 0;
-    uint32_t r[2];
-    store_missing(s->w->o.store, s->mark, r, 1, &bytes);
-    char err[512];
-    if (store_reserve(s->w->o.store, bytes, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    memset(s->asked, 0, s->n_chunks);
-    s->fetching = true;
-    s->fetched = 0;
-    s->fetch_t0 = net_now_ns();
-    if (!have) {
-        want_more(s);
-        return;
-    }
-    uint8_t *held = malloc(s->n_chunks);
-    for (uint32_t c = 0; held && c < s->n_chunks; c++)
-        held[c] = store_has(s->w->o.store, c);
-    if (!held)
-        fail_session(s, "out of memory");
-    else if (proto_send_have(&s->ctrl, held, s->n_chunks, err, sizeof err))
-        end_session(s, "%s", err);
-    else
-        s->want_from = true;
-    free(held);
-}
-
-/* The chunks asked of another worker stop coming: the head is asked for them instead. */
-static void peer_gone(wsession *s, const char *why)
-{
-    wlog(s->w, "store: %s: %s; asking the head for its %u chunk(s) left", s->fetch.name, why,
-         s->peer_left);
-    for (uint32_t c = 0; c < s->n_chunks; c++)
-        if (s->asked[c] == ASK_PEER)
-            s->asked[c] = 0;
-    s->peer_left = 0;
-    conn_close(&s->fetch);
-    s->has_fetch = false;
-    if (s->awaiting == 0)
-        want_more(s);
-}
-
-/* FROM: the ranges another worker holds, asked of it on a link of their own; the rest of the
- * head. */
-static void handle_from(wsession *s, const frame *f)
-{
-    worker *w = s->w;
-    char err[512];
-    msg_from m;
-    if (!s->want_from) {
-        fail_session(s, "unexpected FROM");
-        return;
-    }
-    if (proto_decode_from(f, s->n_chunks, &m, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    s->want_from = false;
-    if (m.want.n) {
-        char name[128];
-        snprintf(name, sizeof name, "the worker at %.100s:%u", m.host, m.port);
-        msg_hello h = {.role = ROLE_FETCHER};
-        memcpy(h.identity, w->b->model->identity, sizeof h.identity);
-        if (conn_dial(&s->fetch, m.host, (int)m.port, name, w->o.key,
-                      net_now_ns() + (int64_t)PROTO_DEAD_MS * 1000000, err, sizeof err) == 0) {
-            s->has_fetch = true;
-            for (uint32_t i = 0; i < m.want.n; i++)
-                for (uint32_t c = m.want.first[i]; c < m.want.first[i] + m.want.count[i]; c++)
-                    if (s->mark[c] && !store_has(w->o.store, c)) {
-                        s->asked[c] = ASK_PEER;
-                        s->peer_left++;
-                    }
-            if (proto_send_hello(&s->fetch, &h, err, sizeof err) ||
-                proto_send_want(&s->fetch, &m.want, err, sizeof err)) {
-                peer_gone(s, err);
-                return;   /* peer_gone asked the head */
-            }
-            s->fetch.max_data = 0;
-        } else {
-            wlog(w, "store: %s", err);
-        }
-    }
-    want_more(s);
-}
-
-/* Per-chunk records for the manifest mf. */
-static int fetch_init(wsession *s, const manifest *mf)
-{
-    free(s->mark);
-    s->n_chunks = mf->n_chunks;
-    s->mark = calloc(3 * (size_t)mf->n_chunks, 1);
-    s->asked = s->mark + mf->n_chunks;
-    s->failed = s->asked + mf->n_chunks;
-    if (!s->mark) {
-        fail_session(s, "out of memory");
-        return -1;
-    }
-    return 0;
-}
-
-static void handle_manifest(wsession *s, const frame *f)
-{
-    char err[512];
-    if (!s->need_manifest || s->fetching || s->mark) {
-        fail_session(s, "unexpected MANIFEST");
-        return;
-    }
-    if (store_take_manifest(s->w->o.store, s->identity, f->body, f->len, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    const manifest *mf = store_opened(s->w->o.store);
-    if (fetch_init(s, mf))
-        return;
-    manifest_mark(mf, 0, mf->header_bytes, s->mark);
-    fetch_marked(s, false);
-}
-
-static void handle_fetch(wsession *s, const frame *f)
-{
-    msg_plan mp;
-    ring_plan p;
-    if (s->planned || s->need_manifest || s->fetching || s->want_from) {
-        fail_session(s, "unexpected FETCH");
-        return;
-    }
-    if (plan_from_msg(s, f, &mp, &p))
-        return;
-    const ring_model *m = s->w->b->model;
-    if (!s->mark && fetch_init(s, m->manifest))
-        return;
-    store_plan_chunks(m, &p, (int)mp.rank, s->mark);
-    fetch_marked(s, true);
-}
-
-static void handle_chunk(wsession *s, const frame *f, bool from_peer)
-{
-    uint32_t i;
-    const uint8_t *data;
-    size_t len;
-    char err[512];
-    if (proto_decode_chunk(f, &i, &data, &len, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    int want = from_peer ? ASK_PEER : ASK_HEAD;
-    if (!s->fetching || i >= s->n_chunks || s->asked[i] != want) {
-        if (from_peer)
-            peer_gone(s, "it sent a chunk not asked for");
-        else
-            fail_session(s, "CHUNK %u was not asked for", i);
-        return;
-    }
-    s->asked[i] = 0;
-    if (from_peer)
-        s->peer_left--;
-    else
-        s->awaiting--;
-    int rc = store_put(s->w->o.store, i, data, len, err, sizeof err);
-    if (rc < 0) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    if (rc > 0) {
-        /* Asked again by the next WANT; a holder that keeps sending wrong bytes holds another
-         * file than its manifest describes. */
-        wlog(s->w, "store: chunk %u failed its hash: fetching it again", i);
-        if (++s->failed[i] >= 3) {
-            fail_session(s, "chunk %u failed its hash 3 times: the head's file is not the one "
-                         "its manifest describes", i);
-            return;
-        }
-    } else {
-        s->fetched += len;
-        s->from_peer += from_peer ? len : 0;
-    }
-    if (from_peer && s->peer_left == 0) {   /* data (inside its buffer) is no longer used */
-        conn_close(&s->fetch);
-        s->has_fetch = false;
-    }
-    if (s->awaiting == 0 && s->peer_left == 0)
-        want_more(s);
 }
 
 static void apply_plan(wsession *s, const frame *f)
@@ -807,31 +471,20 @@ static void apply_plan(wsession *s, const frame *f)
     const ring_model *m = w->b->model;
     char err[512];
     ring_plan *p = &s->plan;
-    if (plan_from_msg(s, f, &s->mp, p))
+    if (worker_plan_from_msg(s, f, &s->mp, p))
         return;
-    if (w->o.store) {
-        /* Never compute with a chunk that is not here and verified. */
-        if (!s->mark && fetch_init(s, m->manifest))
-            return;
-        store_plan_chunks(m, p, (int)s->mp.rank, s->mark);
-        uint64_t lack = 0;
-        uint32_t r[2];
-        if (store_missing(w->o.store, s->mark, r, 1, &lack)) {
-            fail_session(s, "the plan needs %.1f MiB this device's store does not hold (no FETCH "
-                         "before the PLAN)", (double)lack / (1 << 20));
-            return;
-        }
-    }
+    if (w->o.store && worker_store_plan_held(s, p))
+        return;
     s->rank = (int)s->mp.rank;
     bool last = s->rank == p->n_dev - 1;
     if (last != (s->mp.succ_host[0] == 0)) {
-        fail_session(s, "plan: device %d of %d %s a successor address", s->rank, p->n_dev,
+        worker_fail_session(s, "plan: device %d of %d %s a successor address", s->rank, p->n_dev,
                      last ? "must not have" : "needs");
         return;
     }
     bool *owns = calloc(2 * (size_t)m->n_layer, sizeof *owns), *on_gpu = owns + m->n_layer;
     if (!owns) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         return;
     }
     plan_owned_layers(p, s->rank, owns);
@@ -843,7 +496,7 @@ static void apply_plan(wsession *s, const frame *f)
                         sizeof note, err, sizeof err);
     free(owns);
     if (rc) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->layers_open = true;
@@ -852,24 +505,24 @@ static void apply_plan(wsession *s, const frame *f)
                         .mem_budget = s->mp.weight_budget ? s->mp.weight_budget
                                                             : sysmem_weight_budget()};
     if (device_init(&s->dev, m, p, s->rank, &s->layers, &dopt, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->dev_init = true;
     if (hop_buffers_init(&s->buf, m->n_embd, (int)s->mp.max_batch, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     uint32_t bound = proto_data_bound(m->n_embd, (int)s->mp.max_batch, s->mp.wire);
     s->ctrl.max_data = bound;
     if (!last && connect_successor(s, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->planned = true;
     /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
     if (proto_send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
         return;
     }
     char layers[256];
@@ -877,11 +530,11 @@ static void apply_plan(wsession *s, const frame *f)
     const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
     const device *dv = &s->dev;
     double kept = dv->cut < p->n_layer ? (double)(dv->cut_offset - m->layer_begin[dv->cut]) : 0;
-    wlog(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
+    worker_log(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
          "layer(s) (from layer %d, whose first %.1f MiB stay), prefetch %s", s->rank, p->n_dev,
          p->k, layers, n_gpu, dv->n_streamed, dv->cut, kept / (1 << 20), prefetch);
     if (note[0])
-        wlog(w, "%s", note);
+        worker_log(w, "%s", note);
     if (w->o.stats) {
         cJSON *o = cJSON_CreateObject();
         if (o) {
@@ -912,11 +565,11 @@ static void send_counters(wsession *s, uint32_t serial)
     if (s->w->o.verbose) {
         char line[400];
         ring_counters_format(&st.c, line, sizeof line);
-        wlog(s->w, "batch %u: %s", serial, line);
+        worker_log(s->w, "batch %u: %s", serial, line);
     }
     char err[512];
     if (proto_send_stats(&s->ctrl, &st, err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
 }
 
 static void handle_batch(wsession *s, const frame *f)
@@ -928,18 +581,18 @@ static void handle_batch(wsession *s, const frame *f)
                       .max_batch = (int)s->mp.max_batch};
     if (proto_decode_batch(f, n_embd, &b, err, sizeof err) ||
         hop_unpack(&s->buf, &b, &lim, s->buf.hidden, s->buf.pos, s->buf.seq, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (f->type != RM_BATCH || !device_visits(&s->plan, s->rank, (int)b.round)) {
-        fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
+        worker_fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
                      b.round);
         return;
     }
     device_arrived(&s->dev);
     if (device_compute(&s->dev, (int)b.round, s->buf.hidden, (int)b.n, s->buf.pos,
                        s->buf.seq)) {
-        fail_session(s, "layers failed on batch %u (positions %d..%d of sequence %d)", b.serial,
+        worker_fail_session(s, "layers failed on batch %u (positions %d..%d of sequence %d)", b.serial,
                      s->buf.pos[0], s->buf.pos[b.n - 1], s->buf.seq[0]);
         return;
     }
@@ -958,7 +611,7 @@ static void handle_batch(wsession *s, const frame *f)
     if (hop_send(&s->buf, to, type, &out, s->buf.hidden, s->buf.pos, s->buf.seq, err,
                  sizeof err)) {
         /* A lost successor is this session's end, and the head should hear why from here. */
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     device_handed_on(&s->dev, (int)b.round);
@@ -971,11 +624,11 @@ static void handle_kvop(wsession *s, const frame *f)
     char err[512];
     msg_kvop k;
     if (proto_decode_kvop(f, &k, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (k.seq >= (int32_t)s->mp.n_seq) {
-        fail_session(s, "KV cache edit of sequence %d: the plan has sequences 0..%u", k.seq,
+        worker_fail_session(s, "KV cache edit of sequence %d: the plan has sequences 0..%u", k.seq,
                      s->mp.n_seq - 1);
         return;
     }
@@ -983,12 +636,12 @@ static void handle_kvop(wsession *s, const frame *f)
                  ? s->layers.kv_truncate(s->layers.ctx, k.seq, k.p0)
                  : s->layers.kv_shift(s->layers.ctx, k.seq, k.p0, k.p1, k.delta);
     if (rc) {
-        fail_session(s, "KV cache edit (%s %d..%d by %d of sequence %d) is outside the context",
+        worker_fail_session(s, "KV cache edit (%s %d..%d by %d of sequence %d) is outside the context",
                      k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta, k.seq);
         return;
     }
     if (s->has_succ && proto_send_kvop(&s->succ, &k, err, sizeof err))
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
 }
 
 static void handle_ctrl(wsession *s, const frame *f);
@@ -1004,7 +657,7 @@ static bool decode_interrupted(wsession *s)
         if (rc == 1)
             return false;
         if (rc < 0) {
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
             return true;
         }
         if (f.type == RM_HALT)
@@ -1014,7 +667,7 @@ static bool decode_interrupted(wsession *s)
             return true;
         }
         if (f.type != RM_PING) {
-            fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
+            worker_fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
             return true;
         }
     }
@@ -1030,15 +683,15 @@ static void handle_decode(wsession *s, const frame *f)
     float *logits = malloc(sizeof *logits * (size_t)m->n_vocab);
     sampler *smp = NULL;
     if (!d || !logits) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         goto out;
     }
     if (proto_decode_decode(f, d, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         goto out;
     }
     if (s->plan.n_dev != 2 || s->plan.window[0] != 0 || !s->layers.embed || !s->layers.output) {
-        fail_session(s, "DECODE for a device that does not hold every layer");
+        worker_fail_session(s, "DECODE for a device that does not hold every layer");
         goto out;
     }
     bool ids_ok = d->token < m->n_vocab;
@@ -1046,14 +699,14 @@ static void handle_decode(wsession *s, const frame *f)
         ids_ok = ids_ok && d->window[i] < m->n_vocab;
     if (!ids_ok || d->seq >= (int32_t)s->mp.n_seq ||
         (int64_t)d->pos + d->max_steps > (int64_t)s->mp.n_ctx) {
-        fail_session(s, "DECODE of %u steps from position %d of sequence %d (or a token id) is "
+        worker_fail_session(s, "DECODE of %u steps from position %d of sequence %d (or a token id) is "
                      "outside the plan's %u positions, %u sequences, %d tokens", d->max_steps,
                      d->pos, d->seq, s->mp.n_ctx, s->mp.n_seq, m->n_vocab);
         goto out;
     }
     smp = sampler_create(&d->sp, m->n_vocab);
     if (!smp) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         goto out;
     }
     sampler_set_rng(smp, d->rng);
@@ -1072,12 +725,12 @@ static void handle_decode(wsession *s, const frame *f)
                 device_handed_on(&s->dev, round);   /* the pager's turn between windows */
         }
         if (failed) {
-            fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
+            worker_fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
             goto out;
         }
         if (s->layers.output(s->layers.ctx, s->buf.hidden, pos, logits, m->n_vocab, err,
                              sizeof err)) {
-            fail_session(s, "%s", err);
+            worker_fail_session(s, "%s", err);
             goto out;
         }
         msg_token t = {.serial = serial, .token = sampler_sample(smp, logits)};
@@ -1086,7 +739,7 @@ static void handle_decode(wsession *s, const frame *f)
         device_handed_on(&s->dev, s->plan.k - 1);
         steps++;
         if (proto_send_token(&s->ctrl, &t, err, sizeof err)) {
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
             goto out;
         }
         send_counters(s, serial);
@@ -1096,7 +749,7 @@ static void handle_decode(wsession *s, const frame *f)
             break;
     }
     if (!s->reason[0] && proto_send_done(&s->ctrl, steps, err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
 out:
     sampler_free(smp);
     free(logits);
@@ -1114,7 +767,7 @@ static void handle_data(wsession *s, const frame *f)
         handle_kvop(s, f);
         break;
     default:
-        fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
+        worker_fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
     }
 }
 
@@ -1125,24 +778,24 @@ static void handle_profile(wsession *s, const frame *f)
     char err[512];
     uint32_t threads;
     if (proto_decode_profile_request(f, &threads, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (!w->o.profile) {
-        fail_session(s, "this worker cannot profile itself (give the head -lw)");
+        worker_fail_session(s, "this worker cannot profile itself (give the head -lw)");
         return;
     }
     char *json = malloc(PROTO_SMALL_MAX);
     if (!json) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         return;
     }
     int t = threads ? (int)threads : w->o.threads;
-    wlog(w, "profiling this device for %s (%d threads)", s->ctrl.name, t);
+    worker_log(w, "profiling this device for %s (%d threads)", s->ctrl.name, t);
     if (w->o.profile(w->o.profile_ctx, t, json, PROTO_SMALL_MAX, err, sizeof err))
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
     else if (conn_send(&s->ctrl, RM_PROFILE, json, strlen(json), err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
     free(json);
 }
 
@@ -1155,19 +808,19 @@ static void handle_ctrl(wsession *s, const frame *f)
         return;
     case RM_PROFILE:
         if (s->planned || s->need_manifest)
-            fail_session(s, "PROFILE %s", s->planned ? "after the plan" : "before the model");
+            worker_fail_session(s, "PROFILE %s", s->planned ? "after the plan" : "before the model");
         else
             handle_profile(s, f);
         return;
     case RM_PROBE:   /* echoed as it came: the head times the round trip */
         if (conn_send(&s->ctrl, RM_PROBE, f->body, f->len, err, sizeof err))
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     case RM_PLAN:
         if (s->planned)
-            fail_session(s, "a second PLAN in one session");
+            worker_fail_session(s, "a second PLAN in one session");
         else if (s->need_manifest || s->fetching || s->want_from)
-            fail_session(s, "PLAN before the model's chunks arrived");
+            worker_fail_session(s, "PLAN before the model's chunks arrived");
         else
             apply_plan(s, f);
         return;
@@ -1178,26 +831,26 @@ static void handle_ctrl(wsession *s, const frame *f)
         if (!w->o.store)
             break;
         if (f->type == RM_MANIFEST)
-            handle_manifest(s, f);
+            worker_store_manifest(s, f);
         else if (f->type == RM_FETCH)
-            handle_fetch(s, f);
+            worker_store_fetch(s, f);
         else if (f->type == RM_FROM)
-            handle_from(s, f);
+            worker_store_from(s, f);
         else
-            handle_chunk(s, f, false);
+            worker_store_chunk(s, f, false);
         return;
     case RM_BYE:
         if (conn_send(&s->ctrl, RM_BYE, NULL, 0, err, sizeof err) == 0)
-            end_session(s, "the head finished");
+            worker_end_session(s, "the head finished");
         else
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     case RM_ERROR: {
         msg_error e;
         if (proto_decode_error(f, &e, err, sizeof err) == 0)
-            end_session(s, "the head gave up: %s", e.text);
+            worker_end_session(s, "the head gave up: %s", e.text);
         else
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     }
     case RM_BATCH:
@@ -1220,51 +873,21 @@ static void handle_ctrl(wsession *s, const frame *f)
     default:
         break;
     }
-    fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
+    worker_fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
                  s->planned ? "" : " before the plan");
 }
 
 /* A newcomer admitted while this worker serves a head: the predecessor joining, or a refusal.
  * (With a cluster key the link handshake has already proved that it holds the key.) */
-static void chunk_served(void *ctx)
-{
-    worker *w = ctx;
-    pthread_mutex_lock(&w->lock);
-    if (--w->greeters == 0)
-        pthread_cond_broadcast(&w->idle);
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* Another worker of this session fetching chunks this one holds (the head said so in FROM). */
-static void serve_chunks(wsession *s, newcomer *n)
-{
-    worker *w = s->w;
-    if (!w->o.store || !w->b || memcmp(n->h.identity, w->b->model->identity, PROTO_ID_BYTES)) {
-        refuse_newcomer(w, n, "refused: this worker keeps no chunks of that model");
-        return;
-    }
-    char err[512];
-    pthread_mutex_lock(&w->lock);
-    w->greeters++;   /* a thread that refers to w: worker_run waits for it */
-    pthread_mutex_unlock(&w->lock);
-    wlog(w, "store: sending chunks to the worker at %s", n->peer);
-    if (chunk_serve_start(&n->c, store_model_path(w->o.store), w->b->model->manifest,
-                          chunk_served, w, err, sizeof err)) {
-        wlog(w, "store: %s", err);
-        chunk_served(w);
-    }
-    free(n);
-}
-
 static void handle_newcomer(wsession *s, newcomer *n)
 {
     worker *w = s->w;
     if (n->h.role == ROLE_HEAD) {
-        refuse_newcomer(w, n, "busy: serving %s", s->ctrl.name);
+        worker_refuse(w, n, "busy: serving %s", s->ctrl.name);
         return;
     }
     if (n->h.role == ROLE_FETCHER) {
-        serve_chunks(s, n);
+        worker_store_serve_chunks(s, n);
         return;
     }
     const char *why = NULL;
@@ -1275,12 +898,12 @@ static void handle_newcomer(wsession *s, newcomer *n)
     else if (s->has_pred)
         why = "this device already has its predecessor";
     if (why) {
-        refuse_newcomer(w, n, "refused: %s", why);
+        worker_refuse(w, n, "refused: %s", why);
         return;
     }
     char err[512];
     if (conn_send(&n->c, RM_READY, NULL, 0, err, sizeof err)) {
-        wlog(w, "dropped peer %s: %s", n->peer, err);
+        worker_log(w, "dropped peer %s: %s", n->peer, err);
         conn_close(&n->c);
         free(n);
         return;
@@ -1310,51 +933,11 @@ static void close_session(wsession *s)
     conn_close_gently(&s->ctrl);
 }
 
-/* WELCOME: this device's model and memory; with a store, the flag that says so, and, before
- * the model is here, the request for its manifest. */
-static int send_welcome(wsession *s, char *err, size_t errlen)
-{
-    worker *w = s->w;
-    msg_welcome wm = {.instance = w->instance, .threads = (uint32_t)w->o.threads,
-                      .mem_budget = sysmem_budget(), .store = w->o.store ? WELCOME_STORE : 0};
-    if (s->need_manifest) {
-        wm.store |= WELCOME_NEED_MANIFEST;
-        memcpy(wm.identity, s->identity, sizeof wm.identity);
-    } else {
-        const ring_model *m = w->b->model;
-        wm.n_layer = (uint32_t)m->n_layer;
-        wm.n_embd = (uint32_t)m->n_embd;
-        memcpy(wm.identity, m->identity, sizeof wm.identity);
-    }
-    return proto_send_welcome(&s->ctrl, &wm, err, errlen);
-}
-
-/* The header has arrived: make the store's file computable, and welcome the head again. */
-static void load_model(wsession *s)
-{
-    worker *w = s->w;
-    char err[512];
-    const ring_backend *b = NULL;
-    if (w->o.load(w->o.load_ctx, store_model_path(w->o.store), store_opened(w->o.store),
-                  &b, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
-    w->b = b;
-    s->need_manifest = false;
-    if (memcmp(b->model->identity, s->identity, sizeof s->identity)) {
-        fail_session(s, "the model loaded from the store is not the head's");
-        return;
-    }
-    if (send_welcome(s, err, sizeof err))
-        end_session(s, "%s", err);
-}
-
 static void serve(worker *w, newcomer *head)
 {
     wsession *s = calloc(1, sizeof *s);
     if (!s) {
-        refuse_newcomer(w, head, "out of memory");
+        worker_refuse(w, head, "out of memory");
         return;
     }
     s->w = w;
@@ -1365,20 +948,20 @@ static void serve(worker *w, newcomer *head)
     free(head);
     s->pred.fd = s->succ.fd = s->fetch.fd = -1;
     char err[512];
-    if (send_welcome(s, err, sizeof err)) {
-        wlog(w, "dropped head: %s", err);
+    if (worker_store_welcome(s, err, sizeof err)) {
+        worker_log(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
         free(s);
         return;
     }
     s->hb_conns[0] = &s->ctrl;
     if (heartbeat_start(&s->hb, s->hb_conns, 1)) {
-        wlog(w, "dropped head %s: cannot start the heartbeat thread", s->ctrl.name);
+        worker_log(w, "dropped head %s: cannot start the heartbeat thread", s->ctrl.name);
         conn_close(&s->ctrl);
         free(s);
         return;
     }
-    wlog(w, "serving %s", s->ctrl.name);
+    worker_log(w, "serving %s", s->ctrl.name);
     while (!s->reason[0]) {
         struct pollfd p[6] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
@@ -1390,13 +973,13 @@ static void serve(worker *w, newcomer *head)
         };
         int rc = poll(p, 6, PROTO_PING_MS);
         if (rc < 0 && errno != EINTR) {
-            end_session(s, "poll: %s", strerror(errno));
+            worker_end_session(s, "poll: %s", strerror(errno));
             break;
         }
         tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w)) {
             worker_stop(w);   /* leave the request for worker_run to see */
-            fail_session(s, "the worker is shutting down");
+            worker_fail_session(s, "the worker is shutting down");
             break;
         }
         if (p[1].revents)
@@ -1405,7 +988,7 @@ static void serve(worker *w, newcomer *head)
         if (p[2].revents) {
             rc = conn_recv(&s->ctrl, &f, 0, err, sizeof err);
             if (rc < 0)
-                end_session(s, "%s", err);
+                worker_end_session(s, "%s", err);
             else if (rc == 0)
                 handle_ctrl(s, &f);
         } else if (!s->reason[0] &&
@@ -1413,13 +996,13 @@ static void serve(worker *w, newcomer *head)
             /* Judged only when poll found nothing to read from the head: right after computing
              * a batch that took longer than PROTO_DEAD_MS, the head's pings are still unread in
              * the socket, and the head is alive. */
-            end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
+            worker_end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
                         PROTO_DEAD_MS / 1000);
         }
         if (!s->reason[0] && p[3].revents) {
             rc = conn_recv(&s->pred, &f, 0, err, sizeof err);
             if (rc < 0)
-                fail_session(s, "lost the link from the previous device: %s", err);
+                worker_fail_session(s, "lost the link from the previous device: %s", err);
             else if (rc == 0)
                 handle_data(s, &f);
         }
@@ -1427,13 +1010,13 @@ static void serve(worker *w, newcomer *head)
             if (p[5].revents) {
                 rc = conn_recv(&s->fetch, &f, 0, err, sizeof err);
                 if (rc < 0)
-                    peer_gone(s, err);
+                    worker_store_peer_gone(s, err);
                 else if (rc == 0 && f.type == RM_CHUNK)
-                    handle_chunk(s, &f, true);
+                    worker_store_chunk(s, &f, true);
                 else if (rc == 0)
-                    peer_gone(s, "it sent something other than chunks");
+                    worker_store_peer_gone(s, "it sent something other than chunks");
             } else if (net_now_ns() - s->fetch.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000) {
-                peer_gone(s, "nothing for 5 s");
+                worker_store_peer_gone(s, "nothing for 5 s");
             }
         }
         /* An admitted newcomer waits while the head's link has frames unread: pings queued
@@ -1445,65 +1028,29 @@ static void serve(worker *w, newcomer *head)
                 handle_newcomer(s, n);
         }
     }
-    wlog(w, "session ended: %s; waiting for a head", s->reason);
+    worker_log(w, "session ended: %s; waiting for a head", s->reason);
     close_session(s);
     free(s);
-}
-
-/* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
-/* With a store: the head's model loaded if the store holds its header, else none (the session
- * then asks the head for it). */
-static void open_stored(worker *w, const uint8_t *id)
-{
-    if (w->b && !memcmp(w->b->model->identity, id, PROTO_ID_BYTES))
-        return;
-    if (w->b)
-        w->o.unload(w->o.load_ctx);
-    w->b = NULL;
-    uint32_t damaged = 0;
-    const manifest *mf = store_find(w->o.store, id, &damaged);
-    if (!mf)
-        return;
-    char hex[16];
-    id_hex(id, hex);
-    if (damaged)
-        wlog(w, "store: model %s: %u chunk(s) failed their hash: forgotten, to be fetched again",
-             hex, damaged);
-    uint8_t *mark = calloc(mf->n_chunks, 1);
-    uint32_t r[2];
-    if (!mark)
-        return;
-    manifest_mark(mf, 0, mf->header_bytes, mark);
-    bool header = store_missing(w->o.store, mark, r, 1, NULL) == 0;
-    free(mark);
-    char err[512];
-    const ring_backend *b;
-    if (!header)
-        return;
-    if (w->o.load(w->o.load_ctx, store_model_path(w->o.store), mf, &b, err, sizeof err))
-        wlog(w, "store: model %s: %s", hex, err);
-    else
-        w->b = b;
 }
 
 /* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
 static void admit_idle(worker *w, newcomer *n)
 {
     if (n->h.role != ROLE_HEAD) {
-        refuse_newcomer(w, n, "refused: no session in progress");
+        worker_refuse(w, n, "refused: no session in progress");
         return;
     }
     if (w->o.store) {
-        open_stored(w, n->h.identity);
+        worker_store_open(w, n->h.identity);
         serve(w, n);
         return;
     }
     const ring_model *m = w->b->model;
     if (memcmp(n->h.identity, m->identity, sizeof n->h.identity)) {
         char mine[16], theirs[16];
-        id_hex(m->identity, mine);
-        id_hex(n->h.identity, theirs);
-        refuse_newcomer(w, n, "model mismatch: this worker holds model %s (%s), the head holds "
+        worker_id_hex(m->identity, mine);
+        worker_id_hex(n->h.identity, theirs);
+        worker_refuse(w, n, "model mismatch: this worker holds model %s (%s), the head holds "
                         "model %s", mine, m->path, theirs);
         return;
     }
@@ -1547,6 +1094,6 @@ int worker_run(worker *w)
     if (w->o.store && w->b)
         w->o.unload(w->o.load_ctx);
     w->b = NULL;
-    wlog(w, "stopped");
+    worker_log(w, "stopped");
     return 0;
 }
