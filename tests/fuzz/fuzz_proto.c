@@ -44,6 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (f.len > PROTO_SMALL_MAX && f.type != RM_BATCH && f.type != RM_RESULT &&
             !(f.type == RM_PROBE && f.len <= PROTO_PROBE_MAX) &&
             !(f.type == RM_MANIFEST && f.len <= MANIFEST_MAX) &&
+            !(f.type == RM_HAVE && f.len <= MANIFEST_MAX / 256) &&
             !(f.type == RM_CHUNK && f.len <= 4 + MANIFEST_CHUNK))
             __builtin_trap();   /* the bound was not enforced */
         union {
@@ -57,6 +58,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             msg_decode dec;
             msg_token tok;
             msg_want want;
+            msg_from from;
+            uint8_t have[FUZZ_CHUNKS];
             uint32_t steps;
             char note[PROTO_NOTE_MAX];
         } m;
@@ -109,6 +112,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 for (uint32_t i = 0; i < m.want.n; i++)
                     if (!m.want.count[i] || m.want.first[i] + m.want.count[i] > FUZZ_CHUNKS)
                         __builtin_trap();   /* ranges inside the file */
+            break;
+        case RM_HAVE:
+            if (proto_decode_have(&f, FUZZ_CHUNKS, m.have, err, sizeof err) == 0)
+                for (int i = 0; i < FUZZ_CHUNKS; i++)
+                    if (m.have[i] > 1)
+                        __builtin_trap();   /* flags, one per chunk */
+            break;
+        case RM_FROM:
+            if (proto_decode_from(&f, FUZZ_CHUNKS, &m.from, err, sizeof err) == 0 &&
+                (m.from.want.n > PROTO_FROM_MAX || (m.from.want.n && !m.from.port) ||
+                 strnlen(m.from.host, sizeof m.from.host) == sizeof m.from.host))
+                __builtin_trap();   /* ranges need an address; the host is a C string */
             break;
         case RM_CHUNK: {
             uint32_t idx;
