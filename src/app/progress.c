@@ -26,11 +26,11 @@ void app_progress_init(app_progress *p, FILE *f, const char *label)
 /* The current part's line (p->mu held): rewritten on a terminal, a new line otherwise. */
 static void draw(app_progress *p)
 {
-    char line[160], pct[16] = "";
+    char line[200], pct[16] = "";
     if (p->done >= 0)
         snprintf(pct, sizeof pct, ", %.0f %%", 100 * p->done);
-    int n = snprintf(line, sizeof line, "prima: profiling %s: %s%s, %.1f s", p->who, p->what, pct,
-                     now_s() - p->t0);
+    int n = snprintf(line, sizeof line, "prima: %s%s%s: %s%s, %.1f s", p->doing,
+                     p->doing[0] ? " " : "", p->who, p->what, pct, now_s() - p->t0);
     if (n >= (int)sizeof line)
         n = (int)sizeof line - 1;
     if (p->tty) {
@@ -61,9 +61,11 @@ static void *tick(void *arg)
     return NULL;
 }
 
-void app_progress_show(app_progress *p, const char *who, const char *what, double done)
+static void show_as(app_progress *p, const char *doing, const char *who, const char *what,
+                    double done)
 {
     pthread_mutex_lock(&p->mu);
+    snprintf(p->doing, sizeof p->doing, "%s", doing);
     bool start = !p->open;
     if (start)
         p->t0 = now_s();
@@ -78,6 +80,11 @@ void app_progress_show(app_progress *p, const char *who, const char *what, doubl
         p->ticking = pthread_create(&p->ticker, NULL, tick, p) == 0;
 }
 
+void app_progress_show(app_progress *p, const char *who, const char *what, double done)
+{
+    show_as(p, "profiling", who, what, done);
+}
+
 void app_progress_end(app_progress *p)
 {
     pthread_mutex_lock(&p->mu);
@@ -90,6 +97,30 @@ void app_progress_end(app_progress *p)
     if (p->ticking)
         pthread_join(p->ticker, NULL);
     p->ticking = false;
+}
+
+void app_progress_transfer(void *ctx, int d, uint64_t done, uint64_t total, double seconds)
+{
+    app_progress *p = ctx;
+    char who[24], what[96];
+    snprintf(who, sizeof who, "device %d", d);
+    double mib = 1024.0 * 1024.0, rate = seconds > 0 ? (double)done / seconds : 0;
+    if (done == total) {
+        if (total)
+            snprintf(what, sizeof what, "received its share of the model, %.1f MiB at %.1f MB/s",
+                     total / mib, rate * 1e-6);
+        else
+            snprintf(what, sizeof what, "0 bytes from the head: its store holds its share of the model (or another worker sent it)");
+        show_as(p, "", who, what, -1);
+        app_progress_end(p);
+        return;
+    }
+    if (rate > 0)
+        snprintf(what, sizeof what, "its share: %.1f of %.1f MiB, %.1f MB/s, ETA %.1f s",
+                 done / mib, total / mib, rate * 1e-6, (double)(total - done) / rate);
+    else
+        snprintf(what, sizeof what, "its share: %.1f of %.1f MiB", done / mib, total / mib);
+    show_as(p, "sending", who, what, total ? (double)done / (double)total : -1);
 }
 
 void app_progress_profile(void *ctx, const char *what, double done)

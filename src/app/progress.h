@@ -4,12 +4,14 @@
  * seconds since the work began (on a terminal the seconds go on between parts):
  *
  *   prima: profiling the head: Q4_K kernels, 42 %, 2.1 s
- *   prima: profiling device 2: measuring itself, 0.0 s */
+ *   prima: profiling device 2: measuring itself, 0.0 s
+ *   prima: sending device 2 its share: 12.0 of 45.0 MiB, 11.3 MB/s, ETA 2.9 s, 27 %, 1.1 s */
 #ifndef PRIMA_APP_PROGRESS_H
 #define PRIMA_APP_PROGRESS_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "sched/startup.h"
@@ -25,7 +27,8 @@ typedef struct app_progress {
     bool open;      /* a work's line is shown (and, on a terminal, not ended) */
     int width;      /* of the line shown on a terminal */
     double t0;      /* when the work began */
-    char who[32], what[64];   /* the part shown */
+    char doing[16];           /* "profiling", "sending" */
+    char who[32], what[96];   /* the part shown */
     double done;
 } app_progress;
 
@@ -38,7 +41,10 @@ void app_progress_show(app_progress *p, const char *who, const char *what, doubl
  * end every work shown: it stops the terminal's ticker. */
 void app_progress_end(app_progress *p);
 
-/* profile_opts.progress, with ctx a app_progress. */
+/* ring_opts.on_transfer, with ctx an app_progress: the chunks of the model the head sends a
+ * worker that keeps a store; each device's transfer is a work of its own. */
+void app_progress_transfer(void *ctx, int d, uint64_t done, uint64_t total, double seconds);
+/* profile_opts.progress, with ctx an app_progress. */
 void app_progress_profile(void *ctx, const char *what, double done);
 /* The planner's progress on stderr through p (the planner ends each device's work, and the
  * plan's after every plan). */

@@ -30,6 +30,8 @@ int runner_session(runner *r, char *err, size_t errlen)
         r->sp.gpu = go;
         r->sp.profile_cache = r->ra.profile_cache;
         ro.planner = &r->sp.rp;
+        ro.on_transfer = app_progress_transfer;
+        ro.transfer_ctx = &r->prog;
         ro.n_seq = r->n_seq > 1 ? r->n_seq : 1;
         r->s = ring_head_session(&r->rh, &ro, &go, r->m, r->kc, r->n_ctx, r->o.n_batch, err,
                                  errlen);

@@ -9,7 +9,9 @@
 #include "model/offload.h"
 
 typedef struct serve_opts {
-    const char *model_path;
+    const char *model_path;    /* NULL: store_dir */
+    const char *store_dir;     /* a store of the heads' models, fetched from them (store.h) */
+    uint64_t store_max;        /* its bound in bytes; 0: none */
     const char *host;          /* NULL: all interfaces */
     int port;
     int listen_fd;             /* >= 0: serve on this listening socket instead */

@@ -275,6 +275,8 @@ static int run_logits(logits_job *j)
         sp.gpu = go;
         sp.profile_cache = j->ra.profile_cache;
         ro.planner = &sp.rp;
+        ro.on_transfer = app_progress_transfer;
+        ro.transfer_ctx = &prog;
         s = ring_head_session(&rh, &ro, &go, m, kc, n_ctx, n_batch, err, sizeof err);
         if (s)
             gpu_offload_report_ring(&rh);

@@ -1,6 +1,8 @@
 /* prima worker — one device of a ring, serving one head after another. */
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 
 static const char usage_head[] =
     "usage: prima worker -m FILE [--host ADDR] [--port P] [-t N] [options]\n"
+    "       prima worker --store DIR [--store-max SIZE] [--host ADDR] [--port P] [options]\n"
     "\n"
     "Serve as one device of a ring (see prima run --workers). The worker waits for a\n"
     "head, proves with it that both hold the cluster key (--key) and agrees keys for\n"
@@ -45,6 +48,35 @@ static int parse_method(void *dst, const char *flag, const char *v)
     return parse_prefetch_method(flag, v, &((serve_opts *)dst)->method);
 }
 
+/* SIZE: a number of bytes with an optional K, M, G or T (powers of 1024). */
+static int parse_size_arg(const char *flag, const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    double mul = 1;
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    default: break;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += *end == 'i' ? (end[1] == 'B' ? 2 : 1) : 1;
+    if (end == v || *end || errno || !(x > 0) || x * mul > 1e18) {
+        cli_fail("%s: expected a size such as 20G or 512M, got '%s'", flag, v);
+        return -1;
+    }
+    *out = (uint64_t)(x * mul);
+    return 0;
+}
+
+static int parse_store_max(void *dst, const char *flag, const char *v)
+{
+    return parse_size_arg(flag, v, &((serve_opts *)dst)->store_max) ? -1 : 0;
+}
+
 static int parse_gpu_mem(void *dst, const char *flag, const char *v)
 {
     return parse_gib_arg(flag, v, &((serve_opts *)dst)->gpu.vram_cap);
@@ -54,6 +86,17 @@ static int parse_gpu_mem(void *dst, const char *flag, const char *v)
 static const cli_opt worker_rows[] = {
     {"-m --model", "FILE", CLI_STR, F(model_path),
      .help = "the GGUF model (the same file as the head's)"},
+    {"--store", "DIR", CLI_STR, F(store_dir),
+     .help = "instead of -m: keep no copy of the model; each head (or\n"
+             "another worker holding them) sends the chunks of its model\n"
+             "this device's plan needs, checked against the model's\n"
+             "manifest and kept in DIR for later runs, and this device\n"
+             "serves the chunks it holds to other workers (docs/ring.md,\n"
+             "The store)"},
+    {"--store-max", "SIZE", CLI_FN, .fn = parse_store_max,
+     .help = "the most DIR may hold (e.g. 20G, 512M; default: no bound):\n"
+             "the least recently used other models make room, or the\n"
+             "transfer is refused naming the bytes it needs"},
     {"--host", "ADDR", CLI_STR, F(host), .help = "address to listen on (default: all interfaces)"},
     {"--port", "P", CLI_INT, F(port), 0, 65535,
      .help = "TCP port (default " STR(DEFAULT_PORT) "; 0 = any free port, printed)"},
@@ -118,28 +161,62 @@ static void on_signal(int sig)
         worker_stop(running);   /* async-signal-safe: one write to a pipe */
 }
 
+/* The profile of a store's model measures the file the store holds (its header's weight
+ * types; its disk). */
+typedef struct store_loader {
+    engine_loader el;
+    sched_profiler *prof;
+} store_loader;
+
+static int store_load(void *ctx, const char *path, const struct manifest *mf,
+                      const ring_backend **out, char *err, size_t errlen)
+{
+    store_loader *sl = ctx;
+    int rc = engine_loader_load(&sl->el, path, mf, out, err, errlen);
+    sl->prof->model_path = rc ? NULL : path;
+    return rc;
+}
+
+static void store_unload(void *ctx)
+{
+    store_loader *sl = ctx;
+    sl->prof->model_path = NULL;
+    engine_loader_unload(&sl->el);
+}
+
 int serve_worker(const serve_opts *o)
 {
     char err[512];
-    model *m = model_load(o->model_path, err, sizeof err);
-    if (!m)
+    model *m = NULL;
+    store *st = NULL;
+    int models = 0;
+    uint32_t damaged = 0;
+    if (o->model_path)
+        m = model_load(o->model_path, err, sizeof err);
+    else if ((st = store_open(o->store_dir, o->store_max, err, sizeof err)))
+        store_check(st, &models, &damaged);   /* before listening: no head waits meanwhile */
+    if (!m && !st)
         return cli_fail("%s", err);
-    ring_model rm;
+    ring_model rm = {0};
     ring_key key = {.set = false};
     if (o->insecure && o->key_file) {
         model_free(m);
+        store_free(st);
         cli_fail("worker: --insecure and --key contradict each other");
         return 2;
     }
     /* An explicit --insecure wins over $PRIMA_KEY_FILE. */
-    if (ring_model_init(&rm, m, err, sizeof err) ||
+    if ((m && ring_model_init(&rm, m, err, sizeof err)) ||
         (!o->insecure && ring_key_load(&key, o->key_file, err, sizeof err))) {
+        ring_model_release(&rm);
         model_free(m);
+        store_free(st);
         return cli_fail("%s", err);
     }
     if (!key.set && !o->insecure) {
         ring_model_release(&rm);
         model_free(m);
+        store_free(st);
         cli_fail("worker: no cluster key: give --key FILE (prima keygen -o FILE makes one; every "
                  "device needs the same), or --insecure to serve plaintext links");
         return 2;
@@ -148,20 +225,24 @@ int serve_worker(const serve_opts *o)
     if (o->stats_file && !(stats = stats_file_open(o->stats_file))) {
         ring_model_release(&rm);
         model_free(m);
+        store_free(st);
         return 1;
     }
     engine_backend eb;
-    engine_backend_init(&eb, &rm, m, &o->gpu);
+    if (m)
+        engine_backend_init(&eb, &rm, m, &o->gpu);
     sched_profiler prof;
     sched_profiler_init(&prof, o->model_path);
     prof.gpu = o->gpu;
     prof.profile_cache = o->profile_cache;
+    store_loader sl = {.el = {.gpu = o->gpu}, .prof = &prof};
     worker_opts wo = {.host = o->host, .port = o->port, .listen_fd = o->listen_fd,
                       .threads = o->threads, .method = o->method,
                       .key = &key, .log = o->quiet ? NULL : stderr,
                       .verbose = o->verbose, .stats = stats, .profile = sched_profiler_serve,
-                      .profile_ctx = &prof};
-    worker *w = worker_create(&wo, &eb.b, err, sizeof err);
+                      .profile_ctx = &prof, .store = st, .load = store_load,
+                      .unload = store_unload, .load_ctx = &sl};
+    worker *w = worker_create(&wo, m ? &eb.b : NULL, err, sizeof err);
     disc_advertiser *adv = NULL;
     int rc = 0;
     if (w && o->advertise) {
@@ -181,10 +262,18 @@ int serve_worker(const serve_opts *o)
     if (!w) {
         rc = cli_fail("%s", err);
     } else {
+        char what[300];
+        if (m)
+            snprintf(what, sizeof what, "%s: %d layers", o->model_path, m->hp.n_layer);
+        else if (snprintf(what, sizeof what, "store %s: %d model(s), %.1f MiB held and verified",
+                          o->store_dir, models, (double)store_used(st) / (1 << 20)) > 0 &&
+                 damaged)
+            snprintf(what + strlen(what), sizeof what - strlen(what), ", %u damaged chunk(s) "
+                     "forgotten (to be fetched again)", damaged);
         if (!o->quiet)
-            fprintf(stderr, "prima worker: %s: %d layers; listening on %s:%d; %d thread%s, %.1f "
+            fprintf(stderr, "prima worker: %s; listening on %s:%d; %d thread%s, %.1f "
                             "GiB free for weights%s\n",
-                    o->model_path, m->hp.n_layer, o->host ? o->host : "*", worker_port(w),
+                    what, o->host ? o->host : "*", worker_port(w),
                     o->threads, o->threads > 1 ? "s" : "", (double)sysmem_budget() / (1u << 30),
                     key.set ? "; links keyed and encrypted" : "; plaintext links (--insecure)");
         if (!key.set && !loopback(o->host))
@@ -207,8 +296,10 @@ int serve_worker(const serve_opts *o)
         fclose(stats);
     ring_model_release(&rm);
     model_free(m);
+    store_free(st);
     return rc;
 }
+
 
 static int cmd_worker(int argc, char **argv)
 {
@@ -218,8 +309,18 @@ static int cmd_worker(int argc, char **argv)
     int rc = cli_opts_parse("worker", &set, 1, argc, argv, usage_head, usage_tail, NULL);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (!o.model_path) {
-        cli_fail("worker: no model (-m FILE)");
+    if (!o.model_path == !o.store_dir) {
+        cli_fail(o.model_path ? "worker: -m and --store exclude each other (a store is for a "
+                                "worker without the model)"
+                              : "worker: no model (-m FILE, or --store DIR to be sent it)");
+        return 2;
+    }
+    if (o.store_max && !o.store_dir) {
+        cli_fail("worker: --store-max needs --store");
+        return 2;
+    }
+    if (o.advertise && o.store_dir) {
+        cli_fail("worker: --advertise needs -m (a worker with a store is named in --workers)");
         return 2;
     }
     return serve_worker(&o);

@@ -62,6 +62,14 @@ typedef struct ring_model {
      * inside the layer's range; a dense layer's slices are 0. */
     int n_expert;
     uint64_t (*expert_begin)[RING_EXPERT_TENSORS], (*expert_slice)[RING_EXPERT_TENSORS];
+    /* The file's chunk hashes (manifest.h): identity is their root. A device that holds the
+     * file sends its chunks to the workers that keep a store (store.h) from them. */
+    const struct manifest *manifest;
+    /* The tensors outside the layers: those every device computing layers reads (rope
+     * factors), and the head's own (embedding, final norm, output), as file ranges. */
+    byte_range *shared, *head_only;
+    int n_shared, n_head_only;
+    bool manifest_owned;           /* computed by ring_model_init: freed with the model */
 } ring_model;
 
 typedef struct device_opts {

@@ -25,7 +25,8 @@ static const char *const names[RM_TYPE_END] = {
     [RM_BATCH] = "BATCH", [RM_RESULT] = "RESULT", [RM_KVOP] = "KVOP", [RM_STATS] = "STATS",
     [RM_PING] = "PING", [RM_ERROR] = "ERROR", [RM_BYE] = "BYE", [RM_PROFILE] = "PROFILE",
     [RM_PROBE] = "PROBE", [RM_DECODE] = "DECODE", [RM_TOKEN] = "TOKEN", [RM_HALT] = "HALT",
-    [RM_DONE] = "DONE",
+    [RM_DONE] = "DONE", [RM_MANIFEST] = "MANIFEST", [RM_FETCH] = "FETCH", [RM_WANT] = "WANT",
+    [RM_CHUNK] = "CHUNK", [RM_HAVE] = "HAVE", [RM_FROM] = "FROM",
 };
 
 const char *proto_msg_name(int type)
@@ -258,6 +259,12 @@ static uint32_t body_bound(const conn *c, int type)
         return c->max_data;
     case RM_PROBE:
         return PROTO_PROBE_MAX;
+    case RM_MANIFEST:
+        return MANIFEST_MAX;
+    case RM_HAVE:
+        return (MANIFEST_MAX - MANIFEST_FIXED) / MANIFEST_HASH / 8;
+    case RM_CHUNK:
+        return 4 + MANIFEST_CHUNK;
     default:
         return PROTO_SMALL_MAX;
     }
@@ -533,7 +540,7 @@ int proto_decode_hello(const frame *f, msg_hello *m, char *err, size_t errlen)
     m->rank = r_u32(&r);
     if (r_done(&r, f, err, errlen))
         return -1;
-    if (m->role != ROLE_HEAD && m->role != ROLE_PEER) {
+    if (m->role != ROLE_HEAD && m->role != ROLE_PEER && m->role != ROLE_FETCHER) {
         snprintf(err, errlen, "HELLO with unknown role %u", m->role);
         return -1;
     }
@@ -549,6 +556,7 @@ int proto_send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen)
     w_u32(&w, m->n_embd);
     w_u32(&w, m->threads);
     w_u64(&w, m->mem_budget);
+    w_u8(&w, m->store);
     return conn_send(c, RM_WELCOME, w.b, w.n, err, errlen);
 }
 
@@ -563,10 +571,19 @@ int proto_decode_welcome(const frame *f, msg_welcome *m, char *err, size_t errle
     m->n_embd = r_u32(&r);
     m->threads = r_u32(&r);
     m->mem_budget = r_u64(&r);
-    return r_done(&r, f, err, errlen);
+    m->store = r_u8(&r);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    if (m->store > (WELCOME_STORE | WELCOME_NEED_MANIFEST) ||
+        (m->store == WELCOME_NEED_MANIFEST)) {
+        snprintf(err, errlen, "WELCOME with unknown store flags %u", m->store);
+        return -1;
+    }
+    return 0;
 }
 
-int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
+/* PLAN and FETCH: the same body. */
+static int send_plan_as(conn *c, int type, const msg_plan *m, char *err, size_t errlen)
 {
     wr w = {.n = 0};
     w_bytes(&w, m->session, sizeof m->session);
@@ -593,12 +610,22 @@ int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
         w_u32(&w, m->gpu_layers[d]);
     if (m->weight_budget)
         w_u64(&w, m->weight_budget);
-    return conn_send(c, RM_PLAN, w.b, w.n, err, errlen);
+    return conn_send(c, type, w.b, w.n, err, errlen);
+}
+
+int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen)
+{
+    return send_plan_as(c, RM_PLAN, m, err, errlen);
+}
+
+int proto_send_fetch(conn *c, const msg_plan *m, char *err, size_t errlen)
+{
+    return send_plan_as(c, RM_FETCH, m, err, errlen);
 }
 
 int proto_decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
 {
-    if (expect(f, RM_PLAN, err, errlen))
+    if (f->type != RM_FETCH && expect(f, RM_PLAN, err, errlen))
         return -1;
     rd r = reader(f);
     memset(m, 0, sizeof *m);
@@ -958,5 +985,152 @@ int proto_decode_error(const frame *f, msg_error *m, char *err, size_t errlen)
     if (r_done(&r, f, err, errlen))
         return -1;
     one_line(m->text);
+    return 0;
+}
+
+static void w_want(wr *w, const msg_want *m)
+{
+    w_u64(w, m->bytes);
+    w_u32(w, m->n);
+    for (uint32_t i = 0; i < m->n && i < PROTO_WANT_MAX; i++) {
+        w_u32(w, m->first[i]);
+        w_u32(w, m->count[i]);
+    }
+}
+
+int proto_send_want(conn *c, const msg_want *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    w_want(&w, m);
+    return conn_send(c, RM_WANT, w.b, w.n, err, errlen);
+}
+
+/* Ranges of chunks, each non-empty and inside the file, together not more than it has. */
+static void r_want(rd *r, msg_want *m)
+{
+    m->bytes = r_u64(r);
+    m->n = r_u32(r);
+    if (m->n > PROTO_WANT_MAX) {
+        r->bad = true;
+        m->n = 0;
+    }
+    for (uint32_t i = 0; i < m->n; i++) {
+        m->first[i] = r_u32(r);
+        m->count[i] = r_u32(r);
+    }
+}
+
+static int check_want(const msg_want *m, uint32_t n_chunks, const char *what, char *err,
+                      size_t errlen)
+{
+    uint64_t asked = 0;
+    for (uint32_t i = 0; i < m->n; i++) {
+        if (m->count[i] == 0 || m->first[i] >= n_chunks || m->count[i] > n_chunks - m->first[i]) {
+            snprintf(err, errlen, "%s of chunks %u+%u (the file has %u)", what, m->first[i],
+                     m->count[i], n_chunks);
+            return -1;
+        }
+        asked += m->count[i];
+    }
+    if (asked > n_chunks) {
+        snprintf(err, errlen, "%s of %llu chunks (the file has %u)", what,
+                 (unsigned long long)asked, n_chunks);
+        return -1;
+    }
+    return 0;
+}
+
+int proto_decode_want(const frame *f, uint32_t n_chunks, msg_want *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_WANT, err, errlen))
+        return -1;
+    rd r = reader(f);
+    r_want(&r, m);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    return check_want(m, n_chunks, "WANT", err, errlen);
+}
+
+int proto_send_have(conn *c, const uint8_t *flags, uint32_t n_chunks, char *err, size_t errlen)
+{
+    size_t len = ((size_t)n_chunks + 7) / 8;
+    uint8_t *b = calloc(len ? len : 1, 1);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t i = 0; i < n_chunks; i++)
+        if (flags[i])
+            b[i / 8] |= (uint8_t)(1u << (i % 8));
+    int rc = conn_send(c, RM_HAVE, b, len, err, errlen);
+    free(b);
+    return rc;
+}
+
+int proto_decode_have(const frame *f, uint32_t n_chunks, uint8_t *flags, char *err,
+                      size_t errlen)
+{
+    if (expect(f, RM_HAVE, err, errlen))
+        return -1;
+    if (f->len != ((size_t)n_chunks + 7) / 8) {
+        snprintf(err, errlen, "HAVE of %u bytes for %u chunks", f->len, n_chunks);
+        return -1;
+    }
+    for (uint32_t i = 0; i < n_chunks; i++)
+        flags[i] = (uint8_t)(f->body[i / 8] >> (i % 8) & 1);
+    return 0;
+}
+
+int proto_send_from(conn *c, const msg_from *m, char *err, size_t errlen)
+{
+    wr w = {.n = 0};
+    if (m->want.n > PROTO_FROM_MAX || strlen(m->host) >= NET_HOST_MAX) {
+        snprintf(err, errlen, "FROM of %u ranges (at most %d)", m->want.n, PROTO_FROM_MAX);
+        return -1;
+    }
+    w_str(&w, m->host);
+    w_u32(&w, m->port);
+    w_want(&w, &m->want);
+    return conn_send(c, RM_FROM, w.b, w.n, err, errlen);
+}
+
+int proto_decode_from(const frame *f, uint32_t n_chunks, msg_from *m, char *err, size_t errlen)
+{
+    if (expect(f, RM_FROM, err, errlen))
+        return -1;
+    rd r = reader(f);
+    r_str(&r, m->host, sizeof m->host);
+    m->port = r_u32(&r);
+    r_want(&r, &m->want);
+    if (r_done(&r, f, err, errlen))
+        return -1;
+    if (m->want.n > PROTO_FROM_MAX || m->port > 65535 || (m->want.n && (!m->port || !m->host[0]))) {
+        snprintf(err, errlen, "FROM with ranges and no worker to fetch them from");
+        return -1;
+    }
+    return check_want(&m->want, n_chunks, "FROM", err, errlen);
+}
+
+int proto_send_chunk(conn *c, uint32_t index, const void *data, size_t len, char *err,
+                     size_t errlen)
+{
+    uint8_t idx[4];
+    put32(idx, index);
+    struct iovec iov[2] = {{idx, sizeof idx}, {(void *)data, len}};
+    return conn_sendv(c, RM_CHUNK, iov, 2, err, errlen);
+}
+
+int proto_decode_chunk(const frame *f, uint32_t *index, const uint8_t **data, size_t *len,
+                       char *err, size_t errlen)
+{
+    if (expect(f, RM_CHUNK, err, errlen))
+        return -1;
+    if (f->len < 5) {
+        snprintf(err, errlen, "malformed CHUNK (%u bytes)", f->len);
+        return -1;
+    }
+    *index = get32(f->body);
+    *data = f->body + 4;
+    *len = f->len - 4;
     return 0;
 }

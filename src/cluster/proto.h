@@ -32,6 +32,18 @@
  *   TOKEN   worker -> head           each token it chose, with its sampler's random stream
  *   HALT    head -> worker           stop decoding (the head's reply ended)
  *   DONE    worker -> head           the answer to every DECODE: how many steps it made
+ * To a worker that keeps a store (store.h) instead of a copy of the model:
+ *   MANIFEST head -> worker          the model's manifest (manifest.h), when WELCOME asks for it
+ *   FETCH   head -> worker           a plan (PLAN's body) whose chunks the worker should hold
+ *   WANT    worker -> head           the chunks it lacks, as ranges, and their bytes; none: done
+ *   CHUNK   head -> worker           chunk index + its bytes, each one checked against the
+ *                                    manifest before it is kept
+ *   HAVE    worker -> head           after a FETCH: the chunks it holds (a bitmap), so that the
+ *                                    head can have other workers fetch them from it
+ *   FROM    head -> worker           the answer to HAVE: a worker (address) to fetch some
+ *                                    ranges from, or none; then the worker WANTs the rest
+ * A worker fetching from another connects to it with HELLO role FETCHER, sends one WANT, and is
+ * sent those chunks (CHUNK), each checked against the manifest as the head's are.
  */
 #ifndef PRIMA_PROTO_H
 #define PRIMA_PROTO_H
@@ -43,15 +55,18 @@
 
 #include "cluster/key.h"
 #include "cluster/link.h"
+#include "cluster/manifest.h"
 #include "cluster/net.h"
 #include "cluster/plan.h"
 #include "model/sample.h"
 
 #define PROTO_MAGIC 0x414d5250u   /* "PRMA" */
-#define PROTO_VERSION 6           /* 2: the link handshake, sealed frames, no proofs in bodies;
+#define PROTO_VERSION 7           /* 2: the link handshake, sealed frames, no proofs in bodies;
                                    * 3: sequences (PLAN's n_seq, KVOP's seq); 4: DECODE;
                                    * 5: the tag on the handshake's keyed greeting;
-                                   * 6: STATS' routed_bytes */
+                                   * 6: STATS' routed_bytes; 7: stores (WELCOME's flags,
+                                   * MANIFEST, FETCH, WANT, CHUNK, HAVE, FROM) and the identity
+                                   * as the manifest's hash */
 #define PROTO_HEADER_BYTES 16
 #define PROTO_SMALL_MAX 4096      /* bound on every body except BATCH / RESULT */
 #define PROTO_STALL_MS 5000       /* a frame in progress that makes no progress this long is dead */
@@ -65,18 +80,20 @@
 #define PROTO_NOTE_MAX 512        /* a READY note, its NUL included */
 #define PROTO_MAX_SEQ 256         /* sequences (KV regions) per device */
 #define PROTO_DECODE_WINDOW 512   /* bound on a DECODE's penalty window (repeat_last_n) */
+#define PROTO_WANT_MAX 500        /* chunk ranges in one WANT */
+#define PROTO_FROM_MAX 400        /* ... and in one FROM (beside an address) */
 
 enum msg_type {
     RM_HELLO = 1, RM_WELCOME, RM_PLAN, RM_READY, RM_BATCH, RM_RESULT, RM_KVOP,
     RM_STATS, RM_PING, RM_ERROR, RM_BYE, RM_PROFILE, RM_PROBE, RM_DECODE, RM_TOKEN, RM_HALT,
-    RM_DONE, RM_TYPE_END
+    RM_DONE, RM_MANIFEST, RM_FETCH, RM_WANT, RM_CHUNK, RM_HAVE, RM_FROM, RM_TYPE_END
 };
 const char *proto_msg_name(int type);
 
 enum wire_type { WIRE_F32 = 0, WIRE_F16 = 1 };
 enum release_policy { RELEASE_AUTO = 0, RELEASE_NEVER = 1, RELEASE_ALWAYS = 2 };
 enum kv_op { KVOP_TRUNCATE = 1, KVOP_SHIFT = 2 };
-enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2 };
+enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2, ROLE_FETCHER = 3 };
 
 /* One connection. Sending is serialized by send_lock (a heartbeat thread shares the head links);
  * receiving belongs to one thread. */
@@ -157,7 +174,19 @@ typedef struct msg_welcome {
     uint8_t identity[PROTO_ID_BYTES];
     uint32_t n_layer, n_embd, threads;
     uint64_t mem_budget;               /* bytes this device can give to weights and KV */
+    uint8_t store;                     /* WELCOME_* flags */
 } msg_welcome;
+#define WELCOME_STORE 1                /* keeps a store: send it its chunks (FETCH) */
+#define WELCOME_NEED_MANIFEST 2        /* with STORE: lacks the model; MANIFEST, then its WANTs,
+                                        * then another WELCOME with the shape */
+
+/* The chunks a store lacks: ranges [first, first + count), and the bytes of all it lacks (for
+ * progress; the ranges may be only the first PROTO_WANT_MAX). n == 0: it holds all it needs. */
+typedef struct msg_want {
+    uint64_t bytes;
+    uint32_t n;
+    uint32_t first[PROTO_WANT_MAX], count[PROTO_WANT_MAX];
+} msg_want;
 
 typedef struct msg_plan {
     uint8_t session[16];
@@ -238,6 +267,30 @@ typedef struct msg_error {
 int proto_send_hello(conn *c, const msg_hello *m, char *err, size_t errlen);
 int proto_send_welcome(conn *c, const msg_welcome *m, char *err, size_t errlen);
 int proto_send_plan(conn *c, const msg_plan *m, char *err, size_t errlen);
+/* FETCH: a plan's body; proto_decode_plan decodes it too. */
+int proto_send_fetch(conn *c, const msg_plan *m, char *err, size_t errlen);
+int proto_send_want(conn *c, const msg_want *m, char *err, size_t errlen);
+/* Ranges are checked against the file's n_chunks (non-empty, inside, not more than it has). */
+int proto_decode_want(const frame *f, uint32_t n_chunks, msg_want *m, char *err, size_t errlen);
+/* HAVE: n_chunks flags (0 or 1) as a bitmap; decoding checks its length against n_chunks. */
+int proto_send_have(conn *c, const uint8_t *flags, uint32_t n_chunks, char *err, size_t errlen);
+int proto_decode_have(const frame *f, uint32_t n_chunks, uint8_t *flags, char *err,
+                      size_t errlen);
+/* FROM: fetch m's ranges (at most PROTO_FROM_MAX) from the worker at host:port (port 0, no
+ * ranges: from nobody). */
+typedef struct msg_from {
+    char host[NET_HOST_MAX];
+    uint32_t port;
+    msg_want want;                     /* bytes: of the ranges */
+} msg_from;
+int proto_send_from(conn *c, const msg_from *m, char *err, size_t errlen);
+int proto_decode_from(const frame *f, uint32_t n_chunks, msg_from *m, char *err, size_t errlen);
+/* MANIFEST is sent with conn_send (its bytes are checked by manifest_parse). CHUNK: */
+int proto_send_chunk(conn *c, uint32_t index, const void *data, size_t len, char *err,
+                     size_t errlen);
+/* *data points into the frame; the receiver checks index and length against its manifest. */
+int proto_decode_chunk(const frame *f, uint32_t *index, const uint8_t **data, size_t *len,
+                       char *err, size_t errlen);
 int proto_send_batch(conn *c, int type, const msg_batch *m, size_t hidden_bytes, char *err,
                      size_t errlen);
 int proto_send_kvop(conn *c, const msg_kvop *m, char *err, size_t errlen);

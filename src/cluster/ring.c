@@ -10,6 +10,9 @@
 
 #include "cluster/ring.h"
 #include "cluster/stats.h"
+#include "cluster/manifest.h"
+#include "cluster/store.h"
+#include "cluster/transfer.h"
 #include "cluster/wire.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
@@ -127,6 +130,67 @@ static int count_workers(const char *list)
     return n;
 }
 
+/* ---- sending workers with a store their chunks ---- */
+
+static int handle_common(ring *r, int i, const frame *f);
+
+static int transfer_other(void *ctx, int i, const frame *f)
+{
+    int h = handle_common(ctx, i, f);
+    return h < 0 ? -1 : h;
+}
+
+static void transfer_progress(void *ctx, int i, uint64_t done, uint64_t total, double seconds)
+{
+    ring *r = ctx;
+    r->o.on_transfer(r->o.transfer_ctx, i + 1, done, total, seconds);
+}
+
+/* Serve the WANTs of the workers marked active (their MANIFEST or FETCH sent) until each holds
+ * what it needs (transfer.h). */
+static int transfer(ring *r, bool *active)
+{
+    conn *links[PRIMA_MAX_DEVICES];
+    for (int i = 0; i < r->n_workers; i++)
+        links[i] = &r->w[i].c;
+    transfer_hooks h = {r, transfer_other, r->o.on_transfer ? transfer_progress : NULL};
+    char err[512];
+    int failed;
+    if (transfer_serve(links, active, r->n_workers, r->m->manifest, r->m->map, &h, &failed, err,
+                       sizeof err) == 0)
+        return 0;
+    if (!err[0])
+        return -1;   /* handle_common has said why */
+    return failed >= 0 ? lose(r, failed, "%s", err) : fail(r, "%s", err);
+}
+
+/* A worker that keeps a store and lacks the model: its manifest, then the chunks of its header
+ * (it asks), then its WELCOME again, now with the model's shape. */
+static int send_header(ring *r, int i, frame *f)
+{
+    remote *w = &r->w[i];
+    char err[512];
+    if (!r->m->manifest)
+        return fail(r, "%s has no copy of the model, and this device has no manifest to send it",
+                    w->c.name);
+    if (conn_send(&w->c, RM_MANIFEST, r->m->manifest->bytes, r->m->manifest->len, err,
+                  sizeof err))
+        return fail(r, "%s", err);
+    bool active[PRIMA_MAX_DEVICES] = {false};
+    active[i] = true;
+    if (transfer(r, active))
+        return -1;
+    for (;;) {   /* its heartbeat has started: pings may come first */
+        int rc = conn_recv(&w->c, f, PROTO_DEAD_MS, err, sizeof err);
+        if (rc == 1)
+            return fail(r, "%s did not answer within %d s", w->c.name, PROTO_DEAD_MS / 1000);
+        if (rc)
+            return fail(r, "%s", err);
+        if (f->type != RM_PING)
+            return 0;
+    }
+}
+
 /* Connect to worker i and exchange HELLO / WELCOME. */
 static int greet(ring *r, int i)
 {
@@ -161,6 +225,21 @@ static int greet(ring *r, int i)
     msg_welcome *wm = &w->welcome;
     if (proto_decode_welcome(&f, wm, err, sizeof err))
         return fail(r, "%s: %s", name, err);
+    if (wm->store & WELCOME_NEED_MANIFEST) {
+        snprintf(w->c.name, sizeof w->c.name, "%s", name);
+        if (send_header(r, i, &f))
+            return -1;
+        if (f.type == RM_ERROR) {
+            msg_error e;
+            if (proto_decode_error(&f, &e, err, sizeof err))
+                return fail(r, "%s: %s", name, err);
+            return fail(r, "%s refused: %s", name, e.text);
+        }
+        if (proto_decode_welcome(&f, wm, err, sizeof err))
+            return fail(r, "%s: %s", name, err);
+        if (wm->store & WELCOME_NEED_MANIFEST)
+            return fail(r, "%s asked for the manifest twice", name);
+    }
     if (memcmp(wm->identity, r->m->identity, sizeof wm->identity) ||
         wm->n_layer != (uint32_t)r->m->n_layer || wm->n_embd != (uint32_t)r->m->n_embd)
         return fail(r, "%s holds a different model (%u layers, width %u)", name, wm->n_layer,
@@ -560,6 +639,94 @@ static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen
     return 0;
 }
 
+/* Worker i's part of the current plan, in session `session`. */
+static void plan_msg(const ring *r, int i, const uint8_t *session, msg_plan *mp)
+{
+    const ring_opts *o = &r->o;
+    *mp = (msg_plan){.rank = (uint32_t)i + 1, .n_dev = (uint32_t)r->plan.n_dev,
+                     .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
+                     .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
+                     .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
+                     .prefetch = o->prefetch, .release = (uint8_t)o->release,
+                     .n_seq = (uint32_t)o->n_seq,
+                     .weight_budget = r->plan.weight_budget[i + 1]};
+    memcpy(mp->session, session, sizeof mp->session);
+    for (int d = 0; d < r->plan.n_dev; d++) {
+        mp->window[d] = (uint32_t)r->plan.window[d];
+        mp->gpu_layers[d] = (uint32_t)r->plan.gpu_layers[d];
+    }
+    if (i + 1 < r->n_workers) {
+        snprintf(mp->succ_host, sizeof mp->succ_host, "%s", r->w[i + 1].host);
+        mp->succ_port = (uint32_t)r->w[i + 1].port;
+    }
+}
+
+/* Every worker that keeps a store gets the chunks of its part of the plan it lacks, all at
+ * once, before any plan is applied: the first token waits for these only. Each says what it
+ * holds (HAVE), and is told which other worker holds the most of what it lacks (FROM), to
+ * fetch those from it; the head sends the rest. */
+static int fetch_shares(ring *r, const uint8_t *session)
+{
+    bool active[PRIMA_MAX_DEVICES] = {false};
+    bool any = false;
+    char err[512];
+    for (int i = 0; i < r->n_workers; i++) {
+        if (!(r->w[i].welcome.store & WELCOME_STORE))
+            continue;
+        if (!r->m->manifest)
+            return fail(r, "%s keeps a store, and this device has no manifest to fill it from",
+                        r->w[i].c.name);
+        msg_plan mp;
+        plan_msg(r, i, session, &mp);
+        if (proto_send_fetch(&r->w[i].c, &mp, err, sizeof err))
+            return lose(r, i, "%s", err);
+        active[i] = any = true;
+    }
+    if (!any)
+        return 0;
+    size_t nc = r->m->manifest->n_chunks, n = (size_t)r->n_workers;
+    uint8_t *need = calloc(2 * n * nc, 1), *have = need ? need + n * nc : NULL;
+    int from[PRIMA_MAX_DEVICES];
+    msg_want *want = calloc(n, sizeof *want);
+    int rc = need && want ? 0 : fail(r, "out of memory");
+    bool got[PRIMA_MAX_DEVICES] = {false};
+    for (int k = 0; k < r->n_workers && rc == 0; k++) {
+        frame f;
+        int i;
+        if (!active[k])
+            continue;
+        if (await(r, RM_HAVE, RM_HAVE, -1, &f, &i))   /* in whatever order they come */
+            rc = -1;
+        else if (!active[i] || got[i])
+            rc = lose(r, i, "%s sent an unexpected HAVE", r->w[i].c.name);
+        else if (proto_decode_have(&f, (uint32_t)nc, have + i * nc, err, sizeof err))
+            rc = lose(r, i, "%s: %s", r->w[i].c.name, err);
+        if (rc)
+            break;
+        got[i] = true;
+        store_plan_chunks(r->m, &r->plan, i + 1, need + i * nc);
+        for (size_t c = 0; c < nc; c++)
+            need[i * nc + c] &= !have[i * nc + c];
+    }
+    if (rc == 0)
+        transfer_peers(r->n_workers, r->m->manifest, need, have, from, want);
+    for (int i = 0; i < r->n_workers && rc == 0; i++) {
+        if (!active[i])
+            continue;
+        msg_from fm = {.port = 0};
+        if (from[i] >= 0 && active[from[i]]) {
+            snprintf(fm.host, sizeof fm.host, "%s", r->w[from[i]].host);
+            fm.port = (uint32_t)r->w[from[i]].port;
+            fm.want = want[i];
+        }
+        if (proto_send_from(&r->w[i].c, &fm, err, sizeof err))
+            rc = lose(r, i, "%s", err);
+    }
+    free(need);
+    free(want);
+    return rc ? -1 : transfer(r, active);
+}
+
 /* Send every worker its part of the current plan and wait until all are ready. 0, or -1 with
  * r->err set. */
 static int send_plans(ring *r)
@@ -569,28 +736,16 @@ static int send_plans(ring *r)
     uint8_t session[16];
     if (ring_random(session, sizeof session))
         return fail(r, "no randomness source (libsodium failed to initialise)");
+    if (fetch_shares(r, session))
+        return -1;
     uint32_t bound = proto_data_bound(r->m->n_embd, o->max_batch, o->wire);
     /* Last worker first: each worker connects to its successor while applying its plan, so the
      * successor must already have applied its own. */
     for (int i = r->n_workers - 1; i >= 0; i--) {
         remote *w = &r->w[i];
         w->c.max_data = bound;
-        msg_plan mp = {.rank = (uint32_t)i + 1, .n_dev = (uint32_t)r->plan.n_dev,
-                       .k = (uint32_t)r->plan.k, .n_layer = (uint32_t)r->plan.n_layer,
-                       .n_ctx = (uint32_t)o->n_ctx, .max_batch = (uint32_t)o->max_batch,
-                       .threads = (uint32_t)o->worker_threads, .wire = (uint8_t)o->wire,
-                       .prefetch = o->prefetch, .release = (uint8_t)o->release,
-                       .n_seq = (uint32_t)o->n_seq,
-                       .weight_budget = r->plan.weight_budget[i + 1]};
-        memcpy(mp.session, session, sizeof session);
-        for (int d = 0; d < r->plan.n_dev; d++) {
-            mp.window[d] = (uint32_t)r->plan.window[d];
-            mp.gpu_layers[d] = (uint32_t)r->plan.gpu_layers[d];
-        }
-        if (i + 1 < r->n_workers) {
-            snprintf(mp.succ_host, sizeof mp.succ_host, "%s", r->w[i + 1].host);
-            mp.succ_port = (uint32_t)r->w[i + 1].port;
-        }
+        msg_plan mp;
+        plan_msg(r, i, session, &mp);
         frame f;
         int who;
         if (proto_send_plan(&w->c, &mp, err, sizeof err))

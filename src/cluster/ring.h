@@ -69,6 +69,12 @@ typedef struct ring_opts {
     FILE *verbose;                 /* counters per batch and device, and a summary; NULL: quiet */
     FILE *stats;                   /* the same counters as batch events (cluster/stats.h) */
     const ring_planner *planner;   /* without -lw; NULL: windows by free memory */
+    /* While the head sends the workers that keep a store (store.h) the chunks of the model they
+     * lack (its header when greeted, their plan's share before the plan): device d's bytes sent
+     * so far of total, seconds since its transfer began; called a few times a second, and once
+     * with done == total at the end (0 of 0: it held them all). NULL: quiet. */
+    void (*on_transfer)(void *ctx, int d, uint64_t done, uint64_t total, double seconds);
+    void *transfer_ctx;
 } ring_opts;
 
 ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t errlen);

@@ -7,24 +7,52 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/manifest.h"
 #include "cluster/ring_engine.h"
 
-int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
+/* The tensors outside the layers, by name: the head's own, or shared by every device that
+ * computes layers. */
+static int global_ranges(ring_model *rm, const gguf_file *f)
+{
+    size_t n = (size_t)f->n_tensors;
+    rm->shared = calloc(n ? n : 1, sizeof *rm->shared);
+    rm->head_only = calloc(n ? n : 1, sizeof *rm->head_only);
+    if (!rm->shared || !rm->head_only)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        if (t->name.len > 4 && !memcmp(t->name.ptr, "blk.", 4))
+            continue;
+        byte_range b = {f->data_offset + t->offset, f->data_offset + t->offset + t->nbytes};
+        if (gguf_str_eq(t->name, "token_embd.weight") || gguf_str_eq(t->name, "output.weight") ||
+            gguf_str_eq(t->name, "output_norm.weight"))
+            rm->head_only[rm->n_head_only++] = b;
+        else
+            rm->shared[rm->n_shared++] = b;
+    }
+    return 0;
+}
+
+int ring_model_init_with(ring_model *rm, const model *m, const manifest *mf, char *err,
+                         size_t errlen)
 {
     memset(rm, 0, sizeof *rm);
     const gguf_file *f = m->file;
-    if (sodium_init() < 0) {
-        snprintf(err, errlen, "libsodium failed to initialise");
+    if (mf) {
+        rm->manifest = mf;
+    } else {
+        rm->manifest = manifest_for_file(f->path, f->map, f->size, f->data_offset, err, errlen);
+        if (!rm->manifest)
+            return -1;
+        rm->manifest_owned = true;
+    }
+    if (rm->manifest->file_size != f->size || rm->manifest->header_bytes != f->data_offset) {
+        snprintf(err, errlen, "%s: the manifest is of another file (%llu bytes)", f->path,
+                 (unsigned long long)rm->manifest->file_size);
+        ring_model_release(rm);
         return -1;
     }
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, sizeof rm->identity);
-    crypto_generichash_update(&st, f->map, f->data_offset);
-    uint8_t size[8];
-    for (int i = 0; i < 8; i++)
-        size[i] = (uint8_t)(f->size >> (8 * i));
-    crypto_generichash_update(&st, size, sizeof size);
-    crypto_generichash_final(&st, rm->identity, sizeof rm->identity);
+    memcpy(rm->identity, rm->manifest->root, sizeof rm->identity);
     int n = m->hp.n_layer;
     rm->n_layer = n;
     rm->n_embd = m->hp.n_embd;
@@ -35,7 +63,7 @@ int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
     rm->head_bytes = model_head_bytes(m);
     rm->layer_begin = calloc((size_t)n, sizeof *rm->layer_begin);
     rm->layer_end = calloc((size_t)n, sizeof *rm->layer_end);
-    if (!rm->layer_begin || !rm->layer_end) {
+    if (!rm->layer_begin || !rm->layer_end || global_ranges(rm, f)) {
         ring_model_release(rm);
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -58,14 +86,26 @@ int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
     return 0;
 }
 
+int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen)
+{
+    return ring_model_init_with(rm, m, NULL, err, errlen);
+}
+
 void ring_model_release(ring_model *rm)
 {
     free(rm->layer_begin);
     free(rm->layer_end);
     free(rm->expert_begin);
     free(rm->expert_slice);
+    free(rm->shared);
+    free(rm->head_only);
+    if (rm->manifest_owned)
+        manifest_free((manifest *)rm->manifest);
     rm->layer_begin = rm->layer_end = NULL;
     rm->expert_begin = rm->expert_slice = NULL;
+    rm->shared = rm->head_only = NULL;
+    rm->manifest = NULL;
+    rm->manifest_owned = false;
 }
 
 static int engine_eval(void *ctx, float *hidden, int n, const int32_t *pos, const int32_t *seq,
@@ -182,6 +222,34 @@ void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *
     eb->dev = NULL;
     eb->gpu = gpu ? *gpu : (offload_opts){.use = false};
     eb->b = (ring_backend){rm, eb, backend_open, backend_close};
+}
+
+int engine_loader_load(void *ctx, const char *path, const manifest *mf,
+                       const ring_backend **out, char *err, size_t errlen)
+{
+    engine_loader *l = ctx;
+    engine_loader_unload(l);
+    l->m = model_load(path, err, errlen);
+    if (!l->m)
+        return -1;
+    if (ring_model_init_with(&l->rm, l->m, mf, err, errlen)) {
+        model_free(l->m);
+        l->m = NULL;
+        return -1;
+    }
+    engine_backend_init(&l->eb, &l->rm, l->m, &l->gpu);
+    *out = &l->eb.b;
+    return 0;
+}
+
+void engine_loader_unload(void *ctx)
+{
+    engine_loader *l = ctx;
+    if (!l->m)
+        return;
+    ring_model_release(&l->rm);
+    model_free(l->m);
+    l->m = NULL;
 }
 
 static int ring_failed(ring *r, int rc, char *err, size_t errlen)

@@ -2,11 +2,9 @@
  * model file, a worker backend that computes with the engine, and the hook that makes a
  * session's batches go round the ring.
  *
- * Model identity: BLAKE2b-256 of the file's header (metadata and tensor table, everything
- * before the tensor data) and its size. Two devices with the same identity hold the same
- * architecture, hyper-parameters, vocabulary, tensor names, types, shapes and offsets; the
- * weights themselves are not hashed (that would read every byte of a 40 GB file on every
- * device), so two files that differ only in weight values are not told apart. */
+ * Model identity: the root of the file's manifest (manifest.h: BLAKE2b-256 of every 4 MiB
+ * chunk, computed once per file and cached), so two devices with the same identity hold the
+ * same bytes, weights included. */
 #ifndef PRIMA_RING_ENGINE_H
 #define PRIMA_RING_ENGINE_H
 
@@ -16,8 +14,13 @@
 #include "model/offload.h"
 #include "model/session.h"
 
-/* Fill rm from m (allocates the layer ranges; free with ring_model_release). */
+/* Fill rm from m (allocates the layer ranges; free with ring_model_release), with the manifest
+ * of m's file, read from its cache or computed (reading the whole file once). */
 int ring_model_init(ring_model *rm, const model *m, char *err, size_t errlen);
+/* The same with the manifest mf (kept by the caller while rm lives): a store's model, whose
+ * file holds only some chunks. It must describe m's file (size, header). */
+int ring_model_init_with(ring_model *rm, const model *m, const struct manifest *mf, char *err,
+                         size_t errlen);
 void ring_model_release(ring_model *rm);
 
 
@@ -35,6 +38,20 @@ typedef struct engine_backend {
 
 void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m,
                          const offload_opts *gpu);
+
+/* A worker without a copy of the model: the model it computes is loaded from the file its
+ * store holds in part (worker_opts.load and unload, with ctx an engine_loader). The layers
+ * the plan puts on the GPU go to the GPU of gpu. */
+typedef struct engine_loader {
+    offload_opts gpu;
+    model *m;           /* the model loaded, or NULL */
+    ring_model rm;
+    engine_backend eb;
+} engine_loader;
+
+int engine_loader_load(void *ctx, const char *path, const struct manifest *mf,
+                       const ring_backend **out, char *err, size_t errlen);
+void engine_loader_unload(void *ctx);
 
 /* Send a session's batches round r (all layers: r's plan decides who computes what). */
 session_layers ring_session_layers(ring *r);

@@ -16,85 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/wire.h"
 #include "cluster/stats.h"
-#include "cluster/worker.h"
+#include "cluster/worker_impl.h"
 #include "util/logline.h"
 #include "util/sysmem.h"
 
-/* At most this many newcomers are in their handshake at once, and at most ADMIT_PER_SOURCE of
- * them from one address before their greeting has passed the cheap check of the key (link.h).
- * Over either bound the oldest such connection is turned away for the newest, so a stranger who
- * keeps connecting holds only the last few places and a real peer, whose greeting arrives at
- * once, gets through (and one turned away tries again: conn_dial). GREET_SLOTS leaves room for
- * the threads of those turned away to finish. */
-#define ADMIT_MAX 16
-#define ADMIT_PER_SOURCE 4
-#define GREET_SLOTS (2 * ADMIT_MAX)
-/* Lines about connections refused or dropped in their handshake: at most this many per
- * window, the others counted and told in one line. */
-#define REFUSAL_LINES 5
-#define REFUSAL_WINDOW_MS 10000
-
-/* A connection in its handshake. fd is -1 while the slot is free; the slot is freed before the
- * connection's fd is closed or handed on, so that the accepting thread, which may shut it down
- * under the lock, never touches another connection's fd. */
-typedef struct greeter {
-    int fd;
-    char host[NET_HOST_MAX + 8];
-    int64_t since;
-    atomic_bool vouched;       /* its greeting passed the cheap check */
-    bool evicted;              /* turned away for a newer connection */
-} greeter;
-
-/* A connection that has passed the handshake and sent a well-formed HELLO, waiting for the
- * main loop. */
-typedef struct newcomer {
-    struct worker *w;
-    greeter *g;
-    conn c;
-    msg_hello h;
-    char peer[NET_HOST_MAX + 8];
-    struct newcomer *next;
-} newcomer;
-
-/* Newcomers are greeted (handshake, HELLO) each on a thread of its own, under one overall
- * deadline, so that a peer that dawdles, trickles or says nothing holds up neither the session
- * in progress nor the next newcomer; the main loop only ever sees admitted ones. */
-struct worker {
-    worker_opts o;
-    const ring_backend *b;
-    int lfd, port;
-    int stop_pipe[2];
-    int admit_pipe[2];         /* a byte for every newcomer queued */
-    uint64_t instance;
-    pthread_mutex_t lock;      /* guards what follows */
-    pthread_cond_t idle;       /* signalled when greeters drops to 0 */
-    int greeters;
-    greeter slot[GREET_SLOTS];
-    log_limit refusals;
-    newcomer *queue, *queue_tail;
-};
-
-/* One head's session. */
-typedef struct wsession {
-    worker *w;
-    conn ctrl;                 /* the head; also the data link in for rank 1 and out for the last */
-    conn pred, succ;           /* data links from the previous and to the next worker */
-    bool has_pred, has_succ, planned;
-    msg_plan mp;
-    ring_plan plan;
-    int rank;
-    ring_layers layers;
-    bool layers_open;
-    device dev;
-    bool dev_init;
-    hop_buffers buf;
-    heartbeat hb;
-    conn *hb_conns[1];
-    uint64_t sent_mark, recv_mark;
-    char reason[512];          /* why the session ended */
-} wsession;
 
 static void wvlog(const worker *w, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
@@ -107,8 +33,7 @@ static void wvlog(const worker *w, const char *fmt, va_list ap)
     log_vline(w->o.log, prefix, fmt, ap);
 }
 
-static void wlog(const worker *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void wlog(const worker *w, const char *fmt, ...)
+void worker_log(const worker *w, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -116,7 +41,7 @@ static void wlog(const worker *w, const char *fmt, ...)
     va_end(ap);
 }
 
-static void id_hex(const uint8_t *id, char *out)
+void worker_id_hex(const uint8_t *id, char *out)
 {
     for (int i = 0; i < 6; i++)
         sprintf(out + 2 * i, "%02x", id[i]);
@@ -213,7 +138,7 @@ static bool stop_requested(const worker *w)
 static void log_held(worker *w, long held)
 {
     if (held)
-        wlog(w, "%ld more connections refused or dropped in their handshake, not logged one by "
+        worker_log(w, "%ld more connections refused or dropped in their handshake, not logged one by "
              "one", held);
 }
 
@@ -440,9 +365,7 @@ static newcomer *next_newcomer(worker *w)
     return n;
 }
 
-static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
+void worker_refuse(worker *w, newcomer *n, const char *fmt, ...)
 {
     char text[400];
     va_list ap;
@@ -450,15 +373,14 @@ static void refuse_newcomer(worker *w, newcomer *n, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     proto_send_error(&n->c, w->instance, "%s", text);
-    wlog(w, "refused %s: %s", n->peer, text);
+    worker_log(w, "refused %s: %s", n->peer, text);
     conn_close_gently(&n->c);
     free(n);
 }
 
 /* ---- a session ---- */
 
-static void end_session(wsession *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void end_session(wsession *s, const char *fmt, ...)
+void worker_end_session(wsession *s, const char *fmt, ...)
 {
     if (s->reason[0])
         return;   /* the first reason is the real one */
@@ -469,8 +391,7 @@ static void end_session(wsession *s, const char *fmt, ...)
 }
 
 /* Tell the head why this device gives up, then give up. */
-static void fail_session(wsession *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void fail_session(wsession *s, const char *fmt, ...)
+void worker_fail_session(wsession *s, const char *fmt, ...)
 {
     char text[400];
     va_list ap;
@@ -479,7 +400,7 @@ static void fail_session(wsession *s, const char *fmt, ...)
     va_end(ap);
     if (!s->reason[0])
         proto_send_error(&s->ctrl, s->w->instance, "%s", text);
-    end_session(s, "%s", text);
+    worker_end_session(s, "%s", text);
 }
 
 static int connect_successor(wsession *s, char *err, size_t errlen)
@@ -516,42 +437,54 @@ static int connect_successor(wsession *s, char *err, size_t errlen)
     return 0;
 }
 
+/* A PLAN or FETCH body into mp and p, checked against the model; -1 after failing the session. */
+int worker_plan_from_msg(wsession *s, const frame *f, msg_plan *mp, ring_plan *p)
+{
+    const ring_model *m = s->w->b->model;
+    char err[512];
+    if (proto_decode_plan(f, mp, err, sizeof err)) {
+        worker_fail_session(s, "%s", err);
+        return -1;
+    }
+    memset(p, 0, sizeof *p);
+    p->n_dev = (int)mp->n_dev;
+    p->n_layer = (int)mp->n_layer;
+    p->k = (int)mp->k;
+    for (int d = 0; d < p->n_dev; d++) {
+        p->window[d] = mp->window[d] > INT_MAX ? INT_MAX : (int)mp->window[d];
+        p->gpu_layers[d] = mp->gpu_layers[d] > INT_MAX ? INT_MAX : (int)mp->gpu_layers[d];
+    }
+    if (p->n_layer != m->n_layer) {
+        worker_fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
+        return -1;
+    }
+    if (plan_validate(p, err, sizeof err)) {
+        worker_fail_session(s, "%s", err);
+        return -1;
+    }
+    return 0;
+}
+
 static void apply_plan(wsession *s, const frame *f)
 {
     worker *w = s->w;
     const ring_model *m = w->b->model;
     char err[512];
-    if (proto_decode_plan(f, &s->mp, err, sizeof err)) {
-        fail_session(s, "%s", err);
-        return;
-    }
     ring_plan *p = &s->plan;
-    memset(p, 0, sizeof *p);
-    p->n_dev = (int)s->mp.n_dev;
-    p->n_layer = (int)s->mp.n_layer;
-    p->k = (int)s->mp.k;
-    for (int d = 0; d < p->n_dev; d++) {
-        p->window[d] = s->mp.window[d] > INT_MAX ? INT_MAX : (int)s->mp.window[d];
-        p->gpu_layers[d] = s->mp.gpu_layers[d] > INT_MAX ? INT_MAX : (int)s->mp.gpu_layers[d];
-    }
-    if (p->n_layer != m->n_layer) {
-        fail_session(s, "plan for %d layers, the model has %d", p->n_layer, m->n_layer);
+    if (worker_plan_from_msg(s, f, &s->mp, p))
         return;
-    }
-    if (plan_validate(p, err, sizeof err)) {
-        fail_session(s, "%s", err);
+    if (w->o.store && worker_store_plan_held(s, p))
         return;
-    }
     s->rank = (int)s->mp.rank;
     bool last = s->rank == p->n_dev - 1;
     if (last != (s->mp.succ_host[0] == 0)) {
-        fail_session(s, "plan: device %d of %d %s a successor address", s->rank, p->n_dev,
+        worker_fail_session(s, "plan: device %d of %d %s a successor address", s->rank, p->n_dev,
                      last ? "must not have" : "needs");
         return;
     }
     bool *owns = calloc(2 * (size_t)m->n_layer, sizeof *owns), *on_gpu = owns + m->n_layer;
     if (!owns) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         return;
     }
     plan_owned_layers(p, s->rank, owns);
@@ -563,7 +496,7 @@ static void apply_plan(wsession *s, const frame *f)
                         sizeof note, err, sizeof err);
     free(owns);
     if (rc) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->layers_open = true;
@@ -572,24 +505,24 @@ static void apply_plan(wsession *s, const frame *f)
                         .mem_budget = s->mp.weight_budget ? s->mp.weight_budget
                                                             : sysmem_weight_budget()};
     if (device_init(&s->dev, m, p, s->rank, &s->layers, &dopt, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->dev_init = true;
     if (hop_buffers_init(&s->buf, m->n_embd, (int)s->mp.max_batch, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     uint32_t bound = proto_data_bound(m->n_embd, (int)s->mp.max_batch, s->mp.wire);
     s->ctrl.max_data = bound;
     if (!last && connect_successor(s, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     s->planned = true;
     /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
     if (proto_send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
         return;
     }
     char layers[256];
@@ -597,11 +530,11 @@ static void apply_plan(wsession *s, const frame *f)
     const char *prefetch = s->mp.prefetch ? prefetch_method_name(w->o.method) : "off";
     const device *dv = &s->dev;
     double kept = dv->cut < p->n_layer ? (double)(dv->cut_offset - m->layer_begin[dv->cut]) : 0;
-    wlog(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
+    worker_log(w, "plan: device %d of %d, %d round(s), layers %s (%d for the GPU), streaming %d "
          "layer(s) (from layer %d, whose first %.1f MiB stay), prefetch %s", s->rank, p->n_dev,
          p->k, layers, n_gpu, dv->n_streamed, dv->cut, kept / (1 << 20), prefetch);
     if (note[0])
-        wlog(w, "%s", note);
+        worker_log(w, "%s", note);
     if (w->o.stats) {
         cJSON *o = cJSON_CreateObject();
         if (o) {
@@ -632,11 +565,11 @@ static void send_counters(wsession *s, uint32_t serial)
     if (s->w->o.verbose) {
         char line[400];
         ring_counters_format(&st.c, line, sizeof line);
-        wlog(s->w, "batch %u: %s", serial, line);
+        worker_log(s->w, "batch %u: %s", serial, line);
     }
     char err[512];
     if (proto_send_stats(&s->ctrl, &st, err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
 }
 
 static void handle_batch(wsession *s, const frame *f)
@@ -648,18 +581,18 @@ static void handle_batch(wsession *s, const frame *f)
                       .max_batch = (int)s->mp.max_batch};
     if (proto_decode_batch(f, n_embd, &b, err, sizeof err) ||
         hop_unpack(&s->buf, &b, &lim, s->buf.hidden, s->buf.pos, s->buf.seq, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (f->type != RM_BATCH || !device_visits(&s->plan, s->rank, (int)b.round)) {
-        fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
+        worker_fail_session(s, "%s for round %u, which does not pass this device", proto_msg_name(f->type),
                      b.round);
         return;
     }
     device_arrived(&s->dev);
     if (device_compute(&s->dev, (int)b.round, s->buf.hidden, (int)b.n, s->buf.pos,
                        s->buf.seq)) {
-        fail_session(s, "layers failed on batch %u (positions %d..%d of sequence %d)", b.serial,
+        worker_fail_session(s, "layers failed on batch %u (positions %d..%d of sequence %d)", b.serial,
                      s->buf.pos[0], s->buf.pos[b.n - 1], s->buf.seq[0]);
         return;
     }
@@ -678,7 +611,7 @@ static void handle_batch(wsession *s, const frame *f)
     if (hop_send(&s->buf, to, type, &out, s->buf.hidden, s->buf.pos, s->buf.seq, err,
                  sizeof err)) {
         /* A lost successor is this session's end, and the head should hear why from here. */
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     device_handed_on(&s->dev, (int)b.round);
@@ -691,11 +624,11 @@ static void handle_kvop(wsession *s, const frame *f)
     char err[512];
     msg_kvop k;
     if (proto_decode_kvop(f, &k, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (k.seq >= (int32_t)s->mp.n_seq) {
-        fail_session(s, "KV cache edit of sequence %d: the plan has sequences 0..%u", k.seq,
+        worker_fail_session(s, "KV cache edit of sequence %d: the plan has sequences 0..%u", k.seq,
                      s->mp.n_seq - 1);
         return;
     }
@@ -703,12 +636,12 @@ static void handle_kvop(wsession *s, const frame *f)
                  ? s->layers.kv_truncate(s->layers.ctx, k.seq, k.p0)
                  : s->layers.kv_shift(s->layers.ctx, k.seq, k.p0, k.p1, k.delta);
     if (rc) {
-        fail_session(s, "KV cache edit (%s %d..%d by %d of sequence %d) is outside the context",
+        worker_fail_session(s, "KV cache edit (%s %d..%d by %d of sequence %d) is outside the context",
                      k.op == KVOP_TRUNCATE ? "truncate" : "shift", k.p0, k.p1, k.delta, k.seq);
         return;
     }
     if (s->has_succ && proto_send_kvop(&s->succ, &k, err, sizeof err))
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
 }
 
 static void handle_ctrl(wsession *s, const frame *f);
@@ -724,7 +657,7 @@ static bool decode_interrupted(wsession *s)
         if (rc == 1)
             return false;
         if (rc < 0) {
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
             return true;
         }
         if (f.type == RM_HALT)
@@ -734,7 +667,7 @@ static bool decode_interrupted(wsession *s)
             return true;
         }
         if (f.type != RM_PING) {
-            fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
+            worker_fail_session(s, "unexpected %s from the head while decoding", proto_msg_name(f.type));
             return true;
         }
     }
@@ -750,15 +683,15 @@ static void handle_decode(wsession *s, const frame *f)
     float *logits = malloc(sizeof *logits * (size_t)m->n_vocab);
     sampler *smp = NULL;
     if (!d || !logits) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         goto out;
     }
     if (proto_decode_decode(f, d, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         goto out;
     }
     if (s->plan.n_dev != 2 || s->plan.window[0] != 0 || !s->layers.embed || !s->layers.output) {
-        fail_session(s, "DECODE for a device that does not hold every layer");
+        worker_fail_session(s, "DECODE for a device that does not hold every layer");
         goto out;
     }
     bool ids_ok = d->token < m->n_vocab;
@@ -766,14 +699,14 @@ static void handle_decode(wsession *s, const frame *f)
         ids_ok = ids_ok && d->window[i] < m->n_vocab;
     if (!ids_ok || d->seq >= (int32_t)s->mp.n_seq ||
         (int64_t)d->pos + d->max_steps > (int64_t)s->mp.n_ctx) {
-        fail_session(s, "DECODE of %u steps from position %d of sequence %d (or a token id) is "
+        worker_fail_session(s, "DECODE of %u steps from position %d of sequence %d (or a token id) is "
                      "outside the plan's %u positions, %u sequences, %d tokens", d->max_steps,
                      d->pos, d->seq, s->mp.n_ctx, s->mp.n_seq, m->n_vocab);
         goto out;
     }
     smp = sampler_create(&d->sp, m->n_vocab);
     if (!smp) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         goto out;
     }
     sampler_set_rng(smp, d->rng);
@@ -792,12 +725,12 @@ static void handle_decode(wsession *s, const frame *f)
                 device_handed_on(&s->dev, round);   /* the pager's turn between windows */
         }
         if (failed) {
-            fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
+            worker_fail_session(s, "layers failed decoding position %d of sequence %d", pos, d->seq);
             goto out;
         }
         if (s->layers.output(s->layers.ctx, s->buf.hidden, pos, logits, m->n_vocab, err,
                              sizeof err)) {
-            fail_session(s, "%s", err);
+            worker_fail_session(s, "%s", err);
             goto out;
         }
         msg_token t = {.serial = serial, .token = sampler_sample(smp, logits)};
@@ -806,7 +739,7 @@ static void handle_decode(wsession *s, const frame *f)
         device_handed_on(&s->dev, s->plan.k - 1);
         steps++;
         if (proto_send_token(&s->ctrl, &t, err, sizeof err)) {
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
             goto out;
         }
         send_counters(s, serial);
@@ -816,7 +749,7 @@ static void handle_decode(wsession *s, const frame *f)
             break;
     }
     if (!s->reason[0] && proto_send_done(&s->ctrl, steps, err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
 out:
     sampler_free(smp);
     free(logits);
@@ -834,7 +767,7 @@ static void handle_data(wsession *s, const frame *f)
         handle_kvop(s, f);
         break;
     default:
-        fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
+        worker_fail_session(s, "unexpected %s on the data link", proto_msg_name(f->type));
     }
 }
 
@@ -845,61 +778,79 @@ static void handle_profile(wsession *s, const frame *f)
     char err[512];
     uint32_t threads;
     if (proto_decode_profile_request(f, &threads, err, sizeof err)) {
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
         return;
     }
     if (!w->o.profile) {
-        fail_session(s, "this worker cannot profile itself (give the head layer windows)");
+        worker_fail_session(s, "this worker cannot profile itself (give the head layer windows)");
         return;
     }
     char *json = malloc(PROTO_SMALL_MAX);
     if (!json) {
-        fail_session(s, "out of memory");
+        worker_fail_session(s, "out of memory");
         return;
     }
     int t = threads ? (int)threads : w->o.threads;
-    wlog(w, "profiling this device for %s (%d threads)", s->ctrl.name, t);
+    worker_log(w, "profiling this device for %s (%d threads)", s->ctrl.name, t);
     if (w->o.profile(w->o.profile_ctx, t, json, PROTO_SMALL_MAX, err, sizeof err))
-        fail_session(s, "%s", err);
+        worker_fail_session(s, "%s", err);
     else if (conn_send(&s->ctrl, RM_PROFILE, json, strlen(json), err, sizeof err))
-        end_session(s, "%s", err);
+        worker_end_session(s, "%s", err);
     free(json);
 }
 
 static void handle_ctrl(wsession *s, const frame *f)
 {
     char err[512];
+    const worker *w = s->w;
     switch (f->type) {
     case RM_PING:
         return;
     case RM_PROFILE:
-        if (s->planned)
-            fail_session(s, "PROFILE after the plan");
+        if (s->planned || s->need_manifest)
+            worker_fail_session(s, "PROFILE %s", s->planned ? "after the plan" : "before the model");
         else
             handle_profile(s, f);
         return;
     case RM_PROBE:   /* echoed as it came: the head times the round trip */
         if (conn_send(&s->ctrl, RM_PROBE, f->body, f->len, err, sizeof err))
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     case RM_PLAN:
         if (s->planned)
-            fail_session(s, "a second PLAN in one session");
+            worker_fail_session(s, "a second PLAN in one session");
+        else if (s->need_manifest || s->fetching || s->want_from)
+            worker_fail_session(s, "PLAN before the model's chunks arrived");
         else
             apply_plan(s, f);
         return;
+    case RM_MANIFEST:
+    case RM_FETCH:
+    case RM_FROM:
+    case RM_CHUNK:
+        if (!w->o.store)
+            break;
+        if (f->type == RM_MANIFEST)
+            worker_store_manifest(s, f);
+        else if (f->type == RM_FETCH)
+            worker_store_fetch(s, f);
+        else if (f->type == RM_FROM)
+            worker_store_from(s, f);
+        else
+            worker_store_chunk(s, f, false);
+        return;
     case RM_BYE:
         if (conn_send(&s->ctrl, RM_BYE, NULL, 0, err, sizeof err) == 0)
-            end_session(s, "the head finished");
+            worker_end_session(s, "the head finished");
         else
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     case RM_ERROR: {
         msg_error e;
         if (proto_decode_error(f, &e, err, sizeof err) == 0)
-            end_session(s, "the head gave up: %s", e.text);
+            worker_end_session(s, "the head gave up: %s", e.text);
         else
-            end_session(s, "%s", err);
+            worker_end_session(s, "%s", err);
         return;
     }
     case RM_BATCH:
@@ -922,7 +873,7 @@ static void handle_ctrl(wsession *s, const frame *f)
     default:
         break;
     }
-    fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
+    worker_fail_session(s, "unexpected %s from the head%s", proto_msg_name(f->type),
                  s->planned ? "" : " before the plan");
 }
 
@@ -932,7 +883,11 @@ static void handle_newcomer(wsession *s, newcomer *n)
 {
     worker *w = s->w;
     if (n->h.role == ROLE_HEAD) {
-        refuse_newcomer(w, n, "busy: serving %s", s->ctrl.name);
+        worker_refuse(w, n, "busy: serving %s", s->ctrl.name);
+        return;
+    }
+    if (n->h.role == ROLE_FETCHER) {
+        worker_store_serve_chunks(s, n);
         return;
     }
     const char *why = NULL;
@@ -943,12 +898,12 @@ static void handle_newcomer(wsession *s, newcomer *n)
     else if (s->has_pred)
         why = "this device already has its predecessor";
     if (why) {
-        refuse_newcomer(w, n, "refused: %s", why);
+        worker_refuse(w, n, "refused: %s", why);
         return;
     }
     char err[512];
     if (conn_send(&n->c, RM_READY, NULL, 0, err, sizeof err)) {
-        wlog(w, "dropped peer %s: %s", n->peer, err);
+        worker_log(w, "dropped peer %s: %s", n->peer, err);
         conn_close(&n->c);
         free(n);
         return;
@@ -968,6 +923,9 @@ static void close_session(wsession *s)
     if (s->layers_open)
         s->w->b->close(s->w->b->ctx, &s->layers);
     hop_buffers_free(&s->buf);
+    free(s->mark);
+    if (s->has_fetch)
+        conn_close(&s->fetch);
     if (s->has_pred)
         conn_close(&s->pred);
     if (s->has_succ)
@@ -979,51 +937,49 @@ static void serve(worker *w, newcomer *head)
 {
     wsession *s = calloc(1, sizeof *s);
     if (!s) {
-        refuse_newcomer(w, head, "out of memory");
+        worker_refuse(w, head, "out of memory");
         return;
     }
     s->w = w;
+    memcpy(s->identity, head->h.identity, sizeof s->identity);
+    s->need_manifest = !w->b;
     conn_move(&s->ctrl, &head->c);
     snprintf(s->ctrl.name, sizeof s->ctrl.name, "the head at %.100s", head->peer);
     free(head);
-    s->pred.fd = s->succ.fd = -1;
+    s->pred.fd = s->succ.fd = s->fetch.fd = -1;
     char err[512];
-    const ring_model *m = w->b->model;
-    msg_welcome wm = {.instance = w->instance, .n_layer = (uint32_t)m->n_layer,
-                      .n_embd = (uint32_t)m->n_embd, .threads = (uint32_t)w->o.threads,
-                      .mem_budget = sysmem_budget()};
-    memcpy(wm.identity, m->identity, sizeof wm.identity);
-    if (proto_send_welcome(&s->ctrl, &wm, err, sizeof err)) {
-        wlog(w, "dropped head: %s", err);
+    if (worker_store_welcome(s, err, sizeof err)) {
+        worker_log(w, "dropped head: %s", err);
         conn_close(&s->ctrl);
         free(s);
         return;
     }
     s->hb_conns[0] = &s->ctrl;
     if (heartbeat_start(&s->hb, s->hb_conns, 1)) {
-        wlog(w, "dropped head %s: cannot start the heartbeat thread", s->ctrl.name);
+        worker_log(w, "dropped head %s: cannot start the heartbeat thread", s->ctrl.name);
         conn_close(&s->ctrl);
         free(s);
         return;
     }
-    wlog(w, "serving %s", s->ctrl.name);
+    worker_log(w, "serving %s", s->ctrl.name);
     while (!s->reason[0]) {
-        struct pollfd p[5] = {
+        struct pollfd p[6] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
             {.fd = w->lfd, .events = POLLIN},
             {.fd = s->ctrl.fd, .events = POLLIN},
             {.fd = s->has_pred ? s->pred.fd : -1, .events = POLLIN},
             {.fd = w->admit_pipe[0], .events = POLLIN},
+            {.fd = s->has_fetch ? s->fetch.fd : -1, .events = POLLIN},
         };
-        int rc = poll(p, 5, PROTO_PING_MS);
+        int rc = poll(p, 6, PROTO_PING_MS);
         if (rc < 0 && errno != EINTR) {
-            end_session(s, "poll: %s", strerror(errno));
+            worker_end_session(s, "poll: %s", strerror(errno));
             break;
         }
         tell_held_refusals(w, false);
         if (p[0].revents && stop_requested(w)) {
             worker_stop(w);   /* leave the request for worker_run to see */
-            fail_session(s, "the worker is shutting down");
+            worker_fail_session(s, "the worker is shutting down");
             break;
         }
         if (p[1].revents)
@@ -1032,7 +988,7 @@ static void serve(worker *w, newcomer *head)
         if (p[2].revents) {
             rc = conn_recv(&s->ctrl, &f, 0, err, sizeof err);
             if (rc < 0)
-                end_session(s, "%s", err);
+                worker_end_session(s, "%s", err);
             else if (rc == 0)
                 handle_ctrl(s, &f);
         } else if (!s->reason[0] &&
@@ -1040,15 +996,28 @@ static void serve(worker *w, newcomer *head)
             /* Judged only when poll found nothing to read from the head: right after computing
              * a batch that took longer than PROTO_DEAD_MS, the head's pings are still unread in
              * the socket, and the head is alive. */
-            end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
+            worker_end_session(s, "%s stopped responding (nothing for %d s)", s->ctrl.name,
                         PROTO_DEAD_MS / 1000);
         }
         if (!s->reason[0] && p[3].revents) {
             rc = conn_recv(&s->pred, &f, 0, err, sizeof err);
             if (rc < 0)
-                fail_session(s, "lost the link from the previous device: %s", err);
+                worker_fail_session(s, "lost the link from the previous device: %s", err);
             else if (rc == 0)
                 handle_data(s, &f);
+        }
+        if (!s->reason[0] && s->has_fetch) {
+            if (p[5].revents) {
+                rc = conn_recv(&s->fetch, &f, 0, err, sizeof err);
+                if (rc < 0)
+                    worker_store_peer_gone(s, err);
+                else if (rc == 0 && f.type == RM_CHUNK)
+                    worker_store_chunk(s, &f, true);
+                else if (rc == 0)
+                    worker_store_peer_gone(s, "it sent something other than chunks");
+            } else if (net_now_ns() - s->fetch.last_seen_ns > (int64_t)PROTO_DEAD_MS * 1000000) {
+                worker_store_peer_gone(s, "nothing for 5 s");
+            }
         }
         /* An admitted newcomer waits while the head's link has frames unread: pings queued
          * ahead of the head's goodbye or hang-up would otherwise leave this session looking
@@ -1059,7 +1028,7 @@ static void serve(worker *w, newcomer *head)
                 handle_newcomer(s, n);
         }
     }
-    wlog(w, "session ended: %s; waiting for a head", s->reason);
+    worker_log(w, "session ended: %s; waiting for a head", s->reason);
     close_session(s);
     free(s);
 }
@@ -1067,16 +1036,21 @@ static void serve(worker *w, newcomer *head)
 /* An admitted newcomer while no session is in progress: a head to serve, or a refusal. */
 static void admit_idle(worker *w, newcomer *n)
 {
-    const ring_model *m = w->b->model;
     if (n->h.role != ROLE_HEAD) {
-        refuse_newcomer(w, n, "refused: no session in progress");
+        worker_refuse(w, n, "refused: no session in progress");
         return;
     }
+    if (w->o.store) {
+        worker_store_open(w, n->h.identity);
+        serve(w, n);
+        return;
+    }
+    const ring_model *m = w->b->model;
     if (memcmp(n->h.identity, m->identity, sizeof n->h.identity)) {
         char mine[16], theirs[16];
-        id_hex(m->identity, mine);
-        id_hex(n->h.identity, theirs);
-        refuse_newcomer(w, n, "model mismatch: this worker holds model %s (%s), the head holds "
+        worker_id_hex(m->identity, mine);
+        worker_id_hex(n->h.identity, theirs);
+        worker_refuse(w, n, "model mismatch: this worker holds model %s (%s), the head holds "
                         "model %s", mine, m->path, theirs);
         return;
     }
@@ -1117,6 +1091,9 @@ int worker_run(worker *w)
         n = next;
     }
     tell_held_refusals(w, true);
-    wlog(w, "stopped");
+    if (w->o.store && w->b)
+        w->o.unload(w->o.load_ctx);
+    w->b = NULL;
+    worker_log(w, "stopped");
     return 0;
 }

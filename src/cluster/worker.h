@@ -14,6 +14,7 @@
 #include "cluster/key.h"
 #include "cluster/device.h"
 #include "cluster/pager.h"
+#include "cluster/store.h"
 
 /* How a worker turns a plan into computable layers; opened for every session. */
 typedef struct ring_backend {
@@ -46,6 +47,16 @@ typedef struct worker_opts {
      * NULL: profile requests are refused. */
     int (*profile)(void *ctx, int threads, char *json, size_t cap, char *err, size_t errlen);
     void *profile_ctx;
+    /* A worker without a copy of the model: each head's model is fetched, chunk by chunk and
+     * only the chunks its plan needs, into this store (store.h), from the head. NULL: the
+     * backend's model only. With a store the backend given to worker_create may be NULL. */
+    struct store *store;
+    /* With a store: make the store's file of a model (path; its manifest mf, kept valid until
+     * unload) computable: 0 with *out (valid until unload), or -1 with err. One at a time. */
+    int (*load)(void *ctx, const char *path, const struct manifest *mf, const ring_backend **out,
+                char *err, size_t errlen);
+    void (*unload)(void *ctx);
+    void *load_ctx;
 } worker_opts;
 
 typedef struct worker worker;

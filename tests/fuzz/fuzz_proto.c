@@ -5,10 +5,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster/manifest.h"
 #include "cluster/proto.h"
 #include "cluster/wire.h"
 
-enum { N_EMBD = 8, MAX_BATCH = 16, N_CTX = 32 };
+enum { N_EMBD = 8, MAX_BATCH = 16, N_CTX = 32, FUZZ_CHUNKS = 40 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -40,7 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const hop_limits lim = {.k = 3, .n_ctx = N_CTX, .n_seq = 4, .max_batch = MAX_BATCH};
     frame f;
     while (conn_recv(&c, &f, 0, err, sizeof err) == 0) {
-        if (f.len > PROTO_SMALL_MAX && f.type != RM_BATCH && f.type != RM_RESULT)
+        if (f.len > PROTO_SMALL_MAX && f.type != RM_BATCH && f.type != RM_RESULT &&
+            !(f.type == RM_PROBE && f.len <= PROTO_PROBE_MAX) &&
+            !(f.type == RM_MANIFEST && f.len <= MANIFEST_MAX) &&
+            !(f.type == RM_HAVE && f.len <= MANIFEST_MAX / 256) &&
+            !(f.type == RM_CHUNK && f.len <= 4 + MANIFEST_CHUNK))
             __builtin_trap();   /* the bound was not enforced */
         union {
             msg_hello h;
@@ -52,6 +57,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             msg_error e;
             msg_decode dec;
             msg_token tok;
+            msg_want want;
+            msg_from from;
+            uint8_t have[FUZZ_CHUNKS];
             uint32_t steps;
             char note[PROTO_NOTE_MAX];
         } m;
@@ -96,6 +104,43 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         case RM_DONE:
             proto_decode_done(&f, &m.steps, err, sizeof err);
             break;
+        case RM_FETCH:   /* a plan's body */
+            proto_decode_plan(&f, &m.p, err, sizeof err);
+            break;
+        case RM_WANT:
+            if (proto_decode_want(&f, FUZZ_CHUNKS, &m.want, err, sizeof err) == 0)
+                for (uint32_t i = 0; i < m.want.n; i++)
+                    if (!m.want.count[i] || m.want.first[i] + m.want.count[i] > FUZZ_CHUNKS)
+                        __builtin_trap();   /* ranges inside the file */
+            break;
+        case RM_HAVE:
+            if (proto_decode_have(&f, FUZZ_CHUNKS, m.have, err, sizeof err) == 0)
+                for (int i = 0; i < FUZZ_CHUNKS; i++)
+                    if (m.have[i] > 1)
+                        __builtin_trap();   /* flags, one per chunk */
+            break;
+        case RM_FROM:
+            if (proto_decode_from(&f, FUZZ_CHUNKS, &m.from, err, sizeof err) == 0 &&
+                (m.from.want.n > PROTO_FROM_MAX || (m.from.want.n && !m.from.port) ||
+                 strnlen(m.from.host, sizeof m.from.host) == sizeof m.from.host))
+                __builtin_trap();   /* ranges need an address; the host is a C string */
+            break;
+        case RM_CHUNK: {
+            uint32_t idx;
+            const uint8_t *data;
+            size_t len;
+            if (proto_decode_chunk(&f, &idx, &data, &len, err, sizeof err) == 0 &&
+                (data + len != f.body + f.len || len > MANIFEST_CHUNK))
+                __builtin_trap();   /* the chunk lies inside its frame */
+            break;
+        }
+        case RM_MANIFEST: {
+            manifest *mf = manifest_parse(f.body, f.len, err, sizeof err);
+            if (mf && (mf->len != f.len || (uint64_t)mf->n_chunks * mf->chunk_bytes < mf->file_size))
+                __builtin_trap();   /* the chunks cover the file */
+            manifest_free(mf);
+            break;
+        }
         case RM_ERROR:
             if (proto_decode_error(&f, &m.e, err, sizeof err) == 0 && strchr(m.e.text, '\n'))
                 __builtin_trap();   /* a refusal must stay one line */

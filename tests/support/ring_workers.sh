@@ -24,12 +24,23 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 start_worker() { # model log [args...]
     "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 "${@:3}" >"$2" 2>&1 &
     pids+=($!)
+    await_port "$2"
+}
+
+# The same for a worker without the model, keeping a store in dir (prima worker --store).
+start_store_worker() { # dir log [args...]
+    "$prima" worker --store "$1" --host 127.0.0.1 --port 0 -t 1 "${@:3}" >"$2" 2>&1 &
+    pids+=($!)
+    await_port "$2"
+}
+
+await_port() { # log
     port=
     for _ in $(seq 100); do
-        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$2")
+        port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\);.*/\1/p' "$1" 2>/dev/null)
         [ -n "$port" ] && return 0
         sleep 0.05
     done
-    fail "worker did not start: $(cat "$2")"
+    fail "worker did not start: $(cat "$1")"
     return 1
 }
