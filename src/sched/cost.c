@@ -162,6 +162,54 @@ double sched_stream_share(const sched_model *sm)
     return sm->expert_share > 0 ? sm->expert_share : 1;
 }
 
+double sched_layer_shared(const sched_model *sm)
+{
+    /* layer_read = shared + share * (layer_bytes - shared) */
+    double s = sm->expert_share;
+    if (s <= 0 || s >= 1)
+        return 0;
+    double sh = (sm->layer_read - s * sm->layer_bytes) / (1 - s);
+    return sh > 0 ? sh : 0;
+}
+
+int sched_miss_pieces(const sched_model *sm, double *a, double *c)
+{
+    const double *cv = sm->expert_cover;
+    if (cv[SCHED_COVER_POINTS] <= 0) {
+        a[0] = 1, c[0] = -1;
+        return 1;
+    }
+    int n = 0;
+    for (int j = 0; j < SCHED_COVER_POINTS; j++) {
+        double phi = (double)j / SCHED_COVER_POINTS;
+        double slope = -(cv[j + 1] - cv[j]) * SCHED_COVER_POINTS;
+        /* a flat piece after the curve reached 1 adds nothing to the maximum */
+        if (j > 0 && slope == 0 && cv[j] >= 1)
+            break;
+        a[n] = 1 - cv[j] - slope * phi;
+        c[n] = slope;
+        n++;
+    }
+    return n;
+}
+
+/* Bytes a token of an overloaded device of experts reads from disk for the experts it does
+ * not keep (cost.h: Disk): `layers` bytes of layers of which `keep` are kept, y of them. */
+static double cold_bytes(const sched_model *sm, double y, double layers, double keep)
+{
+    double sh = sched_layer_shared(sm) * y;
+    double experts = layers - sh;
+    if (experts <= 0)
+        return 0;
+    double phi = (keep - sh) / experts;
+    phi = phi < 0 ? 0 : phi > 1 ? 1 : phi;
+    double a[SCHED_COVER_POINTS], c[SCHED_COVER_POINTS], miss = 0;
+    int n = sched_miss_pieces(sm, a, c);
+    for (int i = 0; i < n; i++)
+        miss = fmax(miss, a[i] + c[i] * phi);
+    return sm->expert_share * experts * miss;
+}
+
 /* Bytes of layer il in memory. */
 static double size_of(const sched_model *sm, int il)
 {
@@ -325,7 +373,7 @@ void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, c
             double ahead = o->prefetch ? room : 0;
             if (sm->expert_share > 0) {
                 /* by expert (cost.h: Disk) */
-                double cold = sm->expert_share * (ram.bytes - keep);
+                double cold = cold_bytes(sm, d->layers - off, ram.bytes, keep);
                 double whole = (d->layers - off) * sm->layer_read - keep;
                 d->disk_bytes = cold > whole ? cold : whole;
                 ahead = 0;

@@ -71,12 +71,16 @@
  * A model of experts is paged by expert (cluster/device.c): an overloaded device keeps the
  * shared part (attention, router, norms) of all its layers, and its hottest experts as far as
  * the budget beyond those and the room holds; a token reads from disk the experts it is routed
- * to that are not kept. With the routing spread evenly over the experts (what the model
- * assumes: a real model's skew only makes the kept experts cover more), the kept experts
- * cover their share of the routings, so a token reads
- *   disk bytes = k / n_expert * (bytes of its layers - bytes kept)
- * (linear in the streamed bytes, as for dense layers, at k / n_expert of the rate) as long as
- * the shared parts fit; beyond that the shared parts stream too, whole, and no expert is kept:
+ * to that are not kept. Keeping the fraction phi of its layers' expert bytes (the hottest
+ * experts), it misses the share miss(phi) of the routings (sched_miss_pieces): 1 - phi with
+ * the routing spread evenly over the experts, less for a real model's skew as a calibration
+ * measured it (sched/experts.h: the routing curve of the whole model, which takes the device's
+ * layers as typical of it), so a token reads
+ *   disk bytes = k / n_expert * (expert bytes of its layers) * miss(phi)
+ * (with even routing k / n_expert * (bytes of its layers - bytes kept): linear in the streamed
+ * bytes, as for dense layers, at k / n_expert of the rate; convex and piecewise linear with a
+ * calibration, a row of Halda's program per piece) as long as the shared parts fit; beyond
+ * that the shared parts stream too, whole, and no expert is kept:
  *   disk bytes = its layers * the bytes a token reads of one (layer_read) - bytes kept,
  * the larger of the two in both cases (so Halda's program has a row for each). None of it is
  * counted as read ahead: a token's experts are known only once its router has run (the shared
@@ -95,6 +99,10 @@
 #include "cluster/plan.h"
 #include "sched/profile.h"
 
+/* Points of a model of experts' routing curve (sched_model.expert_cover): its pieces are
+ * rows of Halda's program per streaming device, so few. */
+#define SCHED_COVER_POINTS 16
+
 /* Layers a model may have for the scheduler to plan it. */
 #define SCHED_MAX_LAYERS 512
 
@@ -110,6 +118,10 @@ typedef struct sched_model {
      * token reads from disk: k / n_expert (paging by expert, cost.h: Disk) */
     double layer_read;
     double expert_share;
+    /* The routing's skew (sched/experts.h): expert_cover[j] is the share of a layer's routings
+     * that go to the hottest j / SCHED_COVER_POINTS of its experts, as a calibration measured
+     * it; all 0 (not measured): spread evenly, expert_cover[j] = j / SCHED_COVER_POINTS */
+    double expert_cover[SCHED_COVER_POINTS + 1];
     double layer_size[SCHED_MAX_LAYERS];   /* bytes of each layer; 0: the mean (layer_bytes) */
     double kv_bytes;               /* KV cache of one layer for the whole context */
     double kv_read;                /* KV bytes one decoded token reads per layer */
@@ -216,6 +228,14 @@ typedef struct cost_result {
  * the share of its streamed bytes a token reads from disk. */
 double sched_layer_read(const sched_model *sm);
 double sched_stream_share(const sched_model *sm);
+/* A layer of experts' shared part (attention, router, norms), bytes (mean). */
+double sched_layer_shared(const sched_model *sm);
+/* The share of its routings a layer of experts misses when it keeps the fraction phi of its
+ * experts, the hottest (cost.h: Disk): 1 - expert_cover at phi, a convex curve decreasing
+ * from 1 to 0 given as pieces miss(phi) = max over i of a[i] + c[i] phi (exact on [0, 1]; its
+ * first piece, continued below 0, stays under the bytes of streaming the shared parts too).
+ * Returns the count (1: even routing, 1 - phi), at most SCHED_COVER_POINTS. */
+int sched_miss_pieces(const sched_model *sm, double *a, double *c);
 
 void cost_eval(const dev_cost *dc, const sched_model *sm, const sched_opts *o, const ring_plan *p,
                cost_result *r);

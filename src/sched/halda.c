@@ -296,11 +296,28 @@ static glp_prob *build(const problem *pb, int k)
             mem_terms(pb, m, k, &r, 1, 0);
             term(&r, col(m, C_R), b), term(&r, col(m, C_O), room);
             add_row(lp, &r, GLP_UP, 0, ram - fp);
-            term(&r, col(m, C_E), 1), term(&r, col(m, C_R), sb), term(&r, col(m, C_O), ahead);
-            term(&r, col(m, C_W), -sb * (k - 1)), term(&r, col(m, C_V), -sb);
-            if (off)
-                term(&r, col(m, C_G), sb);
-            add_row(lp, &r, GLP_LO, 0, 0);
+            if (sm->expert_share > 0) {
+                /* by expert, a row per piece of miss(phi) = a + c phi (cost.h: Disk): with
+                 * phi = (b R - sh y_cpu) / (x y_cpu), x = b - sh the expert bytes of a layer,
+                 * E >= share x y_cpu miss(phi) = share (a x y_cpu + c (b R - sh y_cpu)) */
+                double pa[SCHED_COVER_POINTS], pc[SCHED_COVER_POINTS];
+                int np = sched_miss_pieces(sm, pa, pc);
+                double sh = sched_layer_shared(sm) / MIB, x = b - sh, s = sm->expert_share;
+                for (int i = 0; i < np; i++) {
+                    double per_y = s * (pa[i] * x - pc[i] * sh);
+                    term(&r, col(m, C_E), 1), term(&r, col(m, C_R), -s * pc[i] * b);
+                    term(&r, col(m, C_W), -per_y * (k - 1)), term(&r, col(m, C_V), -per_y);
+                    if (off)
+                        term(&r, col(m, C_G), per_y);
+                    add_row(lp, &r, GLP_LO, 0, 0);
+                }
+            } else {
+                term(&r, col(m, C_E), 1), term(&r, col(m, C_R), sb), term(&r, col(m, C_O), ahead);
+                term(&r, col(m, C_W), -sb * (k - 1)), term(&r, col(m, C_V), -sb);
+                if (off)
+                    term(&r, col(m, C_G), sb);
+                add_row(lp, &r, GLP_LO, 0, 0);
+            }
             if (sm->expert_share > 0) {   /* and E >= rd y_cpu - b R: shared parts streamed */
                 term(&r, col(m, C_E), 1), term(&r, col(m, C_R), b);
                 term(&r, col(m, C_W), -rd * (k - 1)), term(&r, col(m, C_V), -rd);

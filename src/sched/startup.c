@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "cluster/stats.h"
+#include "sched/experts.h"
 #include "sched/halda.h"
 #include "sched/measure.h"
 #include "sched/report.h"
@@ -136,6 +137,29 @@ static void cap_vram(dev_profile *p, const offload_opts *gpu)
         p->vram_free = gpu->vram_cap;
 }
 
+/* A model of experts' routing curve (experts.h), measured before the first plan and kept for
+ * the later ones. Without it the plan takes the routing as even: said, not fatal. */
+static void calibrate(sched_planner *sp, sched_model *sm)
+{
+    if (!sp->experts_tried) {
+        sp->experts_tried = true;
+        char why[256];
+        double t0 = now_s();
+        int threads = sp->head_threads > 0 ? sp->head_threads : 1;
+        if (sched_calibrate_experts(sp->m, threads, sp->expert_cover, why, sizeof why)) {
+            memset(sp->expert_cover, 0, sizeof sp->expert_cover);
+            say(sp, "scheduler: %s; planning with the routing spread evenly over the experts",
+                why);
+        } else {
+            say(sp, "scheduler: expert routing calibrated in %.1f s: the hottest quarter of the "
+                "experts takes %.0f %% of the routings, the hottest half %.0f %%",
+                now_s() - t0, 100 * sp->expert_cover[SCHED_COVER_POINTS / 4],
+                100 * sp->expert_cover[SCHED_COVER_POINTS / 2]);
+        }
+    }
+    memcpy(sm->expert_cover, sp->expert_cover, sizeof sm->expert_cover);
+}
+
 static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, ring_plan *out,
                      bool *drop, char *err, size_t errlen)
 {
@@ -153,6 +177,8 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
     if (sched_model_from(sp->m, q->n_ctx, q->max_batch, q->n_seq, q->wire == WIRE_F16 ? 2 : 4,
                          &sm, err, errlen))
         return -1;
+    if (sm.expert_share > 0)
+        calibrate(sp, &sm);
     dev_profile *prof = calloc((size_t)n, sizeof *prof);
     dev_cost *dc = calloc((size_t)n, sizeof *dc);
     halda_result *hr = calloc(1, sizeof *hr);

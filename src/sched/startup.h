@@ -15,7 +15,11 @@
  * saved there and reused by later processes, memory read afresh, as long as it matches the
  * device and settings (measure.h, profile_matches); otherwise the device is measured again and
  * the file replaced. On shared cores a fresh profile swings, and with it the plan: a cache
- * makes repeated runs plan on the same figures. A file that is not a profile is an error. */
+ * makes repeated runs plan on the same figures. A file that is not a profile is an error.
+ *
+ * A model of experts: before its first plan the head measures how the model routes (a short
+ * built-in text through every layer, sched/experts.h), and Halda plans the devices that keep
+ * only their hottest experts with that skew; the plans of the same ring reuse it. */
 #ifndef PRIMA_STARTUP_H
 #define PRIMA_STARTUP_H
 
@@ -60,6 +64,8 @@ typedef struct sched_planner {
     } left_out[PRIMA_MAX_DEVICES];
     int n_left_out;
     const char *profile_cache;  /* the head's profile cache file; NULL: none */
+    bool experts_tried;         /* a model of experts: its routing calibrated (experts.h), */
+    double expert_cover[SCHED_COVER_POINTS + 1];   /* the curve, or 0s when that failed */
     sched_progress_fn progress; /* NULL: none */
     void *progress_ctx;
 } sched_planner;
