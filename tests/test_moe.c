@@ -4,11 +4,14 @@
  * llama file written by the synthetic writer, which must also load as the architecture says
  * (3-D expert tensors, an F32 router, the expert keys). The experts a layer reports routed
  * (engine_routed, what the ring pages by) are k per token, and a batch's are the union of its
- * tokens'. The fixtures' agreement with llama.cpp is test_fidelity's. */
+ * tokens'. The routing calibration (sched/experts.h) gives a curve from 0 to 1 that rises ever
+ * less steeply, and a dense model has none. The fixtures' agreement with llama.cpp is
+ * test_fidelity's. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/session.h"
+#include "sched/experts.h"
 #include "sched/shape.h"
 #include "support/synth_tmp.h"
 #include "test.h"
@@ -95,8 +98,40 @@ static void check_arch(enum model_arch arch)
     model_free(m);
 }
 
+static void calibration(void)
+{
+    char err[512];
+    synth_params q;
+    synth_tiny(&q, ARCH_QWEN3MOE);
+    q.n_expert = 8;
+    q.n_expert_used = 2;
+    model *m = synth_tmp_load(&q, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    double cover[SCHED_COVER_POINTS + 1];
+    REQUIRE(sched_calibrate_experts(m, 1, cover, err, sizeof err) == 0, "calibration: %s", err);
+    CHECK(cover[0] == 0 && cover[SCHED_COVER_POINTS] == 1, "cover from %.3f to %.3f", cover[0],
+          cover[SCHED_COVER_POINTS]);
+    for (int j = 1; j <= SCHED_COVER_POINTS; j++) {
+        double rise = cover[j] - cover[j - 1];
+        CHECK(rise >= 0 && (j == 1 || rise <= cover[j - 1] - (j > 1 ? cover[j - 2] : 0) + 1e-12),
+              "cover[%d] = %.4f after %.4f: not concave and rising", j, cover[j], cover[j - 1]);
+    }
+    /* the hottest quarter takes at least its even share */
+    CHECK(cover[SCHED_COVER_POINTS / 4] >= 0.25 - 1e-9, "the hottest quarter: %.3f",
+          cover[SCHED_COVER_POINTS / 4]);
+    model_free(m);
+
+    synth_tiny(&q, ARCH_QWEN3);
+    m = synth_tmp_load(&q, err, sizeof err);
+    REQUIRE(m, "%s", err);
+    CHECK(sched_calibrate_experts(m, 1, cover, err, sizeof err) == -1 && strchr(err, '\n') == NULL,
+          "a dense model: %s", err);
+    model_free(m);
+}
+
 int main(void)
 {
+    calibration();
     check_arch(ARCH_QWEN3MOE);
     check_arch(ARCH_LLAMA);
     return test_done();
