@@ -3,7 +3,7 @@
 # one device's, also when every device pages its layers by expert (--release always, two rounds)
 # and the ring table then counts, per device, the disk read and the routed experts' bytes; a
 # worker killed mid-answer is failed over (the answer is still one device's); prima plan plans
-# the file.
+# the file, also with its routing calibrated.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" moe-ring
 
@@ -40,6 +40,9 @@ grep "^prima: lost device 2 " "$tmp/fo.err" ||
 "$prima" profile -m "$moe" -t 1 --json >"$tmp/me.json" 2>/dev/null || fail "profile"
 "$prima" plan -m "$moe" --device "$tmp/me.json" >"$tmp/plan.txt" 2>&1 &&
     grep -q "^plan: 6 layers on 1 device" "$tmp/plan.txt" || fail "plan: $(cat "$tmp/plan.txt")"
+# ... with the routing measured (--calibrate)
+"$prima" plan -m "$moe" --device "$tmp/me.json" --calibrate >"$tmp/plan.txt" 2>&1 &&
+    grep -q "^plan: 6 layers on 1 device" "$tmp/plan.txt" || fail "plan --calibrate: $(cat "$tmp/plan.txt")"
 
 [ $fails = 0 ] && echo "all MoE ring checks passed"
 exit $((fails > 0))

@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/opts.h"
 #include "cli/run_opts.h"
+#include "sched/experts.h"
 #include "sched/report.h"
 #include "sched/shape.h"
 
@@ -108,7 +109,7 @@ typedef struct plan_args {
     const char *model_path;
     const char *devices[PRIMA_MAX_DEVICES];
     int n_dev, n_ctx, n_batch;
-    bool json;
+    bool json, calibrate;
     int lw[PRIMA_MAX_DEVICES], gl[PRIMA_MAX_DEVICES], n_lw, n_gl;
     sched_opts o;
 } plan_args;
@@ -198,6 +199,11 @@ static const cli_opt plan_rows[] = {
      .help = "seconds the search may take (default 30); a search cut short\n"
              "prints the best plan it found, marked as not proven the fastest\n"
              "(or, with none found, an error that names the limit)"},
+    {"--calibrate", NULL, CLI_FLAG, F(calibrate),
+     .help = "a model of experts: measure how it routes (a short built-in\n"
+             "text through every layer, here, as a ring's head does) and plan\n"
+             "the devices that keep only their hottest experts with that skew\n"
+             "(default: the routing spread evenly over the experts)"},
     {"--json", NULL, CLI_FLAG, F(json),
      .help = "the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
              "devices[], one_device, solve_seconds, integer_programs,\n"
@@ -250,9 +256,11 @@ static int run(int argc, char **argv)
         n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     sched_model sm;
     int rc = sched_model_from(m, n_ctx, n_batch, 1, 4, &sm, err, sizeof err);
+    if (!rc && a.calibrate)
+        rc = sched_calibrate_experts(m, default_threads(), sm.expert_cover, err, sizeof err);
     model_free(m);
     if (rc)
-        return cli_fail("%s", err);
+        return cli_fail("%s%s", a.calibrate ? "plan: " : "", err);
 
     dev_cost dc[PRIMA_MAX_DEVICES];
     for (int d = 0; d < n_dev; d++) {
