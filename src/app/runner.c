@@ -9,6 +9,7 @@
 #include "app/gpu_offload.h"
 #include "app/runner.h"
 #include "sched/startup.h"
+#include "util/sysmem.h"
 
 static double now_s(void)
 {
@@ -17,12 +18,34 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* A device alone with a model of experts larger than its weight budget runs as a ring of one
+ * device (cluster/device.c, Paging by expert): its hottest experts stay in memory and the cold
+ * ones are dropped once computed, where a plain session would leave whole layers to the
+ * kernel's eviction and read them again a token. Not with a GPU's layers, several sequences or
+ * speculation, which a plain session does and a ring does otherwise. */
+static bool lone_pages_by_expert(const runner *r)
+{
+    const model *m = r->m;
+    if (m->hp.n_expert == 0 || r->n_seq > 1 || r->spec || r->o.n_gpu_layers > 0)
+        return false;
+    uint64_t bytes = model_head_bytes(m);
+    for (int il = 0; il < m->hp.n_layer; il++)
+        bytes += model_layer_bytes(m, il);
+    return bytes > sysmem_weight_budget();
+}
+
 int runner_session(runner *r, char *err, size_t errlen)
 {
-    if (ring_args_active(&r->ra)) {
+    bool lone = !ring_args_active(&r->ra) && lone_pages_by_expert(r);
+    if (lone)
+        fprintf(stderr, "prima: the model's weights exceed this device's memory budget: paging "
+                "its experts (a ring of this device alone)\n");
+    if (ring_args_active(&r->ra) || lone) {
         if (r->ra.discover && !r->ra.discovery_done && ring_args_discover(&r->ra, r->m, err, errlen))
             return -1;
         ring_opts ro = ring_args_opts(&r->ra);
+        if (lone)
+            ro.k = 1;
         const offload_opts go = gpu_offload_opts(&r->o);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
         app_progress_planner(&r->prog, &r->sp);
