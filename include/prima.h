@@ -111,6 +111,31 @@ PRIMA_API int32_t prima_sample(prima_session *s);
 PRIMA_API int prima_session_n_past(const prima_session *s);
 PRIMA_API void prima_session_rewind(prima_session *s, int n_past);
 
+/* Why prima_generate stopped. */
+typedef enum prima_end {
+    PRIMA_END_EOG,           /* the model ended its reply (an end-of-generation token) */
+    PRIMA_END_STOP,          /* a stop string was generated (it is not in the text) */
+    PRIMA_END_LIMIT,         /* n_predict tokens */
+    PRIMA_END_CONTEXT_FULL,  /* no room left in the context */
+    PRIMA_END_CANCELLED,     /* the text callback asked to stop */
+    PRIMA_END_ERROR,         /* err says why */
+} prima_end;
+
+/* The reply's text as it is generated: complete UTF-8 sequences, in order, never a part of a
+ * stop string. Non-zero stops the reply before its next token (PRIMA_END_CANCELLED). */
+typedef int (*prima_text_fn)(void *user, const char *text, size_t len);
+
+/* Generate a reply from the current logits (after prima_eval of a prompt), as `prima run`
+ * does: sample with the session's parameters, evaluate each token, stop at an
+ * end-of-generation token, one of the n_stop stop strings, n_predict tokens (-1: no limit) or
+ * a full context. on_text (may be NULL) sees the text as it comes; *reply (if reply is not
+ * NULL) receives all of it, malloc'd (free it). The session then holds the reply's tokens but
+ * the last one chosen (the end-of-generation token, or the one at which a stop string or the
+ * limit ended it), as after `prima run`; prima_session_n_past says where it stands. */
+PRIMA_API prima_end prima_generate(prima_session *s, int n_predict, const char *const *stop,
+                                   int n_stop, prima_text_fn on_text, void *user, char **reply,
+                                   char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,7 +6,9 @@
 # schema-constrained answers with it, a validator independent of the server's grammar).
 # As root it runs apt-get for whatever is missing; otherwise it prints the exact command.
 # libvulkan-dev and glslc build the (optional) Vulkan GPU backend; with --test, mesa-vulkan-drivers
-# brings lavapipe, the CPU Vulkan driver the GPU tests run on.
+# brings lavapipe, the CPU Vulkan driver the GPU tests run on. With --test also the aarch64
+# cross compiler and qemu-user, for the static ARM build and the mixed-architecture ring test
+# (scripts/cross.sh installs the arm64 libraries it links).
 set -eu
 cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev libcjson-dev
@@ -14,7 +16,7 @@ PKGS="build-essential cmake pkg-config libglpk-dev libpcre2-dev libsodium-dev li
       libvulkan-dev glslc"
 npm_dirs=web/page
 if [ "${1:-}" = --test ]; then
-    PKGS="$PKGS chromium mesa-vulkan-drivers python3-jsonschema"
+    PKGS="$PKGS chromium mesa-vulkan-drivers gcc-aarch64-linux-gnu qemu-user python3-jsonschema"
     npm_dirs="web/page web/test"
 fi
 # Node and npm may come from elsewhere (e.g. a newer Node); Debian's otherwise.

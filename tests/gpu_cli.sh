@@ -31,7 +31,7 @@ for ngl in 99 5 2; do
     run -ngl $ngl >"$tmp/gpu$ngl" 2>"$tmp/gpu$ngl.err" || fail "-ngl $ngl exit status"
     cmp -s "$tmp/cpu" "$tmp/gpu$ngl" || fail "-ngl $ngl: text differs: $(cat "$tmp/gpu$ngl")"
 done
-grep -q "5 of 5 layers (-ngl 99: the model has 5)" "$tmp/gpu99.err" || fail "-ngl 99 line: $(cat "$tmp/gpu99.err")"
+grep -q "5 of 5 layers (99 asked for: the model has 5)" "$tmp/gpu99.err" || fail "-ngl 99 line: $(cat "$tmp/gpu99.err")"
 grep -q "2 of 5 layers" "$tmp/gpu2.err" || fail "-ngl 2 line: $(cat "$tmp/gpu2.err")"
 
 run -ngl 99 --no-gpu >"$tmp/nogpu" 2>"$tmp/nogpu.err" || fail "--no-gpu"

@@ -28,8 +28,9 @@ private=(
     "cluster/proto.h cluster"
     "cluster/link.h cluster"
     "cluster/wire.h cluster"
-    # sockets: the command line parses --workers addresses and binds its forked workers' ports
-    "cluster/net.h cluster cli"
+    # sockets: the command line parses --workers addresses; the application binds the ports of
+    # the workers it forks
+    "cluster/net.h cluster app cli"
 )
 # Layers one may reach only through some files: "FROM TO FILE-OR-HEADER...".
 gates=(

@@ -57,7 +57,7 @@ grep -q "^ring: batch 5 device 0: .*, sent 0 B, received" "$tmp/err" &&
 
 # one-line errors, non-zero status
 "$prima" run -m "$model" -p x --workers 127.0.0.1:$w1 -lw 1,1,1 2>"$tmp/err" >/dev/null
-[ $? = 1 ] && grep -q "^prima: -lw gives 3 window(s) for 2 device(s)" "$tmp/err" ||
+[ $? = 1 ] && grep -qxF "prima: -lw: 3 for 2 device(s) (one per device, head first)" "$tmp/err" ||
     fail "wrong window count: $(cat "$tmp/err")"
 # windows larger than the 5-layer model: the head says so before it sends a plan
 "$prima" run -m "$model" -p x -t 1 --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 9,9,9 2>"$tmp/err" >/dev/null

@@ -1,5 +1,6 @@
 /* The public API (include/prima.h) alone: stories260K greedy through open / tokenize / eval /
- * sample equals the reference's 32 tokens; rewinding and regenerating gives them again; a
+ * sample equals the reference's 32 tokens; rewinding and regenerating gives them again, also as
+ * text through prima_generate (with a stop string and a callback that stops it); a
  * seeded sampling session is reproducible; errors come back as messages. */
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,20 @@ static int generate(prima_session *s, int n, int32_t *out)
         }
     }
     return 0;
+}
+
+/* prima_generate's text, and a callback that stops after stop_after calls (0: never). */
+struct seen {
+    char text[512];
+    int calls, stop_after;
+};
+
+static int collect(void *user, const char *text, size_t len)
+{
+    struct seen *s = user;
+    strncat(s->text, text, len < sizeof s->text - strlen(s->text) - 1 ? len
+                                                                        : sizeof s->text - strlen(s->text) - 1);
+    return ++s->calls == s->stop_after;
 }
 
 int main(void)
@@ -82,6 +97,38 @@ int main(void)
     int32_t again[32];
     REQUIRE(generate(s, 32, again) == 0, "generation after rewind");
     CHECK(!memcmp(again, c.greedy, sizeof again), "greedy tokens differ after a rewind");
+
+    /* the application layer's loop: the same 32 tokens as text, a stop string, a callback that
+     * stops the reply */
+    char want[512] = "";
+    for (int i = 0; i < 32; i++) {
+        char pc[64];
+        size_t pl = prima_token_piece(m, c.greedy[i], pc, sizeof pc);
+        strncat(want, pc, pl);
+    }
+    struct seen seen = {0};
+    char *reply = NULL;
+    prima_session_rewind(s, c.n_prompt - 1);
+    REQUIRE(prima_eval(s, &c.prompt[c.n_prompt - 1], 1, err, sizeof err) == 0, "%s", err);
+    CHECK(prima_generate(s, 32, NULL, 0, collect, &seen, &reply, err, sizeof err) ==
+              PRIMA_END_LIMIT, "32 tokens: %s", err);
+    CHECK(reply && !strcmp(reply, want) && !strcmp(seen.text, want), "reply '%s', want '%s'",
+          reply ? reply : "", want);
+    CHECK(prima_session_n_past(s) == c.n_prompt + 31, "n_past after 32 %d",
+          prima_session_n_past(s));
+    free(reply);
+    const char *stop[] = {" there"};
+    prima_session_rewind(s, c.n_prompt - 1);
+    REQUIRE(prima_eval(s, &c.prompt[c.n_prompt - 1], 1, err, sizeof err) == 0, "%s", err);
+    CHECK(prima_generate(s, 32, stop, 1, NULL, NULL, &reply, err, sizeof err) == PRIMA_END_STOP &&
+              !strncmp(reply, want, strlen(reply)) && !strstr(reply, " there"),
+          "stop string: '%s'", reply);
+    free(reply);
+    seen = (struct seen){.stop_after = 1};
+    prima_session_rewind(s, c.n_prompt - 1);
+    REQUIRE(prima_eval(s, &c.prompt[c.n_prompt - 1], 1, err, sizeof err) == 0, "%s", err);
+    CHECK(prima_generate(s, 32, NULL, 0, collect, &seen, NULL, err, sizeof err) ==
+              PRIMA_END_CANCELLED && seen.calls == 1, "cancelled after %d calls", seen.calls);
 
     /* errors */
     int32_t bad = 512;

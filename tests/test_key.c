@@ -45,7 +45,8 @@ int main(void)
     REQUIRE(ring_key_load(&a, path, err, sizeof err) == 0 && a.set, "%s", err);
     REQUIRE(ring_key_load(&a2, path, err, sizeof err) == 0, "%s", err);
     CHECK(memcmp(a.k, a2.k, sizeof a.k) == 0, "the same file gives the same key");
-    CHECK(ring_key_write(path, false, err, sizeof err) == -1 && strstr(err, "already exists"),
+    CHECK(ring_key_write(path, false, err, sizeof err) == RING_KEY_EXISTS &&
+              strstr(err, "already exists"),
           "overwrite without --force: '%s'", err);
     REQUIRE(ring_key_load(&a2, path, err, sizeof err) == 0, "%s", err);
     CHECK(memcmp(a.k, a2.k, sizeof a.k) == 0, "the refused overwrite changed the key");

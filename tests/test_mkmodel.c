@@ -329,10 +329,10 @@ static void check_errors(void)
     char err[512];
     synth_params p;
     const struct { const char *what; int field; int value; const char *expect; } cases[] = {
-        {"heads", 0, 5, "not a multiple of --kv-heads"},
-        {"embd", 1, 250, "not a multiple of --heads"},
-        {"layers", 2, 0, "--layers 0 is out of range"},
-        {"vocab", 3, 100, "--vocab 100 is out of range"},
+        {"heads", 0, 5, "n_head 5 is not a multiple of n_head_kv"},
+        {"embd", 1, 250, "not a multiple of n_head"},
+        {"layers", 2, 0, "n_layer 0 is out of range"},
+        {"vocab", 3, 100, "n_vocab 100 is out of range"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         small(&p, ARCH_LLAMA, SYNTH_F32);

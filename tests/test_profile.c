@@ -31,6 +31,12 @@ static void available_rule(void)
           (unsigned long long)profile_available(&p));
     p.cgroup_limit = 64ULL << 30;        /* a limit above the machine changes nothing */
     CHECK(profile_available(&p) == 8ULL << 30, "high cgroup limit");
+    /* Halda's rule for an Android phone: the low-memory killer's margin (a tenth of its 8 GiB)
+     * below MemAvailable */
+    dev_profile phone = {.os = OS_ANDROID, .mem_total = 8ULL << 30, .mem_available = 3ULL << 30};
+    uint64_t want = (3ULL << 30) - (uint64_t)(0.1 * (double)(8ULL << 30));
+    CHECK(profile_available(&phone) == want, "android: %llu, not %llu",
+          (unsigned long long)profile_available(&phone), (unsigned long long)want);
 }
 
 static dev_profile sample_profile(void)

@@ -210,7 +210,7 @@ int main(void)
     ring_opts two = {.workers = list, .lw = (int[]){5, 5}, .n_lw = 2, .n_ctx = N_CTX,
                      .max_batch = MAX_BATCH};
     ring *r = ring_connect(&two, &fm.rm, err, sizeof err);
-    CHECK(!r && strstr(err, "2 window(s) for 3 device(s)"), "two windows for three devices: '%s'", err);
+    CHECK(!r && strstr(err, "layer windows: 2 for 3 device(s)"), "two windows for three devices: '%s'", err);
     ring_close(r);
 
     for (int i = 0; i < 3; i++)

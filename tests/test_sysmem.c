@@ -2,7 +2,8 @@
  * recent and of an old kernel, no cgroup, cgroup v1 (the tightest limit up the hierarchy and the
  * hierarchical limit, the total_ file pages), cgroup v2 (memory.high below memory.max in an
  * ancestor; file pages on the LRU, not "file", count as reclaimable), a container that sees
- * only its own subtree, a cgroup outside the mounted subtree, a limit above the machine. */
+ * only its own subtree, a cgroup outside the mounted subtree, a limit above the machine, and
+ * Android (found by its build.prop; the low-memory killer's margin; no /proc/meminfo). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -278,6 +279,84 @@ static void container_layout(void)
     CHECK(sysmem_cgroup_dir(root, "memory", dir, sizeof dir) == 0, "no cgroup resolved to %s", dir);
 }
 
+/* An Android phone (kernel 4.19, cgroup v1 memory controller at /dev/memcg, an app in its
+ * per-app group with no limit): Android is found by its build.prop, and the room keeps the
+ * low-memory killer's margin below MemAvailable. */
+static const char meminfo_android[] =
+    "MemTotal:        5745096 kB\n"
+    "MemFree:          163912 kB\n"
+    "MemAvailable:    2316604 kB\n"
+    "Buffers:            4428 kB\n"
+    "Cached:          2146504 kB\n"
+    "SwapCached:        77376 kB\n"
+    "SwapTotal:       2621436 kB\n"
+    "SwapFree:         933340 kB\n"
+    "Shmem:             21368 kB\n"
+    "SReclaimable:     169112 kB\n"
+    "CmaTotal:         200704 kB\n"
+    "CmaFree:               0 kB\n";
+#define ANDROID_CG "/apps/uid_10187/pid_4321"
+static const char cgroup_android[] =
+    "5:schedtune:/top-app\n"
+    "4:memory:" ANDROID_CG "\n"
+    "3:cpuset:/top-app\n"
+    "2:cpu:/\n"
+    "1:blkio:/\n"
+    "0::/uid_10187/pid_4321\n";
+static const char mountinfo_android[] =
+    "1 0 253:0 / / ro,relatime - ext4 /dev/root ro,seclabel\n"
+    "18 1 0:17 / /dev rw,nosuid,relatime - tmpfs tmpfs rw,seclabel,mode=755\n"
+    "23 18 0:21 / /dev/memcg rw,nosuid,nodev,noexec,relatime - cgroup none rw,memory\n"
+    "24 18 0:22 / /dev/cpuset rw,nosuid,nodev,noexec,relatime - cgroup none rw,cpuset\n";
+
+static void android_layout(void)
+{
+    char root[512], err[256];
+    sysmem m;
+    fake_root(root, sizeof root, meminfo_android, cgroup_android, mountinfo_android);
+    CHECK(!sysmem_android(root), "Android found without its build.prop");
+    put(root, "system/build.prop", "ro.build.version.sdk=30\n");
+    put(root, "dev/memcg/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "dev/memcg" ANDROID_CG "/memory.limit_in_bytes", "9223372036854771712\n");
+    put(root, "dev/memcg" ANDROID_CG "/memory.usage_in_bytes", "356515840\n");
+    CHECK(sysmem_android(root), "Android not found from its build.prop");
+    REQUIRE(sysmem_read(root, &m, err, sizeof err) == 0, "%s", err);
+    CHECK(m.android, "sysmem_read did not mark Android");
+    CHECK(m.available == 2316604ULL * 1024, "available %llu", (unsigned long long)m.available);
+    CHECK(!m.cgroup_limit, "an unlimited app memcg read as a limit %llu",
+          (unsigned long long)m.cgroup_limit);
+    uint64_t total = 5745096ULL * 1024, margin = total / 10;
+    CHECK(sysmem_android_margin(total) == (uint64_t)((double)total * 0.10), "margin %llu",
+          (unsigned long long)sysmem_android_margin(total));
+    CHECK(sysmem_room(&m) == m.available - sysmem_android_margin(total) &&
+              sysmem_room(&m) + margin - 1 <= m.available,
+          "room %llu, available %llu", (unsigned long long)sysmem_room(&m),
+          (unsigned long long)m.available);
+    /* the same figures on Linux keep no margin */
+    m.android = false;
+    CHECK(sysmem_room(&m) == m.available, "a margin outside Android");
+
+    /* a small phone: the margin is at least 256 MiB, and the room never goes below zero */
+    sysmem small = {.total = 1536 * MIB, .available = 300 * MIB, .android = true};
+    CHECK(sysmem_android_margin(small.total) == 256 * MIB, "small margin %llu",
+          (unsigned long long)sysmem_android_margin(small.total));
+    CHECK(sysmem_room(&small) == 44 * MIB, "small room %llu",
+          (unsigned long long)sysmem_room(&small));
+    small.available = 200 * MIB;
+    CHECK(sysmem_room(&small) == 0, "room below zero %llu", (unsigned long long)sysmem_room(&small));
+
+    /* /proc/meminfo denied (an app's SELinux domain): sysinfo(2) stands in, on Android only */
+    fake_root(root, sizeof root, NULL, NULL, NULL);
+    CHECK(sysmem_read(root, &m, err, sizeof err) == -1, "no meminfo accepted outside Android");
+    put(root, "system/build.prop", "ro.build.version.sdk=34\n");
+    REQUIRE(sysmem_read(root, &m, err, sizeof err) == 0, "sysinfo fallback: %s", err);
+    /* this machine's sysinfo (its totals may differ from a container's virtual meminfo) */
+    CHECK(m.android && m.total > 0 && m.available > 0 && m.available <= m.total &&
+              !m.reclaimable,
+          "sysinfo: total %llu, available %llu, reclaimable %llu", (unsigned long long)m.total,
+          (unsigned long long)m.available, (unsigned long long)m.reclaimable);
+}
+
 /* This machine: the runtime's budget is the planner's rule on the same files. */
 static void this_system(void)
 {
@@ -300,6 +379,7 @@ int main(void)
     cgroup_v1_layout();
     cgroup_v2_layout();
     container_layout();
+    android_layout();
     this_system();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);

@@ -52,6 +52,21 @@ expect 1 "prima: $none: cannot open: No such file or directory" "$prima" run -m 
 expect 1 "prima: $tmp/none.txt: No such file or directory" \
     "$prima" run -m "$none" -f "$tmp/none.txt"
 
+# Options are read from each command's table (src/cli/opts.h): every spelling in full, no
+# abbreviation; "--name=VALUE" too; llama.cpp's single-dash names; a value is taken as it is,
+# whatever it looks like; a missing value or a stray argument is a usage error naming it.
+expect 2 "prima: run: unknown option '--work' (see prima run --help)" \
+    "$prima" run -m "$none" -p hi --work 127.0.0.1:9500
+expect 2 "prima: -t: $limit" "$prima" run -m "$none" -p hi --threads=257
+expect 2 "prima: -lw: expected up to 32 comma-separated layer counts (head first), got '1,x'" \
+    "$prima" run -m "$none" -p hi -lw 1,x
+expect 1 "prima: $none: cannot open: No such file or directory" "$prima" run -m "$none" -p --workers
+expect 2 "prima: worker: -m needs a value (see prima worker --help)" "$prima" worker -m
+expect 2 "prima: keygen: unexpected argument 'extra' (see prima keygen --help)" \
+    "$prima" keygen -o "$tmp/k" extra
+expect 2 "prima: --heads: expected an integer in [0, 1073741824], got 'x'" \
+    "$prima" mkmodel -o "$tmp/m.gguf" --heads x
+
 # --version says the version that project() in CMakeLists.txt declares, its one place.
 want=$(sed -n 's/^project(prima VERSION \([0-9.]*\) .*/\1/p' "$(dirname "$0")/../CMakeLists.txt")
 [ -n "$want" ] || fail "no project version found in CMakeLists.txt"

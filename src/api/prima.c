@@ -1,10 +1,11 @@
 /* prima.c — the public library API (include/prima.h) over the model, session, sampler and
- * tokenizer modules. */
+ * tokenizer modules, and the application layer's token loop (app/generate.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "app/generate.h"
 #include "model/sample.h"
 #include "model/session.h"
 #include "prima.h"
@@ -203,4 +204,39 @@ void prima_session_rewind(prima_session *ps, int n_past)
     int from = ps->s->n_past > ps->repeat_last_n ? ps->s->n_past - ps->repeat_last_n : 0;
     for (int i = from; i < ps->s->n_past; i++)
         sampler_accept(ps->smp, ps->s->tokens[i]);
+}
+
+/* prima_generate's text callback, and whether it asked to stop. */
+struct gen_user {
+    prima_text_fn on_text;
+    void *user;
+    volatile sig_atomic_t stop;
+};
+
+static void emit_text(void *arg, const char *text, size_t len)
+{
+    struct gen_user *u = arg;
+    if (u->on_text && !u->stop && u->on_text(u->user, text, len))
+        u->stop = 1;
+}
+
+prima_end prima_generate(prima_session *ps, int n_predict, const char *const *stop, int n_stop,
+                         prima_text_fn on_text, void *user, char **reply, char *err,
+                         size_t errlen)
+{
+    struct gen_user u = {.on_text = on_text, .user = user};
+    const gen_opts o = {.n_predict = n_predict, .cancel = &u.stop, .stop = stop,
+                        .n_stop = stop ? n_stop : 0};
+    gen_stats st = {0};
+    enum gen_end end = gen_reply(ps->s, ps->pm->tk, ps->smp, &o, emit_text, &u, reply, &st, err,
+                                 errlen);
+    switch (end) {
+    case GEN_EOG: return PRIMA_END_EOG;
+    case GEN_STOP_STRING: return PRIMA_END_STOP;
+    case GEN_LIMIT: return PRIMA_END_LIMIT;
+    case GEN_CONTEXT_FULL: return PRIMA_END_CONTEXT_FULL;
+    case GEN_CANCELLED: return PRIMA_END_CANCELLED;
+    case GEN_ERROR: break;
+    }
+    return PRIMA_END_ERROR;
 }

@@ -47,9 +47,6 @@ void bench_print_json(cJSON *o);
  * cpu is not NULL. */
 void bench_print_path_json(const char *path, const char *cpu);
 
-/* Parse a thread count for -t: 1..max; returns -1 (after a one-line error) otherwise. */
-int bench_parse_threads(const char *s);
-
 /* Rows [0, n_rows) of weight type t with n_in elements each: quantized uniform random values.
  * Only the first few rows are quantized; the rest repeat them (the reference quantizers would
  * take longer than the benchmarks on matrices of Llama-3-8B size). */

@@ -5,6 +5,7 @@
  * bandwidth. Prefill multiplies by many tokens and should be bound by arithmetic, so matmul is
  * reported as GFLOP/s and as a fraction of the measured FMA peak. */
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "kernels/cpu.h"
 #include "kernels/kern.h"
@@ -42,21 +44,7 @@ static const char usage_text[] =
     "Each figure is the median of several repetitions; spread is the interquartile range\n"
     "relative to the median (a busy machine shows a large spread). The active SIMD path is\n"
     "printed first.\n"
-    "\n"
-    "  -t N        threads (default: the number of online CPUs)\n"
-    "  --type LIST only these weight types, comma-separated (e.g. q4_k,q8_0)\n"
-    "  --reps N    repetitions per measurement (default 15; prefill uses fewer)\n"
-    "  --path P    the kernels of SIMD path P (scalar, avx2, avx512, neon) instead of the\n"
-    "              fastest this CPU runs, to compare paths on one machine\n"
-    "  --gpu       the GPU instead (Vulkan, the default device): its copy bandwidth, host <->\n"
-    "              device transfers and submit latency, then the matrix shaders on the same\n"
-    "              shapes for every type they handle (matvec as GB/s and the fraction of the\n"
-    "              copy bandwidth; a software driver is labelled: its figures are the CPU's;\n"
-    "              a prefill predicted to take over 10 s is skipped, said)\n"
-    "  --json      one JSON object per measurement and line: type, op, shape (n_in x n_out),\n"
-    "              tokens, threads, value, unit, fraction (of the bound), spread; the first\n"
-    "              line is {\"op\":\"path\", \"path\":NAME, \"cpu\":FEATURES}\n"
-    "  -h, --help  show this help\n";
+    "\n";
 
 struct opts {
     bool json, gpu;
@@ -170,8 +158,10 @@ static int bench_prefill(const struct opts *o, kern_ctx *c, enum dtype t,
     return 0;
 }
 
-static int parse_types(struct opts *o, const char *list)
+static int parse_types(void *dst, const char *flag, const char *list)
 {
+    (void)flag;
+    struct opts *o = dst;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -183,50 +173,58 @@ static int parse_types(struct opts *o, const char *list)
     return o->filtered ? 0 : cli_fail("bench kernels: --type needs a list of types");
 }
 
+static int parse_path(void *dst, const char *flag, const char *v)
+{
+    struct opts *o = dst;
+    o->path = -1;
+    for (int p = KERN_SCALAR; p <= KERN_NEON; p++)
+        if (!strcmp(v, kern_path_name((enum kern_path)p)))
+            o->path = p;
+    if (o->path < 0)
+        return cli_fail("bench kernels: %s needs one of scalar, avx2, avx512, neon", flag), -1;
+    return 0;
+}
+
+#define F(field) offsetof(struct opts, field)
+static const cli_opt kernels_rows[] = {
+    {"-t --threads", "N", CLI_INT, F(threads), 1, KERN_MAX_THREADS,
+     .help = "threads (default: the number of online CPUs)"},
+    {"--type", "LIST", CLI_FN, .fn = parse_types,
+     .help = "only these weight types, comma-separated (e.g. q4_k,q8_0)"},
+    {"--reps", "N", CLI_INT, F(reps), 1, 1000,
+     .help = "repetitions per measurement (default 15; prefill uses fewer)"},
+    {"--path", "P", CLI_FN, .fn = parse_path,
+     .help = "the kernels of SIMD path P (scalar, avx2, avx512, neon)\n"
+             "instead of the fastest this CPU runs, to compare paths on\none machine"},
+    {"--gpu", NULL, CLI_FLAG, F(gpu),
+     .help = "the GPU instead (Vulkan, the default device): its copy\n"
+             "bandwidth, host <-> device transfers and submit latency, then\n"
+             "the matrix shaders on the same shapes for every type they\n"
+             "handle (matvec as GB/s and the fraction of the copy bandwidth;\n"
+             "a software driver is labelled: its figures are the CPU's; a\n"
+             "prefill predicted to take over 10 s is skipped, said)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "one JSON object per measurement and line: type, op, shape\n"
+             "(n_in x n_out), tokens, threads, value, unit, fraction (of the\n"
+             "bound), spread; the first line is {\"op\":\"path\", \"path\":NAME,\n"
+             "\"cpu\":FEATURES}"},
+    {0},
+};
+#undef F
+static const cli_group kernels_group = {NULL, kernels_rows, NULL};
+
 static int parse(struct opts *o, int argc, char **argv)
 {
     o->threads = default_threads();
     o->reps = 15;
     o->path = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--gpu")) {
-            o->gpu = true;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if ((o->threads = bench_parse_threads(v)) < 0)
-                return 2;
-            i++;
-        } else if (!strcmp(a, "--type")) {
-            if (!v || parse_types(o, v))
-                return v ? 2 : (cli_fail("bench kernels: --type needs a list of types"), 2);
-            i++;
-        } else if (!strcmp(a, "--reps")) {
-            char *end;
-            long r = v ? strtol(v, &end, 10) : 0;
-            if (!v || *end || r < 1 || r > 1000)
-                return cli_fail("bench kernels: --reps needs a count from 1 to 1000"), 2;
-            o->reps = (int)r;
-            i++;
-        } else if (!strcmp(a, "--path")) {
-            for (int p = KERN_SCALAR; p <= KERN_NEON && v; p++)
-                if (!strcmp(v, kern_path_name((enum kern_path)p)))
-                    o->path = p;
-            if (o->path < 0)
-                return cli_fail("bench kernels: --path needs one of scalar, avx2, avx512, neon"), 2;
-            if (kern_use_path((enum kern_path)o->path) != 0)
-                return cli_fail("bench kernels: --path %s: this CPU or build cannot run it", v), 1;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return -1;
-        } else {
-            cli_fail("bench kernels: unknown option '%s' (see prima bench kernels --help)", a);
-            return 2;
-        }
-    }
+    const cli_set set = {.g = &kernels_group, .dst = o};
+    int rc = cli_opts_parse("bench kernels", &set, 1, argc, argv, usage_text, NULL, NULL);
+    if (rc)
+        return rc;
+    if (o->path >= 0 && kern_use_path((enum kern_path)o->path) != 0)
+        return cli_fail("bench kernels: --path %s: this CPU or build cannot run it",
+                        kern_path_name((enum kern_path)o->path)), 1;
     return 0;
 }
 

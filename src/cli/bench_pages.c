@@ -7,6 +7,7 @@
  * model loader's helper (gguf/pages.h) allowed only to re-read, or only to copy. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "gguf/pages.h"
 #include "kernels/kern.h"
@@ -42,19 +44,11 @@ static const char usage_text[] =
     "For each: matvec GB/s (median of passes, fraction of the read bandwidth measured first),\n"
     "the share of the region in 2 MB pages, and for the helper the seconds it took.\n"
     "The file is created in DIR and removed at the end; it needs SIZE MiB of disk.\n"
-    "\n"
-    "  -t N        threads (default: the number of online CPUs)\n"
-    "  --type T    weight type (default q4_k)\n"
-    "  --size MiB  region size, 64 to 2047 (default 1024; make it much larger than the caches)\n"
-    "  --dir DIR   where to create the file (default $TMPDIR, else /tmp)\n"
-    "  --reps N    passes per measurement (default 9)\n"
-    "  --json      one JSON object per measurement and line (see prima bench kernels --help);\n"
-    "              source names the variant\n"
-    "  -h, --help  show this help\n";
+    "\n";
 
 struct opts {
     bool json;
-    int threads, reps;
+    int threads, reps, size_mib;
     enum dtype type;
     size_t size;
     const char *dir;
@@ -166,52 +160,45 @@ static int run_file_variants(const struct opts *o, kern_ctx *c, const char *path
     return 0;
 }
 
+static int parse_type(void *dst, const char *flag, const char *v)
+{
+    int t = dtype_from_name(v);
+    if (t < 0 || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
+        return cli_fail("bench pages: %s: '%s' is not a weight type the kernels compute with",
+                        flag, v), -1;
+    ((struct opts *)dst)->type = (enum dtype)t;
+    return 0;
+}
+
+#define F(field) offsetof(struct opts, field)
+static const cli_opt pages_rows[] = {
+    {"-t --threads", "N", CLI_INT, F(threads), 1, KERN_MAX_THREADS,
+     .help = "threads (default: the number of online CPUs)"},
+    {"--type", "T", CLI_FN, .fn = parse_type, .help = "weight type (default q4_k)"},
+    {"--size", "MiB", CLI_INT, F(size_mib), 64, 2047,
+     .help = "region size, 64 to 2047 (default 1024; make it much larger\nthan the caches)"},
+    {"--dir", "DIR", CLI_STR, F(dir),
+     .help = "where to create the file (default $TMPDIR, else /tmp)"},
+    {"--reps", "N", CLI_INT, F(reps), 1, 1000, .help = "passes per measurement (default 9)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "one JSON object per measurement and line (see prima bench\n"
+             "kernels --help); source names the variant"},
+    {0},
+};
+#undef F
+static const cli_group pages_group = {NULL, pages_rows, NULL};
+
 static int parse(struct opts *o, int argc, char **argv)
 {
     o->threads = default_threads();
     o->reps = 9;
     o->type = DT_Q4_K;
-    o->size = (size_t)1024 << 20;
+    o->size_mib = 1024;
     o->dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        long num = v ? strtol(v, &end, 10) : 0;
-        bool num_ok = v && *v && end && !*end;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return -1;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if ((o->threads = bench_parse_threads(v)) < 0)
-                return 2;
-        } else if (!strcmp(a, "--type")) {
-            int t = v ? dtype_from_name(v) : -1;
-            if (t < 0 || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
-                return cli_fail("bench pages: --type: '%s' is not a weight type the kernels compute with",
-                                v ? v : ""), 2;
-            o->type = (enum dtype)t;
-        } else if (!strcmp(a, "--size")) {
-            if (!num_ok || num < 64 || num > 2047)
-                return cli_fail("bench pages: --size needs MiB from 64 to 2047"), 2;
-            o->size = (size_t)num << 20;
-        } else if (!strcmp(a, "--dir")) {
-            if (!v)
-                return cli_fail("bench pages: --dir needs a directory"), 2;
-            o->dir = v;
-        } else if (!strcmp(a, "--reps")) {
-            if (!num_ok || num < 1 || num > 1000)
-                return cli_fail("bench pages: --reps needs a count from 1 to 1000"), 2;
-            o->reps = (int)num;
-        } else {
-            cli_fail("bench pages: unknown option '%s' (see prima bench pages --help)", a);
-            return 2;
-        }
-        i++;
-    }
-    return 0;
+    const cli_set set = {.g = &pages_group, .dst = o};
+    int rc = cli_opts_parse("bench pages", &set, 1, argc, argv, usage_text, NULL, NULL);
+    o->size = (size_t)o->size_mib << 20;
+    return rc;
 }
 
 static int run(int argc, char **argv)

@@ -5,12 +5,14 @@
  * 481 MiB per layer, KV cache for 4096 positions). Two memory regimes: "fits" (the model fits
  * in the devices' memory and VRAM together) and "tight" (half that memory: devices must stream
  * weights from disk), each with a bypassable and a fixed ring. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "sched/halda.h"
 
@@ -30,12 +32,25 @@ static const char usage_text[] =
     "not included) with, as its source, the regime, the rounds k, the predicted TPOT (\"disk\"\n"
     "when devices read weights from disk) and the integer programs solved; shape is\n"
     "devices x layers.\n"
-    "\n"
-    "  --devices N  devices, 1 to 32 (default 8)\n"
-    "  --layers L   layers, 1 to 1000 (default 80)\n"
-    "  --reps N     solves per regime (default 3)\n"
-    "  --json       one JSON object per measurement and line (see prima bench kernels)\n"
-    "  -h, --help   show this help\n";
+    "\n";
+
+typedef struct plan_bench_args {
+    int n_dev, n_layer, reps;
+    bool json;
+} plan_bench_args;
+
+#define F(field) offsetof(plan_bench_args, field)
+static const cli_opt plan_rows[] = {
+    {"--devices", "N", CLI_INT, F(n_dev), 1, PRIMA_MAX_DEVICES,
+     .help = "devices, 1 to 32 (default 8)"},
+    {"--layers", "L", CLI_INT, F(n_layer), 1, 1000, .help = "layers, 1 to 1000 (default 80)"},
+    {"--reps", "N", CLI_INT, F(reps), 1, 100, .help = "solves per regime (default 3)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "one JSON object per measurement and line (see prima bench\nkernels)"},
+    {0},
+};
+#undef F
+static const cli_group plan_group = {NULL, plan_rows, NULL};
 
 /* The paper's cluster (D1-D4) and further laptops: available GiB, disk GB/s, relative CPU
  * speed, VRAM GiB (0: no GPU), unified memory. */
@@ -101,29 +116,13 @@ static void make_devices(dev_cost *dc, int n, double mem_scale)
 
 static int run(int argc, char **argv)
 {
-    int n_dev = 8, n_layer = 80, reps = 3;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--devices") && i + 1 < argc) {
-            if (parse_int_arg(a, argv[++i], 1, PRIMA_MAX_DEVICES, &n_dev))
-                return 2;
-        } else if (!strcmp(a, "--layers") && i + 1 < argc) {
-            if (parse_int_arg(a, argv[++i], 1, 1000, &n_layer))
-                return 2;
-        } else if (!strcmp(a, "--reps") && i + 1 < argc) {
-            if (parse_int_arg(a, argv[++i], 1, 100, &reps))
-                return 2;
-        } else {
-            cli_fail("bench plan: unknown or incomplete option '%s' (see --help)", a);
-            return 2;
-        }
-    }
+    plan_bench_args pa = {.n_dev = 8, .n_layer = 80, .reps = 3};
+    const cli_set set = {.g = &plan_group, .dst = &pa};
+    int rc = cli_opts_parse("bench plan", &set, 1, argc, argv, usage_text, NULL, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    int n_dev = pa.n_dev, n_layer = pa.n_layer, reps = pa.reps;
+    bool json = pa.json;
     sched_model sm = model_70b(n_layer);
     char shape[64];
     snprintf(shape, sizeof shape, "%dx%d", n_dev, n_layer);

@@ -1,6 +1,7 @@
 /* prima bench ring — time per output token of a pipelined ring on this machine against one
  * device, and where each device's time and page faults go; with --seqs, the aggregate
  * throughput of several sequences decoding at once, batched and pipelined. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,10 +9,12 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
+#include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
+#include "kernels/kern.h"
 #include "kernels/probe.h"
 
 #define PROMPT_TOKENS 8
@@ -52,20 +55,7 @@ static const char usage_text[] =
     "  cpu seqs S         CPU ms of every process of the ring per token, pipelined\n"
     "The counts and the two modes alternate within each repetition (reversed every other\n"
     "one).\n"
-    "\n"
-    "  --devices N             devices in the ring, the head included (default 3)\n"
-    "  --decode N              tokens decoded per repetition (default 32)\n"
-    "  --reps N                repetitions (default 3)\n"
-    "  --single-threads N      threads of the single-device run (default: -t; give N times\n"
-    "                          -t for the same total threads as the ring)\n"
-    "  --no-single             skip the single-device run\n"
-    "  --seqs S,...            sequences decoding at once (1 to 64 each; e.g. 1,2,4)\n"
-    "  --cgroup DIR            cgroup directory the workers join (memory limits, ...)\n"
-    "  --worker-model FILE     the workers' copy of the model (default: -m): with a copy,\n"
-    "                          devices do not share this machine's page cache, as separate\n"
-    "                          machines would not (the head's readahead would otherwise\n"
-    "                          load the workers' layers for them)\n"
-    "  --json                  one JSON object per measurement and line\n";
+    "\n";
 
 struct opts {
     run_opts ro;
@@ -77,15 +67,42 @@ struct opts {
 };
 
 /* "1,2,4": up to 8 counts of 1 to 64 sequences. 0, or -1 after a one-line error. */
-static int parse_seqs(const char *v, struct opts *o)
+static int parse_seqs(void *dst, const char *flag, const char *v)
 {
+    struct opts *o = dst;
     o->n_seqs = parse_int_list(v, 1, 64, o->seqs, 8);
     if (o->n_seqs > 0)
         return 0;
     o->n_seqs = 0;
-    cli_fail("--seqs %s: give up to 8 counts of 1 to 64 sequences, e.g. 1,2,4", v);
+    cli_fail("%s %s: give up to 8 counts of 1 to 64 sequences, e.g. 1,2,4", flag, v);
     return -1;
 }
+
+#define F(field) offsetof(struct opts, field)
+static const cli_opt bench_rows[] = {
+    {"--devices", "N", CLI_INT, F(n_dev), 1, PRIMA_MAX_DEVICES,
+     .help = "devices in the ring, the head included (default 3)"},
+    {"--decode", "N", CLI_INT, F(n_decode), 1, 100000,
+     .help = "tokens decoded per repetition (default 32)"},
+    {"--reps", "N", CLI_INT, F(reps), 1, 1000, .help = "repetitions (default 3)"},
+    {"--single-threads", "N", CLI_INT, F(single_threads), 1, KERN_MAX_THREADS,
+     .help = "threads of the single-device run (default: -t; give N times\n"
+             "-t for the same total threads as the ring)"},
+    {"--no-single", NULL, CLI_FLAG, F(no_single), .help = "skip the single-device run"},
+    {"--seqs", "S,...", CLI_FN, .fn = parse_seqs,
+     .help = "sequences decoding at once (1 to 64 each; e.g. 1,2,4)"},
+    {"--cgroup", "DIR", CLI_STR, F(cgroup),
+     .help = "cgroup directory the workers join (memory limits, ...)"},
+    {"--worker-model", "FILE", CLI_STR, F(worker_model),
+     .help = "the workers' copy of the model (default: -m): with a copy,\n"
+             "devices do not share this machine's page cache, as separate\n"
+             "machines would not (the head's readahead would otherwise\n"
+             "load the workers' layers for them)"},
+    {"--json", NULL, CLI_FLAG, F(json), .help = "one JSON object per measurement and line"},
+    {0},
+};
+#undef F
+static const cli_group bench_group = {NULL, bench_rows, NULL};
 
 static int parse(struct opts *o, int argc, char **argv)
 {
@@ -94,68 +111,18 @@ static int parse(struct opts *o, int argc, char **argv)
     o->n_dev = 3;
     o->n_decode = 32;
     o->reps = 3;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            run_opts_usage(&o->ro, stdout);
-            ring_args_usage(stdout);
-            fputs("  -h, --help              show this help\n", stdout);
-            return -1;
-        }
-        int c = run_opts_parse(&o->ro, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&o->ra, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c > 0)
-            continue;
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-single")) {
-            o->no_single = true;
-            continue;
-        }
-        bool known = !strcmp(a, "--devices") || !strcmp(a, "--decode") || !strcmp(a, "--reps") ||
-                     !strcmp(a, "--single-threads") || !strcmp(a, "--cgroup") ||
-                     !strcmp(a, "--worker-model") || !strcmp(a, "--seqs");
-        if (!known) {
-            cli_fail("bench ring: unknown option '%s' (see prima bench ring --help)", a);
-            return 2;
-        }
-        if (i + 1 >= argc)
-            return cli_fail("%s needs a value", a), 2;
-        const char *v = argv[++i];
-        int bad = 0;
-        if (!strcmp(a, "--devices"))
-            bad = parse_int_arg(a, v, 1, PRIMA_MAX_DEVICES, &o->n_dev);
-        else if (!strcmp(a, "--decode"))
-            bad = parse_int_arg(a, v, 1, 100000, &o->n_decode);
-        else if (!strcmp(a, "--reps"))
-            bad = parse_int_arg(a, v, 1, 1000, &o->reps);
-        else if (!strcmp(a, "--single-threads"))
-            bad = parse_threads_arg(a, v, &o->single_threads);
-        else if (!strcmp(a, "--cgroup"))
-            o->cgroup = v;
-        else if (!strcmp(a, "--seqs"))
-            bad = parse_seqs(v, o);
-        else
-            o->worker_model = v;
-        if (bad)
-            return 2;
-    }
+    /* no discovery or failover: the benchmark starts its own workers and stops on a loss */
+    cli_set sets[CLI_MAX_SETS] = {{.g = &bench_group, .dst = o}};
+    int n = 1 + run_opts_sets(&o->ro, sets + 1);
+    n += ring_args_sets(&o->ra, false, sets + n);
+    int rc = cli_opts_parse("bench ring", sets, n, argc, argv, usage_text, NULL, NULL);
+    if (rc)
+        return rc;
     if (o->ra.workers)
         return cli_fail("bench ring: it starts its own workers (no --workers)"), 2;
     if (o->ra.n_gl)
         return cli_fail("bench ring: --gpu-layers is for prima run, logits, cluster and serve (the "
                         "benchmark measures the CPU ring)"), 2;
-    if (ring_args_session_given(&o->ra)) {
-        cli_fail("bench ring: --discover, --discovery-port and --no-failover are for prima run "
-                 "and prima logits (the benchmark starts its own workers and stops on a loss)");
-        return 2;
-    }
     if (run_opts_finish(&o->ro) || ring_args_finish(&o->ra))
         return 2;
     if (!o->single_threads)
@@ -581,17 +548,18 @@ static int run(int argc, char **argv)
     /* Only an explicit --key adds the keyed ring ($PRIMA_KEY_FILE alone would double the
      * workers of an experiment that did not ask for it). */
     bool keyed = o.ra.key_file && o.ra.key.set && o.n_dev > 1;
-    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup) ||
-        (keyed && local_workers_start(&wk, o.n_dev - 1, &sk, o.cgroup))) {
+    char err[512];
+    if (local_workers_start(&w, o.n_dev - 1, &so, o.cgroup, serve_worker, err, sizeof err) ||
+        (keyed &&
+         local_workers_start(&wk, o.n_dev - 1, &sk, o.cgroup, serve_worker, err, sizeof err))) {
         local_workers_stop(&w);
         run_opts_free(&o.ro);
-        return 1;
+        return cli_fail("bench ring: %s", err);
     }
     char list[PRIMA_MAX_DEVICES * 24], klist[PRIMA_MAX_DEVICES * 24];
     local_workers_list(&w, list, sizeof list);
     local_workers_list(&wk, klist, sizeof klist);
     ring_set plain = {&w, list, false}, keyed_ring = {&wk, klist, true};
-    char err[512];
     model *m = model_load(o.ro.model, err, sizeof err);
     if (!m)
         rc = cli_fail("%s", err);

@@ -4,6 +4,7 @@
  * Decode reads every weight once per token, so its bound is (weight bytes per token) / (read
  * bandwidth). Prefill reads the weights once per batch; its memory roofline is far above what
  * arithmetic allows, and the fraction shows how compute-bound it is. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,8 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "kernels/probe.h"
 #include "model/session.h"
@@ -40,12 +42,7 @@ static const char usage_text[] =
     "'bound' is the fraction of the roofline reached; 'spread' the interquartile range of the\n"
     "repetitions relative to their median (a busy machine shows a large one). The token ids\n"
     "are a fixed pseudo-random sequence.\n"
-    "\n"
-    "  --reps N        repetitions of each prefill (default 4)\n"
-    "  --decode N      decode steps timed (default 32)\n"
-    "  --decode-at P   also time the decode steps after a prompt of P tokens (decode_at,\n"
-    "                  decode_at_cpu: tokens is P): what a long context costs\n"
-    "  --json          one JSON object per measurement and line (see prima bench kernels)\n";
+    "\n";
 
 struct opts {
     run_opts ro;
@@ -53,41 +50,34 @@ struct opts {
     int reps, n_decode, decode_at; /* decode_at: 0 = not measured */
 };
 
+#define F(field) offsetof(struct opts, field)
+static const cli_opt bench_rows[] = {
+    {"--reps", "N", CLI_INT, F(reps), 1, 100000,
+     .help = "repetitions of each prefill (default 4)"},
+    {"--decode", "N", CLI_INT, F(n_decode), 1, 100000, .help = "decode steps timed (default 32)"},
+    {"--decode-at", "P", CLI_INT, F(decode_at), 1, 100000,
+     .help = "also time the decode steps after a prompt of P tokens\n"
+             "(decode_at, decode_at_cpu: tokens is P): what a long\ncontext costs"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "one JSON object per measurement and line (see prima\nbench kernels)"},
+    {0},
+};
+#undef F
+static const cli_group bench_group = {
+    NULL, bench_rows,
+    "  (-c defaults to the longer prompt (512 or P) + the decode steps + 1)\n"};
+
 static int parse(struct opts *o, int argc, char **argv)
 {
     run_opts_init(&o->ro, RUN_OPT_MODEL | RUN_OPT_GPU);
     o->ro.n_ctx = 0;
     o->reps = 4;
     o->n_decode = 32;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int c = run_opts_parse(&o->ro, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c > 0)
-            continue;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            run_opts_usage(&o->ro, stdout);
-            fputs("                          (-c defaults to the longer prompt (512 or P) + the\n"
-                  "                          decode steps + 1)\n"
-                  "  -h, --help              show this help\n",
-                  stdout);
-            return -1;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode") || !strcmp(a, "--decode-at")) {
-            if (i + 1 >= argc)
-                return cli_fail("%s needs a value", a), 2;
-            int *dst = a[2] == 'r' ? &o->reps : !strcmp(a, "--decode") ? &o->n_decode : &o->decode_at;
-            if (parse_int_arg(a, argv[++i], 1, 100000, dst))
-                return 2;
-        } else {
-            cli_fail("bench run: unknown option '%s' (see prima bench run --help)", a);
-            return 2;
-        }
-    }
+    cli_set sets[CLI_MAX_SETS] = {{.g = &bench_group, .dst = o}};
+    int n = 1 + run_opts_sets(&o->ro, sets + 1);
+    int rc = cli_opts_parse("bench run", sets, n, argc, argv, usage_text, NULL, NULL);
+    if (rc)
+        return rc;
     return run_opts_finish(&o->ro) ? 2 : 0;
 }
 

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,85 +14,72 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
-#include "cli/local_workers.h"
-#include "cli/serve_engine.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+#include "app/local_workers.h"
+#include "app/serve_engine.h"
 
 #define MAX_CLIENTS 64
 
-static void usage(FILE *out, const run_opts *o)
-{
-    fputs("usage: prima bench serve -m FILE [--devices N] [--clients C,C,...] [options]\n"
-          "\n"
-          "Start a ring of N devices on this machine (N-1 workers on loopback, this process the\n"
-          "head running prima serve's server on a loopback port), or use the --workers given\n"
-          "(an emulated cluster: tools/prima-emu run --head-command \"bench serve\"); then for\n"
-          "each client count C let C clients stream --requests completions each (--tokens\n"
-          "tokens, greedy, distinct prompts) at once, and report:\n"
-          "  serve aggregate C    generated tokens per second of all clients together (from the\n"
-          "                       first request sent to the last answer)\n"
-          "  serve tpot C         median over the requests of the time between a request's\n"
-          "                       first and last token, per token\n"
-          "  serve ratio C        aggregate and TPOT at C clients over those at 1\n"
-          "The client counts run in the order given and then in reverse (alternating pairs);\n"
-          "each figure is the median of its runs, with the spread.\n\n",
-          out);
-    run_opts_usage(o, out);
-    fputs("ring: the options of prima run (--workers, -lw, -k, --wire, ...; see prima run\n"
-          "  --help); without --workers the benchmark starts its own\n"
-          "bench serve:\n"
-          "  --devices N             devices in the ring, the head included (default 3; not\n"
-          "                          with --workers)\n"
-          "  --clients C,C,...       client counts (default 1,2,4,8; at most 64)\n"
-          "  --requests N            requests per client and run (default 2)\n"
-          "  --tokens N              tokens per request (default 32)\n"
-          "  -np N                   the server's slots (prima serve -np; default 1)\n"
-          "  --in-flight N           its micro-batches in flight (prima serve --in-flight)\n"
-          "  --json                  one JSON object per measurement and line\n"
-          "  -h, --help              show this help\n",
-          out);
-}
+static const char usage_head[] =
+    "usage: prima bench serve -m FILE [--devices N] [--clients C,C,...] [options]\n"
+    "\n"
+    "Start a ring of N devices on this machine (N-1 workers on loopback, this process the\n"
+    "head running prima serve's server on a loopback port), or use the --workers given\n"
+    "(an emulated cluster: tools/prima-emu run --head-command \"bench serve\"); then for\n"
+    "each client count C let C clients stream --requests completions each (--tokens\n"
+    "tokens, greedy, distinct prompts) at once, and report:\n"
+    "  serve aggregate C    generated tokens per second of all clients together (from the\n"
+    "                       first request sent to the last answer)\n"
+    "  serve tpot C         median over the requests of the time between a request's\n"
+    "                       first and last token, per token\n"
+    "  serve ratio C        aggregate and TPOT at C clients over those at 1\n"
+    "The client counts run in the order given and then in reverse (alternating pairs);\n"
+    "each figure is the median of its runs, with the spread.\n\n";
 
 typedef struct bench_opts {
     int n_dev, clients[16], n_clients, requests, tokens, slots, in_flight;
     bool json, devices_given;
 } bench_opts;
 
-static int parse_extra(void *ctx, int argc, char **argv, int *i)
+static int parse_devices(void *dst, const char *flag, const char *v)
 {
-    bench_opts *b = ctx;
-    const char *f = argv[*i];
-    if (!strcmp(f, "--json")) {
-        b->json = true;
-        return 1;
-    }
-    if (strcmp(f, "--devices") && strcmp(f, "--clients") && strcmp(f, "--requests") &&
-        strcmp(f, "--tokens") && strcmp(f, "-np") && strcmp(f, "--in-flight"))
-        return 0;
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", f);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    if (!strcmp(f, "--devices")) {
-        b->devices_given = true;
-        return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &b->n_dev) ? -1 : 1;
-    }
-    if (!strcmp(f, "--requests"))
-        return parse_int_arg(f, v, 1, 1000, &b->requests) ? -1 : 1;
-    if (!strcmp(f, "--tokens"))
-        return parse_int_arg(f, v, 2, 100000, &b->tokens) ? -1 : 1;
-    if (!strcmp(f, "-np"))
-        return parse_int_arg(f, v, 1, SERVE_MAX_SLOTS, &b->slots) ? -1 : 1;
-    if (!strcmp(f, "--in-flight"))
-        return parse_int_arg(f, v, 1, PRIMA_MAX_DEVICES, &b->in_flight) ? -1 : 1;
+    bench_opts *b = dst;
+    b->devices_given = true;
+    return parse_int_arg(flag, v, 1, PRIMA_MAX_DEVICES, &b->n_dev);
+}
+
+static int parse_clients(void *dst, const char *flag, const char *v)
+{
+    bench_opts *b = dst;
     b->n_clients = parse_int_list(v, 1, MAX_CLIENTS, b->clients, 16);
     if (b->n_clients < 0) {
-        cli_fail("--clients: expected up to 16 comma-separated counts in [1, %d], got '%s'",
+        cli_fail("%s: expected up to 16 comma-separated counts in [1, %d], got '%s'", flag,
                  MAX_CLIENTS, v);
         return -1;
     }
-    return 1;
+    return 0;
 }
+
+#define F(field) offsetof(bench_opts, field)
+static const cli_opt bench_rows[] = {
+    {"--devices", "N", CLI_FN, .fn = parse_devices,
+     .help = "devices in the ring, the head included (default 3; not\nwith --workers)"},
+    {"--clients", "C,C,...", CLI_FN, .fn = parse_clients,
+     .help = "client counts (default 1,2,4,8; at most 64)"},
+    {"--requests", "N", CLI_INT, F(requests), 1, 1000,
+     .help = "requests per client and run (default 2)"},
+    {"--tokens", "N", CLI_INT, F(tokens), 2, 100000, .help = "tokens per request (default 32)"},
+    {"-np", "N", CLI_INT, F(slots), 1, SERVE_MAX_SLOTS,
+     .help = "the server's slots (prima serve -np; default 1)"},
+    {"--in-flight", "N", CLI_INT, F(in_flight), 1, PRIMA_MAX_DEVICES,
+     .help = "its micro-batches in flight (prima serve --in-flight)"},
+    {"--json", NULL, CLI_FLAG, F(json), .help = "one JSON object per measurement and line"},
+    {0},
+};
+#undef F
+static const cli_group bench_group = {"bench serve:", bench_rows, NULL};
 
 static double now_s(void)
 {
@@ -262,8 +250,9 @@ static int run(int argc, char **argv)
     runner r = {0};
     bench_opts b = {.n_dev = 3, .clients = {1, 2, 4, 8}, .n_clients = 4, .requests = 2,
                     .tokens = 32, .slots = 1};
-    int rc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING, argc, argv, usage, parse_extra,
-                         &b);
+    const cli_set own = {.g = &bench_group, .dst = &b};
+    int rc = runner_args(&r, RUN_OPT_MODEL | RUN_OPT_SAMPLING, argc, argv, usage_head, NULL,
+                         &own, 1);
     if (rc)
         return rc < 0 ? 0 : rc;
     if (r.ra.workers && b.devices_given) {
@@ -278,18 +267,19 @@ static int run(int argc, char **argv)
                          .threads = r.o.n_threads, .method = r.ra.method,
                          .key_file = r.ra.key_file,
                          .insecure = !r.ra.key.set, .quiet = true};
-        if (local_workers_start(&w, b.n_dev - 1, &so, NULL)) {
+        char err[512];
+        if (local_workers_start(&w, b.n_dev - 1, &so, NULL, serve_worker, err, sizeof err)) {
             run_opts_free(&r.o);
-            return 1;
+            return cli_fail("bench serve: %s", err);
         }
         local_workers_list(&w, list, sizeof list);
         r.ra.workers = b.n_dev > 1 ? list : NULL;
     }
     r.n_seq = b.slots;
-    rc = runner_open(&r);
+    char err[512];
+    rc = runner_open(&r, err, sizeof err) ? cli_fail("%s", err) : 0;
     srv *s = NULL;
     serve_engine se;
-    char err[512];
     if (rc == 0 && serve_engine_init(&se, &r, b.slots, b.in_flight, err, sizeof err))
         rc = cli_fail("%s", err);
     if (rc == 0) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli/chat_input.h"
+#include "util/nss.h"
 
 #define HISTORY_LINES 500
 
@@ -47,6 +48,7 @@ chat_input *chat_input_open(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &in->old_int);
     if (isatty(STDIN_FILENO) && isatty(STDOUT_FILENO)) {
+        nss_pin_builtin();   /* libedit looks the user up (its home directory) */
         in->el = el_init("prima", stdin, stdout, stderr);
         in->hist = history_init();
         if (in->el && in->hist) {

@@ -114,12 +114,6 @@ void bench_print(const bench_result *r, bool json)
     fflush(stdout);
 }
 
-int bench_parse_threads(const char *s)
-{
-    int v;
-    return parse_threads_arg("-t", s ? s : "", &v) ? -1 : v;
-}
-
 #define PATTERN_ROWS 16
 
 static uint64_t rng = 0x243f6a8885a308d3ull;

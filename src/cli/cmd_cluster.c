@@ -8,51 +8,52 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
+#include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
+#include "app/runner.h"
 #include "cluster/key.h"
 #include "model/model.h"
 #include "model/synth.h"
 
-extern const struct cli_command cli_cmd_run;
-
 #define DEFAULT_DEVICES 3
 #define DEFAULT_PROMPT "Once upon a time"
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: prima cluster [-m FILE] [--devices N] [-lw W,W,...] [run options]\n"
-            "\n"
-            "Run a prompt on a pipelined ring of N devices on this machine: start N-1 workers\n"
-            "(separate processes, listening on free loopback ports), run `prima run` as the\n"
-            "head with --workers pointing at them, then stop the workers, also when the head\n"
-            "fails, on Ctrl-C, or when this process is killed.\n"
-            "\n"
-            "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
-            "vocabulary, so its text is gibberish) is generated once into\n"
-            "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
-            "-cnv the prompt is \"%s\". Without -lw or -k the layers are split evenly over\n"
-            "the N devices in one round (the workers take the remainder), so that every\n"
-            "device takes part; with -k alone the scheduler plans, and on one machine it may\n"
-            "keep the whole model on one device.\n"
-            "\n"
-            "  --devices N             devices in the ring, the head included (default %d)\n"
-            "  -t, --threads N         compute threads of every device (default: the online\n"
-            "                          CPUs divided by N, at least 1)\n"
-            "  --verbose               also show the workers' logs and every batch's counters\n"
-            "  -h, --help              show this help\n"
-            "Every other option is prima run's (prima run --help), ring options included:\n"
-            "-lw, -k, --gpu-layers, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
-            "--gpu, --no-gpu and --gpu-mem apply to the head and to every worker.\n"
-            "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
-            "this run (and removed after it).\n"
-            "\n"
-            "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n",
-            DEFAULT_PROMPT, DEFAULT_DEVICES);
-}
+static const char usage_head[] =
+    "usage: prima cluster [-m FILE] [--devices N] [-lw W,W,...] [run options]\n"
+    "\n"
+    "Run a prompt on a pipelined ring of N devices on this machine: start N-1 workers\n"
+    "(separate processes, listening on free loopback ports), run `prima run` as the\n"
+    "head with --workers pointing at them, then stop the workers, also when the head\n"
+    "fails, on Ctrl-C, or when this process is killed.\n"
+    "\n"
+    "Without -m, a small random-weight llama (8 layers, 256 wide, Q8_0, byte-level\n"
+    "vocabulary, so its text is gibberish) is generated once into\n"
+    "$XDG_CACHE_HOME/prima (default ~/.cache/prima) and reused. Without -p, -f or\n"
+    "-cnv the prompt is \"" DEFAULT_PROMPT "\". Without -lw or -k the layers are split evenly over\n"
+    "the N devices in one round (the workers take the remainder), so that every\n"
+    "device takes part; with -k alone the scheduler plans, and on one machine it may\n"
+    "keep the whole model on one device.\n"
+    "\n";
+static const char usage_tail[] =
+    "Every other option is prima run's (prima run --help), ring options included:\n"
+    "-lw, -k, --gpu-layers, --release, --no-prefetch, --wire, --key, --insecure, ...\n"
+    "-t gives the compute threads of every device (default: the online CPUs divided by N,\n"
+    "at least 1); --verbose also shows the workers' logs and every batch's counters.\n"
+    "--gpu, --no-gpu and --gpu-mem apply to the head and to every worker.\n"
+    "Without --key or --insecure the ring's links are keyed with a fresh key made for\n"
+    "this run (and removed after it).\n"
+    "\n"
+    "Exit status: the head's (0 on success, 1 on an error, 2 on a usage error).\n";
+
+static const cli_opt cluster_rows[] = {
+    {"--devices", "N", CLI_INT, 0, 1, PRIMA_MAX_DEVICES,
+     .help = "devices in the ring, the head included (default 3)"},
+    {0},
+};
+static const cli_group cluster_group = {NULL, cluster_rows, NULL};
 
 /* The demo model's path in the cache directory, generated when missing. */
 static int demo_model(char *path, size_t cap)
@@ -102,146 +103,108 @@ static int demo_model(char *path, size_t cap)
     return 0;
 }
 
+/* Without -lw or -k every device takes part, with an even share: on one machine the scheduler
+ * would (rightly) keep the whole model on one device, and this is the ring's demo. The head
+ * also embeds and samples, so the workers take what does not divide. 0, or 1 after an error. */
+static int even_windows(ring_args *ra, const char *model_path, int n_dev)
+{
+    char err[512];
+    model *m = model_load(model_path, err, sizeof err);
+    if (!m)
+        return cli_fail("%s", err);
+    int n_layer = m->hp.n_layer;
+    model_free(m);
+    for (int d = 0; d < n_dev; d++)
+        ra->lw[d] = n_layer / n_dev + (d >= n_dev - n_layer % n_dev);
+    ra->n_lw = n_dev;
+    return 0;
+}
+
+/* Even on loopback the ring's links are keyed: with no key given (and no --insecure), a fresh
+ * one for this run, in a directory of its own (keydir, keypath) that goes when the run ends.
+ * 0, or 1 after an error. */
+static int run_key(ring_args *ra, int n_dev, char *keydir, size_t dircap, char *keypath,
+                   size_t pathcap)
+{
+    if (ra->key_file || ra->insecure || getenv("PRIMA_KEY_FILE") || getenv("PRIMA_SECRET_FILE") ||
+        n_dev < 2)
+        return 0;
+    char err[512];
+    snprintf(keydir, dircap, "/tmp/prima-cluster-XXXXXX");
+    if (!mkdtemp(keydir)) {
+        keydir[0] = 0;
+        return cli_fail("cluster: cannot create a directory for the run's key: %s",
+                        strerror(errno));
+    }
+    snprintf(keypath, pathcap, "%s/cluster.key", keydir);
+    if (ring_key_write(keypath, false, err, sizeof err))
+        return cli_fail("cluster: %s", err);
+    ra->key_file = keypath;
+    return 0;
+}
+
 static int cmd_cluster(int argc, char **argv)
 {
     int n_dev = DEFAULT_DEVICES;
-    run_opts ro;
-    ring_args ra;
-    run_opts_init(&ro, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_SPEC);
-    ring_args_init(&ra);
-    bool threads_given = false;
-    /* Everything but --devices goes to the head; parse it here only to find what the cluster
-     * itself needs (the model, the thread count, the worker-side options). */
-    char **pass = calloc((size_t)argc + 16, sizeof *pass);
-    if (!pass)
-        return cli_fail("out of memory");
-    int np = 0;
-    pass[np++] = "run";
-    int rc = 2;
-    char keydir[64] = "", keypath[96] = "";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            rc = 0;
-            goto done;
-        }
-        if (!strcmp(a, "--devices")) {
-            if (i + 1 >= argc) {
-                cli_fail("--devices needs a value");
-                goto done;
-            }
-            if (parse_int_arg(a, argv[++i], 1, PRIMA_MAX_DEVICES, &n_dev))
-                goto done;
-            continue;
-        }
-        threads_given |= !strcmp(a, "-t") || !strcmp(a, "--threads");
-        int first = i;
-        int c = run_opts_parse(&ro, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&ra, argc, argv, &i);
-        if (c < 0)
-            goto done;
-        if (c == 0) {
-            cli_fail("cluster: unknown option '%s' (see prima cluster --help)", a);
-            goto done;
-        }
-        for (int j = first; j <= i; j++)
-            pass[np++] = argv[j];
-    }
-    if (ra.workers) {
+    runner r = {0};
+    run_opts_init(&r.o, RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN |
+                            RUN_OPT_CHAT | RUN_OPT_SPEC);
+    ring_args_init(&r.ra);
+    r.o.n_threads = 0;   /* still 0 after the command line: -t was not given */
+    /* prima run's options, and --devices; the head is this process's runner */
+    cli_set sets[CLI_MAX_SETS] = {{.g = &cluster_group, .dst = &n_dev}};
+    int n = 1 + run_opts_sets(&r.o, sets + 1);
+    n += ring_args_sets(&r.ra, true, sets + n);
+    for (int k = 1; k < n; k++)
+        sets[k].elsewhere = true;
+    int rc = cli_opts_parse("cluster", sets, n, argc, argv, usage_head, usage_tail, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (r.ra.workers) {
         cli_fail("cluster: it starts its own workers; to use others, run prima run --workers");
-        goto done;
+        return 2;
     }
-    char model_path[1400];
-    if (ro.model) {
-        snprintf(model_path, sizeof model_path, "%s", ro.model);
-    } else {
-        if (demo_model(model_path, sizeof model_path)) {
-            rc = 1;
-            goto done;
-        }
-        pass[np++] = "-m";
-        pass[np++] = model_path;
-    }
-    /* Without -lw or -k every device takes part, with an even share: on one machine the
-     * scheduler would (rightly) keep the whole model on one device, and this is the ring's
-     * demo. The head also embeds and samples, so the workers take what does not divide. */
-    char lw[PRIMA_MAX_DEVICES * 8] = "";
-    if (!ra.n_lw && !ra.k && n_dev > 1) {
-        char err[512];
-        model *m = model_load(model_path, err, sizeof err);
-        if (!m) {
-            rc = cli_fail("%s", err);
-            goto done;
-        }
-        int n_layer = m->hp.n_layer;
-        model_free(m);
-        size_t off = 0;
-        for (int d = 0; d < n_dev; d++)
-            off += (size_t)snprintf(lw + off, sizeof lw - off, "%s%d", d ? "," : "",
-                                    n_layer / n_dev + (d >= n_dev - n_layer % n_dev));
-        pass[np++] = "-lw";
-        pass[np++] = lw;
-    }
+    char model_path[1400], keydir[64] = "", keypath[96] = "", list[PRIMA_MAX_DEVICES * 24] = "";
+    if (!r.o.model && demo_model(model_path, sizeof model_path))
+        return 1;
+    if (!r.o.model)
+        r.o.model = model_path;
+    if (!r.ra.n_lw && !r.ra.k && n_dev > 1 && even_windows(&r.ra, r.o.model, n_dev))
+        return 1;
     int ncpu = default_threads();
-    int threads = threads_given ? ro.n_threads : ncpu > n_dev ? ncpu / n_dev : 1;
-    char tbuf[16], list[PRIMA_MAX_DEVICES * 24] = "";
-    snprintf(tbuf, sizeof tbuf, "%d", threads);
-    if (!threads_given) {
-        pass[np++] = "-t";
-        pass[np++] = tbuf;
-    }
-    if (!ro.prompt && !ro.prompt_file && !ro.conversation) {
-        pass[np++] = "-p";
-        pass[np++] = DEFAULT_PROMPT;
-    }
-    /* Even on loopback the ring's links are keyed: with no key given (and no --insecure), a
-     * fresh one for this run, in a directory of its own that goes when the run ends. */
-    const char *key_file = ra.key_file;
-    if (!key_file && !ra.insecure && !getenv("PRIMA_KEY_FILE") && !getenv("PRIMA_SECRET_FILE") &&
-        n_dev > 1) {
-        char err[512];
-        snprintf(keydir, sizeof keydir, "/tmp/prima-cluster-XXXXXX");
-        if (!mkdtemp(keydir)) {
-            keydir[0] = 0;
-            rc = cli_fail("cluster: cannot create a directory for the run's key: %s", strerror(errno));
-            goto done;
-        }
-        snprintf(keypath, sizeof keypath, "%s/cluster.key", keydir);
-        if (ring_key_write(keypath, false, err, sizeof err)) {
-            rc = cli_fail("cluster: %s", err);
-            goto done;
-        }
-        key_file = keypath;
-        pass[np++] = "--key";
-        pass[np++] = keypath;
-    }
+    if (!r.o.n_threads)
+        r.o.n_threads = ncpu > n_dev ? ncpu / n_dev : 1;
+    if (!r.o.prompt && !r.o.prompt_file && !r.o.conversation)
+        r.o.prompt = DEFAULT_PROMPT;
+    rc = run_opts_finish(&r.o);   /* 2, or 1 for a prompt file that cannot be read */
+    if (rc || (rc = run_key(&r.ra, n_dev, keydir, sizeof keydir, keypath, sizeof keypath)))
+        goto done;
     local_workers w = {.n = 0};
-    serve_opts so = {.model_path = model_path, .host = "127.0.0.1", .listen_fd = -1,
-                     .threads = threads, .method = ra.method, .key_file = key_file,
-                     .insecure = ra.insecure, .verbose = ra.verbose, .quiet = !ra.verbose,
-                     .gpu = gpu_offload_opts(&ro)};
-    if (local_workers_start(&w, n_dev - 1, &so, NULL)) {
-        rc = 1;
+    serve_opts so = {.model_path = r.o.model, .host = "127.0.0.1", .listen_fd = -1,
+                     .threads = r.o.n_threads, .method = r.ra.method, .key_file = r.ra.key_file,
+                     .insecure = r.ra.insecure, .verbose = r.ra.verbose, .quiet = !r.ra.verbose,
+                     .gpu = gpu_offload_opts(&r.o)};
+    char err[512];
+    if (local_workers_start(&w, n_dev - 1, &so, NULL, serve_worker, err, sizeof err)) {
+        rc = cli_fail("cluster: %s", err);
         goto done;
     }
     local_workers_list(&w, list, sizeof list);
-    if (w.n) {
-        pass[np++] = "--workers";
-        pass[np++] = list;
+    r.ra.workers = w.n ? list : NULL;
+    if (ring_args_finish(&r.ra) || ring_args_check_ngl(&r.ra, &r.o)) {
+        rc = 2;
+    } else {
+        fprintf(stderr, "prima cluster: %d device(s) on this machine: the head%s%s, %d thread(s) "
+                        "each\n", n_dev, w.n ? " and workers at " : "", list, r.o.n_threads);
+        rc = cli_run_runner(&r);
     }
-    fprintf(stderr, "prima cluster: %d device(s) on this machine: the head%s%s, %d thread(s) each\n",
-            n_dev, w.n ? " and workers at " : "", list, threads);
-    rc = cli_cmd_run.run(np, pass);
     local_workers_stop(&w);
 done:
     if (keypath[0])
         unlink(keypath);
     if (keydir[0])
         rmdir(keydir);
-    run_opts_free(&ro);
-    free(pass);
+    run_opts_free(&r.o);
     return rc;
 }
 

@@ -8,6 +8,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "gguf/gguf.h"
 
 /* Arrays longer than this are shown as their first ARRAY_HEAD elements and a count. */
@@ -16,7 +17,7 @@
 /* String values longer than this (chat templates) are cut in the text listing. */
 #define STRING_SHOWN 72
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: prima gguf info FILE [--json]\n"
     "\n"
     "Validate a GGUF file (versions 2 and 3) and describe it. An invalid file gives a one-line\n"
@@ -28,12 +29,8 @@ static const char usage_text[] =
     "              parameters and bytes per tensor type.\n"
     "              Arrays longer than 8 elements show their first 6 and a count; strings longer\n"
     "              than 72 bytes are cut (with their full length shown).\n"
-    "  --json      the same as one JSON object on stdout: file, version, alignment, size,\n"
-    "              data_offset, metadata {key: value} (arrays as {element_type, count, head}\n"
-    "              with up to 8 elements in head; strings in full), tensors [{name, type, shape,\n"
-    "              parameters, bytes, offset}], totals {parameters, bytes, by_type {TYPE:\n"
-    "              {tensors, parameters, bytes}}}.\n"
-    "  -h, --help  show this help\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 on success, 1 if the file cannot be read or is invalid, 2 on a usage error.\n";
 
@@ -380,26 +377,30 @@ static int print_json(const gguf_file *f)
     return 0;
 }
 
+static const cli_opt gguf_rows[] = {
+    {"--json", NULL, CLI_FLAG, 0,
+     .help = "info as one JSON object on stdout: file, version, alignment,\n"
+             "size, data_offset, metadata {key: value} (arrays as\n"
+             "{element_type, count, head} with up to 8 elements in head;\n"
+             "strings in full), tensors [{name, type, shape, parameters,\n"
+             "bytes, offset}], totals {parameters, bytes, by_type {TYPE:\n"
+             "{tensors, parameters, bytes}}}."},
+    {0},
+};
+static const cli_group gguf_group = {NULL, gguf_rows, NULL};
+
 static int gguf_main(int argc, char **argv)
 {
-    const char *action = NULL, *path = NULL;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        if (!strcmp(argv[i], "--json"))
-            json = true;
-        else if (argv[i][0] == '-' && argv[i][1])
-            return cli_fail("gguf: unknown option '%s' (see prima gguf --help)", argv[i]), 2;
-        else if (!action)
-            action = argv[i];
-        else if (!path)
-            path = argv[i];
-        else
-            return cli_fail("gguf: unexpected argument '%s' (see prima gguf --help)", argv[i]), 2;
-    }
+    const cli_set set = {.g = &gguf_group, .dst = &json};
+    int pos;
+    int prc = cli_opts_parse("gguf", &set, 1, argc, argv, usage_head, usage_tail, &pos);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    if (argc - pos > 2)
+        return cli_usage_error("gguf", "unexpected argument '%s'", argv[pos + 2]);
+    const char *action = pos < argc ? argv[pos] : NULL;
+    const char *path = pos + 1 < argc ? argv[pos + 1] : NULL;
     if (!action)
         return cli_fail("gguf: missing action (see prima gguf --help)"), 2;
     if (strcmp(action, "info"))

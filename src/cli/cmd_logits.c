@@ -1,5 +1,6 @@
 /* prima logits — evaluate a prompt in one batch and dump the raw logits of every position. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,45 +8,25 @@
 #include <cjson/cJSON.h>
 
 #include "cli/cli.h"
-#include "cli/gpu_offload.h"
-#include "cli/progress.h"
+#include "app/gpu_offload.h"
+#include "app/progress.h"
 #include "cli/ring_args.h"
 #include "sched/startup.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
 #include "model/session.h"
 #include "text/tokenizer.h"
 #include "util/strbuf.h"
 
-static void usage(FILE *out, const run_opts *o)
-{
-    fputs("usage: prima logits -m FILE (-p TEXT | --tokens ID,ID,...) -o OUT.f32 [-n N] [--json]\n"
-          "\n"
-          "Evaluate a prompt in one batch and write the raw logits of every prompt position to\n"
-          "OUT.f32: little-endian float32, row-major [n_positions][n_vocab], row i = the logits\n"
-          "after prompt tokens 0..i (the format of the test fixtures). Then optionally continue\n"
-          "greedily (argmax, ties to the lowest id) for N tokens, one token per evaluation.\n"
-          "\n"
-          "  -p, --prompt TEXT       tokenized with the vocabulary's BOS setting; control-token\n"
-          "                          text is plain text\n"
-          "  --tokens ID,ID,...      token ids, evaluated as given\n"
-          "  -o, --output FILE       where to write the logits\n"
-          "  -n, --n-predict N       greedy tokens to print after the prompt (default 0)\n"
-          "  --json                  print a JSON object on stdout: model, n_vocab, n_positions,\n"
-          "                          prompt_tokens, per-row argmax and max logit, greedy_tokens,\n"
-          "                          greedy_text\n",
-          out);
-    run_opts_usage(o, out);
-    fputs("                          (-c defaults to the prompt plus N; -b to the whole prompt)\n",
-          out);
-    ring_args_usage(out);
-    ring_args_usage_session(out);
-    fputs(
-          "  -h, --help              show this help\n"
-          "\n"
-          "Exit status: 0 on success, 1 on an error, 2 on a usage error.\n",
-          out);
-}
+static const char usage_head[] =
+    "usage: prima logits -m FILE (-p TEXT | --tokens ID,ID,...) -o OUT.f32 [-n N] [--json]\n"
+    "\n"
+    "Evaluate a prompt in one batch and write the raw logits of every prompt position to\n"
+    "OUT.f32: little-endian float32, row-major [n_positions][n_vocab], row i = the logits\n"
+    "after prompt tokens 0..i (the format of the test fixtures). Then optionally continue\n"
+    "greedily (argmax, ties to the lowest id) for N tokens, one token per evaluation.\n"
+    "\n";
 
 static int parse_tokens(const char *s, int32_t **out)
 {
@@ -118,51 +99,44 @@ typedef struct logits_job {
     bool json;
 } logits_job;
 
+static int parse_ids(void *dst, const char *flag, const char *v)
+{
+    (void)flag;
+    logits_job *j = dst;
+    free(j->ids);
+    j->ids = NULL;
+    return (j->n_ids = parse_tokens(v, &j->ids)) < 0 ? -1 : 0;
+}
+
+#define F(field) offsetof(logits_job, field)
+static const cli_opt logits_rows[] = {
+    {"-p --prompt", "TEXT", CLI_STR, F(text),
+     .help = "tokenized with the vocabulary's BOS setting; control-token\ntext is plain text"},
+    {"--tokens", "ID,ID,...", CLI_FN, .fn = parse_ids, .help = "token ids, evaluated as given"},
+    {"-o --output", "FILE", CLI_STR, F(out_path), .help = "where to write the logits"},
+    {"-n --n-predict", "N", CLI_INT, F(n_predict), 0, 1 << 20,
+     .help = "greedy tokens to print after the prompt (default 0)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "print a JSON object on stdout: model, n_vocab, n_positions,\n"
+             "prompt_tokens, per-row argmax and max logit, greedy_tokens,\ngreedy_text"},
+    {0},
+};
+#undef F
+static const cli_group logits_group = {
+    NULL, logits_rows, "  (-c defaults to the prompt plus N; -b to the whole prompt)\n"};
+
 /* 0: go on; 1: help was printed; -1: a usage error (reported) */
 static int parse_args(logits_job *j, int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout, &j->o);
-            return 1;
-        }
-        int c = run_opts_parse(&j->o, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&j->ra, argc, argv, &i);
-        if (c < 0)
-            return -1;
-        if (c > 0)
-            continue;
-        if (!strcmp(a, "--json")) {
-            j->json = true;
-            continue;
-        }
-        bool p = !strcmp(a, "-p") || !strcmp(a, "--prompt"), t = !strcmp(a, "--tokens"),
-             o = !strcmp(a, "-o") || !strcmp(a, "--output"),
-             n = !strcmp(a, "-n") || !strcmp(a, "--n-predict");
-        if (!p && !t && !o && !n) {
-            cli_fail("logits: unknown option '%s' (see prima logits --help)", a);
-            return -1;
-        }
-        if (i + 1 >= argc) {
-            cli_fail("%s needs a value", a);
-            return -1;
-        }
-        const char *v = argv[++i];
-        if (p) {
-            j->text = v;
-        } else if (t) {
-            free(j->ids);
-            j->ids = NULL;
-            if ((j->n_ids = parse_tokens(v, &j->ids)) < 0)
-                return -1;
-        } else if (o)
-            j->out_path = v;
-        else if (parse_int_arg(a, v, 0, 1 << 20, &j->n_predict))
-            return -1;
-    }
-    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || gpu_offload_check_ring(&j->o, &j->ra))
+    cli_set sets[CLI_MAX_SETS] = {{.g = &logits_group, .dst = j}};
+    int n = 1 + run_opts_sets(&j->o, sets + 1);
+    n += ring_args_sets(&j->ra, true, sets + n);
+    int arc = cli_opts_parse("logits", sets, n, argc, argv, usage_head,
+                             "\nExit status: 0 on success, 1 on an error, 2 on a usage error.\n",
+                             NULL);
+    if (arc)
+        return arc < 0 ? 1 : -1;
+    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || ring_args_check_ngl(&j->ra, &j->o))
         return -1;
     if (!j->text == !j->ids) {
         cli_fail("logits: give exactly one of -p TEXT and --tokens IDS");
@@ -253,7 +227,7 @@ static int run_logits(logits_job *j)
     gpu_dev *gpu = NULL;
     ring_head rh = {0};
     sched_planner sp;   /* plans the ring at the start and after a loss */
-    cli_progress prog;  /* its progress */
+    app_progress prog;  /* its progress */
     model *m = model_load(j->o.model, err, sizeof err);
     if (!m)
         return cli_fail("%s", err);
@@ -296,7 +270,7 @@ static int run_logits(logits_job *j)
         ring_opts ro = ring_args_opts(&j->ra);
         const offload_opts go = gpu_offload_opts(&j->o);
         sched_planner_init(&sp, m, j->o.model, j->o.n_threads, stderr);
-        cli_progress_planner(&prog, &sp);
+        app_progress_planner(&prog, &sp);
         sp.stats = j->ra.stats;
         sp.gpu = go;
         sp.profile_cache = j->ra.profile_cache;

@@ -1,10 +1,12 @@
 /* prima plan — Halda offline: plan a model on saved device profiles (what-if planning). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "sched/report.h"
 #include "sched/shape.h"
@@ -12,7 +14,7 @@
 /* A profile is a few KiB; anything far larger is not one. */
 #define MAX_PROFILE_BYTES (1 << 20)
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: prima plan -m FILE --device A.json [--device B.json ...] [options]\n"
     "\n"
     "Run the layer scheduler (Halda) on saved device profiles (prima profile -m FILE --json)\n"
@@ -31,33 +33,8 @@ static const char usage_text[] =
     "A device under a CPU quota whose work per token fits both one quota period and its\n"
     "share of the token, and which reads nothing from disk, computes at full speed, and the\n"
     "plan says so.\n"
-    "\n"
-    "  -m FILE          the GGUF model\n"
-    "  --device FILE    a device profile (JSON); give one per device, head first (at most 32)\n"
-    "  -k K             force K rounds (default: the best k from 1 to the layer count)\n"
-    "  -lw, --layer-window W,W,...\n"
-    "                   do not search: predict the plan of these windows (one per device,\n"
-    "                   head first, as prima run -lw takes them; -k must then match)\n"
-    "  --gpu-layers N,N,...  with -lw: of each device's window, the layers on its GPU\n"
-    "  -c, --ctx-size N context positions the KV cache holds (default: min(4096, the model's\n"
-    "                   training context))\n"
-    "  -b, --batch-size N  largest batch of prompt tokens, sizes the buffers (default 512)\n"
-    "  --reserve F      fraction of available memory left to other programs (default 0.03)\n"
-    "  --net RTT_MS,MBIT  link for hops whose profile has no network measurement\n"
-    "                   (default 5,100: 5 ms round trip, 100 Mbit/s)\n"
-    "  --fixed-ring     devices cannot be bypassed: one left out still forwards activations\n"
-    "  --allow-disk     choose the fastest predicted plan even if it reads from disk while\n"
-    "                   one that fits in memory exists\n"
-    "  --no-prefetch    plan for a ring run with --no-prefetch: a device that streams layers\n"
-    "                   reads none of them while the others compute\n"
-    "  --time-limit S   seconds the search may take (default 30); a search cut short prints\n"
-    "                   the best plan it found, marked as not proven the fastest (or, with\n"
-    "                   none found, an error that names the limit)\n"
-    "  --json           the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
-    "                   devices[], one_device, solve_seconds, integer_programs,\n"
-    "                   cut_by_time_limit); times\n"
-    "                   in seconds, sizes in bytes\n"
-    "  -h, --help       show this help\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 with a plan, 1 if no plan exists or an input cannot be read, 2 on a usage\n"
     "error.\n";
@@ -127,68 +104,129 @@ static int given_plan(const dev_cost *dc, int n_dev, const sched_model *sm, cons
     return 0;
 }
 
+typedef struct plan_args {
+    const char *model_path;
+    const char *devices[PRIMA_MAX_DEVICES];
+    int n_dev, n_ctx, n_batch;
+    bool json;
+    int lw[PRIMA_MAX_DEVICES], gl[PRIMA_MAX_DEVICES], n_lw, n_gl;
+    sched_opts o;
+} plan_args;
+
+static int parse_device(void *dst, const char *flag, const char *v)
+{
+    plan_args *a = dst;
+    (void)flag;
+    if (a->n_dev == PRIMA_MAX_DEVICES)
+        return cli_usage_error("plan", "more than %d devices", PRIMA_MAX_DEVICES), -1;
+    a->devices[a->n_dev++] = v;
+    return 0;
+}
+
+static int parse_lw(void *dst, const char *flag, const char *v)
+{
+    plan_args *a = dst;
+    return parse_counts_arg(flag, v, a->lw, &a->n_lw);
+}
+
+static int parse_gl(void *dst, const char *flag, const char *v)
+{
+    plan_args *a = dst;
+    return parse_counts_arg(flag, v, a->gl, &a->n_gl);
+}
+
+static int parse_reserve(void *dst, const char *flag, const char *v)
+{
+    plan_args *a = dst;
+    char *end;
+    a->o.reserve = strtod(v, &end);
+    if (*end || end == v || !(a->o.reserve >= 0 && a->o.reserve <= 0.9))
+        return cli_usage_error("plan", "%s wants a fraction from 0 to 0.9, not '%s'", flag, v), -1;
+    return 0;
+}
+
+static int parse_limit(void *dst, const char *flag, const char *v)
+{
+    plan_args *a = dst;
+    float limit;
+    if (parse_float_arg(flag, v, &limit))
+        return -1;
+    if (!(limit > 0 && limit <= 86400))
+        return cli_usage_error("plan", "%s wants seconds from 0 to 86400, not '%s'", flag, v), -1;
+    a->o.time_limit = limit;
+    return 0;
+}
+
+static int parse_net_arg(void *dst, const char *flag, const char *v)
+{
+    if (parse_net(v, &((plan_args *)dst)->o))
+        return cli_usage_error("plan", "%s wants RTT_MS,MBIT (e.g. 5,100), not '%s'", flag, v), -1;
+    return 0;
+}
+
+#define F(field) offsetof(plan_args, field)
+static const cli_opt plan_rows[] = {
+    {"-m", "FILE", CLI_STR, F(model_path), .help = "the GGUF model"},
+    {"--device", "FILE", CLI_FN, .fn = parse_device,
+     .help = "a device profile (JSON); give one per device, head first (at\nmost 32)"},
+    {"-k", "K", CLI_INT, F(o.k), 1, 1 << 20,
+     .help = "force K rounds (default: the best k from 1 to the layer count)"},
+    {"-lw --layer-window", "W,W,...", CLI_FN, .fn = parse_lw,
+     .help = "do not search: predict the plan of these windows (one per\n"
+             "device, head first, as prima run -lw takes them; -k must then\nmatch)"},
+    {"--gpu-layers", "N,N,...", CLI_FN, .fn = parse_gl,
+     .help = "with -lw: of each device's window, the layers on its GPU"},
+    {"-c --ctx-size", "N", CLI_INT, F(n_ctx), 1, 1 << 24,
+     .help = "context positions the KV cache holds (default: min(4096, the\n"
+             "model's training context))"},
+    {"-b --batch-size", "N", CLI_INT, F(n_batch), 1, 1 << 16,
+     .help = "largest batch of prompt tokens, sizes the buffers (default 512)"},
+    {"--reserve", "F", CLI_FN, .fn = parse_reserve,
+     .help = "fraction of available memory left to other programs (default\n0.03)"},
+    {"--net", "RTT_MS,MBIT", CLI_FN, .fn = parse_net_arg,
+     .help = "link for hops whose profile has no network measurement\n"
+             "(default 5,100: 5 ms round trip, 100 Mbit/s)"},
+    {"--fixed-ring", NULL, CLI_FLAG, F(o.fixed_ring),
+     .help = "devices cannot be bypassed: one left out still forwards\nactivations"},
+    {"--allow-disk", NULL, CLI_FLAG, F(o.allow_disk),
+     .help = "choose the fastest predicted plan even if it reads from disk\n"
+             "while one that fits in memory exists"},
+    {"--no-prefetch", NULL, CLI_UNSET, F(o.prefetch),
+     .help = "plan for a ring run with --no-prefetch: a device that streams\n"
+             "layers reads none of them while the others compute"},
+    {"--time-limit", "S", CLI_FN, .fn = parse_limit,
+     .help = "seconds the search may take (default 30); a search cut short\n"
+             "prints the best plan it found, marked as not proven the fastest\n"
+             "(or, with none found, an error that names the limit)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
+             "devices[], one_device, solve_seconds, integer_programs,\n"
+             "cut_by_time_limit); times in seconds, sizes in bytes"},
+    {0},
+};
+#undef F
+static const cli_group plan_group = {NULL, plan_rows, NULL};
+
 static int run(int argc, char **argv)
 {
-    const char *model_path = NULL;
-    const char *devices[PRIMA_MAX_DEVICES];
-    int n_dev = 0, n_ctx = 0, n_batch = 512;
-    bool json = false;
-    int lw[PRIMA_MAX_DEVICES], gl[PRIMA_MAX_DEVICES], n_lw = 0, n_gl = 0;
-    sched_opts o = sched_opts_default();
-    float limit;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_value = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--fixed-ring")) {
-            o.fixed_ring = true;
-        } else if (!strcmp(a, "--allow-disk")) {
-            o.allow_disk = true;
-        } else if (!strcmp(a, "--no-prefetch")) {
-            o.prefetch = false;
-        } else if (!strcmp(a, "-m") && has_value) {
-            model_path = argv[++i];
-        } else if (!strcmp(a, "--device") && has_value) {
-            if (n_dev == PRIMA_MAX_DEVICES)
-                return cli_usage_error("plan", "more than %d devices", PRIMA_MAX_DEVICES);
-            devices[n_dev++] = argv[++i];
-        } else if ((!strcmp(a, "-lw") || !strcmp(a, "--layer-window")) && has_value) {
-            if (parse_counts_arg("-lw", argv[++i], lw, &n_lw))
-                return 2;
-        } else if (!strcmp(a, "--gpu-layers") && has_value) {
-            if (parse_counts_arg(a, argv[++i], gl, &n_gl))
-                return 2;
-        } else if (!strcmp(a, "-k") && has_value) {
-            if (parse_int_arg("-k", argv[++i], 1, 1 << 20, &o.k))
-                return 2;
-        } else if ((!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) && has_value) {
-            if (parse_int_arg(a, argv[++i], 1, 1 << 24, &n_ctx))
-                return 2;
-        } else if ((!strcmp(a, "-b") || !strcmp(a, "--batch-size")) && has_value) {
-            if (parse_int_arg(a, argv[++i], 1, 1 << 16, &n_batch))
-                return 2;
-        } else if (!strcmp(a, "--reserve") && has_value) {
-            char *end;
-            o.reserve = strtod(argv[++i], &end);
-            if (*end || end == argv[i] || !(o.reserve >= 0 && o.reserve <= 0.9))
-                return cli_usage_error("plan", "--reserve wants a fraction from 0 to 0.9, not '%s'", argv[i]);
-        } else if (!strcmp(a, "--time-limit") && has_value) {
-            if (parse_float_arg(a, argv[++i], &limit))
-                return 2;
-            if (!(limit > 0 && limit <= 86400))
-                return cli_usage_error("plan", "--time-limit wants seconds from 0 to 86400, not '%s'", argv[i]);
-            o.time_limit = limit;
-        } else if (!strcmp(a, "--net") && has_value) {
-            if (parse_net(argv[++i], &o))
-                return cli_usage_error("plan", "--net wants RTT_MS,MBIT (e.g. 5,100), not '%s'", argv[i]);
-        } else {
-            return cli_usage_error("plan", "unknown or incomplete option '%s'", a);
-        }
-    }
+    plan_args *pa = calloc(1, sizeof *pa);
+    if (!pa)
+        return cli_fail("plan: out of memory");
+    pa->n_batch = 512;
+    pa->o = sched_opts_default();
+    const cli_set set = {.g = &plan_group, .dst = pa};
+    int prc = cli_opts_parse("plan", &set, 1, argc, argv, usage_head, usage_tail, NULL);
+    plan_args a = *pa;
+    free(pa);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    const char *model_path = a.model_path;
+    const char *const *devices = a.devices;
+    int n_dev = a.n_dev, n_ctx = a.n_ctx, n_batch = a.n_batch;
+    bool json = a.json;
+    const int *lw = a.lw, *gl = a.gl;
+    int n_lw = a.n_lw, n_gl = a.n_gl;
+    sched_opts o = a.o;
     if (!model_path || !n_dev)
         return cli_usage_error("plan", "%s", "needs -m FILE and at least one --device FILE");
     if (n_lw && n_lw != n_dev) {

@@ -1,14 +1,18 @@
 /* prima profile — measure this device as Halda sees it. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "cli/progress.h"
+#include "cli/opts.h"
+#include "kernels/kern.h"
+#include "app/progress.h"
 #include "cli/run_opts.h"
 #include "sched/measure.h"
+#include "util/sysmem.h"
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: prima profile [-m FILE] [-t N] [--gpu [--gpu-device N]] [--json]\n"
     "\n"
     "Measure this device for the layer scheduler (Halda), in under 10 seconds and 0.5 GiB of\n"
@@ -55,13 +59,8 @@ static const char usage_text[] =
     "speed within it).\n"
     "While it measures, stderr says what (one line rewritten in place on a terminal, a line\n"
     "per part otherwise): \"prima: profiling this device: Q4_K kernels, 42 %, 2.1 s\".\n"
-    "\n"
-    "  -m FILE     the GGUF model to plan for (weight types, disk holding it)\n"
-    "  -t N        threads for the kernel measurements (default: every usable CPU)\n"
-    "  --gpu       measure the GPU too (the first discrete GPU, else the first device)\n"
-    "  --gpu-device N  that Vulkan device instead\n"
-    "  --json      print the profile as JSON (the input of prima plan --device)\n"
-    "  -h, --help  show this help\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 on success, 1 if a measurement fails, 2 on a usage error.\n";
 
@@ -91,8 +90,11 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
     if (p->cgroup_limit)
         printf("cgroup     limit %.2f GiB, usage %.2f GiB of which %.2f GiB page cache\n",
                p->cgroup_limit / gib, p->cgroup_usage / gib, p->cgroup_reclaimable / gib);
-    printf("           %.2f GiB usable by inference before the reserve\n",
-           profile_available(p) / gib);
+    printf("           %.2f GiB usable by inference before the reserve", profile_available(p) / gib);
+    if (p->os == OS_ANDROID)   /* sysmem.h: the room keeps lmkd's margin */
+        printf(" (%.2f GiB kept for Android's low-memory killer)",
+               sysmem_android_margin(p->mem_total) / gib);
+    printf("\n");
     printf("bandwidth  %.2f GB/s read\n", p->mem_bw / 1e9);
     if (model_path)
         printf("disk       sequential %.3f GB/s, random 16 KiB %.3f GB/s (%s, %s)\n",
@@ -113,49 +115,54 @@ static void print_text(const dev_profile *p, const char *model_path, const char 
     printf("noise      %.0f%%\n", 100 * p->noise);
 }
 
+typedef struct profile_args {
+    profile_opts o;
+    bool json;
+} profile_args;
+
+/* --gpu-device N: that device, and the GPU measured. */
+static int parse_gpu_device(void *dst, const char *flag, const char *v)
+{
+    profile_args *a = dst;
+    a->o.gpu = true;
+    return parse_int_arg(flag, v, 0, 255, &a->o.gpu_index);
+}
+
+#define F(field) offsetof(profile_args, field)
+static const cli_opt profile_rows[] = {
+    {"-m", "FILE", CLI_STR, F(o.model_path),
+     .help = "the GGUF model to plan for (weight types, disk holding it)"},
+    {"-t", "N", CLI_INT, F(o.threads), 1, KERN_MAX_THREADS,
+     .help = "threads for the kernel measurements (default: every usable\nCPU)"},
+    {"--gpu", NULL, CLI_FLAG, F(o.gpu),
+     .help = "measure the GPU too (the first discrete GPU, else the first\ndevice)"},
+    {"--gpu-device", "N", CLI_FN, .fn = parse_gpu_device, .help = "that Vulkan device instead"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "print the profile as JSON (the input of prima plan --device)"},
+    {0},
+};
+#undef F
+static const cli_group profile_group = {NULL, profile_rows, NULL};
+
 static int run(int argc, char **argv)
 {
-    profile_opts o = {.gpu_index = -1};
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else if (!strcmp(a, "--gpu")) {
-            o.gpu = true;
-        } else if (!strcmp(a, "--gpu-device") && i + 1 < argc) {
-            char *end;
-            long n = strtol(argv[++i], &end, 10);
-            if (*end || n < 0 || n > 255) {
-                cli_fail("profile: --gpu-device wants a device number from 0 to 255, not '%s'",
-                         argv[i]);
-                return 2;
-            }
-            o.gpu = true;
-            o.gpu_index = (int)n;
-        } else if (!strcmp(a, "-m") && i + 1 < argc) {
-            o.model_path = argv[++i];
-        } else if (!strcmp(a, "-t") && i + 1 < argc) {
-            if (parse_threads_arg(a, argv[++i], &o.threads))
-                return 2;
-        } else {
-            cli_fail("profile: unknown or incomplete option '%s' (see prima profile --help)", a);
-            return 2;
-        }
-    }
+    profile_args pa = {.o = {.gpu_index = -1}};
+    const cli_set set = {.g = &profile_group, .dst = &pa};
+    int prc = cli_opts_parse("profile", &set, 1, argc, argv, usage_head, usage_tail, NULL);
+    if (prc)
+        return prc < 0 ? 0 : prc;
+    profile_opts o = pa.o;
+    bool json = pa.json;
     dev_profile p;
     char err[512], gpu_why[256] = "";
     o.gpu_why = gpu_why;
     o.gpu_why_len = sizeof gpu_why;
-    cli_progress prog;
-    cli_progress_init(&prog, stderr, "this device");
-    o.progress = cli_progress_profile;
+    app_progress prog;
+    app_progress_init(&prog, stderr, "this device");
+    o.progress = app_progress_profile;
     o.progress_ctx = &prog;
     int rc = profile_measure(&o, &p, err, sizeof err);
-    cli_progress_end(&prog);
+    app_progress_end(&prog);
     if (rc)
         return cli_fail("%s", err);
     if (json) {

@@ -8,34 +8,30 @@
 
 #include "cli/chat_input.h"
 #include "cli/cli.h"
-#include "cli/runner.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
+#include "cli/run_opts.h"
+#include "app/runner.h"
 #include "cluster/stats.h"
 
-static void usage(FILE *out, const run_opts *o)
-{
-    fputs("usage: prima run -m FILE (-p PROMPT | -f FILE | -cnv) [--workers H:P,...] [options]\n"
-          "\n"
-          "Generate text on this device, or on a ring of devices: with --workers, this device\n"
-          "is the head (tokenizer, embedding, output layer, sampling; the text never leaves it)\n"
-          "and the model's layers are split over it and the workers (prima worker), each with\n"
-          "its own copy of the model file. The answer streams to stdout; load time, prompt\n"
-          "tokens/s, generation ms/token and tokens/s, and memory use go to stderr.\n"
-          "Generation ends at an end-of-generation token of the vocabulary, a --stop string,\n"
-          "after -n tokens, or when the context is full (unless --context-shift); a line\n"
-          "on stderr says which.\n"
-          "The prompt is tokenized with the vocabulary's BOS setting, and control tokens\n"
-          "written in it (e.g. <|im_start|>) are recognised.\n\n",
-          out);
-    run_opts_usage(o, out);
-    ring_args_usage(out);
-    ring_args_usage_session(out);
-    fputs("  -h, --help              show this help\n"
-          "\n"
-          "Exit status: 0 on success (a full context included), 1 on an error (a model or\n"
-          "prompt file that cannot be read included), 2 on a usage error (an unknown option,\n"
-          "a malformed value or --workers address).\n",
-          out);
-}
+static const char usage_head[] =
+    "usage: prima run -m FILE (-p PROMPT | -f FILE | -cnv) [--workers H:P,...] [options]\n"
+    "\n"
+    "Generate text on this device, or on a ring of devices: with --workers, this device\n"
+    "is the head (tokenizer, embedding, output layer, sampling; the text never leaves it)\n"
+    "and the model's layers are split over it and the workers (prima worker), each with\n"
+    "its own copy of the model file. The answer streams to stdout; load time, prompt\n"
+    "tokens/s, generation ms/token and tokens/s, and memory use go to stderr.\n"
+    "Generation ends at an end-of-generation token of the vocabulary, a --stop string,\n"
+    "after -n tokens, or when the context is full (unless --context-shift); a line\n"
+    "on stderr says which.\n"
+    "The prompt is tokenized with the vocabulary's BOS setting, and control tokens\n"
+    "written in it (e.g. <|im_start|>) are recognised.\n\n";
+static const char usage_tail[] =
+    "\n"
+    "Exit status: 0 on success (a full context included), 1 on an error (a model or\n"
+    "prompt file that cannot be read included), 2 on a usage error (an unknown option,\n"
+    "a malformed value or --workers address).\n";
 
 static void emit_stdout(void *user, const char *text, size_t len)
 {
@@ -412,25 +408,32 @@ static int run_chat(runner *r)
     return rc;
 }
 
+int cli_run_runner(runner *r)
+{
+    char err[512];
+    int rc = runner_open(r, err, sizeof err) ? cli_fail("%s", err) : 0;
+    if (rc == 0) {
+        rc = r->o.conversation ? run_chat(r) : run_prompt(r);
+        if (rc == 0)
+            print_stats(r);
+    }
+    runner_close(r);
+    return rc;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     runner r = {0};
     unsigned groups = RUN_OPT_MODEL | RUN_OPT_GPU | RUN_OPT_SAMPLING | RUN_OPT_GEN | RUN_OPT_CHAT;
-    int arc = runner_args(&r, groups, argc, argv, usage, NULL, NULL);
+    int arc = runner_args(&r, groups, argc, argv, usage_head, usage_tail, NULL, 0);
     if (arc)
         return arc < 0 ? 0 : arc;
     if (!r.o.prompt && !r.o.conversation) {
         cli_fail("run: no prompt (-p TEXT, -f FILE, or -cnv for a chat)");
+        run_opts_free(&r.o);
         return 2;
     }
-    int rc = runner_open(&r);
-    if (rc == 0) {
-        rc = r.o.conversation ? run_chat(&r) : run_prompt(&r);
-        if (rc == 0)
-            print_stats(&r);
-    }
-    runner_close(&r);
-    return rc;
+    return cli_run_runner(&r);
 }
 
 const struct cli_command cli_cmd_run = {"run", "generate text or chat, on this device or a ring of devices",

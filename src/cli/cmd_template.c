@@ -1,31 +1,24 @@
 /* prima template — render a conversation with a chat template, as the model would see it. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/run_opts.h"
 #include "gguf/gguf.h"
 #include "text/chat_format.h"
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: prima template (-m FILE | --chat-template FILE) --input CASE.json [--now TIME]\n"
     "\n"
     "Render a conversation with a chat template and print the text, byte for byte, as the\n"
     "model reads it (Hugging Face's apply_chat_template: Jinja with trim_blocks and\n"
     "lstrip_blocks).\n"
-    "\n"
-    "  -m, --model FILE        a GGUF file: its tokenizer.chat_template, and its BOS and EOS\n"
-    "                          tokens (a file without a template gets prima's built-in format)\n"
-    "  --chat-template FILE    the Jinja template in FILE (with -m: in place of the model's)\n"
-    "  --input CASE.json       the template's variables, a JSON object: messages, tools,\n"
-    "                          add_generation_prompt, bos_token, eos_token and any other\n"
-    "                          (enable_thinking, ...); with -m, bos_token and eos_token come\n"
-    "                          from the model where the object has none\n"
-    "  --now TIME              the time strftime_now() formats: YYYY-MM-DD or\n"
-    "                          YYYY-MM-DDTHH:MM:SS, local time (default: now)\n"
-    "  -h, --help              show this help\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 on success; 1 if a file cannot be read, the template does not parse, or\n"
     "it raises an error (its message on stderr); 2 on a usage error.\n";
@@ -45,7 +38,7 @@ static bool parse_time(const char *s, time_t *out)
     return *out != (time_t)-1;
 }
 
-static int render(const char *model, const char *tpl_file, const char *input, time_t now)
+static int render(const char *model_path, const char *tpl_file, const char *input, time_t now)
 {
     char err[600];
     size_t tlen = 0, ilen = 0;
@@ -62,7 +55,7 @@ static int render(const char *model, const char *tpl_file, const char *input, ti
     int rc = 0;
     if (!cJSON_IsObject(vars))
         rc = cli_fail("template: %s: not a JSON object", input);
-    else if (model && (!(f = gguf_open(model, err, sizeof err)) || !(tk = tokenizer_load(f, err, sizeof err))))
+    else if (model_path && (!(f = gguf_open(model_path, err, sizeof err)) || !(tk = tokenizer_load(f, err, sizeof err))))
         rc = cli_fail("%s", err);
     else if (!(cf = chat_format_load(f, tk, src, tlen, err, sizeof err)))
         rc = cli_fail("%s%s%s", tpl_file ? tpl_file : "", tpl_file ? ": " : "", err);
@@ -86,33 +79,46 @@ static int render(const char *model, const char *tpl_file, const char *input, ti
     return rc;
 }
 
+typedef struct tpl_args {
+    const char *model, *tpl, *input, *now;
+} tpl_args;
+
+#define F(field) offsetof(tpl_args, field)
+static const cli_opt tpl_rows[] = {
+    {"-m --model", "FILE", CLI_STR, F(model),
+     .help = "a GGUF file: its tokenizer.chat_template, and its BOS and EOS\n"
+             "tokens (a file without a template gets prima's built-in format)"},
+    {"--chat-template", "FILE", CLI_STR, F(tpl),
+     .help = "the Jinja template in FILE (with -m: in place of the model's)"},
+    {"--input", "CASE.json", CLI_STR, F(input),
+     .help = "the template's variables, a JSON object: messages, tools,\n"
+             "add_generation_prompt, bos_token, eos_token and any other\n"
+             "(enable_thinking, ...); with -m, bos_token and eos_token come\n"
+             "from the model where the object has none"},
+    {"--now", "TIME", CLI_STR, F(now),
+     .help = "the time strftime_now() formats: YYYY-MM-DD or\n"
+             "YYYY-MM-DDTHH:MM:SS, local time (default: now)"},
+    {0},
+};
+#undef F
+static const cli_group tpl_group = {NULL, tpl_rows, NULL};
+
 static int run(int argc, char **argv)
 {
-    const char *model = NULL, *tpl = NULL, *input = NULL, *now_s = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        }
-        const char **slot = !strcmp(a, "-m") || !strcmp(a, "--model") ? &model
-                          : !strcmp(a, "--chat-template") ? &tpl
-                          : !strcmp(a, "--input") ? &input
-                          : !strcmp(a, "--now") ? &now_s : NULL;
-        if (!slot)
-            return cli_usage_error("template", "unknown option '%s'", a);
-        if (i + 1 == argc)
-            return cli_usage_error("template", "%s needs a value", a);
-        *slot = argv[++i];
-    }
-    if (!model && !tpl)
+    tpl_args ta = {0};
+    const cli_set set = {.g = &tpl_group, .dst = &ta};
+    int rc = cli_opts_parse("template", &set, 1, argc, argv, usage_head, usage_tail, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    const char *tpl = ta.tpl, *input = ta.input, *now_s = ta.now;
+    if (!ta.model && !tpl)
         return cli_usage_error("template", "%s", "no template (-m FILE or --chat-template FILE)");
     if (!input)
         return cli_usage_error("template", "%s", "no conversation (--input CASE.json)");
     time_t now = time(NULL);
     if (now_s && !parse_time(now_s, &now))
         return cli_usage_error("template", "--now: expected YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, got '%s'", now_s);
-    return render(model, tpl, input, now);
+    return render(ta.model, tpl, input, now);
 }
 
 const struct cli_command cli_cmd_template = {"template", "render a conversation with a chat template", run};

@@ -1,33 +1,24 @@
 /* prima tokenize — the token ids (and pieces) of a text under a GGUF file's vocabulary. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "gguf/gguf.h"
 #include "text/tokenizer.h"
 
 /* A prompt file larger than this is refused rather than read into memory. */
 #define MAX_TEXT_FILE ((long)256 << 20)
 
-static const char usage_text[] =
+static const char usage_head[] =
     "usage: prima tokenize -m FILE (-p TEXT | -f FILE) [--no-bos] [--parse-special] [--pieces]\n"
     "\n"
     "Tokenize a text with the vocabulary stored in a GGUF file (a model, or a vocabulary-only\n"
     "file) and print the token ids on one line, separated by spaces.\n"
-    "\n"
-    "  -m, --model FILE    the GGUF file\n"
-    "  -p, --prompt TEXT   the text to tokenize\n"
-    "  -f, --file FILE     read the text from FILE, byte for byte (a final newline is kept)\n"
-    "      --no-bos        do not add the BOS token (by default it is added when the vocabulary\n"
-    "                      says so: tokenizer.ggml.add_bos_token; EOS likewise)\n"
-    "      --parse-special control-token text written in the input (e.g. <|im_start|>) becomes\n"
-    "                      that token; by default it is tokenized as plain text (user-defined\n"
-    "                      tokens are always matched)\n"
-    "      --pieces        print one token per line instead: the id, a tab, and the token's text\n"
-    "                      in double quotes (control tokens shown as their text; newline, tab,\n"
-    "                      quote, backslash and bytes that are not valid UTF-8 escaped)\n"
-    "  -h, --help          show this help\n"
+    "\n";
+static const char usage_tail[] =
     "\n"
     "Exit status: 0 on success, 1 if a file cannot be read or has no usable vocabulary,\n"
     "2 on a usage error.\n";
@@ -100,10 +91,33 @@ static void print_piece(const char *p, size_t n)
     putchar('"');
 }
 
-static bool is_opt(const char *a, const char *short_name, const char *long_name)
-{
-    return !strcmp(a, short_name) || !strcmp(a, long_name);
-}
+typedef struct tok_args {
+    const char *model, *prompt, *file;
+    bool no_bos, parse_special, pieces;
+} tok_args;
+
+#define F(field) offsetof(tok_args, field)
+static const cli_opt tok_rows[] = {
+    {"-m --model", "FILE", CLI_STR, F(model), .help = "the GGUF file"},
+    {"-p --prompt", "TEXT", CLI_STR, F(prompt), .help = "the text to tokenize"},
+    {"-f --file", "FILE", CLI_STR, F(file),
+     .help = "read the text from FILE, byte for byte (a final newline\nis kept)"},
+    {"--no-bos", NULL, CLI_FLAG, F(no_bos),
+     .help = "do not add the BOS token (by default it is added when the\n"
+             "vocabulary says so: tokenizer.ggml.add_bos_token; EOS\nlikewise)"},
+    {"--parse-special", NULL, CLI_FLAG, F(parse_special),
+     .help = "control-token text written in the input (e.g.\n"
+             "<|im_start|>) becomes that token; by default it is\n"
+             "tokenized as plain text (user-defined tokens are always\nmatched)"},
+    {"--pieces", NULL, CLI_FLAG, F(pieces),
+     .help = "print one token per line instead: the id, a tab, and the\n"
+             "token's text in double quotes (control tokens shown as\n"
+             "their text; newline, tab, quote, backslash and bytes that\n"
+             "are not valid UTF-8 escaped)"},
+    {0},
+};
+#undef F
+static const cli_group tok_group = {NULL, tok_rows, NULL};
 
 /* One line per token: the id, a tab, the quoted piece. */
 static void print_token(const tokenizer *t, int32_t id)
@@ -122,33 +136,13 @@ static void print_token(const tokenizer *t, int32_t id)
 
 static int run(int argc, char **argv)
 {
-    const char *model = NULL, *prompt = NULL, *file = NULL;
-    bool no_bos = false, parse_special = false, pieces = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
-            return 0;
-        } else if (!strcmp(a, "--no-bos")) {
-            no_bos = true;
-        } else if (!strcmp(a, "--parse-special")) {
-            parse_special = true;
-        } else if (!strcmp(a, "--pieces")) {
-            pieces = true;
-        } else if (is_opt(a, "-m", "--model") || is_opt(a, "-p", "--prompt") || is_opt(a, "-f", "--file")) {
-            if (i + 1 == argc)
-                return cli_usage_error("tokenize", "%s needs a value", a);
-            const char *v = argv[++i];
-            if (is_opt(a, "-m", "--model"))
-                model = v;
-            else if (is_opt(a, "-p", "--prompt"))
-                prompt = v;
-            else
-                file = v;
-        } else {
-            return cli_usage_error("tokenize", "unknown option '%s'", a);
-        }
-    }
+    tok_args ta = {0};
+    const cli_set set = {.g = &tok_group, .dst = &ta};
+    int rc = cli_opts_parse("tokenize", &set, 1, argc, argv, usage_head, usage_tail, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    const char *model = ta.model, *prompt = ta.prompt, *file = ta.file;
+    bool no_bos = ta.no_bos, parse_special = ta.parse_special, pieces = ta.pieces;
     if (!model)
         return cli_usage_error("tokenize", "%s", "no model (-m FILE)");
     if (!prompt == !file)
@@ -163,7 +157,7 @@ static int run(int argc, char **argv)
     tokenizer *t = f ? tokenizer_load(f, err, sizeof err) : NULL;
     int32_t *ids = NULL;
     int n = t ? tokenizer_encode(t, prompt ? prompt : text, len, true, parse_special, &ids) : -1;
-    int rc = 0;
+    rc = 0;
     if (!t) {
         rc = cli_fail("%s", err);
     } else if (n < 0) {

@@ -1,78 +1,106 @@
 /* prima worker — one device of a ring, serving one head after another. */
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
-#include "cli/worker_serve.h"
+#include "app/worker_serve.h"
 #include "cluster/discover.h"
 #include "cluster/ring_engine.h"
+#include "kernels/kern.h"
 #include "sched/startup.h"
 #include "util/sysmem.h"
 
 #define DEFAULT_PORT 9500
 
-static void usage(FILE *out)
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static const char usage_head[] =
+    "usage: prima worker -m FILE [--host ADDR] [--port P] [-t N] [options]\n"
+    "\n"
+    "Serve as one device of a ring (see prima run --workers). The worker waits for a\n"
+    "head, proves with it that both hold the cluster key (--key) and agrees keys for\n"
+    "the link, checks that both hold the same model file (name, shapes, tensor table),\n"
+    "then computes the layers the head's plan gives it, keeping the KV cache of those\n"
+    "layers only, and passes activations to the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
+    "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
+    "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
+    "read from the model file. When a head plans with the scheduler, the worker\n"
+    "measures itself once (as prima profile -m FILE --gpu does, a few seconds) and keeps\n"
+    "the result for later heads, re-reading only its free memory.\n"
+    "\n";
+static const char usage_tail[] =
+    "\n"
+    "Stop it with Ctrl-C or SIGTERM. Exit status: 0 when stopped, 1 on an error (model,\n"
+    "port, key file), 2 on a usage error (also: neither --key nor --insecure).\n";
+
+static int parse_method(void *dst, const char *flag, const char *v)
 {
-    fprintf(out,
-            "usage: prima worker -m FILE [--host ADDR] [--port P] [-t N] [options]\n"
-            "\n"
-            "Serve as one device of a ring (see prima run --workers). The worker waits for a\n"
-            "head, proves with it that both hold the cluster key (--key) and agrees keys for\n"
-            "the link, checks that both hold the same model file (name, shapes, tensor table),\n"
-            "then computes the layers the head's plan gives it, keeping the KV cache of those\n"
-            "layers only, and passes activations to the next device. When the head finishes, fails or goes silent for 5 s, the worker\n"
-            "goes back to waiting: start it once, use it for any number of runs. It serves one\n"
-            "head at a time and refuses others meanwhile. Only the pages of its own layers are\n"
-            "read from the model file. When a head plans with the scheduler, the worker\n"
-            "measures itself once (as prima profile -m FILE --gpu does, a few seconds) and keeps\n"
-            "the result for later heads, re-reading only its free memory.\n"
-            "\n"
-            "  -m, --model FILE        the GGUF model (the same file as the head's)\n"
-            "  --host ADDR             address to listen on (default: all interfaces)\n"
-            "  --port P                TCP port (default %d; 0 = any free port, printed)\n"
-            "  -t, --threads N         compute threads (default: the online CPUs; a head may\n"
-            "                          set another count with --worker-threads)\n"
-            "  --prefetch-method M     how the next window is loaded while other devices\n"
-            "                          compute: touch (default), madvise or fadvise\n"
-            "  --key FILE              the cluster key (made by prima keygen) every device must\n"
-            "                          hold (default: $PRIMA_KEY_FILE): each link is then\n"
-            "                          mutually authenticated and encrypted with keys of its\n"
-            "                          own; --secret-file FILE is another name for it\n"
-            "  --insecure              without a key: serve plaintext links, which anyone who\n"
-            "                          can reach the port can read and use (refused without\n"
-            "                          either; loudly warned about off loopback)\n"
-            "  --advertise             answer discovery probes of heads with the same key\n"
-            "                          (prima run --discover): UDP broadcast and link-local\n"
-            "                          multicast; needs the key, which authenticates both\n"
-            "  --discovery-port P      UDP port for discovery (default %d)\n"
-            "  --gpu N                 the Vulkan device for the GPU layers a head's plan gives\n"
-            "                          this device (default: the first discrete GPU, else the\n"
-            "                          first device); the scheduler's profile measures it too\n"
-            "  --no-gpu                never use a GPU: GPU layers a plan gives this device run\n"
-            "                          on its CPU (the head is told, and prints it), and the\n"
-            "                          profile has no GPU, so the scheduler gives it none\n"
-            "  --gpu-mem GiB           VRAM this device may use (default: what is free); GPU\n"
-            "                          layers beyond it run on the CPU, said\n"
-            "  -v, --verbose           also log every batch's counters\n"
-            "  --stats FILE            each head's plan for this device, for programs: one JSON\n"
-            "                          object per line (\"event\": worker_plan; device, rounds,\n"
-            "                          layers, gpu_layers, streamed layers, weight budget,\n"
-            "                          prefetch; \"time\": epoch s)\n"
-            "  --profile-cache FILE    keep this device's profile (what the head's scheduler\n"
-            "                          asks for) in FILE and reuse it in later runs, memory\n"
-            "                          read afresh, while it matches the device and threads\n"
-            "                          (measured again, and FILE replaced, when not)\n"
-            "  -q, --quiet             log nothing\n"
-            "  -h, --help              show this help\n"
-            "\n"
-            "Stop it with Ctrl-C or SIGTERM. Exit status: 0 when stopped, 1 on an error (model,\n"
-            "port, key file), 2 on a usage error (also: neither --key nor --insecure).\n",
-            DEFAULT_PORT, DISC_PORT);
+    return parse_prefetch_method(flag, v, &((serve_opts *)dst)->method);
 }
+
+static int parse_gpu_mem(void *dst, const char *flag, const char *v)
+{
+    return parse_gib_arg(flag, v, &((serve_opts *)dst)->gpu.vram_cap);
+}
+
+#define F(field) offsetof(serve_opts, field)
+static const cli_opt worker_rows[] = {
+    {"-m --model", "FILE", CLI_STR, F(model_path),
+     .help = "the GGUF model (the same file as the head's)"},
+    {"--host", "ADDR", CLI_STR, F(host), .help = "address to listen on (default: all interfaces)"},
+    {"--port", "P", CLI_INT, F(port), 0, 65535,
+     .help = "TCP port (default " STR(DEFAULT_PORT) "; 0 = any free port, printed)"},
+    {"-t --threads", "N", CLI_INT, F(threads), 1, KERN_MAX_THREADS,
+     .help = "compute threads (default: the online CPUs; a head may\n"
+             "set another count with --worker-threads)"},
+    {"--prefetch-method", "M", CLI_FN, .fn = parse_method,
+     .help = "how the next window is loaded while other devices\n"
+             "compute: touch (default), madvise or fadvise"},
+    {"--key --secret-file", "FILE", CLI_STR, F(key_file), .help = ring_args_key_help},
+    {"--insecure", NULL, CLI_FLAG, F(insecure),
+     .help = "without a key: serve plaintext links, which anyone who\n"
+             "can reach the port can read and use (refused without\n"
+             "either; loudly warned about off loopback)"},
+    {"--advertise", NULL, CLI_FLAG, F(advertise),
+     .help = "answer discovery probes of heads with the same key\n"
+             "(prima run --discover): UDP broadcast and link-local\n"
+             "multicast; needs the key, which authenticates both"},
+    {"--discovery-port", "P", CLI_INT, F(discovery_port), 1, 65535,
+     .help = "UDP port for discovery (default " STR(DISC_PORT) ")"},
+    {"--gpu", "N", CLI_INT, F(gpu.index), 0, 255,
+     .help = "the Vulkan device for the GPU layers a head's plan gives\n"
+             "this device (default: the first discrete GPU, else the\n"
+             "first device); the scheduler's profile measures it too"},
+    {"--no-gpu", NULL, CLI_UNSET, F(gpu.use),
+     .help = "never use a GPU: GPU layers a plan gives this device run\n"
+             "on its CPU (the head is told, and prints it), and the\n"
+             "profile has no GPU, so the scheduler gives it none"},
+    {"--gpu-mem", "GiB", CLI_FN, .fn = parse_gpu_mem,
+     .help = "VRAM this device may use (default: what is free); GPU\n"
+             "layers beyond it run on the CPU, said"},
+    {"-v --verbose", NULL, CLI_FLAG, F(verbose), .help = "also log every batch's counters"},
+    {"--stats", "FILE", CLI_STR, F(stats_file),
+     .help = "each head's plan for this device, for programs: one JSON\n"
+             "object per line (\"event\": worker_plan; device, rounds,\n"
+             "layers, gpu_layers, streamed layers, weight budget,\n"
+             "prefetch; \"time\": epoch s)"},
+    {"--profile-cache", "FILE", CLI_STR, F(profile_cache),
+     .help = "keep this device's profile (what the head's scheduler\n"
+             "asks for) in FILE and reuse it in later runs, memory\n"
+             "read afresh, while it matches the device and threads\n"
+             "(measured again, and FILE replaced, when not)"},
+    {"-q --quiet", NULL, CLI_FLAG, F(quiet), .help = "log nothing"},
+    {0},
+};
+#undef F
+static const cli_group worker_group = {NULL, worker_rows, NULL};
 
 /* Whether a listen address reaches this machine only. */
 static bool loopback(const char *host)
@@ -186,80 +214,10 @@ static int cmd_worker(int argc, char **argv)
 {
     serve_opts o = {.port = DEFAULT_PORT, .listen_fd = -1, .threads = default_threads(),
                     .method = PREFETCH_TOUCH, .gpu = {.use = true, .index = -1}};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            o.verbose = true;
-            continue;
-        }
-        if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            o.quiet = true;
-            continue;
-        }
-        if (!strcmp(a, "--advertise")) {
-            o.advertise = true;
-            continue;
-        }
-        if (!strcmp(a, "--insecure")) {
-            o.insecure = true;
-            continue;
-        }
-        if (!strcmp(a, "--no-gpu")) {
-            o.gpu.use = false;
-            continue;
-        }
-        bool known = !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--host") ||
-                     !strcmp(a, "--port") || !strcmp(a, "-t") || !strcmp(a, "--threads") ||
-                     !strcmp(a, "--prefetch-method") || !strcmp(a, "--key") ||
-                     !strcmp(a, "--secret-file") || !strcmp(a, "--stats") ||
-                     !strcmp(a, "--discovery-port") || !strcmp(a, "--gpu") ||
-                     !strcmp(a, "--gpu-mem") || !strcmp(a, "--profile-cache");
-        if (!known) {
-            cli_fail("worker: unknown option '%s' (see prima worker --help)", a);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            cli_fail("%s needs a value", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            o.model_path = v;
-        else if (!strcmp(a, "--host"))
-            o.host = v;
-        else if (!strcmp(a, "--key") || !strcmp(a, "--secret-file"))
-            o.key_file = v;
-        else if (!strcmp(a, "--stats"))
-            o.stats_file = v;
-        else if (!strcmp(a, "--profile-cache"))
-            o.profile_cache = v;
-        else if (!strcmp(a, "--port")) {
-            if (parse_int_arg(a, v, 0, 65535, &o.port))
-                return 2;
-        } else if (!strcmp(a, "--discovery-port")) {
-            if (parse_int_arg(a, v, 1, 65535, &o.discovery_port))
-                return 2;
-        } else if (!strcmp(a, "--gpu")) {
-            if (parse_int_arg(a, v, 0, 255, &o.gpu.index))
-                return 2;
-        } else if (!strcmp(a, "--gpu-mem")) {
-            if (parse_gib_arg(a, v, &o.gpu.vram_cap))
-                return 2;
-        } else if (!strcmp(a, "--prefetch-method")) {
-            int mth = prefetch_method_parse(v);
-            if (mth < 0) {
-                cli_fail("--prefetch-method: expected madvise, fadvise or touch, got '%s'", v);
-                return 2;
-            }
-            o.method = (enum prefetch_method)mth;
-        } else if (parse_threads_arg(a, v, &o.threads)) {
-            return 2;
-        }
-    }
+    const cli_set set = {.g = &worker_group, .dst = &o};
+    int rc = cli_opts_parse("worker", &set, 1, argc, argv, usage_head, usage_tail, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
     if (!o.model_path) {
         cli_fail("worker: no model (-m FILE)");
         return 2;

@@ -2,39 +2,36 @@
  * ring options, discovery and failover for the commands that run a ring. Every check happens
  * while the command line is read, before a model is loaded or a worker contacted. */
 #include <errno.h>
+#include <stddef.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "kernels/kern.h"
 #include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/net.h"
 #include "cluster/discover.h"
 
-void ring_args_init(ring_args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->release = RELEASE_AUTO;
-    a->method = PREFETCH_TOUCH;
-    a->wire = WIRE_F32;
-}
-
 /* A malformed address is a usage error, found before anything is loaded or connected. */
-static int check_workers(const char *s)
+static int parse_workers(void *dst, const char *flag, const char *s)
 {
+    ring_args *a = dst;
+    a->workers = s;
     for (const char *p = s;; p++) {
         size_t len = strcspn(p, ",");
         char addr[300], host[256], err[400];
         int port;
         if (len >= sizeof addr) {
-            cli_fail("--workers: an address of %zu characters", len);
+            cli_fail("%s: an address of %zu characters", flag, len);
             return -1;
         }
         memcpy(addr, p, len);
         addr[len] = 0;
         if (net_parse_addr(addr, host, sizeof host, &port, err, sizeof err)) {
-            cli_fail("--workers: %s", err);
+            cli_fail("%s: %s", flag, err);
             return -1;
         }
         p += len;
@@ -43,101 +40,158 @@ static int check_workers(const char *s)
     }
 }
 
-int ring_args_parse(ring_args *a, int argc, char **argv, int *i)
+static int parse_lw(void *dst, const char *flag, const char *v)
 {
-    const char *f = argv[*i];
-    if (!strcmp(f, "--no-prefetch")) {
-        a->no_prefetch = true;
-        return 1;
-    }
-    if (!strcmp(f, "--discover")) {
-        a->discover = true;
-        return 1;
-    }
-    if (!strcmp(f, "--no-failover")) {
-        a->no_failover = true;
-        return 1;
-    }
-    if (!strcmp(f, "--verbose")) {
-        a->verbose = true;
-        return 1;
-    }
-    if (!strcmp(f, "--insecure")) {
-        a->insecure = true;
-        return 1;
-    }
-    static const char *const with_value[] = {"--workers", "-lw", "--layer-window", "-k",
-                                             "--gpu-layers",
-                                             "--rounds", "--release", "--wire", "--key",
-                                             "--secret-file", "--worker-threads",
-                                             "--prefetch-method", "--stats", "--discovery-port",
-                                             "--profile-cache", NULL};
-    int known = 0;
-    for (int j = 0; with_value[j]; j++)
-        known |= !strcmp(f, with_value[j]);
-    if (!known)
-        return 0;
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", f);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    if (!strcmp(f, "--workers")) {
-        a->workers = v;
-        return check_workers(v) ? -1 : 1;
-    } else if (!strcmp(f, "-lw") || !strcmp(f, "--layer-window")) {
-        return parse_counts_arg("-lw", v, a->lw, &a->n_lw) ? -1 : 1;
-    } else if (!strcmp(f, "--gpu-layers")) {
-        return parse_counts_arg(f, v, a->gl, &a->n_gl) ? -1 : 1;
-    } else if (!strcmp(f, "-k") || !strcmp(f, "--rounds")) {
-        return parse_int_arg(f, v, 1, 1 << 20, &a->k) ? -1 : 1;
-    } else if (!strcmp(f, "--discovery-port")) {
-        return parse_int_arg(f, v, 1, 65535, &a->discovery_port) ? -1 : 1;
-    } else if (!strcmp(f, "--worker-threads")) {
-        return parse_threads_arg(f, v, &a->worker_threads) ? -1 : 1;
-    } else if (!strcmp(f, "--release")) {
-        if (!strcmp(v, "auto"))
-            a->release = RELEASE_AUTO;
-        else if (!strcmp(v, "never"))
-            a->release = RELEASE_NEVER;
-        else if (!strcmp(v, "always"))
-            a->release = RELEASE_ALWAYS;
-        else {
-            cli_fail("--release: expected auto, never or always, got '%s'", v);
-            return -1;
-        }
-    } else if (!strcmp(f, "--wire")) {
-        if (!strcmp(v, "f32"))
-            a->wire = WIRE_F32;
-        else if (!strcmp(v, "f16"))
-            a->wire = WIRE_F16;
-        else {
-            cli_fail("--wire: expected f32 or f16, got '%s'", v);
-            return -1;
-        }
-    } else if (!strcmp(f, "--prefetch-method")) {
-        int m = prefetch_method_parse(v);
-        if (m < 0) {
-            cli_fail("--prefetch-method: expected madvise, fadvise or touch, got '%s'", v);
-            return -1;
-        }
-        a->method = (enum prefetch_method)m;
-    } else if (!strcmp(f, "--stats")) {
-        a->stats_file = v;
-    } else if (!strcmp(f, "--profile-cache")) {
-        a->profile_cache = v;
-    } else {
-        a->key_file = v;   /* --key, or --secret-file, its name before keys were made by keygen */
-    }
-    return 1;
+    ring_args *a = dst;
+    return parse_counts_arg(flag, v, a->lw, &a->n_lw);
 }
 
-FILE *stats_file_open(const char *path)
+static int parse_gl(void *dst, const char *flag, const char *v)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        cli_fail("--stats: cannot write %s: %s", path, strerror(errno));
-    return f;
+    ring_args *a = dst;
+    return parse_counts_arg(flag, v, a->gl, &a->n_gl);
+}
+
+static int parse_release(void *dst, const char *flag, const char *v)
+{
+    ring_args *a = dst;
+    if (!strcmp(v, "auto"))
+        a->release = RELEASE_AUTO;
+    else if (!strcmp(v, "never"))
+        a->release = RELEASE_NEVER;
+    else if (!strcmp(v, "always"))
+        a->release = RELEASE_ALWAYS;
+    else
+        return cli_fail("%s: expected auto, never or always, got '%s'", flag, v), -1;
+    return 0;
+}
+
+static int parse_wire(void *dst, const char *flag, const char *v)
+{
+    ring_args *a = dst;
+    if (!strcmp(v, "f32"))
+        a->wire = WIRE_F32;
+    else if (!strcmp(v, "f16"))
+        a->wire = WIRE_F16;
+    else
+        return cli_fail("%s: expected f32 or f16, got '%s'", flag, v), -1;
+    return 0;
+}
+
+int parse_prefetch_method(const char *flag, const char *v, enum prefetch_method *out)
+{
+    int m = prefetch_method_parse(v);
+    if (m < 0)
+        return cli_fail("%s: expected madvise, fadvise or touch, got '%s'", flag, v), -1;
+    *out = (enum prefetch_method)m;
+    return 0;
+}
+
+static int parse_method(void *dst, const char *flag, const char *v)
+{
+    return parse_prefetch_method(flag, v, &((ring_args *)dst)->method);
+}
+
+const char ring_args_key_help[] =
+    "the cluster key (made by prima keygen) every device must\n"
+    "hold (default: $PRIMA_KEY_FILE): each link is then\n"
+    "mutually authenticated and encrypted with keys of its\n"
+    "own; --secret-file is its name before keygen made keys";
+
+#define F(field) offsetof(ring_args, field)
+static const cli_opt ring_rows[] = {
+    {"--workers", "H:P,H:P,...", CLI_FN, .fn = parse_workers,
+     .help = "the workers, in ring order after this device (the head)"},
+    {"-lw --layer-window", "W,W,...", CLI_FN, .fn = parse_lw,
+     .help = "layers per device and round, head first (0 = the device\n"
+             "only forwards); default: the scheduler (Halda) profiles\n"
+             "this device and then each worker in turn (a worker keeps\n"
+             "its profile for later heads), probes every link, prints\n"
+             "the plan with the lowest predicted time per token, and\n"
+             "leaves out workers that would only slow the ring down"},
+    {"--gpu-layers", "N,N,...", CLI_FN, .fn = parse_gl,
+     .help = "with -lw: of each device's window, the last N layers run on\n"
+             "its GPU (whole layers, KV cache in VRAM; in every round),\n"
+             "head first, 0..window each. The head uses --gpu, --no-gpu\n"
+             "and --gpu-mem, each worker its own; a device without a\n"
+             "usable GPU runs them on the CPU, and the head prints a\n"
+             "line per device on what became of them. Without -lw the\n"
+             "scheduler sets them from the GPUs in the profiles (-ngl is\n"
+             "for one device only)"},
+    {"-k --rounds", "K", CLI_INT, F(k), 1, 1 << 20,
+     .help = "rounds per token (default: as many as -lw needs; without\n"
+             "-lw the scheduler's choice, or with one device the windows\n"
+             "split ceil(layers / K) layers); the last round may be\n"
+             "partial"},
+    {"--worker-threads", "N", CLI_INT, F(worker_threads), 1, KERN_MAX_THREADS,
+     .help = "compute threads on every worker (default: each worker's -t)"},
+    {"--no-prefetch", NULL, CLI_FLAG, F(no_prefetch),
+     .help = "do not load a device's next window while others compute"},
+    {"--prefetch-method", "M", CLI_FN, .fn = parse_method,
+     .help = "touch (default: read one byte per page from a thread, so\n"
+             "compute meets neither disk nor page faults), madvise or\n"
+             "fadvise (WILLNEED readahead hints)"},
+    {"--release", "P", CLI_FN, .fn = parse_release,
+     .help = "drop a device's window from memory after computing it:\n"
+             "auto (default: when the device's windows do not all fit in\n"
+             "its free memory), never or always"},
+    {"--wire", "T", CLI_FN, .fn = parse_wire,
+     .help = "activations between devices: f32 (default; output bit-\n"
+             "identical to one device) or f16 (half the bytes per hop;\n"
+             "logits change by about what an F16 KV cache costs and\n"
+             "greedy text may diverge at near-ties)"},
+    {"--key --secret-file", "FILE", CLI_STR, F(key_file), .help = ring_args_key_help},
+    {"--insecure", NULL, CLI_FLAG, F(insecure),
+     .help = "without a key: plaintext links, which anyone on the\n"
+             "network can read and join (refused without either)"},
+    {"--verbose", NULL, CLI_FLAG, F(verbose),
+     .help = "per batch and device: compute and wait time, major page\n"
+             "faults, disk bytes read, pages resident at compute start,\n"
+             "bytes sent and received; totals at the end"},
+    {"--stats", "FILE", CLI_STR, F(stats_file),
+     .help = "the same counters, the scheduler's plan and the prompt and\n"
+             "generation times for programs: one JSON object per line\n"
+             "(\"event\": batch, plan, prompt, generation; \"time\": epoch s)"},
+    {"--profile-cache", "FILE", CLI_STR, F(profile_cache),
+     .help = "keep this device's profile for the scheduler in FILE and\n"
+             "reuse it in later runs, memory read afresh, while it\n"
+             "matches the device and threads (measured again, and FILE\n"
+             "replaced, when not); give workers theirs (prima worker\n"
+             "--profile-cache) for plans that repeat"},
+    {0},
+};
+static const cli_opt session_rows[] = {
+    {"--discover", NULL, CLI_FLAG, F(discover),
+     .help = "also use the workers that answer a discovery probe on the\n"
+             "local network (prima worker --advertise) with this model\n"
+             "and the same --key (needed); they follow those of\n"
+             "--workers. Says what it found (and what it ignored);\n"
+             "between requests (chat turns, server requests; at most\n"
+             "every 10 s) asks again and takes newcomers in"},
+    {"--discovery-port", "P", CLI_INT, F(discovery_port), 1, 65535,
+     .help = "UDP port for discovery (default 9499)"},
+    {"--no-failover", NULL, CLI_FLAG, F(no_failover),
+     .help = "stop with an error when a worker is lost (default: re-plan\n"
+             "on the devices left, rebuild the KV cache through the new\n"
+             "ring and finish the answer; with -lw the new plan splits\n"
+             "the layers by free memory)"},
+    {0},
+};
+#undef F
+
+static const cli_group ring_group = {
+    "ring (layers split over devices; see prima worker):", ring_rows,
+    "  Without --workers, -lw and -k still split this device's own work into windows and\n"
+    "  rounds (with prefetching and release between them).\n"};
+static const cli_group session_group = {"failover and discovery:", session_rows, NULL};
+
+int ring_args_sets(ring_args *a, bool answers, cli_set *sets)
+{
+    sets[0] = (cli_set){.g = &ring_group, .dst = a};
+    if (!answers)
+        return 1;
+    sets[1] = (cli_set){.g = &session_group, .dst = a};
+    return 2;
 }
 
 /* --gpu-layers splits the windows of -lw: one count per window, none above its window. */
@@ -190,172 +244,19 @@ int ring_args_finish(ring_args *a)
     return 0;
 }
 
-bool ring_args_active(const ring_args *a)
+int ring_args_check_ngl(const ring_args *a, const run_opts *o)
 {
-    return (a->workers && *a->workers) || a->n_lw > 0 || a->k > 0 || a->discover;
-}
-
-ring_opts ring_args_opts(const ring_args *a)
-{
-    return (ring_opts){.workers = a->workers, .lw = a->lw, .n_lw = a->n_lw, .gpu_layers = a->gl,
-                       .n_gpu_layers = a->n_gl, .k = a->k,
-                       .worker_threads = a->worker_threads, .prefetch = !a->no_prefetch,
-                       .release = a->release, .method = a->method, .wire = a->wire,
-                       .key = &a->key, .verbose = a->verbose ? stderr : NULL,
-                       .stats = a->stats};
-}
-
-#define REDISCOVER_S 10
-#define REDISCOVER_MS 300
-
-bool ring_args_session_given(const ring_args *a)
-{
-    return a->discover || a->no_failover || a->discovery_port;
-}
-
-int ring_args_discover(ring_args *a, const model *m, char *err, size_t errlen)
-{
-    char line[1024];
-    ring_model rm;
-    disc_keys dk;
-    disc_result *res = malloc(sizeof *res);
-    if (!res) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    /* Later probes, between requests, keep the requests waiting: briefer and rarer. */
-    int64_t now = net_now_ns();
-    if (a->discovery_done && now - a->discovered_ns < (int64_t)REDISCOVER_S * 1000000000) {
-        free(res);
+    if (!o->n_gpu_layers || !ring_args_active(a))
         return 0;
-    }
-    a->discovered_ns = now;
-    disc_opts o = {.port = a->discovery_port, .wait_ms = a->discovery_done ? REDISCOVER_MS : 0};
-    int rc = ring_model_init(&rm, m, err, errlen);
-    if (rc == 0) {
-        rc = disc_keys_derive(&a->key, &dk, err, errlen) ||
-             disc_probe(&dk, rm.identity, &o, res, err, errlen);
-        ring_model_release(&rm);
-        sodium_memzero(&dk, sizeof dk);
-    }
-    if (rc) {
-        free(res);
-        return -1;
-    }
-    char found[sizeof a->discovered] = "";
-    for (int i = 0, off = 0; i < res->n && off < (int)sizeof found; i++)
-        off += snprintf(found + off, sizeof found - (size_t)off, "%s%s", i ? "," : "",
-                        res->w[i].addr);
-    bool first = !a->discovery_done;
-    if (first || strcmp(found, a->discovered)) {
-        disc_describe(res, line, sizeof line);
-        fprintf(stderr, "prima: discovery: %s\n", line);
-    }
-    snprintf(a->discovered, sizeof a->discovered, "%s", found);
-    free(res);
-    if (!first)
-        return 0;
-    /* The listed workers first, in their order; then those found that are not listed. */
-    snprintf(a->all_workers, sizeof a->all_workers, "%s", a->workers ? a->workers : "");
-    for (char *p = found; *p;) {
-        size_t len = strcspn(p, ",");
-        char one[NET_HOST_MAX + 8];
-        snprintf(one, sizeof one, "%.*s", (int)len, p);
-        p += len + (p[len] == ',');
-        bool listed = false;
-        for (const char *q = a->workers; q && *q;) {
-            size_t ql = strcspn(q, ",");
-            listed |= ql == strlen(one) && !strncmp(q, one, ql);
-            q += ql + (q[ql] == ',');
-        }
-        size_t used = strlen(a->all_workers);
-        if (!listed)
-            snprintf(a->all_workers + used, sizeof a->all_workers - used, "%s%s",
-                     used ? "," : "", one);
-    }
-    a->workers = a->all_workers[0] ? a->all_workers : NULL;
-    a->discovery_done = true;
-    return 0;
+    cli_fail("-ngl is for one device: in a ring give --gpu-layers N,N,... with -lw (one per device, "
+             "head first), or let the scheduler choose");
+    return -1;
 }
 
-int ring_args_failover(const ring_args *a, ring_head *h, session *s, sched_planner *sp,
-                       char *err, size_t errlen)
+FILE *stats_file_open(const char *path)
 {
-    if (a->no_failover)
-        return 0;
-    return ring_head_failover(h, s, a->n_lw ? NULL : &sp->rp, stderr, err, errlen);
-}
-
-void ring_args_usage_session(FILE *out)
-{
-    fputs("failover and discovery:\n"
-          "  --discover              also use the workers that answer a discovery probe on the\n"
-          "                          local network (prima worker --advertise) with this model\n"
-          "                          and the same --key (needed); they follow those of\n"
-          "                          --workers. Says what it found (and what it ignored);\n"
-          "                          between requests (chat turns, server requests; at most\n"
-          "                          every 10 s) asks again and takes newcomers in\n"
-          "  --discovery-port P      UDP port for discovery (default 9499)\n"
-          "  --no-failover           stop with an error when a worker is lost (default: re-plan\n"
-          "                          on the devices left, rebuild the KV cache through the new\n"
-          "                          ring and finish the answer; with -lw the new plan splits\n"
-          "                          the layers by free memory)\n",
-          out);
-}
-
-void ring_args_usage(FILE *out)
-{
-    fputs("ring (layers split over devices; see prima worker):\n"
-          "  --workers H:P,H:P,...   the workers, in ring order after this device (the head)\n"
-          "  -lw, --layer-window W,W,...\n"
-          "                          layers per device and round, head first (0 = the device\n"
-          "                          only forwards); default: the scheduler (Halda) profiles\n"
-          "                          this device and then each worker in turn (a worker keeps\n"
-          "                          its profile for later heads), probes every link, prints\n"
-          "                          the plan with the lowest predicted time per token, and\n"
-          "                          leaves out workers that would only slow the ring down\n"
-          "  --gpu-layers N,N,...    with -lw: of each device's window, the last N layers run on\n"
-          "                          its GPU (whole layers, KV cache in VRAM; in every round),\n"
-          "                          head first, 0..window each. The head uses --gpu, --no-gpu\n"
-          "                          and --gpu-mem, each worker its own; a device without a\n"
-          "                          usable GPU runs them on the CPU, and the head prints a\n"
-          "                          line per device on what became of them. Without -lw the\n"
-          "                          scheduler sets them from the GPUs in the profiles (-ngl is\n"
-          "                          for one device only)\n"
-          "  -k, --rounds K          rounds per token (default: as many as -lw needs; without\n"
-          "                          -lw the scheduler's choice, or with one device the windows\n"
-          "                          split ceil(layers / K) layers); the last round may be\n"
-          "                          partial\n"
-          "  --worker-threads N      compute threads on every worker (default: each worker's -t)\n"
-          "  --no-prefetch           do not load a device's next window while others compute\n"
-          "  --prefetch-method M     touch (default: read one byte per page from a thread, so\n"
-          "                          compute meets neither disk nor page faults), madvise or\n"
-          "                          fadvise (WILLNEED readahead hints)\n"
-          "  --release P             drop a device's window from memory after computing it:\n"
-          "                          auto (default: when the device's windows do not all fit in\n"
-          "                          its free memory), never or always\n"
-          "  --wire T                activations between devices: f32 (default; output bit-\n"
-          "                          identical to one device) or f16 (half the bytes per hop;\n"
-          "                          logits change by about what an F16 KV cache costs and\n"
-          "                          greedy text may diverge at near-ties)\n"
-          "  --key FILE              the cluster key (made by prima keygen) every device must\n"
-          "                          hold (default: $PRIMA_KEY_FILE): each link is then\n"
-          "                          mutually authenticated and encrypted with keys of its\n"
-          "                          own; --secret-file FILE is another name for it\n"
-          "  --insecure              without a key: plaintext links, which anyone on the\n"
-          "                          network can read and join (refused without either)\n"
-          "  --verbose               per batch and device: compute and wait time, major page\n"
-          "                          faults, disk bytes read, pages resident at compute start,\n"
-          "                          bytes sent and received; totals at the end\n"
-          "  --stats FILE            the same counters, the scheduler's plan and the prompt and\n"
-          "                          generation times for programs: one JSON object per line\n"
-          "                          (\"event\": batch, plan, prompt, generation; \"time\": epoch s)\n"
-          "  --profile-cache FILE    keep this device's profile for the scheduler in FILE and\n"
-          "                          reuse it in later runs, memory read afresh, while it\n"
-          "                          matches the device and threads (measured again, and FILE\n"
-          "                          replaced, when not); give workers theirs (prima worker\n"
-          "                          --profile-cache) for plans that repeat\n"
-          "  Without --workers, -lw and -k still split this device's own work into windows and\n"
-          "  rounds (with prefetching and release between them).\n",
-          out);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        cli_fail("--stats: cannot write %s: %s", path, strerror(errno));
+    return f;
 }

@@ -9,7 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/runner.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
+#include "cli/ring_args.h"
 #include "cli/run_opts.h"
 #include "cluster/plan.h"
 #include "model/spec.h"
@@ -56,17 +59,6 @@ int parse_counts_arg(const char *flag, const char *s, int *out, int *n)
     return 0;
 }
 
-int parse_threads_arg(const char *flag, const char *s, int *out)
-{
-    return parse_int_arg(flag, s, 1, KERN_MAX_THREADS, out);
-}
-
-int default_threads(void)
-{
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    return ncpu < 1 ? 1 : ncpu > KERN_MAX_THREADS ? KERN_MAX_THREADS : (int)ncpu;
-}
-
 int parse_float_arg(const char *flag, const char *s, float *out)
 {
     char *end;
@@ -93,130 +85,158 @@ int parse_gib_arg(const char *flag, const char *s, uint64_t *bytes)
     return 0;
 }
 
-void run_opts_init(run_opts *o, unsigned groups)
+/* --seed: a non-negative 64-bit integer, remembered as given (run_opts_finish draws one else). */
+static int parse_seed(void *dst, const char *flag, const char *v)
 {
-    memset(o, 0, sizeof *o);
-    o->groups = groups;
-    o->n_threads = default_threads();
-    o->n_batch = 512;
-    o->gpu_index = -1;
-    sampler_params_default(&o->sp);
-    o->n_predict = -1;
-    o->n_keep = -1;
-    o->display_prompt = true;
-    spec_params sp;
-    spec_params_default(&sp, SPEC_DRAFT);
-    o->draft_max = sp.n_max;
-    o->draft_min = sp.n_min;
-    o->draft_p_min = sp.p_min;
+    run_opts *o = dst;
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(v, &end, 10);
+    if (errno || end == v || *end || *v == '-') {
+        cli_fail("%s: expected a non-negative integer, got '%s'", flag, v);
+        return -1;
+    }
+    o->sp.seed = seed;
+    o->seed_given = true;
+    return 0;
 }
 
-enum opt_kind { OPT_FLAG, OPT_INT, OPT_FLOAT, OPT_STR, OPT_SEED, OPT_STOP };
-
-struct opt_desc {
-    const char *flag, *alt;
-    unsigned group;
-    enum opt_kind kind;
-    size_t off;     /* of the field in run_opts */
-    long lo, hi;    /* OPT_INT range */
-};
+/* --stop: repeatable, each a non-empty string. */
+static int parse_stop(void *dst, const char *flag, const char *v)
+{
+    run_opts *o = dst;
+    if (o->n_stop == RUN_OPTS_MAX_STOP) {
+        cli_fail("%s: at most %d stop strings", flag, RUN_OPTS_MAX_STOP);
+        return -1;
+    }
+    if (!*v) {
+        cli_fail("%s: the stop string is empty", flag);
+        return -1;
+    }
+    o->stop[o->n_stop++] = v;
+    return 0;
+}
 
 #define F(field) offsetof(run_opts, field)
-static const struct opt_desc opts[] = {
-    {"-m", "--model", RUN_OPT_MODEL, OPT_STR, F(model), 0, 0},
-    {"-t", "--threads", RUN_OPT_MODEL, OPT_INT, F(n_threads), 1, KERN_MAX_THREADS},
-    {"-c", "--ctx-size", RUN_OPT_MODEL, OPT_INT, F(n_ctx), 1, 1 << 24},
-    {"-b", "--batch-size", RUN_OPT_MODEL, OPT_INT, F(n_batch), 1, 1 << 16},
-    {"--mlock", NULL, RUN_OPT_MODEL, OPT_FLAG, F(mlock), 0, 0},
-    {"-ngl", "--n-gpu-layers", RUN_OPT_GPU, OPT_INT, F(n_gpu_layers), 0, INT_MAX},
-    {"--gpu", NULL, RUN_OPT_GPU, OPT_INT, F(gpu_index), 0, 255},
-    {"--no-gpu", NULL, RUN_OPT_GPU, OPT_FLAG, F(no_gpu), 0, 0},
-    {"--gpu-mem", NULL, RUN_OPT_GPU, OPT_FLOAT, F(gpu_mem), 0, 0},
-    {"--temp", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.temp), 0, 0},
-    {"--top-k", NULL, RUN_OPT_SAMPLING, OPT_INT, F(sp.top_k), 0, INT_MAX},
-    {"--top-p", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.top_p), 0, 0},
-    {"--min-p", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.min_p), 0, 0},
-    {"--repeat-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.repeat_penalty), 0, 0},
-    {"--repeat-last-n", NULL, RUN_OPT_SAMPLING, OPT_INT, F(sp.repeat_last_n), 0, 1 << 20},
-    {"--presence-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.presence_penalty), 0, 0},
-    {"--frequency-penalty", NULL, RUN_OPT_SAMPLING, OPT_FLOAT, F(sp.frequency_penalty), 0, 0},
-    {"-s", "--seed", RUN_OPT_SAMPLING, OPT_SEED, F(sp.seed), 0, 0},
-    {"-p", "--prompt", RUN_OPT_GEN, OPT_STR, F(prompt), 0, 0},
-    {"-f", "--file", RUN_OPT_GEN, OPT_STR, F(prompt_file), 0, 0},
-    {"-n", "--n-predict", RUN_OPT_GEN, OPT_INT, F(n_predict), -1, INT_MAX},
-    {"--stop", NULL, RUN_OPT_GEN, OPT_STOP, 0, 0, 0},
-    {"--ignore-eos", NULL, RUN_OPT_GEN, OPT_FLAG, F(ignore_eos), 0, 0},
-    {"--context-shift", NULL, RUN_OPT_GEN, OPT_FLAG, F(context_shift), 0, 0},
-    {"--keep", NULL, RUN_OPT_GEN, OPT_INT, F(n_keep), -1, INT_MAX},
-    {"-cnv", "--conversation", RUN_OPT_GEN, OPT_FLAG, F(conversation), 0, 0},
-    {"--chat-template", NULL, RUN_OPT_CHAT, OPT_STR, F(chat_template_file), 0, 0},
-    {"-md", "--model-draft", RUN_OPT_SPEC, OPT_STR, F(draft_model), 0, 0},
-    {"--spec", NULL, RUN_OPT_SPEC, OPT_STR, F(spec_mode), 0, 0},
-    {"--draft-max", NULL, RUN_OPT_SPEC, OPT_INT, F(draft_max), 1, SPEC_MAX_DRAFT},
-    {"--draft-min", NULL, RUN_OPT_SPEC, OPT_INT, F(draft_min), 0, SPEC_MAX_DRAFT},
-    {"--draft-p-min", NULL, RUN_OPT_SPEC, OPT_FLOAT, F(draft_p_min), 0, 0},
+static const cli_opt model_rows[] = {
+    {"-m --model", "FILE", CLI_STR, F(model),
+     .help = "GGUF model (llama, qwen2, qwen3 or gemma3 architecture)"},
+    {"-t --threads", "N", CLI_INT, F(n_threads), 1, KERN_MAX_THREADS,
+     .help = "compute threads (default: the online CPUs)"},
+    {"-c --ctx-size", "N", CLI_INT, F(n_ctx), 1, 1 << 24,
+     .help = "context size in tokens (default: the model's training\ncontext, at most 4096)"},
+    {"-b --batch-size", "N", CLI_INT, F(n_batch), 1, 1 << 16,
+     .help = "prompt tokens evaluated per batch (default 512)"},
+    {"--mlock", NULL, CLI_FLAG, F(mlock), .help = "lock the model's weights in RAM"},
+    {0},
+};
+static const cli_opt gpu_rows[] = {
+    {"-ngl --n-gpu-layers", "N", CLI_INT, F(n_gpu_layers), 0, INT_MAX,
+     .help = "run the last N layers on the GPU (default 0; more than\nthe model has: all of them)"},
+    {"--gpu", "N", CLI_INT, F(gpu_index), 0, 255,
+     .help = "use Vulkan device N (default: the first discrete GPU,\nelse the first device)"},
+    {"--no-gpu", NULL, CLI_FLAG, F(no_gpu), .help = "never use a GPU (overrides -ngl)"},
+    {"--gpu-mem", "GiB", CLI_FLOAT, F(gpu_mem),
+     .help = "VRAM prima may use (default: what is free); layers\nthat do not fit stay on the "
+             "CPU, said at start-up"},
+    {0},
+};
+static const cli_opt sampling_rows[] = {
+    {"--repeat-penalty", "R", CLI_FLOAT, F(sp.repeat_penalty),
+     .help = "divide positive / multiply negative logits of tokens in\nthe penalty window by R "
+             "(default 1.0 = off)"},
+    {"--presence-penalty", "P", CLI_FLOAT, F(sp.presence_penalty),
+     .help = "subtract P from tokens in the window (default 0)"},
+    {"--frequency-penalty", "F", CLI_FLOAT, F(sp.frequency_penalty),
+     .help = "subtract F per occurrence in the window (default 0)"},
+    {"--repeat-last-n", "N", CLI_INT, F(sp.repeat_last_n), 0, 1 << 20,
+     .help = "penalty window: the last N tokens (default 64, 0 = off)"},
+    {"--top-k", "K", CLI_INT, F(sp.top_k), 0, INT_MAX,
+     .help = "keep the K most likely tokens (default 40, 0 = off)"},
+    {"--top-p", "P", CLI_FLOAT, F(sp.top_p),
+     .help = "keep the smallest set with probability >= P (default\n0.95, 1 = off)"},
+    {"--min-p", "M", CLI_FLOAT, F(sp.min_p),
+     .help = "keep tokens with p >= M * p_max (default 0.05, 0 = off)"},
+    {"--temp", "T", CLI_FLOAT, F(sp.temp),
+     .help = "temperature (default 0.8; 0 = greedy: the most likely\ntoken, ties to the lowest id)"},
+    {"-s --seed", "S", CLI_FN, .fn = parse_seed,
+     .help = "random seed (default: drawn from the clock, printed)"},
+    {0},
+};
+static const cli_opt gen_rows[] = {
+    {"-p --prompt", "TEXT", CLI_STR, F(prompt),
+     .help = "the prompt (with -cnv: the system message)"},
+    {"-f --file", "FILE", CLI_STR, F(prompt_file), .help = "read the prompt from FILE"},
+    {"-n --n-predict", "N", CLI_INT, F(n_predict), -1, INT_MAX,
+     .help = "tokens to generate (default -1: until an end-of-\ngeneration token or a full "
+             "context)"},
+    {"--ignore-eos", NULL, CLI_FLAG, F(ignore_eos),
+     .help = "an end-of-generation token does not end the reply:\nit is generated like any "
+             "other (random weights,\nbenchmarks: exactly -n tokens)"},
+    {"--stop", "STR", CLI_FN, .fn = parse_stop,
+     .help = "stop when the output contains STR (not printed);\nrepeatable, up to 16"},
+    {"--context-shift", NULL, CLI_FLAG, F(context_shift),
+     .help = "when the context is full, drop the oldest half of it\nafter the kept tokens and "
+             "go on (default: stop)"},
+    {"--keep", "N", CLI_INT, F(n_keep), -1, INT_MAX,
+     .help = "tokens kept at the start on a context shift (default:\nthe BOS token if any; -1 = "
+             "that default)"},
+    {"-cnv --conversation", NULL, CLI_FLAG, F(conversation),
+     .help = "interactive chat with the model's chat template (line\nediting and history at a "
+             "terminal); Ctrl-C stops a\nreply; /help lists the commands (/clear, /save FILE);\n"
+             "/exit, Ctrl-D or Ctrl-C at an empty prompt quits"},
+    {"--no-display-prompt", NULL, CLI_UNSET, F(display_prompt),
+     .help = "do not echo the prompt before the answer"},
+    {0},
+};
+static const cli_opt chat_rows[] = {
+    {"--chat-template", "FILE", CLI_STR, F(chat_template_file),
+     .help = "format conversations with the Jinja template in FILE\ninstead of the model's "
+             "(tokenizer.chat_template; a\nmodel without one gets a built-in format)"},
+    {0},
+};
+static const cli_opt spec_rows[] = {
+    {"-md --model-draft", "FILE", CLI_STR, F(draft_model),
+     .help = "a draft model with the model's vocabulary, run on this\ndevice (the head)"},
+    {"--spec", "ngram", CLI_STR, F(spec_mode),
+     .help = "draft without a model: propose what followed the last\ntokens where they "
+             "occurred before in the text"},
+    {"--draft-max", "N", CLI_INT, F(draft_max), 1, SPEC_MAX_DRAFT,
+     .help = "tokens drafted per step at most (default 16)"},
+    {"--draft-min", "N", CLI_INT, F(draft_min), 0, SPEC_MAX_DRAFT,
+     .help = "evaluate drafts of at least N tokens only (default 0)"},
+    {"--draft-p-min", "P", CLI_FLOAT, F(draft_p_min),
+     .help = "stop drafting when the draft model's most likely token\nhas a probability below "
+             "P (default 0.8)"},
+    {0},
 };
 #undef F
 
-int run_opts_parse(run_opts *o, int argc, char **argv, int *i)
+/* In the order of the help text; each group with the bit of run_opt_group that selects it. */
+static const struct {
+    unsigned bit;
+    cli_group g;
+} group_table[] = {
+    {RUN_OPT_MODEL, {"model and compute:", model_rows, NULL}},
+    {RUN_OPT_GPU, {"GPU (Vulkan; whole layers with their KV cache in VRAM):", gpu_rows,
+                   "  In a ring, -ngl is refused: the plan's GPU layers apply (--gpu-layers, or the\n"
+                   "  scheduler's, which profiles this device's GPU unless --no-gpu), on the GPU\n"
+                   "  that --gpu, --no-gpu and --gpu-mem choose.\n"}},
+    {RUN_OPT_SAMPLING, {"sampling (applied in this order):", sampling_rows, NULL}},
+    {RUN_OPT_GEN, {"generation:", gen_rows, NULL}},
+    {RUN_OPT_CHAT, {"chat:", chat_rows, NULL}},
+    {RUN_OPT_SPEC, {"speculative decoding (a draft proposes tokens and the model checks several in one\n"
+                    "evaluation, one pass round a ring; the output follows the model's distribution,\n"
+                    "and under greedy sampling it is the same text):", spec_rows, NULL}},
+};
+
+int run_opts_sets(run_opts *o, cli_set *sets)
 {
-    const char *a = argv[*i];
-    if (!strcmp(a, "--no-display-prompt") && (o->groups & RUN_OPT_GEN)) {
-        o->display_prompt = false;
-        return 1;
-    }
-    const struct opt_desc *d = NULL;
-    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
-        if ((opts[k].group & o->groups) &&
-            (!strcmp(a, opts[k].flag) || (opts[k].alt && !strcmp(a, opts[k].alt))))
-            d = &opts[k];
-    if (!d)
-        return 0;
-    char *field = (char *)o + d->off;
-    if (d->kind == OPT_FLAG) {
-        *(bool *)field = true;
-        return 1;
-    }
-    if (*i + 1 >= argc) {
-        cli_fail("%s needs a value", a);
-        return -1;
-    }
-    const char *v = argv[++*i];
-    switch (d->kind) {
-    case OPT_INT:
-        return parse_int_arg(a, v, d->lo, d->hi, (int *)field) ? -1 : 1;
-    case OPT_FLOAT:
-        return parse_float_arg(a, v, (float *)field) ? -1 : 1;
-    case OPT_STR:
-        *(const char **)field = v;
-        return 1;
-    case OPT_SEED: {
-        char *end;
-        errno = 0;
-        unsigned long long seed = strtoull(v, &end, 10);
-        if (errno || end == v || *end || *v == '-') {
-            cli_fail("%s: expected a non-negative integer, got '%s'", a, v);
-            return -1;
-        }
-        o->sp.seed = seed;
-        o->seed_given = true;
-        return 1;
-    }
-    case OPT_STOP:
-        if (o->n_stop == RUN_OPTS_MAX_STOP) {
-            cli_fail("--stop: at most %d stop strings", RUN_OPTS_MAX_STOP);
-            return -1;
-        }
-        if (!*v) {
-            cli_fail("--stop: the stop string is empty");
-            return -1;
-        }
-        o->stop[o->n_stop++] = v;
-        return 1;
-    case OPT_FLAG:
-        break;
-    }
-    return 1;
+    int n = 0;
+    for (size_t k = 0; k < sizeof group_table / sizeof group_table[0]; k++)
+        if (o->groups & group_table[k].bit)
+            sets[n++] = (cli_set){.g = &group_table[k].g, .dst = o};
+    return n;
 }
 
 char *cli_read_file(const char *path, size_t *n)
@@ -254,13 +274,6 @@ char *cli_read_file(const char *path, size_t *n)
     if (n)
         *n = len;
     return buf;
-}
-
-uint64_t run_opts_fresh_seed(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
 }
 
 int run_opts_finish(run_opts *o)
@@ -326,91 +339,23 @@ int run_opts_finish(run_opts *o)
     return 0;
 }
 
-void run_opts_free(run_opts *o)
+int runner_args(runner *r, unsigned groups, int argc, char **argv, const char *head,
+                const char *tail, const cli_set *own, int n_own)
 {
-    free(o->prompt_owned);
-    o->prompt_owned = NULL;
-    free(o->chat_template);
-    o->chat_template = NULL;
-}
-
-void run_opts_usage(const run_opts *o, FILE *out)
-{
-    if (o->groups & RUN_OPT_MODEL)
-        fputs("model and compute:\n"
-              "  -m, --model FILE        GGUF model (llama, qwen2, qwen3 or gemma3 architecture)\n"
-              "  -t, --threads N         compute threads (default: the online CPUs)\n"
-              "  -c, --ctx-size N        context size in tokens (default: the model's training\n"
-              "                          context, at most 4096)\n"
-              "  -b, --batch-size N      prompt tokens evaluated per batch (default 512)\n"
-              "  --mlock                 lock the model's weights in RAM\n",
-              out);
-    if (o->groups & RUN_OPT_GPU)
-        fputs("GPU (Vulkan; whole layers with their KV cache in VRAM):\n"
-              "  -ngl, --n-gpu-layers N  run the last N layers on the GPU (default 0; more than\n"
-              "                          the model has: all of them)\n"
-              "  --gpu N                 use Vulkan device N (default: the first discrete GPU,\n"
-              "                          else the first device)\n"
-              "  --no-gpu                never use a GPU (overrides -ngl)\n"
-              "  --gpu-mem GiB           VRAM prima may use (default: what is free); layers\n"
-              "                          that do not fit stay on the CPU, said at start-up\n"
-              "  In a ring, -ngl is refused: the plan's GPU layers apply (--gpu-layers, or the\n"
-              "  scheduler's, which profiles this device's GPU unless --no-gpu), on the GPU\n"
-              "  that --gpu, --no-gpu and --gpu-mem choose.\n",
-              out);
-    if (o->groups & RUN_OPT_SAMPLING)
-        fputs("sampling (applied in this order):\n"
-              "  --repeat-penalty R      divide positive / multiply negative logits of tokens in\n"
-              "                          the penalty window by R (default 1.0 = off)\n"
-              "  --presence-penalty P    subtract P from tokens in the window (default 0)\n"
-              "  --frequency-penalty F   subtract F per occurrence in the window (default 0)\n"
-              "  --repeat-last-n N       penalty window: the last N tokens (default 64, 0 = off)\n"
-              "  --top-k K               keep the K most likely tokens (default 40, 0 = off)\n"
-              "  --top-p P               keep the smallest set with probability >= P (default\n"
-              "                          0.95, 1 = off)\n"
-              "  --min-p M               keep tokens with p >= M * p_max (default 0.05, 0 = off)\n"
-              "  --temp T                temperature (default 0.8; 0 = greedy: the most likely\n"
-              "                          token, ties to the lowest id)\n"
-              "  -s, --seed S            random seed (default: drawn from the clock, printed)\n",
-              out);
-    if (o->groups & RUN_OPT_GEN)
-        fputs("generation:\n"
-              "  -p, --prompt TEXT       the prompt (with -cnv: the system message)\n"
-              "  -f, --file FILE         read the prompt from FILE\n"
-              "  -n, --n-predict N       tokens to generate (default -1: until an end-of-\n"
-              "                          generation token or a full context)\n"
-              "  --ignore-eos            an end-of-generation token does not end the reply:\n"
-              "                          it is generated like any other (random weights,\n"
-              "                          benchmarks: exactly -n tokens)\n"
-              "  --stop STR              stop when the output contains STR (not printed);\n"
-              "                          repeatable, up to 16\n"
-              "  --context-shift         when the context is full, drop the oldest half of it\n"
-              "                          after the kept tokens and go on (default: stop)\n"
-              "  --keep N                tokens kept at the start on a context shift (default:\n"
-              "                          the BOS token if any; -1 = that default)\n"
-              "  -cnv, --conversation    interactive chat with the model's chat template (line\n"
-              "                          editing and history at a terminal); Ctrl-C stops a\n"
-              "                          reply; /help lists the commands (/clear, /save FILE);\n"
-              "                          /exit, Ctrl-D or Ctrl-C at an empty prompt quits\n"
-              "  --no-display-prompt     do not echo the prompt before the answer\n",
-              out);
-    if (o->groups & RUN_OPT_CHAT)
-        fputs("chat:\n"
-              "  --chat-template FILE    format conversations with the Jinja template in FILE\n"
-              "                          instead of the model's (tokenizer.chat_template; a\n"
-              "                          model without one gets a built-in format)\n",
-              out);
-    if (o->groups & RUN_OPT_SPEC)
-        fputs("speculative decoding (a draft proposes tokens and the model checks several in one\n"
-              "evaluation, one pass round a ring; the output follows the model's distribution,\n"
-              "and under greedy sampling it is the same text):\n"
-              "  -md, --model-draft FILE a draft model with the model's vocabulary, run on this\n"
-              "                          device (the head)\n"
-              "  --spec ngram            draft without a model: propose what followed the last\n"
-              "                          tokens where they occurred before in the text\n"
-              "  --draft-max N           tokens drafted per step at most (default 16)\n"
-              "  --draft-min N           evaluate drafts of at least N tokens only (default 0)\n"
-              "  --draft-p-min P         stop drafting when the draft model's most likely token\n"
-              "                          has a probability below P (default 0.8)\n",
-              out);
+    run_opts_init(&r->o, groups | RUN_OPT_SPEC); /* every runner can speculate (runner_load) */
+    ring_args_init(&r->ra);
+    cli_set sets[CLI_MAX_SETS];
+    int n = run_opts_sets(&r->o, sets);
+    n += ring_args_sets(&r->ra, true, sets + n);
+    for (int k = 0; k < n_own && n < CLI_MAX_SETS; k++)
+        sets[n++] = own[k];
+    int arc = cli_opts_parse(argv[0], sets, n, argc, argv, head, tail, NULL);
+    if (arc)
+        return arc;
+    int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
+    if (!rc && (ring_args_finish(&r->ra) || ring_args_check_ngl(&r->ra, &r->o)))
+        rc = 2;
+    if (rc)
+        run_opts_free(&r->o);
+    return rc;
 }

@@ -27,7 +27,7 @@ enum { PROBE_BYTES = 72, BEACON_BYTES = 136, MAC_BYTES = 32 };
 int disc_keys_derive(const ring_key *key, disc_keys *out, char *err, size_t errlen)
 {
     if (!key || !key->set) {
-        snprintf(err, errlen, "discovery needs the cluster key (--key): without it no beacon can "
+        snprintf(err, errlen, "discovery needs the cluster key: without it no beacon can "
                               "be told from a stranger's");
         return -1;
     }

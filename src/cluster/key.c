@@ -108,11 +108,11 @@ int ring_key_write(const char *path, bool replace, char *err, size_t errlen)
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        if (errno == EEXIST)
-            snprintf(err, errlen, "%s already exists (--force replaces it; every device then "
-                     "needs the new key)", path);
-        else
-            snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        if (errno == EEXIST) {
+            snprintf(err, errlen, "%s already exists", path);
+            return RING_KEY_EXISTS;
+        }
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     uint8_t raw[32];

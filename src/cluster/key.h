@@ -31,7 +31,8 @@ int ring_key_load(ring_key *k, const char *path, char *err, size_t errlen);
 int ring_key_random(ring_key *k, char *err, size_t errlen);
 /* Write a new random key file at path, mode 0600. An existing file is refused unless replace is
  * set (then it is removed first, so neither its permissions nor a symbolic link survive).
- * 0, or -1 with err. */
+ * 0, RING_KEY_EXISTS when path exists and replace is not set, or -1; err says which. */
+#define RING_KEY_EXISTS (-2)
 int ring_key_write(const char *path, bool replace, char *err, size_t errlen);
 
 /* Purposes of sub-keys; each name gives an independent key. */

@@ -236,12 +236,12 @@ int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, in
     if (!keyed && mode == LINK_PLAIN)
         return 0;
     if (!keyed) {
-        snprintf(err, errlen, "%s requires a cluster key (give this device the same --key)", name);
+        snprintf(err, errlen, "%s requires a cluster key (give this device the same one)", name);
         goto fail;
     }
     if (mode == LINK_PLAIN) {
         snprintf(err, errlen, "%s has no cluster key: nothing is sent to it in plaintext (give "
-                 "it the same --key)", name);
+                 "it the same one)", name);
         goto fail;
     }
 
@@ -278,7 +278,7 @@ int link_handshake(int fd, bool dialer, const ring_key *key, int16_t version, in
                   errlen);
     if (rc && dialer && strstr(err, "closed"))
         snprintf(err, errlen, "%s does not hold this cluster key (it closed the link in the "
-                 "handshake; give every device the same --key)", name);
+                 "handshake; give every device the same cluster key)", name);
     if (rc)
         goto fail;
     if (sodium_memcmp(got, want, 32)) {

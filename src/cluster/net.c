@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cluster/net.h"
+#include "util/nss.h"
 
 int64_t net_now_ns(void)
 {
@@ -75,12 +76,17 @@ static struct addrinfo *resolve(const char *host, int port, bool passive, char *
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     struct addrinfo *res = NULL;
+    nss_pin_builtin();
     int rc = getaddrinfo(host && *host ? host : NULL, ps, &hints, &res);
-    if (rc) {
+    if (rc && nss_static() && host && *host)
+        snprintf(err, errlen,
+                 "%s:%d: cannot resolve '%s' (%s): this static build looks names up in "
+                 "/etc/hosts and the DNS of /etc/resolv.conf only (Android has no resolv.conf): "
+                 "give its numeric address, or let the head discover its workers",
+                 host, port, host, gai_strerror(rc));
+    else if (rc)
         snprintf(err, errlen, "%s:%d: %s", host ? host : "*", port, gai_strerror(rc));
-        return NULL;
-    }
-    return res;
+    return rc ? NULL : res;
 }
 
 int net_listen(const char *host, int port, int *bound_port, char *err, size_t errlen)

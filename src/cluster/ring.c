@@ -214,13 +214,14 @@ static int make_plan(ring *r)
     char err[512];
     if (o->n_lw) {
         if (o->n_lw != n_dev)
-            return fail(r, "-lw gives %d window(s) for %d device(s) (head first)", o->n_lw, n_dev);
+            return fail(r, "layer windows: %d for %d device(s) (one per device, head first)",
+                        o->n_lw, n_dev);
         if (o->n_gpu_layers && o->n_gpu_layers != n_dev)
             return fail(r, "GPU layers given for %d device(s), the ring has %d (head first)",
                         o->n_gpu_layers, n_dev);
         if (plan_from_windows(&r->plan, n_dev, r->m->n_layer, o->lw,
                               o->n_gpu_layers ? o->gpu_layers : NULL, o->k, err, sizeof err))
-            return fail(r, "-lw %s", err);
+            return fail(r, "layer windows %s", err);   /* "4,4: why" */
         return 0;
     }
     if (o->planner) {
@@ -276,7 +277,7 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
     }
     r->n_workers = count_workers(o->workers);
     if (r->n_workers + 1 > PRIMA_MAX_DEVICES) {
-        snprintf(err, errlen, "--workers lists %d workers; a ring has at most %d devices",
+        snprintf(err, errlen, "worker list: %d workers; a ring has at most %d devices",
                  r->n_workers, PRIMA_MAX_DEVICES);
         free(r);
         return NULL;
@@ -305,7 +306,7 @@ ring *ring_connect(const ring_opts *o, const ring_model *m, char *err, size_t er
         p += len + (p[len] == ',');
         char e[256];
         if (net_parse_addr(w->addr, w->host, sizeof w->host, &w->port, e, sizeof e)) {
-            snprintf(err, errlen, "--workers: %s", e);
+            snprintf(err, errlen, "worker list: %s", e);
             ring_close(r);
             return NULL;
         }

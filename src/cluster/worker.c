@@ -849,7 +849,7 @@ static void handle_profile(wsession *s, const frame *f)
         return;
     }
     if (!w->o.profile) {
-        fail_session(s, "this worker cannot profile itself (give the head -lw)");
+        fail_session(s, "this worker cannot profile itself (give the head layer windows)");
         return;
     }
     char *json = malloc(PROTO_SMALL_MAX);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "gpu/gpu_impl.h"
+#include "util/nss.h"
 
 static const gpu_backend *const backends[] = {
 #ifdef PRIMA_HAVE_VULKAN
@@ -15,8 +16,11 @@ static const gpu_backend *const backends[] = {
 gpu_dev *gpu_open(int index, char *why, size_t whylen)
 {
     if (!backends[0]) {
-        snprintf(why, whylen, "this build has no GPU backend (Vulkan and glslc were not found "
-                              "when it was configured)");
+        snprintf(why, whylen, nss_static()
+                     ? "this static build has no GPU backend (a static binary cannot load the "
+                       "Vulkan driver)"
+                     : "this build has no GPU backend (Vulkan and glslc were not found when it "
+                       "was configured)");
         return NULL;
     }
     /* one backend today; with several, the first that opens wins and its why is kept */

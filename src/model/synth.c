@@ -150,27 +150,28 @@ static enum dtype synth_tensor_type(enum synth_ftype t, const char *role, int la
 
 static int check_params(const synth_params *p, char *err, size_t errlen)
 {
-    const struct { const char *flag; long long v, lo, hi; } r[] = {
-        {"layers", p->n_layer, 1, 1024},     {"embd", p->n_embd, 1, 1 << 17},
-        {"ff", p->n_ff, 1, 1 << 19},         {"heads", p->n_head, 1, 4096},
-        {"kv-heads", p->n_head_kv, 1, 4096}, {"ctx", p->n_ctx, 1, 1 << 24},
-        {"threads", p->n_threads, 1, MAX_THREADS},
-        {"vocab", p->vocab_from ? 300 : p->n_vocab, 258, MAX_VOCAB},
-        {"head-dim", p->head_dim, 0, 4096},
+    /* Parameters are named as synth_params names them; a command line maps them to its flags. */
+    const struct { const char *name; long long v, lo, hi; } r[] = {
+        {"n_layer", p->n_layer, 1, 1024},     {"n_embd", p->n_embd, 1, 1 << 17},
+        {"n_ff", p->n_ff, 1, 1 << 19},        {"n_head", p->n_head, 1, 4096},
+        {"n_head_kv", p->n_head_kv, 1, 4096}, {"n_ctx", p->n_ctx, 1, 1 << 24},
+        {"n_threads", p->n_threads, 1, MAX_THREADS},
+        {"n_vocab", p->vocab_from ? 300 : p->n_vocab, 258, MAX_VOCAB},
+        {"head_dim", p->head_dim, 0, 4096},
     };
     for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
         if (r[i].v < r[i].lo || r[i].v > r[i].hi) {
-            snprintf(err, errlen, "--%s %lld is out of range (%lld..%lld)", r[i].flag, r[i].v,
+            snprintf(err, errlen, "%s %lld is out of range (%lld..%lld)", r[i].name, r[i].v,
                      r[i].lo, r[i].hi);
             return -1;
         }
     if (p->n_head % p->n_head_kv) {
-        snprintf(err, errlen, "--heads %d is not a multiple of --kv-heads %d", p->n_head,
+        snprintf(err, errlen, "n_head %d is not a multiple of n_head_kv %d", p->n_head,
                  p->n_head_kv);
         return -1;
     }
     if (!p->head_dim && p->n_embd % p->n_head) {
-        snprintf(err, errlen, "--embd %d is not a multiple of --heads %d (or give --head-dim)",
+        snprintf(err, errlen, "n_embd %d is not a multiple of n_head %d (or give head_dim)",
                  p->n_embd, p->n_head);
         return -1;
     }
@@ -180,7 +181,7 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
         return -1;
     }
     if (!(p->rope_base > 0) || !(p->rms_eps > 0) || !isfinite(p->rope_base) || !isfinite(p->rms_eps)) {
-        snprintf(err, errlen, "--rope-base and the rms epsilon must be positive");
+        snprintf(err, errlen, "rope_base and rms_eps must be positive");
         return -1;
     }
     if (p->n_swa < 0) {
@@ -189,7 +190,7 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
     }
     const arch_desc *ad = arch_get(p->arch);
     if (ad && (ad->required & (1u << LT_FFN_GATE_INP)) && p->n_expert < 1) {
-        snprintf(err, errlen, "architecture %s needs --experts", ad->name);
+        snprintf(err, errlen, "architecture %s needs n_expert", ad->name);
         return -1;
     }
     if (ad && p->n_expert && !((ad->required | ad->optional) & (1u << LT_FFN_GATE_INP))) {
@@ -198,7 +199,7 @@ static int check_params(const synth_params *p, char *err, size_t errlen)
     }
     if (p->n_expert < 0 || p->n_expert > LOP_MAX_EXPERTS ||
         (p->n_expert && (p->n_expert_used < 1 || p->n_expert_used > p->n_expert))) {
-        snprintf(err, errlen, "--experts %d and --experts-used %d: at most %d experts, of "
+        snprintf(err, errlen, "n_expert %d and n_expert_used %d: at most %d experts, of "
                  "which 1 to all are used", p->n_expert, p->n_expert_used, LOP_MAX_EXPERTS);
         return -1;
     }

@@ -47,8 +47,8 @@ static int layer_time(const type_rate *rates, const double *params, double bytes
         if (params[t] <= 0)
             continue;
         if (rates[t].matvec <= 0) {
-            snprintf(err, errlen, "device %s: no %s throughput measured for %s weights (profile "
-                     "it with this model: prima profile -m MODEL)", dev, proc, dtype_get((uint32_t)t)->name);
+            snprintf(err, errlen, "device %s: no %s throughput measured for %s weights (measure "
+                     "its profile with this model)", dev, proc, dtype_get((uint32_t)t)->name);
             return -1;
         }
         c += params[t] / rates[t].matvec;

@@ -117,10 +117,7 @@ static enum os_class detect_os(void)
 #if defined(__APPLE__)
     return OS_MACOS;
 #else
-    /* Android (Termux included) always has its system partition and ANDROID_ROOT */
-    if (getenv("ANDROID_ROOT") || access("/system/build.prop", F_OK) == 0)
-        return OS_ANDROID;
-    return OS_LINUX;
+    return sysmem_android("") ? OS_ANDROID : OS_LINUX;
 #endif
 }
 

@@ -27,8 +27,9 @@ static int os_class_from_name(const char *name)
 
 uint64_t profile_available(const dev_profile *p)
 {
-    sysmem m = {.available = p->mem_available, .cgroup_limit = p->cgroup_limit,
-                .cgroup_usage = p->cgroup_usage, .cgroup_reclaimable = p->cgroup_reclaimable};
+    sysmem m = {.total = p->mem_total, .available = p->mem_available,
+                .cgroup_limit = p->cgroup_limit, .cgroup_usage = p->cgroup_usage,
+                .cgroup_reclaimable = p->cgroup_reclaimable, .android = p->os == OS_ANDROID};
     return sysmem_room(&m);
 }
 

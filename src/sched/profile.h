@@ -81,7 +81,8 @@ const char *os_class_name(enum os_class os);
 
 /* Memory this device can give to inference before the memory-pressure cap, by the rule of
  * util/sysmem.h (sysmem_room): MemAvailable, or what the cgroup has left (limit - usage + its
- * reclaimable page cache) when that is lower. */
+ * reclaimable page cache) when that is lower; on Android (os) less the low-memory killer's
+ * margin (SYSMEM_ANDROID_MARGIN_*, of mem_total). */
 uint64_t profile_available(const dev_profile *p);
 
 /* ---- parsing recorded cgroup files (the memory ones: util/sysmem.h) ---- */

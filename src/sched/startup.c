@@ -82,7 +82,7 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
             cJSON *j = cJSON_Parse(text);
             free(text);
             char what[320], why[400];
-            snprintf(what, sizeof what, "--profile-cache %s", cache);
+            snprintf(what, sizeof what, "profile cache %s", cache);
             int bad = j ? profile_from_json(j, p, what, why, sizeof why) : -1;
             cJSON_Delete(j);
             if (bad) {
@@ -97,7 +97,7 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
                 return profile_memory(p, err, errlen);
             }
         } else if (errno != ENOENT) {
-            snprintf(err, errlen, "--profile-cache %s: %s", cache, strerror(errno));
+            snprintf(err, errlen, "profile cache %s: %s", cache, strerror(errno));
             return -1;
         }
     }
@@ -115,7 +115,7 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
     ok = f && fclose(f) == 0 && ok;
     free(text);
     if (!ok || rename(tmp, cache)) {
-        snprintf(err, errlen, "--profile-cache %s: cannot write it: %s", cache, strerror(errno));
+        snprintf(err, errlen, "profile cache %s: cannot write it: %s", cache, strerror(errno));
         remove(tmp);
         return -1;
     }
@@ -146,7 +146,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         return plan_by_memory(out, 1, q->n_layer, q->k, mem, err, errlen);
     }
     if (q->k > q->n_layer) {
-        snprintf(err, errlen, "scheduler: -k %d exceeds the model's %d layers", q->k, q->n_layer);
+        snprintf(err, errlen, "scheduler: %d rounds (k) exceed the model's %d layers", q->k, q->n_layer);
         return -1;
     }
     sched_model sm;
@@ -242,7 +242,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
         goto done;
     }
     if (!hr->found) {
-        snprintf(err, errlen, "scheduler: %s (give -lw to set the windows by hand)", hr->why);
+        snprintf(err, errlen, "scheduler: %s (give layer windows by hand)", hr->why);
         goto done;
     }
     if (sp->log)

@@ -64,7 +64,7 @@ srv_conns *srv_conns_listen(const char *host, int port, int limit, int spare, in
     struct addrinfo *ai = NULL;
     int gai = getaddrinfo(host, ps, &hints, &ai);
     if (gai) {
-        snprintf(err, errlen, "--host %s: %s", host, gai_strerror(gai));
+        snprintf(err, errlen, "listen host %s: %s", host, gai_strerror(gai));
         return NULL;
     }
     srv_conns *cs = calloc(1, sizeof *cs);

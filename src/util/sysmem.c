@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "util/sysmem.h"
@@ -291,21 +292,56 @@ static uint64_t cgroup_limit(char *dir, int version)
     return lim;
 }
 
+bool sysmem_android(const char *root)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/system/build.prop", root);
+    return access(path, F_OK) == 0 || (!*root && getenv("ANDROID_ROOT"));
+}
+
+uint64_t sysmem_android_margin(uint64_t total)
+{
+    uint64_t share = (uint64_t)((double)total * SYSMEM_ANDROID_MARGIN_SHARE);
+    return share > SYSMEM_ANDROID_MARGIN_MIN ? share : SYSMEM_ANDROID_MARGIN_MIN;
+}
+
+/* Android apps may be denied /proc/meminfo: the kernel's own counters, without the page cache
+ * (sysinfo has none), so what is available errs low, as the margin does. */
+static int read_sysinfo(sysmem *m, char *err, size_t errlen)
+{
+    struct sysinfo si;
+    if (sysinfo(&si) || !si.totalram) {
+        snprintf(err, errlen, "cannot read /proc/meminfo, nor sysinfo()");
+        return -1;
+    }
+    uint64_t unit = si.mem_unit ? si.mem_unit : 1;
+    m->total = (uint64_t)si.totalram * unit;
+    m->available = ((uint64_t)si.freeram + si.bufferram) * unit;
+    m->swap_total = (uint64_t)si.totalswap * unit;
+    m->swap_free = (uint64_t)si.freeswap * unit;
+    return 0;
+}
+
 int sysmem_read(const char *root, sysmem *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
+    m->android = sysmem_android(root);
     char path[1100];
     snprintf(path, sizeof path, "%s/proc/meminfo", root);
     char *text = sysmem_read_text(path);
-    if (!text) {
+    if (!text && m->android) {
+        if (read_sysinfo(m, err, errlen))
+            return -1;
+    } else if (!text) {
         snprintf(err, errlen, "cannot read %s (memory is measured on Linux and Android only)",
                  path);
         return -1;
+    } else {
+        int rc = parse_meminfo(text, m, err, errlen);
+        free(text);
+        if (rc)
+            return -1;
     }
-    int rc = parse_meminfo(text, m, err, errlen);
-    free(text);
-    if (rc)
-        return -1;
 
     char dir[1024];
     int version = sysmem_cgroup_dir(root, "memory", dir, sizeof dir);
@@ -332,6 +368,10 @@ int sysmem_read(const char *root, sysmem *m, char *err, size_t errlen)
 uint64_t sysmem_room(const sysmem *m)
 {
     uint64_t avail = m->available;
+    if (m->android) {
+        uint64_t margin = sysmem_android_margin(m->total);
+        avail = avail > margin ? avail - margin : 0;
+    }
     if (m->cgroup_limit) {
         uint64_t used = m->cgroup_usage > m->cgroup_reclaimable
                             ? m->cgroup_usage - m->cgroup_reclaimable : 0;

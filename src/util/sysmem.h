@@ -13,6 +13,15 @@
  * through /proc/self/cgroup and /proc/self/mountinfo, wherever its hierarchy is mounted (a
  * container sees only its own subtree).
  *
+ * Android (sysmem_android) differs in two ways. Its low-memory killer (lmkd) does not wait for
+ * the kernel to reclaim gently: it kills whole processes (cached apps first, then the foreground
+ * one) while MemAvailable is still well above zero, so the room keeps SYSMEM_ANDROID_MARGIN below
+ * MemAvailable, and a smaller room makes the pager stream windows sooner. And its /proc may not
+ * be what Linux's is: an app's SELinux domain may be denied /proc/meminfo (the kernel's
+ * sysinfo(2) figures stand in: total, free and buffers, no page cache, so the estimate errs
+ * low), and its memory cgroups (/dev/memcg, or v2 per uid and pid) are found, like any, through
+ * mountinfo, never at an assumed path; they normally set no limit.
+ *
  * Every file is read below a root directory: "" for this system, or, in tests, a directory that
  * stands for "/" and holds a fake proc/meminfo, proc/self/cgroup, proc/self/mountinfo and the
  * cgroup files where that mountinfo mounts them. It needs nothing but libc, so any layer may
@@ -31,10 +40,25 @@ typedef struct sysmem {
     uint64_t cgroup_limit;        /* 0 = no cgroup limit below the machine's memory */
     uint64_t cgroup_usage;        /* bytes charged to the cgroup ... */
     uint64_t cgroup_reclaimable;  /* ... of which page cache the kernel can drop */
+    bool android;                 /* the room keeps SYSMEM_ANDROID_MARGIN below available */
 } sysmem;
 
+/* Is the system below root Android? Its system partition's build.prop, or (root "", this
+ * system) ANDROID_ROOT in the environment, which Android sets for every process, Termux's
+ * included. */
+bool sysmem_android(const char *root);
+
+/* What the room keeps back below MemAvailable on Android: a tenth of the memory, at least
+ * 256 MiB. lmkd's kill levels sit around there (its minfree levels reach a few hundred MiB on
+ * phones of 2-4 GB; the pressure-based lmkd of Android 10+ kills when reclaim cannot keep up,
+ * which starts before MemAvailable runs out), and a killed worker costs the ring a failover. */
+#define SYSMEM_ANDROID_MARGIN_SHARE 0.10
+#define SYSMEM_ANDROID_MARGIN_MIN (256ULL << 20)
+uint64_t sysmem_android_margin(uint64_t total);
+
 /* Read /proc/meminfo and the memory cgroup below root into m. 0, or -1 with err set when meminfo
- * cannot be read (not Linux) or has no MemTotal. */
+ * cannot be read (not Linux; on Android, sysinfo(2) of this system stands in) or has no
+ * MemTotal. */
 int sysmem_read(const char *root, sysmem *m, char *err, size_t errlen);
 
 /* The rule above, on figures read by sysmem_read (or received in a profile). */

@@ -3,8 +3,7 @@
  * CPU: the command's answer does not depend on it. */
 #include <stdio.h>
 
-#include "cli/cli.h"
-#include "cli/gpu_offload.h"
+#include "app/gpu_offload.h"
 #include "model/offload.h"
 
 offload_opts gpu_offload_opts(const run_opts *o)
@@ -25,7 +24,7 @@ int gpu_offload_session(const run_opts *o, const model *m, session *s, gpu_dev *
     offload_last(0, L, n, want);
     char more[64] = "", note[512];
     if (o->n_gpu_layers > L)
-        snprintf(more, sizeof more, " (-ngl %d: the model has %d)", o->n_gpu_layers, L);
+        snprintf(more, sizeof more, " (%d asked for: the model has %d)", o->n_gpu_layers, L);
     const offload_opts oo = gpu_offload_opts(o);
     if (offload_engine(&oo, dev, s->e, m, want, n, L, more, s->n_ctx, s->n_batch, note,
                        sizeof note, err, errlen))
@@ -45,11 +44,3 @@ void gpu_offload_report_ring(const ring_head *h)
                     ring_device_note(h->r, d));
 }
 
-int gpu_offload_check_ring(const run_opts *o, const ring_args *a)
-{
-    if (!o->n_gpu_layers || !ring_args_active(a))
-        return 0;
-    cli_fail("-ngl is for one device: in a ring give --gpu-layers N,N,... with -lw (one per device, "
-             "head first), or let the scheduler choose");
-    return -1;
-}

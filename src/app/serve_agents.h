@@ -6,7 +6,7 @@
 #ifndef PRIMA_SERVE_AGENTS_H
 #define PRIMA_SERVE_AGENTS_H
 
-#include "cli/serve_engine.h"
+#include "app/serve_engine.h"
 #include "text/grammar.h"
 
 /* A slot's constraint (all NULL: none). */

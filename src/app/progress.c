@@ -4,7 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/progress.h"
+#include "app/progress.h"
 
 /* A terminal's line is redrawn this often while a part runs (its elapsed time goes on). */
 #define TICK_NS 250000000L
@@ -16,15 +16,15 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void cli_progress_init(cli_progress *p, FILE *f, const char *label)
+void app_progress_init(app_progress *p, FILE *f, const char *label)
 {
-    *p = (cli_progress){.f = f, .tty = isatty(fileno(f)), .label = label};
+    *p = (app_progress){.f = f, .tty = isatty(fileno(f)), .label = label};
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
 }
 
 /* The current part's line (p->mu held): rewritten on a terminal, a new line otherwise. */
-static void draw(cli_progress *p)
+static void draw(app_progress *p)
 {
     char line[160], pct[16] = "";
     if (p->done >= 0)
@@ -44,7 +44,7 @@ static void draw(cli_progress *p)
 
 static void *tick(void *arg)
 {
-    cli_progress *p = arg;
+    app_progress *p = arg;
     pthread_mutex_lock(&p->mu);
     while (p->open) {
         struct timespec until;
@@ -61,7 +61,7 @@ static void *tick(void *arg)
     return NULL;
 }
 
-void cli_progress_show(cli_progress *p, const char *who, const char *what, double done)
+void app_progress_show(app_progress *p, const char *who, const char *what, double done)
 {
     pthread_mutex_lock(&p->mu);
     bool start = !p->open;
@@ -78,7 +78,7 @@ void cli_progress_show(cli_progress *p, const char *who, const char *what, doubl
         p->ticking = pthread_create(&p->ticker, NULL, tick, p) == 0;
 }
 
-void cli_progress_end(cli_progress *p)
+void app_progress_end(app_progress *p)
 {
     pthread_mutex_lock(&p->mu);
     if (p->open && p->tty)
@@ -92,28 +92,28 @@ void cli_progress_end(cli_progress *p)
     p->ticking = false;
 }
 
-void cli_progress_profile(void *ctx, const char *what, double done)
+void app_progress_profile(void *ctx, const char *what, double done)
 {
-    cli_progress *p = ctx;
-    cli_progress_show(p, p->label, what, done);
+    app_progress *p = ctx;
+    app_progress_show(p, p->label, what, done);
 }
 
 static void planner_progress(void *ctx, int d, const char *what, double done)
 {
-    cli_progress *p = ctx;
+    app_progress *p = ctx;
     if (!what) {
-        cli_progress_end(p);
+        app_progress_end(p);
         return;
     }
     char who[24];
     if (d)
         snprintf(who, sizeof who, "device %d", d);
-    cli_progress_show(p, d ? who : p->label, what, done);
+    app_progress_show(p, d ? who : p->label, what, done);
 }
 
-void cli_progress_planner(cli_progress *p, sched_planner *sp)
+void app_progress_planner(app_progress *p, sched_planner *sp)
 {
-    cli_progress_init(p, stderr, "the head");
+    app_progress_init(p, stderr, "the head");
     sp->progress = planner_progress;
     sp->progress_ctx = p;
 }

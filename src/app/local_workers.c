@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/local_workers.h"
+#include "app/local_workers.h"
 #include "cluster/net.h"
+#include "util/logline.h"
 
 void local_workers_stop(local_workers *w)
 {
@@ -51,17 +51,17 @@ static int join_cgroup(const char *dir)
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-int local_workers_start(local_workers *w, int n, const serve_opts *base, const char *cgroup)
+int local_workers_start(local_workers *w, int n, const serve_opts *base, const char *cgroup,
+                        int (*serve)(const serve_opts *o), char *err, size_t errlen)
 {
     int fds[PRIMA_MAX_DEVICES];
-    char err[512];
     w->n = 0;
     for (int i = 0; i < n; i++) {
-        fds[i] = net_listen("127.0.0.1", 0, &w->port[i], err, sizeof err);
+        fds[i] = net_listen("127.0.0.1", 0, &w->port[i], err, errlen);
         if (fds[i] < 0) {
             for (int j = 0; j < i; j++)
                 close(fds[j]);
-            return cli_fail("%s", err);
+            return -1;
         }
     }
     fflush(stdout);
@@ -70,11 +70,11 @@ int local_workers_start(local_workers *w, int n, const serve_opts *base, const c
     for (int i = 0; i < n; i++) {
         pid_t pid = fork();
         if (pid < 0) {
-            cli_fail("fork: %s", strerror(errno));
+            snprintf(err, errlen, "fork: %s", strerror(errno));
             for (int j = i; j < n; j++)
                 close(fds[j]);
             local_workers_stop(w);
-            return 1;
+            return -1;
         }
         if (pid == 0) {
             /* Never outlive the parent, even when it is killed outright. */
@@ -84,11 +84,14 @@ int local_workers_start(local_workers *w, int n, const serve_opts *base, const c
             for (int j = 0; j < n; j++)
                 if (j != i)
                     close(fds[j]);
-            if (cgroup && join_cgroup(cgroup))
-                _exit(cli_fail("cannot join the cgroup %s: %s", cgroup, strerror(errno)));
+            if (cgroup && join_cgroup(cgroup)) {
+                log_line(stderr, "prima: ", "cannot join the cgroup %s: %s", cgroup,
+                         strerror(errno));
+                _exit(1);
+            }
             serve_opts o = *base;
             o.listen_fd = fds[i];
-            _exit(serve_worker(&o));
+            _exit(serve(&o));
         }
         w->pid[i] = pid;
         w->n = i + 1;

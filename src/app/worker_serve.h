@@ -1,5 +1,5 @@
-/* worker_serve.h — running a ring worker from the command line: `prima worker`, and the workers
- * `prima cluster` starts on this machine. */
+/* worker_serve.h — what a ring worker is asked to serve: `prima worker`, and the workers that
+ * `prima cluster` and the benchmarks start on this machine (local_workers.h). */
 #ifndef PRIMA_WORKER_SERVE_H
 #define PRIMA_WORKER_SERVE_H
 
@@ -25,8 +25,5 @@ typedef struct serve_opts {
     int discovery_port;        /* UDP; 0: DISC_PORT */
     offload_opts gpu;          /* where the plan's GPU layers of this device go */
 } serve_opts;
-
-/* Load the model and serve heads until SIGINT or SIGTERM. Returns the exit status. */
-int serve_worker(const serve_opts *o);
 
 #endif

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/generate.h"
+#include "app/generate.h"
 #include "util/strbuf.h"
 
 static double now_s(void)

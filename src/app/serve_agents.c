@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/serve_agents.h"
+#include "app/serve_agents.h"
 #include "text/chat_format.h"
 #include "text/json_schema.h"
 #include "text/toolcall.h"

@@ -6,9 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cli/cli.h"
-#include "cli/gpu_offload.h"
-#include "cli/runner.h"
+#include "app/gpu_offload.h"
+#include "app/runner.h"
 #include "sched/startup.h"
 
 static double now_s(void)
@@ -16,37 +15,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int runner_args(runner *r, unsigned groups, int argc, char **argv,
-                void (*usage)(FILE *out, const run_opts *o),
-                int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx)
-{
-    run_opts_init(&r->o, groups | RUN_OPT_SPEC); /* every runner can speculate (runner_load) */
-    ring_args_init(&r->ra);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout, &r->o);
-            return -1;
-        }
-        int c = run_opts_parse(&r->o, argc, argv, &i);
-        if (c == 0)
-            c = ring_args_parse(&r->ra, argc, argv, &i);
-        if (c == 0 && extra)
-            c = extra(ctx, argc, argv, &i);
-        if (c < 0)
-            return 2;
-        if (c == 0) {
-            cli_fail("%s: unknown option '%s' (see prima %s --help)", argv[0], argv[i], argv[0]);
-            return 2;
-        }
-    }
-    int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
-    if (!rc && (ring_args_finish(&r->ra) || gpu_offload_check_ring(&r->o, &r->ra)))
-        rc = 2;
-    if (rc)
-        run_opts_free(&r->o);
-    return rc;
 }
 
 int runner_session(runner *r, char *err, size_t errlen)
@@ -57,7 +25,7 @@ int runner_session(runner *r, char *err, size_t errlen)
         ring_opts ro = ring_args_opts(&r->ra);
         const offload_opts go = gpu_offload_opts(&r->o);
         sched_planner_init(&r->sp, r->m, r->o.model, r->o.n_threads, stderr);
-        cli_progress_planner(&r->prog, &r->sp);
+        app_progress_planner(&r->prog, &r->sp);
         r->sp.stats = r->ra.stats;
         r->sp.gpu = go;
         r->sp.profile_cache = r->ra.profile_cache;
@@ -102,14 +70,13 @@ void runner_session_close(runner *r)
 }
 
 /* The draft model (on this device, the head, with the target's context) or the n-gram
- * drafter. 0, or 1 after printing an error. */
-static int open_spec(runner *r)
+ * drafter. 0, or -1 with err. */
+static int open_spec(runner *r, char *err, size_t errlen)
 {
-    char err[512];
     if (r->o.draft_model) {
-        r->draft = model_load(r->o.draft_model, err, sizeof err);
+        r->draft = model_load(r->o.draft_model, err, errlen);
         if (!r->draft)
-            return cli_fail("%s", err);
+            return -1;
     }
     spec_params p;
     spec_params_default(&p, r->o.spec_mode ? SPEC_NGRAM : SPEC_DRAFT);
@@ -118,39 +85,35 @@ static int open_spec(runner *r)
     p.p_min = r->o.draft_p_min;
     p.log = r->ra.verbose ? stderr : NULL;
     r->spec = spec_create(&p, r->m, r->draft, r->kc, r->n_ctx, r->o.n_batch,
-                          r->o.sp.seed ^ 0x9e3779b97f4a7c15ull, err, sizeof err);
-    return r->spec ? 0 : cli_fail("%s", err);
+                          r->o.sp.seed ^ 0x9e3779b97f4a7c15ull, err, errlen);
+    return r->spec ? 0 : -1;
 }
 
-int runner_open(runner *r)
+int runner_open(runner *r, char *err, size_t errlen)
 {
-    char err[512];
     double t0 = now_s();
-    int rc = runner_load(r);
-    if (rc)
-        return rc;
-    if (runner_session(r, err, sizeof err))
-        return cli_fail("%s", err);
+    if (runner_load(r, err, errlen) || runner_session(r, err, errlen))
+        return -1;
     r->load_s = now_s() - t0;
     return 0;
 }
 
-int runner_load(runner *r)
+int runner_load(runner *r, char *err, size_t errlen)
 {
-    char err[512];
-    r->m = model_load(r->o.model, err, sizeof err);
-    if (!r->m)
-        return cli_fail("%s", err);
-    if (r->o.mlock && model_mlock(r->m, err, sizeof err))
-        return cli_fail("%s", err);
-    r->tk = tokenizer_load(r->m->file, err, sizeof err);
+    r->m = model_load(r->o.model, err, errlen);
+    if (!r->m || (r->o.mlock && model_mlock(r->m, err, errlen)))
+        return -1;
+    r->tk = tokenizer_load(r->m->file, err, errlen);
     if (!r->tk)
-        return cli_fail("%s", err);
-    r->chat = chat_format_load(r->m->file, r->tk, r->o.chat_template, r->o.chat_template_len, err,
-                               sizeof err);
-    if (!r->chat)
-        return cli_fail("%s%s%s", r->o.chat_template_file ? r->o.chat_template_file : "",
-                        r->o.chat_template_file ? ": " : "", err);
+        return -1;
+    char why[512];
+    r->chat = chat_format_load(r->m->file, r->tk, r->o.chat_template, r->o.chat_template_len, why,
+                               sizeof why);
+    if (!r->chat) {
+        snprintf(err, errlen, "%s%s%s", r->o.chat_template_file ? r->o.chat_template_file : "",
+                 r->o.chat_template_file ? ": " : "", why);
+        return -1;
+    }
     const model_hparams *hp = &r->m->hp;
     r->n_ctx = r->o.n_ctx;
     if (r->n_ctx == 0)
@@ -159,13 +122,17 @@ int runner_load(runner *r)
         fprintf(stderr, "prima: warning: context %d is larger than the model's training context %d\n",
                 r->n_ctx, hp->n_ctx_train);
     r->kc = kern_ctx_create(r->o.n_threads);
-    if (!r->kc)
-        return cli_fail("cannot start %d compute threads", r->o.n_threads);
+    if (!r->kc) {
+        snprintf(err, errlen, "cannot start %d compute threads", r->o.n_threads);
+        return -1;
+    }
     r->smp = sampler_create(&r->o.sp, hp->n_vocab);
-    if (!r->smp)
-        return cli_fail("out of memory");
-    if (r->o.speculate && open_spec(r))
-        return 1;
+    if (!r->smp) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (r->o.speculate && open_spec(r, err, errlen))
+        return -1;
     r->go = (gen_opts){.n_predict = r->o.n_predict, .ignore_eos = r->o.ignore_eos,
                        .stop = r->o.stop, .n_stop = r->o.n_stop,
                        .context_shift = r->o.context_shift, .n_keep = r->o.n_keep,

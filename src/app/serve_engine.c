@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli/serve_engine.h"
+#include "app/serve_engine.h"
 #include "sched/halda.h"
 
 /* The memory a device's windows hold, as its counters say: of the window pages it computed

@@ -1,15 +1,14 @@
-/* runner.h — what a command that generates text holds: the options, the model, its tokenizer,
- * the compute threads, and the session it generates with (on this device, or as the head of a
- * ring). `prima run` and `prima serve` open it the same way; serve reopens the session after a
- * ring failure. */
+/* runner.h — what a program that generates text holds: the options (app/options.h), the model,
+ * its tokenizer, the compute threads, and the session it generates with (on this device, or as
+ * the head of a ring). `prima run`, `prima cluster`'s head and `prima serve` open it the same
+ * way; serve reopens the session after a ring failure. Errors come back as err strings. */
 #ifndef PRIMA_RUNNER_H
 #define PRIMA_RUNNER_H
 
-#include "cli/generate.h"
-#include "cli/progress.h"
+#include "app/generate.h"
+#include "app/options.h"
+#include "app/progress.h"
 #include "gpu/gpu.h"
-#include "cli/ring_args.h"
-#include "cli/run_opts.h"
 #include "cluster/ring_engine.h"
 #include "text/chat_format.h"
 
@@ -18,7 +17,7 @@ typedef struct runner {
     ring_args ra;
     ring_head rh;
     sched_planner sp;   /* plans the ring at the start and after a loss */
-    cli_progress prog;  /* the planner's progress */
+    app_progress prog;  /* the planner's progress */
     model *m;
     model *draft;     /* -md */
     spec *spec;       /* -md or --spec (go.spec) */
@@ -37,20 +36,11 @@ typedef struct runner {
     double plan_s;      /* of load_s: the scheduler's profiling and planning (the last session) */
 } runner;
 
-/* The command line of a command that runs a model: the run options of `groups` and of
- * speculative decoding (RUN_OPT_SPEC: the runner opens the speculator), the ring's,
- * and the command's own (extra: 1 consumed, 0 not one of them, -1 after an error; NULL: none),
- * then the options' final checks. Returns 0 to go on, -1 after printing the help (-h: exit 0),
- * or the exit status after an error: 2 for a usage error, 1 for a prompt file that cannot be
- * read. */
-int runner_args(runner *r, unsigned groups, int argc, char **argv,
-                void (*usage)(FILE *out, const run_opts *o),
-                int (*extra)(void *ctx, int argc, char **argv, int *i), void *ctx);
 /* Load the model and tokenizer, start the threads, open the sampler and set go from the
- * options: everything but the session. 0, or 1 after printing an error. */
-int runner_load(runner *r);
-/* runner_load, then the session. 0, or 1 after printing an error. */
-int runner_open(runner *r);
+ * options: everything but the session. 0, or -1 with err. */
+int runner_load(runner *r, char *err, size_t errlen);
+/* runner_load, then the session. 0, or -1 with err. */
+int runner_open(runner *r, char *err, size_t errlen);
 /* (Re)open the session: on this device, or connect and start the ring. 0, or -1 with err. */
 int runner_session(runner *r, char *err, size_t errlen);
 /* Between requests: workers lost earlier that answer again, and with --discover those found

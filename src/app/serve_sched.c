@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/serve_agents.h"
-#include "cli/serve_engine.h"
+#include "app/serve_agents.h"
+#include "app/serve_engine.h"
 #include "cluster/stats.h"
 
 /* What the token hook needs. */
@@ -180,16 +180,16 @@ static void slots_detach(serve_engine *se)
 int serve_slots_check(const runner *r, int n_slots, char *err, size_t errlen)
 {
     if (n_slots < 1 || n_slots > SERVE_MAX_SLOTS)
-        snprintf(err, errlen, "-np %d: expected 1 to %d slots", n_slots, SERVE_MAX_SLOTS);
+        snprintf(err, errlen, "slots %d: expected 1 to %d", n_slots, SERVE_MAX_SLOTS);
     else if (n_slots > 1 && r->o.speculate)
-        snprintf(err, errlen, "-np %d: speculative decoding (-md, --spec) drafts for one "
-                 "sequence: give -np 1", n_slots);
+        snprintf(err, errlen, "slots %d: speculative decoding (a draft model or n-gram drafts) "
+                 "drafts for one sequence: give slots 1", n_slots);
     else if (n_slots > 1 && r->o.n_gpu_layers > 0 && !r->o.no_gpu)
-        snprintf(err, errlen, "-np %d: GPU layers (-ngl) hold one sequence's KV cache: give "
-                 "-np 1 with them", n_slots);
+        snprintf(err, errlen, "slots %d: GPU layers (of this device) hold one sequence's KV "
+                 "cache: give slots 1 with them", n_slots);
     else if (n_slots > 1 && r->ra.n_gl)
-        snprintf(err, errlen, "-np %d: GPU layers (--gpu-layers) hold one sequence's KV cache: "
-                 "give -np 1 with them", n_slots);
+        snprintf(err, errlen, "slots %d: GPU layers (of the ring's windows) hold one sequence's "
+                 "KV cache: give slots 1 with them", n_slots);
     else
         return 0;
     return -1;

@@ -2,11 +2,10 @@
  * asked-for layers on it, and say in one line on stderr what happened (which device, how many
  * layers, how much VRAM, what stays on the CPU and why). A missing or unusable GPU is not an
  * error: the session runs on the CPU, and the line says why. */
-#ifndef PRIMA_CLI_GPU_OFFLOAD_H
-#define PRIMA_CLI_GPU_OFFLOAD_H
+#ifndef PRIMA_APP_GPU_OFFLOAD_H
+#define PRIMA_APP_GPU_OFFLOAD_H
 
-#include "cli/ring_args.h"
-#include "cli/run_opts.h"
+#include "app/options.h"
 #include "cluster/ring_engine.h"
 #include "gpu/gpu.h"
 #include "model/offload.h"
@@ -19,9 +18,6 @@ offload_opts gpu_offload_opts(const run_opts *o);
  * -1 with err (the GPU failed while uploading). */
 int gpu_offload_session(const run_opts *o, const model *m, session *s, gpu_dev **dev, char *err,
                         size_t errlen);
-/* -ngl is one device's: in a ring (ring_args_active) the plan's GPU layers (--gpu-layers or
- * the scheduler's) apply instead, and -ngl is refused. 0, or -1 after the error. */
-int gpu_offload_check_ring(const run_opts *o, const ring_args *a);
 /* A ring's head has started: what became of each device's GPU layers, a line each on stderr
  * (none for a device the plan gave none). */
 void gpu_offload_report_ring(const ring_head *h);

@@ -10,7 +10,7 @@
 
 #include <pthread.h>
 
-#include "cli/runner.h"
+#include "app/runner.h"
 #include "server/server.h"
 #include "text/grammar.h"
 
