@@ -117,6 +117,15 @@ for m in "${models[@]}"; do
     stop_server "$tmp/serve-$m.log"
 done
 
+# A model whose template knows <think> (Qwen3's, given to the qwen2 model): reasoning it opens
+# itself, without tools, goes to reasoning_content (a grammar makes the random model write it).
+start_server "$tmp/serve-think.log" -m "$fixtures/models/${models[0]}.gguf" \
+    --chat-template "$fixtures/templates/Qwen-Qwen3-0.6B.jinja" || exit 1
+a=$(post '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"<think>\" [a-z]{3,8} \"</think>\" [a-z]{3,8}","max_tokens":40,"seed":3}')
+[[ "$(jq -r '.choices[0].message.reasoning_content' <<<"$a")" =~ ^[a-z]{3,8}$ &&
+   "$(jq -r '.choices[0].message.content' <<<"$a")" =~ ^[a-z]{3,8}$ ]] || fail "reasoning of a <think> template: $a"
+stop_server "$tmp/serve-think.log"
+
 # refusals, each a 400 naming the field
 start_server "$tmp/serve.log" -m "$fixtures/models/${models[0]}.gguf" || exit 1
 refuse() { # body field message-part

@@ -10,12 +10,15 @@
 #include "text/json_schema.h"
 #include "text/toolcall.h"
 
-/* The model's tool-call format: from its template, else its architecture and name. */
+/* The model's tool-call format: from its template, else its architecture and name. Also
+ * whether the template knows <think> (Qwen3, DeepSeek-R1, QwQ...): such a model may open any
+ * reply with reasoning of its own. */
 static enum tool_format model_format(serve_engine *se)
 {
     if (!se->tool_fmt_known) {
         size_t len = 0;
         const char *src = chat_format_source(se->r->chat, &len);
+        se->thinks = src && memmem(src, len, "<think>", 7);
         char arch[64] = "", name[256] = "";
         gguf_get_str(se->r->m->file, "general.architecture", arch, sizeof arch);
         gguf_get_str(se->r->m->file, "general.name", name, sizeof name);
@@ -81,7 +84,7 @@ bool serve_reply_format(serve_engine *se, srv_job *job, const int32_t *toks, int
     bool think = len >= 7 && !strcmp(tail + len - 7, "<think>");
     enum tool_format f = model_format(se);
     bool tools = q->tools && q->tool_choice != SRV_TOOLS_NONE;
-    if (!tools && !think && f != TOOL_GPTOSS)
+    if (!tools && !think && !se->thinks && f != TOOL_GPTOSS)
         return false;
     srv_job_parse_reply(job, f, think);
     return true;

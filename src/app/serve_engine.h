@@ -52,6 +52,7 @@ typedef struct serve_engine {
                                 * first one) */
     enum tool_format tool_fmt; /* how the model writes tool calls (found at the first use) */
     bool tool_fmt_known;
+    bool thinks;               /* its template knows <think>: replies may open with reasoning */
     srv_job *embed;            /* an embeddings request waiting for a free slot and for the
                                 * micro-batches in flight to come back */
 } serve_engine;

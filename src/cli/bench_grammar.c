@@ -2,6 +2,7 @@
  * schema's grammar over a model's vocabulary (text/grammar.h), measured along random walks
  * (each token drawn among those the mask allows, a walk ending where the grammar is complete),
  * to set beside the model's time per output token (prima bench run). */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "cli/bench.h"
 #include "cli/cli.h"
+#include "cli/opts.h"
 #include "text/grammar.h"
 #include "text/json_schema.h"
 
@@ -39,54 +41,48 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: prima bench grammar -m FILE [--schema FILE] [--tokens N] [--seed N] [--json]\n\n"
-            "Measure the token mask of constrained output: a JSON schema's grammar (a tool\n"
-            "call's arguments by default) over the vocabulary of FILE (any GGUF with a\n"
-            "tokenizer), along random walks of N tokens in all (default 256), each token\n"
-            "drawn among those the mask allows. Prints the vocabulary trie's build time and\n"
-            "size, and per token the mask's time (mean, median, 95th percentile, max; wall and\n"
-            "this thread's CPU time) and the tokens it allowed, to set beside the model's\n"
-            "decode ms per token (prima bench run).\n");
-}
+static const char usage_text[] =
+    "usage: prima bench grammar -m FILE [--schema FILE] [--tokens N] [--seed N] [--json]\n"
+    "\n"
+    "Measure the token mask of constrained output: a JSON schema's grammar (a tool\n"
+    "call's arguments by default) over the vocabulary of FILE (any GGUF with a\n"
+    "tokenizer), along random walks of N tokens in all, each token drawn among those\n"
+    "the mask allows. Prints the vocabulary trie's build time and size, and per token\n"
+    "the mask's time (mean, median, 95th percentile, max; wall and this thread's CPU\n"
+    "time) and the tokens it allowed, to set beside the model's decode ms per token\n"
+    "(prima bench run).\n"
+    "\n";
+
+typedef struct grammar_bench_args {
+    const char *model, *schema;
+    int tokens, seed;
+    bool json;
+} grammar_bench_args;
+
+#define F(field) offsetof(grammar_bench_args, field)
+static const cli_opt grammar_rows[] = {
+    {"-m --model", "FILE", CLI_STR, F(model), .help = "a GGUF file with a tokenizer (required)"},
+    {"--schema", "FILE", CLI_STR, F(schema), .help = "a JSON schema (default: a tool call's arguments)"},
+    {"--tokens", "N", CLI_INT, F(tokens), 1, 1000000, .help = "tokens measured (default 256)"},
+    {"--seed", "N", CLI_INT, F(seed), 0, 1 << 30, .help = "the walks' random seed (default 1)"},
+    {"--json", NULL, CLI_FLAG, F(json),
+     .help = "one JSON object per measurement and line (see prima bench\nkernels)"},
+    {0},
+};
+#undef F
+static const cli_group grammar_group = {NULL, grammar_rows, NULL};
 
 static int run(int argc, char **argv)
 {
-    const char *model = NULL, *schema_file = NULL;
-    int tokens = 256;
-    unsigned long long seed = 1;
-    bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) {
-            model = v;
-            i++;
-        } else if (!strcmp(a, "--schema") && v) {
-            schema_file = v;
-            i++;
-        } else if (!strcmp(a, "--tokens") && v) {
-            tokens = atoi(v);
-            i++;
-            if (tokens < 1 || tokens > 1000000) {
-                cli_fail("bench grammar: --tokens must be in [1, 1000000], got '%s'", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--seed") && v) {
-            seed = strtoull(v, NULL, 10);
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            json = true;
-        } else {
-            cli_fail("bench grammar: unknown or incomplete option '%s' (see --help)", a);
-            return 2;
-        }
-    }
+    grammar_bench_args ga = {.tokens = 256, .seed = 1};
+    const cli_set set = {.g = &grammar_group, .dst = &ga};
+    int rc0 = cli_opts_parse("bench grammar", &set, 1, argc, argv, usage_text, NULL, NULL);
+    if (rc0)
+        return rc0 < 0 ? 0 : rc0;
+    const char *model = ga.model, *schema_file = ga.schema;
+    int tokens = ga.tokens;
+    unsigned long long seed = (unsigned long long)ga.seed;
+    bool json = ga.json;
     if (!model) {
         cli_fail("bench grammar: -m FILE is required (see --help)");
         return 2;

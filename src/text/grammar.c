@@ -608,7 +608,8 @@ static grammar *flatten(parser *p, int root)
         for (int a = 0; a < p->rules[r].n_alts; a++) {
             const seq *q = &p->rules[r].alts[a];
             g->alts[k++] = g->n_el;
-            memcpy(g->el + g->n_el, q->e, sizeof *q->e * (size_t)q->n);
+            if (q->n) /* an empty alternative has no elements, nor an array */
+                memcpy(g->el + g->n_el, q->e, sizeof *q->e * (size_t)q->n);
             g->n_el += q->n;
             g->el[g->n_el++] = (gelem){GE_END, r};
         }

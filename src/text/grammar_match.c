@@ -564,7 +564,7 @@ int grammar_vocab_size(const grammar_vocab *v)
 /* advance(), remembered for small sets within one mask (st->memo_gen). */
 static bool advance_memo(grammar_state *st, const idset *in, uint32_t cp, idset *out)
 {
-    if (in->n > MEMO_IN || in->overflow)
+    if (in->n > MEMO_IN || in->overflow || !in->n)
         return advance(st, in, cp, out);
     uint64_t h = cp * 0x9E3779B97F4A7C15ull;
     for (int i = 0; i < in->n; i++)
@@ -594,7 +594,8 @@ static bool advance_memo(grammar_state *st, const idset *in, uint32_t cp, idset 
     }
     *m = (memo){st->memo_gen, cp, {0}, in->n, st->n_pool, out->n, out->complete, out->overflow};
     memcpy(m->in, in->v, sizeof *in->v * (size_t)in->n);
-    memcpy(st->pool + st->n_pool, out->v, sizeof *out->v * (size_t)out->n);
+    if (out->n)
+        memcpy(st->pool + st->n_pool, out->v, sizeof *out->v * (size_t)out->n);
     st->n_pool += out->n;
     return true;
 }

@@ -47,7 +47,7 @@ await check('markdown with a code block is rendered, raw HTML is not', async () 
 });
 
 await check('a long reply grows while it streams, and the stop button ends it', async () => {
-  await page.evaluate(() => localStorage.setItem('prima.settings', JSON.stringify({ temperature: 0, max_tokens: 1900 })));
+  await page.evaluate(() => localStorage.setItem('prima.settings', JSON.stringify({ temperature: 0, max_tokens: 3800 })));
   await page.reload();
   await page.fill('[data-testid=input]', 'And a long one.');
   await page.click('[data-testid=send]');
