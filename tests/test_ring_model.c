@@ -57,7 +57,7 @@ static int script(session *s, const fid_case *c, outputs *o, char *err, size_t e
     return 0;
 }
 
-static const model *m;
+static model *m;
 static ring_model rm;
 static engine_backend backends[3];
 static fake_worker workers[3];

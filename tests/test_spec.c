@@ -90,7 +90,7 @@ static ring_model rm;
 static engine_backend backends[2];
 static fake_worker workers[2];
 
-static void start_workers(const model *m)
+static void start_workers(model *m)
 {
     char err[512];
     REQUIRE(ring_model_init(&rm, m, err, sizeof err) == 0, "%s", err);

@@ -260,6 +260,10 @@ static int run(int argc, char **argv)
         model_free(m);
         return cli_fail("%s", err);
     }
+    if (run_opts_apply_kv(&o.ro, m)) {
+        model_free(m);
+        return 1;
+    }
     double load_s = probe_now() - t0;
     kern_ctx *kc = kern_ctx_create(o.ro.n_threads);
     int n_ctx = o.ro.n_ctx ? o.ro.n_ctx : longest_prompt(&o) + o.n_decode + 1;

@@ -128,6 +128,8 @@ static const struct opt_desc opts[] = {
     {"-c", "--ctx-size", RUN_OPT_MODEL, OPT_INT, F(n_ctx), 1, 1 << 24},
     {"-b", "--batch-size", RUN_OPT_MODEL, OPT_INT, F(n_batch), 1, 1 << 16},
     {"--mlock", NULL, RUN_OPT_MODEL, OPT_FLAG, F(mlock), 0, 0},
+    {"-ctk", "--cache-type-k", RUN_OPT_MODEL, OPT_STR, F(cache_type_k), 0, 0},
+    {"-ctv", "--cache-type-v", RUN_OPT_MODEL, OPT_STR, F(cache_type_v), 0, 0},
     {"-ngl", "--n-gpu-layers", RUN_OPT_GPU, OPT_INT, F(n_gpu_layers), 0, INT_MAX},
     {"--gpu", NULL, RUN_OPT_GPU, OPT_INT, F(gpu_index), 0, 255},
     {"--no-gpu", NULL, RUN_OPT_GPU, OPT_FLAG, F(no_gpu), 0, 0},
@@ -256,6 +258,14 @@ char *cli_read_file(const char *path, size_t *n)
     return buf;
 }
 
+int run_opts_apply_kv(const run_opts *o, model *m)
+{
+    char err[256];
+    if (model_set_kv_types(m, o->kv_type[0], o->kv_type[1], err, sizeof err))
+        return cli_fail("-ctk/-ctv: %s", err);
+    return 0;
+}
+
 uint64_t run_opts_fresh_seed(void)
 {
     struct timespec ts;
@@ -268,6 +278,18 @@ int run_opts_finish(run_opts *o)
     if ((o->groups & RUN_OPT_MODEL) && !o->model) {
         cli_fail("no model given (-m FILE)");
         return 2;
+    }
+    const char *kv[2] = {o->cache_type_k, o->cache_type_v};
+    for (int i = 0; i < 2; i++) {
+        o->kv_type[i] = DT_F16;
+        if (kv[i] && !strcmp(kv[i], "q8_0"))
+            o->kv_type[i] = DT_Q8_0;
+        else if (kv[i] && !strcmp(kv[i], "q4_0"))
+            o->kv_type[i] = DT_Q4_0;
+        else if (kv[i] && strcmp(kv[i], "f16")) {
+            cli_fail("%s: expected f16, q8_0 or q4_0, got '%s'", i ? "-ctv" : "-ctk", kv[i]);
+            return 2;
+        }
     }
     if ((o->groups & RUN_OPT_GPU) && !(o->gpu_mem >= 0.0f)) {
         cli_fail("--gpu-mem must be a non-negative size in GiB, got %g", (double)o->gpu_mem);
@@ -343,7 +365,10 @@ void run_opts_usage(const run_opts *o, FILE *out)
               "  -c, --ctx-size N        context size in tokens (default: the model's training\n"
               "                          context, at most 4096)\n"
               "  -b, --batch-size N      prompt tokens evaluated per batch (default 512)\n"
-              "  --mlock                 lock the model's weights in RAM\n",
+              "  --mlock                 lock the model's weights in RAM\n"
+              "  -ctk, --cache-type-k T  KV cache type of the keys: f16 (default), q8_0 or q4_0\n"
+              "                          (q8_0 about halves the cache; docs/kv-cache.md)\n"
+              "  -ctv, --cache-type-v T  likewise for the values\n",
               out);
     if (o->groups & RUN_OPT_GPU)
         fputs("GPU (Vulkan; whole layers with their KV cache in VRAM):\n"

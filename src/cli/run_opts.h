@@ -8,11 +8,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "gguf/dtype.h"
 #include "model/sample.h"
 
 enum run_opt_group {
     RUN_OPT_SPEC = 16,    /* -md --spec --draft-max --draft-min --draft-p-min (runner_args) */
-    RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock */
+    RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock -ctk -ctv */
     RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
     RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
     RUN_OPT_GPU = 8,      /* -ngl --gpu --no-gpu --gpu-mem */
@@ -29,6 +30,8 @@ typedef struct run_opts {
     int n_ctx;           /* 0: min(4096, the model's training context) */
     int n_batch;
     bool mlock;
+    const char *cache_type_k, *cache_type_v; /* -ctk, -ctv as given (NULL: f16) */
+    enum dtype kv_type[2];                   /* ... as types, by run_opts_finish */
     /* GPU */
     int n_gpu_layers;    /* the last N layers on the GPU (0: none, the GPU is not opened) */
     int gpu_index;       /* -1: the first discrete GPU, else the first device */
@@ -70,6 +73,9 @@ int run_opts_parse(run_opts *o, int argc, char **argv, int *i);
  * file that cannot be read (the rule for every file a command names, the model's included). */
 int run_opts_finish(run_opts *o);
 void run_opts_free(run_opts *o);
+/* -ctk / -ctv on a loaded model: 0, or 1 after printing why the model cannot use them. */
+struct model;
+int run_opts_apply_kv(const run_opts *o, struct model *m);
 /* The whole of a file named on the command line, NUL-terminated (its length in *len when not
  * NULL), or NULL after printing an error naming it. */
 char *cli_read_file(const char *path, size_t *len);

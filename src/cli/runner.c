@@ -143,6 +143,8 @@ int runner_load(runner *r)
         return cli_fail("%s", err);
     if (r->o.mlock && model_mlock(r->m, err, sizeof err))
         return cli_fail("%s", err);
+    if (run_opts_apply_kv(&r->o, r->m))
+        return 1;
     r->tk = tokenizer_load(r->m->file, err, sizeof err);
     if (!r->tk)
         return cli_fail("%s", err);

@@ -19,11 +19,13 @@ struct engine {
     kern_ctx *kc;
     int n_ctx, max_batch, n_seq;
     bool *owns;          /* n_layer */
-    /* per layer: [n_seq][kv_rows][n_head_kv * head_dim] F16 (sequence s's region starts at row
-     * s * kv_rows; position p is row p % kv_rows), NULL if not owned */
+    /* per layer: [n_seq][kv_rows] rows of n_head_kv * head_dim elements of the model's cache
+     * types (sequence s's region starts at row s * kv_rows; position p is row p % kv_rows),
+     * NULL if not owned */
     int *kv_rows;        /* n_layer: model_kv_rows */
-    uint16_t **k_cache;
-    uint16_t **v_cache;
+    size_t k_row, v_row; /* bytes of a row */
+    uint8_t **k_cache;
+    uint8_t **v_cache;
     int *filled;         /* [n_layer][n_seq]: positions [0, filled) of a sequence hold K/V */
     int32_t *next_pos;   /* n_seq: engine_layers' check of each sequence's rows */
     /* scratch, max_batch rows each; buf[LB_H] is the caller's hidden state during a call */
@@ -58,12 +60,35 @@ static size_t buf_width(const model_hparams *hp, int b)
  * handed back by fit_scratch. */
 #define FIRST_SCRATCH LB_X
 
-/* Bytes of layer il's K (or V) cache: every sequence's region. */
-static size_t cache_bytes(const engine *e, int il)
+/* Bytes of layer il's K or V cache (row bytes k_row or v_row): every sequence's region. */
+static size_t cache_bytes(const engine *e, int il, size_t row)
 {
-    const model_hparams *hp = &e->m->hp;
-    return (size_t)e->n_seq * (size_t)e->kv_rows[il] * (size_t)hp->n_head_kv *
-           (size_t)hp->head_dim * sizeof(uint16_t);
+    return (size_t)e->n_seq * (size_t)e->kv_rows[il] * row;
+}
+
+/* Layer il's K and V caches (both NULL or both allocated, zeroed: pages of positions never
+ * reached are never touched). 0, or -1 out of memory. */
+static int alloc_cache(engine *e, int il)
+{
+    e->k_cache[il] = calloc(1, cache_bytes(e, il, e->k_row));
+    e->v_cache[il] = calloc(1, cache_bytes(e, il, e->v_row));
+    if (e->k_cache[il] && e->v_cache[il]) {
+        e->kv_bytes += cache_bytes(e, il, e->k_row) + cache_bytes(e, il, e->v_row);
+        return 0;
+    }
+    free(e->k_cache[il]);
+    free(e->v_cache[il]);
+    e->k_cache[il] = e->v_cache[il] = NULL;
+    return -1;
+}
+
+static void free_cache(engine *e, int il)
+{
+    if (e->k_cache[il])
+        e->kv_bytes -= cache_bytes(e, il, e->k_row) + cache_bytes(e, il, e->v_row);
+    free(e->k_cache[il]);
+    free(e->v_cache[il]);
+    e->k_cache[il] = e->v_cache[il] = NULL;
 }
 
 static int *filled_of(const engine *e, int il, int seq)
@@ -102,18 +127,17 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     e->kv_rows = calloc((size_t)hp->n_layer, sizeof *e->kv_rows);
     if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos || !e->kv_rows)
         goto oom;
+    const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    e->k_row = (size_t)dtype_row_bytes(m->kv_type[0], kv_dim);
+    e->v_row = (size_t)dtype_row_bytes(m->kv_type[1], kv_dim);
 
     for (int il = 0; il < hp->n_layer; il++) {
         e->kv_rows[il] = model_kv_rows(m, il, n_ctx, max_batch);
         e->owns[il] = owns ? owns[il] : true;
         if (!e->owns[il])
             continue;
-        /* calloc: pages of positions never reached are never touched */
-        e->k_cache[il] = calloc(1, cache_bytes(e, il));
-        e->v_cache[il] = calloc(1, cache_bytes(e, il));
-        if (!e->k_cache[il] || !e->v_cache[il])
+        if (alloc_cache(e, il))
             goto oom;
-        e->kv_bytes += 2 * cache_bytes(e, il);
     }
 
     const uint32_t used = model_buffers(m);
@@ -187,10 +211,7 @@ int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
         if (!on_gpu[il] || !e->owns[il])
             continue;
         e->on_gpu[il] = true;
-        free(e->k_cache[il]);
-        free(e->v_cache[il]);
-        e->k_cache[il] = e->v_cache[il] = NULL;
-        e->kv_bytes -= 2 * cache_bytes(e, il);
+        free_cache(e, il);
     }
     return 0;
 }
@@ -203,27 +224,15 @@ int engine_set_owned(engine *e, const bool *owns)
     int rc = 0;
     memset(e->filled, 0, sizeof *e->filled * (size_t)hp->n_layer * (size_t)e->n_seq);
     for (int il = 0; il < hp->n_layer; il++) {
-        const size_t bytes = cache_bytes(e, il);
         bool want = owns ? owns[il] : true;
         if (want == e->owns[il])
             continue;
-        if (want) {
-            e->k_cache[il] = calloc(1, bytes);
-            e->v_cache[il] = calloc(1, bytes);
-            if (!e->k_cache[il] || !e->v_cache[il]) {
-                want = false;
-                rc = -1;
-            }
+        if (want && alloc_cache(e, il)) {
+            want = false;
+            rc = -1;
         }
-        if (!want) {
-            free(e->k_cache[il]);
-            free(e->v_cache[il]);
-            e->k_cache[il] = e->v_cache[il] = NULL;
-            if (e->owns[il])
-                e->kv_bytes -= 2 * bytes;
-        } else {
-            e->kv_bytes += 2 * bytes;
-        }
+        if (!want)
+            free_cache(e, il);
         e->owns[il] = want;
     }
     return rc;
@@ -291,6 +300,19 @@ static void note_filled(engine *e, int il, int n, const int32_t *pos, const int3
     }
 }
 
+/* A row of n values into the cache in type t: F16 as before quantized types existed, the others
+ * by the types' reference quantizer (the same bytes on every device of a ring). */
+static void store_row(enum dtype t, const float *x, uint8_t *dst, size_t n)
+{
+    if (t == DT_F16) {
+        uint16_t *h = (uint16_t *)dst;
+        for (size_t i = 0; i < n; i++)
+            h[i] = fp32_to_fp16(x[i]);
+    } else {
+        kern_type_get(t)->from_float(x, dst, (int64_t)n);
+    }
+}
+
 /* LOP_ATTENTION: the batch's K and V rows into the cache, then every query over it. */
 static void attention(engine *e, int il, int sinks_slot, float *out, int n, const int32_t *pos,
                       const int32_t *seq)
@@ -298,19 +320,18 @@ static void attention(engine *e, int il, int sinks_slot, float *out, int n, cons
     const model_hparams *hp = &e->m->hp;
     const size_t kv_dim = buf_width(hp, LB_K);
     for (int t = 0; t < n; t++) {
-        const float *k = e->buf[LB_K] + (size_t)t * kv_dim, *v = e->buf[LB_V] + (size_t)t * kv_dim;
-        uint16_t *kc = e->k_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
-        uint16_t *vc = e->v_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
-        for (size_t i = 0; i < kv_dim; i++) {
-            kc[i] = fp32_to_fp16(k[i]);
-            vc[i] = fp32_to_fp16(v[i]);
-        }
+        const size_t row = cache_row(e, il, pos, seq, t);
+        store_row(e->m->kv_type[0], e->buf[LB_K] + (size_t)t * kv_dim,
+                  e->k_cache[il] + row * e->k_row, kv_dim);
+        store_row(e->m->kv_type[1], e->buf[LB_V] + (size_t)t * kv_dim,
+                  e->v_cache[il] + row * e->v_row, kv_dim);
     }
     const layer_prog *p = &e->m->layers[il].prog;
     const gguf_tensor *sinks = sinks_slot == LOP_NONE ? NULL : e->m->layers[il].t[sinks_slot];
+    const kern_kv kv = {e->k_cache[il], e->v_cache[il], e->m->kv_type[0], e->m->kv_type[1]};
     kern_attention(e->kc, out, e->buf[LB_Q], n, pos, seq, (size_t)e->kv_rows[il], p->window,
-                   sinks ? sinks->data : NULL, e->k_cache[il], e->v_cache[il], hp->n_head,
-                   hp->n_head_kv, hp->head_dim, hp->attn_scale);
+                   sinks ? sinks->data : NULL, &kv, hp->n_head, hp->n_head_kv, hp->head_dim,
+                   hp->attn_scale);
 }
 
 /* An element-wise gate: gate = act(gate) * up. */
@@ -603,51 +624,48 @@ int engine_kv_truncate(engine *e, int seq, int p0)
 
 /* One cache row moved by delta positions: the key re-rotated (rotations compose: rotating a
  * key cached at p by delta places it at p + delta), the value copied. */
-static void move_row(engine *e, const rope_params *rp, const uint16_t *ks, const uint16_t *vs,
-                     uint16_t *kd, uint16_t *vd, int delta)
+static void move_row(engine *e, const rope_params *rp, const uint8_t *ks, const uint8_t *vs,
+                     uint8_t *kd, uint8_t *vd, int delta)
 {
     const model_hparams *hp = &e->m->hp;
     const size_t kv_dim = buf_width(hp, LB_K);
     float *row = e->buf[LB_K]; /* scratch: at least one row of K */
-    for (size_t i = 0; i < kv_dim; i++)
-        row[i] = fp16_to_fp32(ks[i]);
+    kern_type_get(e->m->kv_type[0])->to_float(ks, row, (int64_t)kv_dim);
     kern_rope(row, hp->n_head_kv, hp->head_dim, delta, rp);
-    for (size_t i = 0; i < kv_dim; i++)
-        kd[i] = fp32_to_fp16(row[i]);
-    memmove(vd, vs, kv_dim * sizeof(uint16_t));
+    store_row(e->m->kv_type[0], row, kd, kv_dim);
+    memmove(vd, vs, e->v_row);
 }
 
 /* Move positions [p0, end) of layer il's cache of one sequence (filled positions computed) by
  * delta < 0. A full cache moves row p to p + delta in ascending order (a destination is always
  * below every source still to be read); a ring holds only positions [filled - rows, filled),
  * whose new rows may be any of the old ones, so it moves from a copy. 0, or -1 out of memory. */
-static int shift_rows(engine *e, int il, uint16_t *kc, uint16_t *vc, int p0, int end, int filled,
+static int shift_rows(engine *e, int il, uint8_t *kc, uint8_t *vc, int p0, int end, int filled,
                       int delta)
 {
     /* a pure rotation: the keys carry their YaRN scale already */
     rope_params rot = e->m->hp.rope[e->m->layers[il].prog.rope];
     rot.rotate_only = true;
     const rope_params *rp = &rot;
-    const size_t kv_dim = buf_width(&e->m->hp, LB_K), rows = (size_t)e->kv_rows[il];
+    const size_t rows = (size_t)e->kv_rows[il], kr = e->k_row, vr = e->v_row;
     if (rows >= (size_t)e->n_ctx) {
         for (int p = p0; p < end; p++)
-            move_row(e, rp, kc + (size_t)p * kv_dim, vc + (size_t)p * kv_dim,
-                     kc + (size_t)(p + delta) * kv_dim, vc + (size_t)(p + delta) * kv_dim, delta);
+            move_row(e, rp, kc + (size_t)p * kr, vc + (size_t)p * vr,
+                     kc + (size_t)(p + delta) * kr, vc + (size_t)(p + delta) * vr, delta);
         return 0;
     }
-    const size_t bytes = rows * kv_dim * sizeof(uint16_t);
-    uint16_t *ks = malloc(bytes), *vs = malloc(bytes);
+    uint8_t *ks = malloc(rows * kr), *vs = malloc(rows * vr);
     if (!ks || !vs) {
         free(ks);
         free(vs);
         return -1;
     }
-    memcpy(ks, kc, bytes);
-    memcpy(vs, vc, bytes);
+    memcpy(ks, kc, rows * kr);
+    memcpy(vs, vc, rows * vr);
     int from = filled - (int)rows > p0 ? filled - (int)rows : p0;
     for (int p = from; p < end; p++) {
-        size_t src = (size_t)p % rows * kv_dim, dst = (size_t)(p + delta) % rows * kv_dim;
-        move_row(e, rp, ks + src, vs + src, kc + dst, vc + dst, delta);
+        size_t src = (size_t)p % rows, dst = (size_t)(p + delta) % rows;
+        move_row(e, rp, ks + src * kr, vs + src * vr, kc + dst * kr, vc + dst * vr, delta);
     }
     free(ks);
     free(vs);
@@ -661,8 +679,9 @@ static int shift_gpu_rows(engine *e, int il, int p0, int end, int filled, int de
     const size_t n = (size_t)rows * buf_width(&e->m->hp, LB_K);
     uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
     int rc = -1;
+    /* a GPU layer's cache is F16 (offload.c keeps layers of other cache types on the CPU) */
     if (k && v && !gpu_layers_kv_read(e->gpu, il, rows, k, v) &&
-        !shift_rows(e, il, k, v, p0, end, filled, delta))
+        !shift_rows(e, il, (uint8_t *)k, (uint8_t *)v, p0, end, filled, delta))
         rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
     free(k);
     free(v);
@@ -673,7 +692,6 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
 {
     if (seq < 0 || seq >= e->n_seq || delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
         return -1;
-    const size_t kv_dim = buf_width(&e->m->hp, LB_K);
     for (int il = 0; il < e->m->hp.n_layer; il++) {
         if (!e->owns[il])
             continue;
@@ -684,9 +702,9 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
             if (end > p0 && shift_gpu_rows(e, il, p0, end, *filled, delta))
                 return -1;
         } else {
-            const size_t region = (size_t)seq * (size_t)e->kv_rows[il] * kv_dim;
-            if (shift_rows(e, il, e->k_cache[il] + region, e->v_cache[il] + region, p0, end,
-                           *filled, delta))
+            const size_t region = (size_t)seq * (size_t)e->kv_rows[il];
+            if (shift_rows(e, il, e->k_cache[il] + region * e->k_row,
+                           e->v_cache[il] + region * e->v_row, p0, end, *filled, delta))
                 return -1;
         }
         if (end == *filled && end > p0)
