@@ -261,6 +261,8 @@ static int run_logits(logits_job *j)
         cli_fail("%s", err);
         goto done;
     }
+    if (run_opts_apply_kv(&j->o, m))
+        goto done;
     tk = tokenizer_load(m->file, err, sizeof err);
     if (!tk) {
         cli_fail("%s", err);
