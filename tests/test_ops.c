@@ -191,11 +191,12 @@ static void test_rope(void)
 
 /* ---- attention ---- */
 
-/* k and v: the cache's values as the kernel sees them (dequantized); qk: the queries as they
- * meet the keys (rounded to F16, or to Q8_0 for quantized keys). */
+/* k and v: the cache's values as the kernel sees them (dequantized), each KV head's n_ctx rows
+ * together (kern_kv); qk: the queries as they meet the keys (rounded to F16, or to Q8_0 for
+ * quantized keys). */
 static void attention_reference(double *out, const float *qk, int n_tokens, const int32_t *pos,
-                                const float *k, const float *v, int n_head, int n_kv, int hd,
-                                float scale)
+                                const float *k, const float *v, int n_ctx, int n_head, int n_kv,
+                                int hd, float scale)
 {
     double *s = malloc(sizeof(double) * (size_t)(pos[n_tokens - 1] + 1));
     for (int t = 0; t < n_tokens; t++)
@@ -206,7 +207,7 @@ static void attention_reference(double *out, const float *qk, int n_tokens, cons
             for (int j = 0; j < nk; j++) {
                 double d = 0;
                 for (int e = 0; e < hd; e++)
-                    d += (double)qh[e] * k[((size_t)j * n_kv + kvh) * hd + e];
+                    d += (double)qh[e] * k[((size_t)kvh * n_ctx + j) * hd + e];
                 s[j] = d * scale;
                 max = s[j] > max ? s[j] : max;
             }
@@ -216,7 +217,7 @@ static void attention_reference(double *out, const float *qk, int n_tokens, cons
             for (int e = 0; e < hd; e++) {
                 double acc = 0;
                 for (int j = 0; j < nk; j++)
-                    acc += s[j] * v[((size_t)j * n_kv + kvh) * hd + e];
+                    acc += s[j] * v[((size_t)kvh * n_ctx + j) * hd + e];
                 o[e] = acc / sum;
             }
         }
@@ -260,12 +261,12 @@ static void check_attention_types(int n_head, int n_kv, int hd, int n_tokens, in
     for (int t = 0; t < n_tokens; t++)
         pos[t] = first_pos + t;
     float scale = 1.0f / sqrtf((float)hd);
-    attention_reference(ref, qk, n_tokens, pos, kf, vf, n_head, n_kv, hd, scale);
+    attention_reference(ref, qk, n_tokens, pos, kf, vf, n_ctx, n_head, n_kv, hd, scale);
     const kern_kv kv = {k, v, kt, vt};
     for (int nt = 1; nt <= 3; nt++) {
         out[nt] = malloc(sizeof(float) * (size_t)n_q);
-        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, 0, NULL, &kv, n_head, n_kv,
-                       hd, scale);
+        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, (size_t)n_ctx, 0, NULL, &kv,
+                       n_head, n_kv, hd, scale);
         if (nt > 1)
             CHECK(!memcmp(out[nt], out[1], sizeof(float) * (size_t)n_q),
                   "attention differs between 1 and %d threads", nt);

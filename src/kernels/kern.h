@@ -79,7 +79,8 @@ void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn);
 /* Rotate n_heads heads of head_dim values at x (contiguous) for position pos. */
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
 
-/* A layer's KV cache: rows of n_head_kv * head_dim elements of k_type / v_type. */
+/* A layer's KV cache in k_type / v_type: for each sequence s and KV head h, a region of
+ * seq_rows rows of head_dim elements (region s * n_head_kv + h; kern_attention's seq_rows). */
 typedef struct kern_kv {
     const void *k, *v;
     enum dtype k_type, v_type;
@@ -91,9 +92,8 @@ bool kern_kv_type_ok(enum dtype t, int head_dim);
 
 /* Grouped-query attention over a KV cache for a batch of tokens of one or more sequences.
  * q: n_tokens x (n_head*head_dim), rounded to F16 where it meets F16 keys (to Q8_0 where it
- * meets quantized ones); out likewise. The cache of sequence s starts at row s * seq_rows of
- * kv->k / kv->v; its row j % seq_rows holds position j (a ring when the sequence outgrows it;
- * seq_rows 0: row j, for one sequence).
+ * meets quantized ones); out likewise. Row j % seq_rows of a sequence's regions (kern_kv) holds
+ * position j: a ring when the sequence outgrows it.
  * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's positions
  * 0..pos[t] (causal), or only the last `window` of them (window > 0: sliding attention; a ring
  * must hold them). sinks (NULL: none): a logit per query head that joins its softmax's

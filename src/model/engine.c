@@ -19,11 +19,11 @@ struct engine {
     kern_ctx *kc;
     int n_ctx, max_batch, n_seq;
     bool *owns;          /* n_layer */
-    /* per layer: [n_seq][kv_rows] rows of n_head_kv * head_dim elements of the model's cache
-     * types (sequence s's region starts at row s * kv_rows; position p is row p % kv_rows),
-     * NULL if not owned */
+    /* per layer: [n_seq][n_head_kv][kv_rows] rows of head_dim elements of the model's cache
+     * types (kern_kv: each KV head's rows contiguous, so attention streams them; position p is
+     * row p % kv_rows), NULL if not owned */
     int *kv_rows;        /* n_layer: model_kv_rows */
-    size_t k_row, v_row; /* bytes of a row */
+    size_t k_hb, v_hb;   /* bytes of one head's row */
     uint8_t **k_cache;
     uint8_t **v_cache;
     int *filled;         /* [n_layer][n_seq]: positions [0, filled) of a sequence hold K/V */
@@ -60,20 +60,26 @@ static size_t buf_width(const model_hparams *hp, int b)
  * handed back by fit_scratch. */
 #define FIRST_SCRATCH LB_X
 
-/* Bytes of layer il's K or V cache (row bytes k_row or v_row): every sequence's region. */
-static size_t cache_bytes(const engine *e, int il, size_t row)
+/* Bytes of layer il's K or V cache (a head's row hb bytes): every sequence's region. */
+static size_t cache_bytes(const engine *e, int il, size_t hb)
 {
-    return (size_t)e->n_seq * (size_t)e->kv_rows[il] * row;
+    return (size_t)e->n_seq * (size_t)e->m->hp.n_head_kv * (size_t)e->kv_rows[il] * hb;
+}
+
+/* Sequence seq's region of layer il's K or V cache (all its KV heads' rows). */
+static uint8_t *seq_region(const engine *e, uint8_t *cache, int il, int seq, size_t hb)
+{
+    return cache + (size_t)seq * (size_t)e->m->hp.n_head_kv * (size_t)e->kv_rows[il] * hb;
 }
 
 /* Layer il's K and V caches (both NULL or both allocated, zeroed: pages of positions never
  * reached are never touched). 0, or -1 out of memory. */
 static int alloc_cache(engine *e, int il)
 {
-    e->k_cache[il] = calloc(1, cache_bytes(e, il, e->k_row));
-    e->v_cache[il] = calloc(1, cache_bytes(e, il, e->v_row));
+    e->k_cache[il] = calloc(1, cache_bytes(e, il, e->k_hb));
+    e->v_cache[il] = calloc(1, cache_bytes(e, il, e->v_hb));
     if (e->k_cache[il] && e->v_cache[il]) {
-        e->kv_bytes += cache_bytes(e, il, e->k_row) + cache_bytes(e, il, e->v_row);
+        e->kv_bytes += cache_bytes(e, il, e->k_hb) + cache_bytes(e, il, e->v_hb);
         return 0;
     }
     free(e->k_cache[il]);
@@ -85,7 +91,7 @@ static int alloc_cache(engine *e, int il)
 static void free_cache(engine *e, int il)
 {
     if (e->k_cache[il])
-        e->kv_bytes -= cache_bytes(e, il, e->k_row) + cache_bytes(e, il, e->v_row);
+        e->kv_bytes -= cache_bytes(e, il, e->k_hb) + cache_bytes(e, il, e->v_hb);
     free(e->k_cache[il]);
     free(e->v_cache[il]);
     e->k_cache[il] = e->v_cache[il] = NULL;
@@ -127,9 +133,8 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     e->kv_rows = calloc((size_t)hp->n_layer, sizeof *e->kv_rows);
     if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos || !e->kv_rows)
         goto oom;
-    const uint64_t kv_dim = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    e->k_row = (size_t)dtype_row_bytes(m->kv_type[0], kv_dim);
-    e->v_row = (size_t)dtype_row_bytes(m->kv_type[1], kv_dim);
+    e->k_hb = (size_t)dtype_row_bytes(m->kv_type[0], (uint64_t)hp->head_dim);
+    e->v_hb = (size_t)dtype_row_bytes(m->kv_type[1], (uint64_t)hp->head_dim);
 
     for (int il = 0; il < hp->n_layer; il++) {
         e->kv_rows[il] = model_kv_rows(m, il, n_ctx, max_batch);
@@ -282,13 +287,6 @@ static void add_bias_rows(float *y, const gguf_tensor *b, int n, int dim)
         kern_add(y + (size_t)t * (size_t)dim, b->data, dim);
 }
 
-/* Cache row of token t in layer il: its position in its sequence's region (a ring of
- * kv_rows rows for a sliding layer). */
-static size_t cache_row(const engine *e, int il, const int32_t *pos, const int32_t *seq, int t)
-{
-    const size_t rows = (size_t)e->kv_rows[il];
-    return (seq ? (size_t)seq[t] * rows : 0) + (size_t)pos[t] % rows;
-}
 
 /* Every row's sequence has cached positions up to the row's own in layer il. */
 static void note_filled(engine *e, int il, int n, const int32_t *pos, const int32_t *seq)
@@ -300,9 +298,9 @@ static void note_filled(engine *e, int il, int n, const int32_t *pos, const int3
     }
 }
 
-/* A row of n values into the cache in type t: F16 as before quantized types existed, the others
- * by the types' reference quantizer (the same bytes on every device of a ring). */
-static void store_row(enum dtype t, const float *x, uint8_t *dst, size_t n)
+/* n values into the cache in type t: F16 as before quantized types existed, the others by the
+ * types' reference quantizer (the same bytes on every device of a ring). */
+static void store_values(enum dtype t, const float *x, uint8_t *dst, size_t n)
 {
     if (t == DT_F16) {
         uint16_t *h = (uint16_t *)dst;
@@ -313,18 +311,39 @@ static void store_row(enum dtype t, const float *x, uint8_t *dst, size_t n)
     }
 }
 
+/* Row r of a sequence's region (rows rows per KV head, hb bytes a head's row) written from, or
+ * read into, x: n_head_kv * head_dim values. */
+static void put_row(const engine *e, enum dtype t, const float *x, uint8_t *region, size_t rows,
+                    size_t r, size_t hb)
+{
+    const model_hparams *hp = &e->m->hp;
+    for (int h = 0; h < hp->n_head_kv; h++)
+        store_values(t, x + (size_t)h * (size_t)hp->head_dim, region + ((size_t)h * rows + r) * hb,
+                     (size_t)hp->head_dim);
+}
+
+static void get_row(const engine *e, enum dtype t, float *x, const uint8_t *region, size_t rows,
+                    size_t r, size_t hb)
+{
+    const model_hparams *hp = &e->m->hp;
+    for (int h = 0; h < hp->n_head_kv; h++)
+        kern_type_get(t)->to_float(region + ((size_t)h * rows + r) * hb,
+                                   x + (size_t)h * (size_t)hp->head_dim, hp->head_dim);
+}
+
 /* LOP_ATTENTION: the batch's K and V rows into the cache, then every query over it. */
 static void attention(engine *e, int il, int sinks_slot, float *out, int n, const int32_t *pos,
                       const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = buf_width(hp, LB_K);
+    const size_t kv_dim = buf_width(hp, LB_K), rows = (size_t)e->kv_rows[il];
     for (int t = 0; t < n; t++) {
-        const size_t row = cache_row(e, il, pos, seq, t);
-        store_row(e->m->kv_type[0], e->buf[LB_K] + (size_t)t * kv_dim,
-                  e->k_cache[il] + row * e->k_row, kv_dim);
-        store_row(e->m->kv_type[1], e->buf[LB_V] + (size_t)t * kv_dim,
-                  e->v_cache[il] + row * e->v_row, kv_dim);
+        const int s = seq ? seq[t] : 0;
+        const size_t r = (size_t)pos[t] % rows;
+        put_row(e, e->m->kv_type[0], e->buf[LB_K] + (size_t)t * kv_dim,
+                seq_region(e, e->k_cache[il], il, s, e->k_hb), rows, r, e->k_hb);
+        put_row(e, e->m->kv_type[1], e->buf[LB_V] + (size_t)t * kv_dim,
+                seq_region(e, e->v_cache[il], il, s, e->v_hb), rows, r, e->v_hb);
     }
     const layer_prog *p = &e->m->layers[il].prog;
     const gguf_tensor *sinks = sinks_slot == LOP_NONE ? NULL : e->m->layers[il].t[sinks_slot];
@@ -622,69 +641,97 @@ int engine_kv_truncate(engine *e, int seq, int p0)
     return 0;
 }
 
-/* One cache row moved by delta positions: the key re-rotated (rotations compose: rotating a
- * key cached at p by delta places it at p + delta), the value copied. */
-static void move_row(engine *e, const rope_params *rp, const uint8_t *ks, const uint8_t *vs,
-                     uint8_t *kd, uint8_t *vd, int delta)
+/* A sequence's region of a layer's K and V caches, rows rows per KV head. */
+typedef struct kv_region {
+    uint8_t *k, *v;
+    size_t rows;
+} kv_region;
+
+/* Position row sr of src moved to row dr of dst, delta positions on: the key re-rotated
+ * (rotations compose: rotating a key cached at p by delta places it at p + delta), the value
+ * copied. */
+static void move_row(engine *e, const rope_params *rp, kv_region src, size_t sr, kv_region dst,
+                     size_t dr, int delta)
 {
     const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = buf_width(hp, LB_K);
     float *row = e->buf[LB_K]; /* scratch: at least one row of K */
-    kern_type_get(e->m->kv_type[0])->to_float(ks, row, (int64_t)kv_dim);
+    get_row(e, e->m->kv_type[0], row, src.k, src.rows, sr, e->k_hb);
     kern_rope(row, hp->n_head_kv, hp->head_dim, delta, rp);
-    store_row(e->m->kv_type[0], row, kd, kv_dim);
-    memmove(vd, vs, e->v_row);
+    put_row(e, e->m->kv_type[0], row, dst.k, dst.rows, dr, e->k_hb);
+    for (int h = 0; h < hp->n_head_kv; h++)
+        memmove(dst.v + ((size_t)h * dst.rows + dr) * e->v_hb,
+                src.v + ((size_t)h * src.rows + sr) * e->v_hb, e->v_hb);
 }
 
-/* Move positions [p0, end) of layer il's cache of one sequence (filled positions computed) by
- * delta < 0. A full cache moves row p to p + delta in ascending order (a destination is always
- * below every source still to be read); a ring holds only positions [filled - rows, filled),
- * whose new rows may be any of the old ones, so it moves from a copy. 0, or -1 out of memory. */
-static int shift_rows(engine *e, int il, uint8_t *kc, uint8_t *vc, int p0, int end, int filled,
-                      int delta)
+/* Move positions [p0, end) of layer il's cache of one sequence (its region c; filled positions
+ * computed) by delta < 0. A full cache moves row p to p + delta in ascending order (a
+ * destination is always below every source still to be read); a ring holds only positions
+ * [filled - rows, filled), whose new rows may be any of the old ones, so it moves from a copy.
+ * 0, or -1 out of memory. */
+static int shift_rows(engine *e, int il, kv_region c, int p0, int end, int filled, int delta)
 {
     /* a pure rotation: the keys carry their YaRN scale already */
     rope_params rot = e->m->hp.rope[e->m->layers[il].prog.rope];
     rot.rotate_only = true;
     const rope_params *rp = &rot;
-    const size_t rows = (size_t)e->kv_rows[il], kr = e->k_row, vr = e->v_row;
+    const size_t rows = c.rows, n_kv = (size_t)e->m->hp.n_head_kv;
     if (rows >= (size_t)e->n_ctx) {
         for (int p = p0; p < end; p++)
-            move_row(e, rp, kc + (size_t)p * kr, vc + (size_t)p * vr,
-                     kc + (size_t)(p + delta) * kr, vc + (size_t)(p + delta) * vr, delta);
+            move_row(e, rp, c, (size_t)p, c, (size_t)(p + delta), delta);
         return 0;
     }
-    uint8_t *ks = malloc(rows * kr), *vs = malloc(rows * vr);
-    if (!ks || !vs) {
-        free(ks);
-        free(vs);
+    kv_region copy = {malloc(n_kv * rows * e->k_hb), malloc(n_kv * rows * e->v_hb), rows};
+    if (!copy.k || !copy.v) {
+        free(copy.k);
+        free(copy.v);
         return -1;
     }
-    memcpy(ks, kc, rows * kr);
-    memcpy(vs, vc, rows * vr);
+    memcpy(copy.k, c.k, n_kv * rows * e->k_hb);
+    memcpy(copy.v, c.v, n_kv * rows * e->v_hb);
     int from = filled - (int)rows > p0 ? filled - (int)rows : p0;
-    for (int p = from; p < end; p++) {
-        size_t src = (size_t)p % rows, dst = (size_t)(p + delta) % rows;
-        move_row(e, rp, ks + src * kr, vs + src * vr, kc + dst * kr, vc + dst * vr, delta);
-    }
-    free(ks);
-    free(vs);
+    for (int p = from; p < end; p++)
+        move_row(e, rp, copy, (size_t)p % rows, c, (size_t)(p + delta) % rows, delta);
+    free(copy.k);
+    free(copy.v);
     return 0;
 }
 
-/* A GPU layer's cache is shifted on the host: its rows come out of VRAM and go back. */
+/* n rows between the GPU's layout (each row all KV heads, F16) and a region's (each KV head's
+ * rows together, rows per head). */
+static void regroup(const engine *e, uint16_t *gpu, uint8_t *region, size_t n, size_t rows,
+                    bool to_region)
+{
+    const size_t n_kv = (size_t)e->m->hp.n_head_kv, hb = e->k_hb;
+    for (size_t r = 0; r < n; r++)
+        for (size_t h = 0; h < n_kv; h++) {
+            uint8_t *a = region + (h * rows + r) * hb, *b = (uint8_t *)gpu + (r * n_kv + h) * hb;
+            memcpy(to_region ? a : b, to_region ? b : a, hb);
+        }
+}
+
+/* A GPU layer's cache is shifted on the host: its rows come out of VRAM and go back. Its cache
+ * is F16 (offload.c keeps layers of other cache types on the CPU), so K and V rows are alike. */
 static int shift_gpu_rows(engine *e, int il, int p0, int end, int filled, int delta)
 {
     const int rows = end < e->kv_rows[il] ? end : e->kv_rows[il];
     const size_t n = (size_t)rows * buf_width(&e->m->hp, LB_K);
+    const size_t all = (size_t)e->kv_rows[il], bytes = cache_bytes(e, il, e->k_hb);
     uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    kv_region c = {calloc(1, bytes), calloc(1, bytes), all};
     int rc = -1;
-    /* a GPU layer's cache is F16 (offload.c keeps layers of other cache types on the CPU) */
-    if (k && v && !gpu_layers_kv_read(e->gpu, il, rows, k, v) &&
-        !shift_rows(e, il, (uint8_t *)k, (uint8_t *)v, p0, end, filled, delta))
-        rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
+    if (k && v && c.k && c.v && !gpu_layers_kv_read(e->gpu, il, rows, k, v)) {
+        regroup(e, k, c.k, (size_t)rows, all, true);
+        regroup(e, v, c.v, (size_t)rows, all, true);
+        if (!shift_rows(e, il, c, p0, end, filled, delta)) {
+            regroup(e, k, c.k, (size_t)rows, all, false);
+            regroup(e, v, c.v, (size_t)rows, all, false);
+            rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
+        }
+    }
     free(k);
     free(v);
+    free(c.k);
+    free(c.v);
     return rc;
 }
 
@@ -702,9 +749,10 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
             if (end > p0 && shift_gpu_rows(e, il, p0, end, *filled, delta))
                 return -1;
         } else {
-            const size_t region = (size_t)seq * (size_t)e->kv_rows[il];
-            if (shift_rows(e, il, e->k_cache[il] + region * e->k_row,
-                           e->v_cache[il] + region * e->v_row, p0, end, *filled, delta))
+            kv_region c = {seq_region(e, e->k_cache[il], il, seq, e->k_hb),
+                           seq_region(e, e->v_cache[il], il, seq, e->v_hb),
+                           (size_t)e->kv_rows[il]};
+            if (shift_rows(e, il, c, p0, end, *filled, delta))
                 return -1;
         }
         if (end == *filled && end > p0)
