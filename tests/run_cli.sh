@@ -160,6 +160,11 @@ done
 [ "$(grep -c '"op":"prefill"' "$tmp/bench")" -eq 2 ] || fail "bench run: prefill at 64 and 512"
 jq -e -s 'all(.[]; type == "object") and .[0] == {op: "path", path: .[0].path}' "$tmp/bench" \
     >/dev/null || fail "bench run: not JSON lines, or no path line first: $(head -2 "$tmp/bench")"
+# --decode-at: decode after contexts of each length (extending one context), as llama-bench -d
+"$prima" bench run -m "$model" -t 1 --reps 1 --decode 2 --decode-at 10,40,90 --json \
+    >"$tmp/bench" || fail "bench run --decode-at status"
+[ "$(jq -s -c '[.[] | select(.op == "decode_at" or .op == "decode_at_cpu") | .tokens]' \
+    "$tmp/bench")" = "[10,10,40,40,90,90]" ] || fail "bench run --decode-at: $(cat "$tmp/bench")"
 
 # errors: one line naming the problem; 1 for errors, 2 for usage
 expect() { # STATUS TEXT COMMAND...
@@ -190,6 +195,8 @@ expect 2 "exactly one of -p TEXT and --tokens" "$prima" logits -m "$model" -o "$
 expect 2 "unknown option '--frob'" "$prima" bench run -m "$model" --frob
 expect 2 "no model" "$prima" bench run
 expect 1 "$tmp/none.gguf" "$prima" bench run -m "$tmp/none.gguf"
+expect 2 "--decode-at: expected up to 8 ascending" "$prima" bench run -m "$model" --decode-at 40,10
+expect 2 "--decode-at: expected up to 8 ascending" "$prima" bench run -m "$model" --decode-at 1,x
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all checks passed"

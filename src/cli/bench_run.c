@@ -21,7 +21,7 @@
 static const int prefill_tokens[] = {64, 512};
 
 static const char usage_text[] =
-    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N] [--decode-at P]\n"
+    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N] [--decode-at P,...]\n"
     "\n"
     "Run a model on this device and measure, in one run:\n"
     "  load            seconds to open and check the model (the weights stay mapped)\n"
@@ -43,14 +43,20 @@ static const char usage_text[] =
     "\n"
     "  --reps N        repetitions of each prefill (default 4)\n"
     "  --decode N      decode steps timed (default 32)\n"
-    "  --decode-at P   also time the decode steps after a prompt of P tokens (decode_at,\n"
-    "                  decode_at_cpu: tokens is P): what a long context costs\n"
+    "  --decode-at P,...\n"
+    "                  also time the decode steps after a context of P tokens (decode_at,\n"
+    "                  decode_at_cpu: tokens is P), for up to 8 values of P in ascending\n"
+    "                  order (each context extends the last): what a long context costs,\n"
+    "                  as llama-bench's -d depth\n"
     "  --json          one JSON object per measurement and line (see prima bench kernels)\n";
+
+#define MAX_DECODE_AT 8
 
 struct opts {
     run_opts ro;
     bool json;
-    int reps, n_decode, decode_at; /* decode_at: 0 = not measured */
+    int reps, n_decode;
+    int decode_at[MAX_DECODE_AT], n_decode_at;
 };
 
 static int parse(struct opts *o, int argc, char **argv)
@@ -77,10 +83,21 @@ static int parse(struct opts *o, int argc, char **argv)
         }
         if (!strcmp(a, "--json")) {
             o->json = true;
-        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode") || !strcmp(a, "--decode-at")) {
+        } else if (!strcmp(a, "--decode-at")) {
             if (i + 1 >= argc)
                 return cli_fail("%s needs a value", a), 2;
-            int *dst = a[2] == 'r' ? &o->reps : !strcmp(a, "--decode") ? &o->n_decode : &o->decode_at;
+            o->n_decode_at = parse_int_list(argv[++i], 1, 1 << 20, o->decode_at, MAX_DECODE_AT);
+            bool ascending = o->n_decode_at > 0;
+            for (int k = 1; k < o->n_decode_at; k++)
+                ascending &= o->decode_at[k] > o->decode_at[k - 1];
+            if (!ascending)
+                return cli_fail("--decode-at: expected up to %d ascending context lengths "
+                                "(1 to %d, comma-separated), got '%s'", MAX_DECODE_AT, 1 << 20,
+                                argv[i]), 2;
+        } else if (!strcmp(a, "--reps") || !strcmp(a, "--decode")) {
+            if (i + 1 >= argc)
+                return cli_fail("%s needs a value", a), 2;
+            int *dst = a[2] == 'r' ? &o->reps : &o->n_decode;
             if (parse_int_arg(a, argv[++i], 1, 100000, dst))
                 return 2;
         } else {
@@ -136,16 +153,21 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
 /* The longest prompt a run evaluates. */
 static int longest_prompt(const struct opts *o)
 {
-    return o->decode_at > prefill_tokens[1] ? o->decode_at : prefill_tokens[1];
+    const int last = o->n_decode_at ? o->decode_at[o->n_decode_at - 1] : 0;
+    return last > prefill_tokens[1] ? last : prefill_tokens[1];
 }
 
-/* Evaluate toks[0..at) as a prompt from position 0, then time n decode steps one token each
- * (secs[i]); *cpu_s: the CPU time of those steps. */
-static int time_decode(session *s, const int32_t *toks, int at, int n, double *secs, double *cpu_s,
-                       char *err, size_t errlen)
+/* Make toks[0..at) the context (from scratch when `from` is 0, else extending or cutting back
+ * a context of toks[0..from)), then time n decode steps one token each (secs[i]); *cpu_s: the
+ * CPU time of those steps. The context is then toks[0..at + n). */
+static int time_decode(session *s, const int32_t *toks, int from, int at, int n, double *secs,
+                       double *cpu_s, char *err, size_t errlen)
 {
-    session_truncate(s, 0);
-    if (session_eval(s, toks, at, NULL, err, errlen))
+    if (from == 0 || from > at) {
+        session_truncate(s, from > at ? at : 0);
+        from = s->n_past; /* a sliding window's ring may not allow the cut: from scratch */
+    }
+    if (at > from && session_eval(s, toks + from, at - from, NULL, err, errlen))
         return -1;
     double c0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
@@ -206,7 +228,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
     }
 
     double cpu_s;
-    if (time_decode(s, toks, 1, o->n_decode, secs, &cpu_s, err, sizeof err)) {
+    if (time_decode(s, toks, 0, 1, o->n_decode, secs, &cpu_s, err, sizeof err)) {
         rc = cli_fail("bench run: %s", err);
         goto out;
     }
@@ -217,15 +239,17 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
                              .fraction = roof_ms / (1e3 * t), .spread = spread});
     report(o, (bench_result){.op = "decode_roofline", .value = roof_ms, .unit = "ms/tok",
                              .fraction = -1, .spread = -1});
-    if (o->decode_at) {
-        if (time_decode(s, toks, o->decode_at, o->n_decode, secs, &cpu_s, err, sizeof err)) {
+    for (int k = 0, ctx = 1 + o->n_decode; k < o->n_decode_at; k++) {
+        const int at = o->decode_at[k];
+        if (time_decode(s, toks, ctx, at, o->n_decode, secs, &cpu_s, err, sizeof err)) {
             rc = cli_fail("bench run: %s", err);
             goto out;
         }
+        ctx = at + o->n_decode;
         t = bench_median_spread(secs, o->n_decode, &spread);
-        report(o, (bench_result){.op = "decode_at", .tokens = o->decode_at, .value = 1e3 * t,
+        report(o, (bench_result){.op = "decode_at", .tokens = at, .value = 1e3 * t,
                                  .unit = "ms/tok", .fraction = roof_ms / (1e3 * t), .spread = spread});
-        report_cpu(o, "decode_at_cpu", o->decode_at, cpu_s, o->n_decode);
+        report_cpu(o, "decode_at_cpu", at, cpu_s, o->n_decode);
     }
 
     uint64_t kv, scratch;
