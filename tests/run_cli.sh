@@ -32,6 +32,23 @@ grep -q "KV cache" "$tmp/err" || fail "memory stats"
 grep -q ", 2 threads, seed" "$tmp/err" || fail "threads: $(cat "$tmp/err")"
 grep -qx "prima: stopped: 32 tokens generated, as -n asked" "$tmp/err" || fail "-n reason: $(cat "$tmp/err")"
 
+# KV cache types: a Q8_0 cache takes 34/64 of F16's bytes, Q4_0 18/64; a bad type or a head
+# size the blocks do not divide is a one-line error
+kvmodel=$fixtures/models/synth-spm512-l4-e256-q8_0.gguf
+for t in f16 q8_0 q4_0; do
+    "$prima" run -m "$kvmodel" -p "Hello" -n 4 --temp 0 -c 2048 -ctk $t -ctv $t >/dev/null \
+        2>"$tmp/kv-$t" || fail "run -ctk $t exit status"
+done
+kv_mib() { sed -n 's/.*KV cache \([0-9.]*\) MiB.*/\1/p' "$tmp/kv-$1"; }
+[ "$(kv_mib f16)" = 4.0 ] && [ "$(kv_mib q8_0)" = 2.1 ] && [ "$(kv_mib q4_0)" = 1.1 ] ||
+    fail "KV cache sizes f16/q8_0/q4_0: $(kv_mib f16) $(kv_mib q8_0) $(kv_mib q4_0) MiB"
+"$prima" run -m "$kvmodel" -ctv q5 -p hi -n 1 >/dev/null 2>"$tmp/err"
+[ $? = 2 ] && grep -qx "prima: -ctv: expected f16, q8_0 or q4_0, got 'q5'" "$tmp/err" ||
+    fail "-ctv q5: $(cat "$tmp/err")"
+"$prima" run -m "$model" -ctk q8_0 -p hi -n 1 >/dev/null 2>"$tmp/err"
+[ $? = 1 ] && grep -q "K cache type Q8_0: needs a head size that is a multiple of 32" "$tmp/err" ||
+    fail "-ctk q8_0 on 8-dimension heads: $(cat "$tmp/err")"
+
 # the prompt from a file, weights locked in RAM
 printf 'Once upon a time' >"$tmp/prompt.txt"
 "$prima" run -m "$model" -f "$tmp/prompt.txt" -n 32 --temp 0 --mlock >"$tmp/out" 2>/dev/null ||
@@ -143,6 +160,11 @@ done
 [ "$(grep -c '"op":"prefill"' "$tmp/bench")" -eq 2 ] || fail "bench run: prefill at 64 and 512"
 jq -e -s 'all(.[]; type == "object") and .[0] == {op: "path", path: .[0].path}' "$tmp/bench" \
     >/dev/null || fail "bench run: not JSON lines, or no path line first: $(head -2 "$tmp/bench")"
+# --decode-at: decode after contexts of each length (extending one context), as llama-bench -d
+"$prima" bench run -m "$model" -t 1 --reps 1 --decode 2 --decode-at 10,40,90 --json \
+    >"$tmp/bench" || fail "bench run --decode-at status"
+[ "$(jq -s -c '[.[] | select(.op == "decode_at" or .op == "decode_at_cpu") | .tokens]' \
+    "$tmp/bench")" = "[10,10,40,40,90,90]" ] || fail "bench run --decode-at: $(cat "$tmp/bench")"
 
 # errors: one line naming the problem; 1 for errors, 2 for usage
 expect() { # STATUS TEXT COMMAND...
@@ -173,6 +195,8 @@ expect 2 "exactly one of -p TEXT and --tokens" "$prima" logits -m "$model" -o "$
 expect 2 "unknown option '--frob'" "$prima" bench run -m "$model" --frob
 expect 2 "no model" "$prima" bench run
 expect 1 "$tmp/none.gguf" "$prima" bench run -m "$tmp/none.gguf"
+expect 2 "--decode-at: expected up to 8 ascending" "$prima" bench run -m "$model" --decode-at 40,10
+expect 2 "--decode-at: expected up to 8 ascending" "$prima" bench run -m "$model" --decode-at 1,x
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "all checks passed"

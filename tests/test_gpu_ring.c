@@ -17,7 +17,7 @@
 
 enum { N_CTX = 64, N_BATCH = 4, N_STEPS = 16, LOSE_AT = 5 };
 
-static const model *m;
+static model *m;
 static ring_model rm;
 static engine_backend backends[2];
 static fake_worker workers[2];

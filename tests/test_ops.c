@@ -191,22 +191,23 @@ static void test_rope(void)
 
 /* ---- attention ---- */
 
-static void attention_reference(double *out, const float *q, int n_tokens, const int32_t *pos,
-                                const uint16_t *k, const uint16_t *v, int n_head, int n_kv,
+/* k and v: the cache's values as the kernel sees them (dequantized), each KV head's n_ctx rows
+ * together (kern_kv); qk: the queries as they meet the keys (rounded to F16, or to Q8_0 for
+ * quantized keys). */
+static void attention_reference(double *out, const float *qk, int n_tokens, const int32_t *pos,
+                                const float *k, const float *v, int n_ctx, int n_head, int n_kv,
                                 int hd, float scale)
 {
     double *s = malloc(sizeof(double) * (size_t)(pos[n_tokens - 1] + 1));
     for (int t = 0; t < n_tokens; t++)
         for (int h = 0; h < n_head; h++) {
             int kvh = h / (n_head / n_kv), nk = pos[t] + 1;
-            const float *qh = q + ((size_t)t * n_head + h) * hd;
+            const float *qh = qk + ((size_t)t * n_head + h) * hd;
             double max = -INFINITY, sum = 0;
             for (int j = 0; j < nk; j++) {
                 double d = 0;
-                /* the query at F16 precision, as it meets the F16 keys (kern.h) */
                 for (int e = 0; e < hd; e++)
-                    d += (double)fp16_to_fp32(fp32_to_fp16(qh[e])) *
-                         fp16_to_fp32(k[((size_t)j * n_kv + kvh) * hd + e]);
+                    d += (double)qh[e] * k[((size_t)kvh * n_ctx + j) * hd + e];
                 s[j] = d * scale;
                 max = s[j] > max ? s[j] : max;
             }
@@ -216,37 +217,56 @@ static void attention_reference(double *out, const float *q, int n_tokens, const
             for (int e = 0; e < hd; e++) {
                 double acc = 0;
                 for (int j = 0; j < nk; j++)
-                    acc += s[j] * fp16_to_fp32(v[((size_t)j * n_kv + kvh) * hd + e]);
+                    acc += s[j] * v[((size_t)kvh * n_ctx + j) * hd + e];
                 o[e] = acc / sum;
             }
         }
     free(s);
 }
 
-static void check_attention(int n_head, int n_kv, int hd, int n_tokens, int first_pos, double q_amp)
+/* x (n values) stored in type t at dst, and read back into x */
+static void as_cache(enum dtype t, float *x, size_t n, void *dst)
+{
+    const kern_type *kt = kern_type_get(t);
+    kt->from_float(x, dst, (int64_t)n);
+    kt->to_float(dst, x, (int64_t)n);
+}
+
+static void check_attention_types(int n_head, int n_kv, int hd, int n_tokens, int first_pos,
+                                  double q_amp, enum dtype kt, enum dtype vt)
 {
     int n_ctx = first_pos + n_tokens, n_q = n_tokens * n_head * hd;
     size_t kv_n = (size_t)n_ctx * n_kv * hd;
-    float *q = malloc(sizeof(float) * (size_t)n_q), *tmp = malloc(sizeof(float) * kv_n);
-    uint16_t *k = malloc(2 * kv_n), *v = malloc(2 * kv_n);
+    float *q = malloc(sizeof(float) * (size_t)n_q), *qk = malloc(sizeof(float) * (size_t)n_q);
+    float *kf = malloc(sizeof(float) * kv_n), *vf = malloc(sizeof(float) * kv_n);
+    void *k = malloc(dtype_row_bytes(kt, kv_n)), *v = malloc(dtype_row_bytes(vt, kv_n));
     double *ref = malloc(sizeof(double) * (size_t)n_q);
     float *out[4];
     int32_t pos[64];
     fill(q, n_q, q_amp);
-    fill(tmp, (int)kv_n, 1.5);
-    for (size_t i = 0; i < kv_n; i++)
-        k[i] = fp32_to_fp16(tmp[i]);
-    fill(tmp, (int)kv_n, 1.0);
-    for (size_t i = 0; i < kv_n; i++)
-        v[i] = fp32_to_fp16(tmp[i]);
+    fill(kf, (int)kv_n, 1.5);
+    fill(vf, (int)kv_n, 1.0);
+    as_cache(kt, kf, kv_n, k);
+    as_cache(vt, vf, kv_n, v);
+    /* the queries as they meet the keys */
+    memcpy(qk, q, sizeof(float) * (size_t)n_q);
+    if (kt == DT_F16) {
+        for (int i = 0; i < n_q; i++)
+            qk[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+    } else {
+        void *qa = malloc(dtype_row_bytes(DT_Q8_0, (uint64_t)n_q));
+        as_cache(DT_Q8_0, qk, (size_t)n_q, qa);
+        free(qa);
+    }
     for (int t = 0; t < n_tokens; t++)
         pos[t] = first_pos + t;
     float scale = 1.0f / sqrtf((float)hd);
-    attention_reference(ref, q, n_tokens, pos, k, v, n_head, n_kv, hd, scale);
+    attention_reference(ref, qk, n_tokens, pos, kf, vf, n_ctx, n_head, n_kv, hd, scale);
+    const kern_kv kv = {k, v, kt, vt};
     for (int nt = 1; nt <= 3; nt++) {
         out[nt] = malloc(sizeof(float) * (size_t)n_q);
-        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, 0, 0, NULL, k, v, n_head, n_kv, hd,
-                       scale);
+        kern_attention(ctx[nt], out[nt], q, n_tokens, pos, NULL, (size_t)n_ctx, 0, NULL, &kv,
+                       n_head, n_kv, hd, scale);
         if (nt > 1)
             CHECK(!memcmp(out[nt], out[1], sizeof(float) * (size_t)n_q),
                   "attention differs between 1 and %d threads", nt);
@@ -256,15 +276,24 @@ static void check_attention(int n_head, int n_kv, int hd, int n_tokens, int firs
         worst = worse(worst, fabs(out[1][i] - ref[i]));
     /* Float scores carry a relative error of a few ulp, which moves the weights by that much
      * times the score's size. */
-    CHECK(worst < 2e-5 * q_amp, "attention %d/%d heads hd %d, %d tokens from %d (%s): error %g",
-          n_head, n_kv, hd, n_tokens, first_pos, kern_path_name(kern_active_path()), worst);
+    CHECK(worst < 2e-5 * q_amp,
+          "attention %d/%d heads hd %d, %d tokens from %d, cache %s/%s (%s): error %g", n_head,
+          n_kv, hd, n_tokens, first_pos, dtype_get(kt)->name, dtype_get(vt)->name,
+          kern_path_name(kern_active_path()), worst);
     for (int nt = 1; nt <= 3; nt++)
         free(out[nt]);
     free(q);
-    free(tmp);
+    free(qk);
+    free(kf);
+    free(vf);
     free(k);
     free(v);
     free(ref);
+}
+
+static void check_attention(int n_head, int n_kv, int hd, int n_tokens, int first_pos, double q_amp)
+{
+    check_attention_types(n_head, n_kv, hd, n_tokens, first_pos, q_amp, DT_F16, DT_F16);
 }
 
 static void test_attention(void)
@@ -276,6 +305,11 @@ static void test_attention(void)
     check_attention(4, 2, 64, 17, 0, 1.5);    /* a prompt from position 0 */
     /* Scores in the hundreds: exp() overflows unless the running maximum is kept right. */
     check_attention(2, 1, 24, 2, 300, 400.0);
+    /* quantized caches: Q8_0 / Q4_0 keys meet a Q8_0 query; values dequantized in tiles */
+    check_attention_types(8, 2, 64, 3, 150, 1.5, DT_Q8_0, DT_Q8_0);
+    check_attention_types(6, 3, 32, 2, 90, 1.5, DT_Q4_0, DT_Q4_0);
+    check_attention_types(4, 1, 128, 1, 200, 1.5, DT_F16, DT_Q8_0);
+    check_attention_types(4, 2, 96, 17, 0, 1.5, DT_Q8_0, DT_F16);
 }
 
 /* ---- matmul ---- */

@@ -14,6 +14,7 @@
 
 #include "cluster/proto.h"
 #include "cluster/wire.h"
+#include "gguf/dtype.h"
 #include "test.h"
 
 static uint64_t get64(const uint8_t *p)
@@ -104,6 +105,26 @@ static void plan_layout(void)
     g.len = old_len + 4;
     CHECK(proto_decode_plan(&g, &d, err, sizeof err) == -1,
           "GPU layers for 1 of 3 devices accepted");
+
+    /* KV cache types: last, after the GPU layers and a (zero) weight budget */
+    m.kv_type[0] = DT_Q8_0;
+    m.kv_type[1] = DT_Q4_0;
+    REQUIRE(proto_send_plan(&a, &m, err, sizeof err) == 0, "%s", err);
+    REQUIRE(conn_recv(&b, &f, 1000, err, sizeof err) == 0, "%s", err);
+    CHECK(f.len == old_len + 3 * 4 + 8 + 2, "a PLAN with cache types has %u bytes", f.len);
+    if (f.len == old_len + 22)
+        CHECK(f.body[old_len + 20] == DT_Q8_0 && f.body[old_len + 21] == DT_Q4_0,
+              "cache types K then V, last");
+    CHECK(proto_decode_plan(&f, &d, err, sizeof err) == 0 && !memcmp(&d, &m, sizeof d),
+          "PLAN with cache types: %s", err);
+    g = f;
+    if (f.len == old_len + 22)
+        ((uint8_t *)g.body)[old_len + 21] = DT_Q4_K;
+    CHECK(proto_decode_plan(&g, &d, err, sizeof err) == -1 && strstr(err, "KV cache type"),
+          "a PLAN with a Q4_K cache accepted");
+    if (f.len == old_len + 22)
+        ((uint8_t *)g.body)[old_len + 21] = DT_Q4_0;
+    m.kv_type[0] = m.kv_type[1] = 0;
 
     char note[PROTO_NOTE_MAX];
     REQUIRE(proto_send_ready(&a, "", err, sizeof err) == 0, "%s", err);

@@ -106,7 +106,7 @@ out:
     return rc;
 }
 
-static const model *m;
+static model *m;
 static ring_model rm;
 
 /* A ring of the head and one worker with windows lw; the script through it. *batches: the

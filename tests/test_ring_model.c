@@ -57,7 +57,7 @@ static int script(session *s, const fid_case *c, outputs *o, char *err, size_t e
     return 0;
 }
 
-static const model *m;
+static model *m;
 static ring_model rm;
 static engine_backend backends[3];
 static fake_worker workers[3];
@@ -104,7 +104,9 @@ static int run_ring(const plan_case *pc, const fid_case *c, outputs *o, char *er
     return rc;
 }
 
-static void check_model(const char *fixtures, const char *case_json, const plan_case *cases, int n)
+/* kv: the KV cache type of K and V on every device (the head's, which its PLAN carries) */
+static void check_model_kv(const char *fixtures, const char *case_json, const plan_case *cases,
+                           int n, enum dtype kv)
 {
     char err[512], path[4096];
     fid_case c;
@@ -114,6 +116,7 @@ static void check_model(const char *fixtures, const char *case_json, const plan_
     model *mm = model_load(path, err, sizeof err);
     REQUIRE(mm, "%s", err);
     m = mm;
+    REQUIRE(model_set_kv_types(m, kv, kv, err, sizeof err) == 0, "%s", err);
     REQUIRE(ring_model_init(&rm, m, err, sizeof err) == 0, "%s", err);
     const int nv = m->hp.n_vocab;
 
@@ -166,6 +169,11 @@ static void check_model(const char *fixtures, const char *case_json, const plan_
     fid_case_free(&c);
 }
 
+static void check_model(const char *fixtures, const char *case_json, const plan_case *cases, int n)
+{
+    check_model_kv(fixtures, case_json, cases, n, DT_F16);
+}
+
 int main(void)
 {
     const char *fx = test_fixtures();
@@ -203,6 +211,14 @@ int main(void)
         {3, {1, 1, 2}, 0, WIRE_F16},
     };
     check_model(fx, "synth-spm512-l4-e256-q4_k_m.mixed.json", synth, sizeof synth / sizeof synth[0]);
+    /* quantized caches: the workers store them as the head's PLAN says, so the ring still gives
+     * one device's bits (on one device: F16 would give other logits) */
+    const plan_case synth_kv[] = {
+        {3, {1, 1, 2}, 0, WIRE_F32},
+        {2, {1, 1}, 2, WIRE_F32},               /* 2 rounds, partial */
+    };
+    check_model_kv(fx, "synth-spm512-l4-e256-q4_k_m.mixed.json", synth_kv, 2, DT_Q8_0);
+    check_model_kv(fx, "synth-spm512-l4-e256-q4_k_m.mixed.json", synth_kv, 2, DT_Q4_0);
     /* Gemma 3: 6 layers, five sliding (window 8: rings of 14 rows here) and a global one */
     const plan_case gemma[] = {
         {2, {2, 4}, 0, WIRE_F32},

@@ -24,7 +24,7 @@ static const int32_t prompts[N_SEQ][9] = {
 };
 static const int prompt_len[N_SEQ] = {9, 3, 7, 3};
 
-static const model *m;
+static model *m;
 static ring_model rm;
 static engine_backend backends[2];
 static fake_worker workers[2];

@@ -11,6 +11,7 @@
 #include "cluster/discover.h"
 #include "cluster/net.h"
 #include "kernels/kern.h"
+#include "model/model.h"
 #include "model/spec.h"
 
 int default_threads(void)
@@ -42,6 +43,16 @@ uint64_t run_opts_fresh_seed(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}
+
+int run_opts_apply_kv(const run_opts *o, model *m, char *err, size_t errlen)
+{
+    char why[256];
+    if (model_set_kv_types(m, o->kv_type[0], o->kv_type[1], why, sizeof why)) {
+        snprintf(err, errlen, "KV cache types: %s", why);
+        return -1;
+    }
+    return 0;
 }
 
 void run_opts_free(run_opts *o)

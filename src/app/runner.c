@@ -126,7 +126,8 @@ int runner_open(runner *r, char *err, size_t errlen)
 int runner_load(runner *r, char *err, size_t errlen)
 {
     r->m = model_load(r->o.model, err, errlen);
-    if (!r->m || (r->o.mlock && model_mlock(r->m, err, errlen)))
+    if (!r->m || (r->o.mlock && model_mlock(r->m, err, errlen)) ||
+        run_opts_apply_kv(&r->o, r->m, err, errlen))
         return -1;
     r->tk = tokenizer_load(r->m->file, err, errlen);
     if (!r->tk)

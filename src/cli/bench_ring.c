@@ -563,6 +563,8 @@ static int run(int argc, char **argv)
     model *m = model_load(o.ro.model, err, sizeof err);
     if (!m)
         rc = cli_fail("%s", err);
+    else if (run_opts_apply_kv(&o.ro, m, err, sizeof err))
+        rc = cli_fail("%s", err);
     else if (o.n_seqs)
         rc = measure_seqs(&o, m, &plain);
     else

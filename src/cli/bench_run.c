@@ -23,7 +23,7 @@
 static const int prefill_tokens[] = {64, 512};
 
 static const char usage_text[] =
-    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N] [--decode-at P]\n"
+    "usage: prima bench run -m FILE [--json] [-t N] [--reps N] [--decode N] [--decode-at P,...]\n"
     "\n"
     "Run a model on this device and measure, in one run:\n"
     "  load            seconds to open and check the model (the weights stay mapped)\n"
@@ -44,20 +44,42 @@ static const char usage_text[] =
     "are a fixed pseudo-random sequence.\n"
     "\n";
 
+#define MAX_DECODE_AT 8
+
 struct opts {
     run_opts ro;
     bool json;
-    int reps, n_decode, decode_at; /* decode_at: 0 = not measured */
+    int reps, n_decode;
+    int decode_at[MAX_DECODE_AT], n_decode_at;
 };
+
+/* --decode-at P,...: up to MAX_DECODE_AT ascending context lengths */
+static int parse_decode_at(void *dst, const char *flag, const char *v)
+{
+    struct opts *o = dst;
+    o->n_decode_at = parse_int_list(v, 1, 1 << 20, o->decode_at, MAX_DECODE_AT);
+    bool ascending = o->n_decode_at > 0;
+    for (int k = 1; k < o->n_decode_at; k++)
+        ascending &= o->decode_at[k] > o->decode_at[k - 1];
+    if (!ascending) {
+        cli_fail("%s: expected up to %d ascending context lengths (1 to %d, comma-separated), "
+                 "got '%s'", flag, MAX_DECODE_AT, 1 << 20, v);
+        return -1;
+    }
+    return 0;
+}
 
 #define F(field) offsetof(struct opts, field)
 static const cli_opt bench_rows[] = {
     {"--reps", "N", CLI_INT, F(reps), 1, 100000,
      .help = "repetitions of each prefill (default 4)"},
     {"--decode", "N", CLI_INT, F(n_decode), 1, 100000, .help = "decode steps timed (default 32)"},
-    {"--decode-at", "P", CLI_INT, F(decode_at), 1, 100000,
-     .help = "also time the decode steps after a prompt of P tokens\n"
-             "(decode_at, decode_at_cpu: tokens is P): what a long\ncontext costs"},
+    {"--decode-at", "P,...", CLI_FN, .fn = parse_decode_at,
+     .help = "also time the decode steps after a context of P tokens\n"
+             "(decode_at, decode_at_cpu: tokens is P), for up to 8\n"
+             "values of P in ascending order (each context extends\n"
+             "the last): what a long context costs, as llama-bench's\n"
+             "-d depth"},
     {"--json", NULL, CLI_FLAG, F(json),
      .help = "one JSON object per measurement and line (see prima\nbench kernels)"},
     {0},
@@ -126,16 +148,21 @@ static void fill_tokens(int32_t *t, int n, int n_vocab)
 /* The longest prompt a run evaluates. */
 static int longest_prompt(const struct opts *o)
 {
-    return o->decode_at > prefill_tokens[1] ? o->decode_at : prefill_tokens[1];
+    const int last = o->n_decode_at ? o->decode_at[o->n_decode_at - 1] : 0;
+    return last > prefill_tokens[1] ? last : prefill_tokens[1];
 }
 
-/* Evaluate toks[0..at) as a prompt from position 0, then time n decode steps one token each
- * (secs[i]); *cpu_s: the CPU time of those steps. */
-static int time_decode(session *s, const int32_t *toks, int at, int n, double *secs, double *cpu_s,
-                       char *err, size_t errlen)
+/* Make toks[0..at) the context (from scratch when `from` is 0, else extending or cutting back
+ * a context of toks[0..from)), then time n decode steps one token each (secs[i]); *cpu_s: the
+ * CPU time of those steps. The context is then toks[0..at + n). */
+static int time_decode(session *s, const int32_t *toks, int from, int at, int n, double *secs,
+                       double *cpu_s, char *err, size_t errlen)
 {
-    session_truncate(s, 0);
-    if (session_eval(s, toks, at, NULL, err, errlen))
+    if (from == 0 || from > at) {
+        session_truncate(s, from > at ? at : 0);
+        from = s->n_past; /* a sliding window's ring may not allow the cut: from scratch */
+    }
+    if (at > from && session_eval(s, toks + from, at - from, NULL, err, errlen))
         return -1;
     double c0 = cpu_seconds();
     for (int i = 0; i < n; i++) {
@@ -196,7 +223,7 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
     }
 
     double cpu_s;
-    if (time_decode(s, toks, 1, o->n_decode, secs, &cpu_s, err, sizeof err)) {
+    if (time_decode(s, toks, 0, 1, o->n_decode, secs, &cpu_s, err, sizeof err)) {
         rc = cli_fail("bench run: %s", err);
         goto out;
     }
@@ -207,15 +234,17 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
                              .fraction = roof_ms / (1e3 * t), .spread = spread});
     report(o, (bench_result){.op = "decode_roofline", .value = roof_ms, .unit = "ms/tok",
                              .fraction = -1, .spread = -1});
-    if (o->decode_at) {
-        if (time_decode(s, toks, o->decode_at, o->n_decode, secs, &cpu_s, err, sizeof err)) {
+    for (int k = 0, ctx = 1 + o->n_decode; k < o->n_decode_at; k++) {
+        const int at = o->decode_at[k];
+        if (time_decode(s, toks, ctx, at, o->n_decode, secs, &cpu_s, err, sizeof err)) {
             rc = cli_fail("bench run: %s", err);
             goto out;
         }
+        ctx = at + o->n_decode;
         t = bench_median_spread(secs, o->n_decode, &spread);
-        report(o, (bench_result){.op = "decode_at", .tokens = o->decode_at, .value = 1e3 * t,
+        report(o, (bench_result){.op = "decode_at", .tokens = at, .value = 1e3 * t,
                                  .unit = "ms/tok", .fraction = roof_ms / (1e3 * t), .spread = spread});
-        report_cpu(o, "decode_at_cpu", o->decode_at, cpu_s, o->n_decode);
+        report_cpu(o, "decode_at_cpu", at, cpu_s, o->n_decode);
     }
 
     uint64_t kv, scratch;
@@ -247,6 +276,10 @@ static int run(int argc, char **argv)
     if (!m)
         return cli_fail("%s", err);
     if (o.ro.mlock && model_mlock(m, err, sizeof err)) {
+        model_free(m);
+        return cli_fail("%s", err);
+    }
+    if (run_opts_apply_kv(&o.ro, m, err, sizeof err)) {
         model_free(m);
         return cli_fail("%s", err);
     }

@@ -235,6 +235,10 @@ static int run_logits(logits_job *j)
         cli_fail("%s", err);
         goto done;
     }
+    if (run_opts_apply_kv(&j->o, m, err, sizeof err)) {
+        cli_fail("%s", err);
+        goto done;
+    }
     tk = tokenizer_load(m->file, err, sizeof err);
     if (!tk) {
         cli_fail("%s", err);

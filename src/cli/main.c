@@ -25,6 +25,7 @@ static const struct cli_command *const commands[] = {
 static const cli_term shared_terms[] = {
     {"layer windows", "-lw"},       {"worker list", "--workers"},
     {"profile cache", "--profile-cache"}, {"listen host", "--host"},
+    {"KV cache types", "-ctk/-ctv"},
     {NULL, NULL},
 };
 

@@ -128,6 +128,10 @@ static const cli_opt model_rows[] = {
     {"-b --batch-size", "N", CLI_INT, F(n_batch), 1, 1 << 16,
      .help = "prompt tokens evaluated per batch (default 512)"},
     {"--mlock", NULL, CLI_FLAG, F(mlock), .help = "lock the model's weights in RAM"},
+    {"-ctk --cache-type-k", "T", CLI_STR, F(cache_type_k),
+     .help = "KV cache type of the keys: f16 (default), q8_0 or q4_0\n"
+             "(q8_0 about halves the cache; docs/kv-cache.md)"},
+    {"-ctv --cache-type-v", "T", CLI_STR, F(cache_type_v), .help = "likewise for the values"},
     {0},
 };
 static const cli_opt gpu_rows[] = {
@@ -281,6 +285,18 @@ int run_opts_finish(run_opts *o)
     if ((o->groups & RUN_OPT_MODEL) && !o->model) {
         cli_fail("no model given (-m FILE)");
         return 2;
+    }
+    const char *kv[2] = {o->cache_type_k, o->cache_type_v};
+    for (int i = 0; i < 2; i++) {
+        o->kv_type[i] = DT_F16;
+        if (kv[i] && !strcmp(kv[i], "q8_0"))
+            o->kv_type[i] = DT_Q8_0;
+        else if (kv[i] && !strcmp(kv[i], "q4_0"))
+            o->kv_type[i] = DT_Q4_0;
+        else if (kv[i] && strcmp(kv[i], "f16")) {
+            cli_fail("%s: expected f16, q8_0 or q4_0, got '%s'", i ? "-ctv" : "-ctk", kv[i]);
+            return 2;
+        }
     }
     if ((o->groups & RUN_OPT_GPU) && !(o->gpu_mem >= 0.0f)) {
         cli_fail("--gpu-mem must be a non-negative size in GiB, got %g", (double)o->gpu_mem);

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cluster/proto.h"
+#include "gguf/dtype.h"
 
 /* Bodies are little-endian on the wire; arrays of positions and hidden states are sent as they lie
  * in memory, which is only right on little-endian hosts (every target prima has). */
@@ -603,13 +604,22 @@ static int send_plan_as(conn *c, int type, const msg_plan *m, char *err, size_t 
     w_str(&w, m->succ_host);
     w_u32(&w, m->succ_port);
     w_u32(&w, m->n_seq);
-    bool gpu = m->weight_budget != 0;   /* a weight budget comes after the GPU layers */
+    /* optional fields, in order: each present when it or a later one is */
+    bool kv = false;
+    for (int i = 0; i < 2; i++)
+        kv |= m->kv_type[i] != 0 && m->kv_type[i] != DT_F16;
+    const bool budget = kv || m->weight_budget != 0;
+    bool gpu = budget;
     for (uint32_t d = 0; d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
         gpu |= m->gpu_layers[d] != 0;
     for (uint32_t d = 0; gpu && d < m->n_dev && d < PRIMA_MAX_DEVICES; d++)
         w_u32(&w, m->gpu_layers[d]);
-    if (m->weight_budget)
+    if (budget)
         w_u64(&w, m->weight_budget);
+    if (kv) {
+        w_u8(&w, m->kv_type[0]);
+        w_u8(&w, m->kv_type[1]);
+    }
     return conn_send(c, type, w.b, w.n, err, errlen);
 }
 
@@ -655,8 +665,19 @@ int proto_decode_plan(const frame *f, msg_plan *m, char *err, size_t errlen)
             m->gpu_layers[d] = r_u32(&r);
     if (r.off < r.n)   /* absent: the device's own measure of its memory */
         m->weight_budget = r_u64(&r);
+    if (r.off < r.n) {
+        m->kv_type[0] = r_u8(&r);
+        m->kv_type[1] = r_u8(&r);
+    }
     if (r_done(&r, f, err, errlen))
         return -1;
+    for (int i = 0; i < 2; i++)
+        if (m->kv_type[i] != 0 && m->kv_type[i] != DT_F16 && m->kv_type[i] != DT_Q8_0 &&
+            m->kv_type[i] != DT_Q4_0) {
+            snprintf(err, errlen, "PLAN with KV cache type %u (not F16, Q8_0 or Q4_0)",
+                     m->kv_type[i]);
+            return -1;
+        }
     if (m->n_seq < 1 || m->n_seq > PROTO_MAX_SEQ) {
         snprintf(err, errlen, "PLAN for %u sequences (1 to %d)", m->n_seq, PROTO_MAX_SEQ);
         return -1;

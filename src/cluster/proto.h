@@ -200,8 +200,13 @@ typedef struct msg_plan {
     /* n_m per device. On the wire after n_seq, and only when one is not 0 (or a weight budget
      * follows). */
     uint32_t gpu_layers[PRIMA_MAX_DEVICES];
-    /* The receiver's ring_plan.weight_budget: after the GPU layers, only when not 0. */
+    /* The receiver's ring_plan.weight_budget: after the GPU layers, only when not 0 (or cache
+     * types follow). */
     uint64_t weight_budget;
+    /* The KV cache's K and V types (dtype ids: F16, Q8_0, Q4_0; 0, never a cache type, also
+     * means F16), the same on every device: after the weight budget, only when one is neither
+     * (absent: 0). */
+    uint8_t kv_type[2];
 } msg_plan;
 
 typedef struct msg_batch {

@@ -650,6 +650,8 @@ static void plan_msg(const ring *r, int i, const uint8_t *session, msg_plan *mp)
                      .prefetch = o->prefetch, .release = (uint8_t)o->release,
                      .n_seq = (uint32_t)o->n_seq,
                      .weight_budget = r->plan.weight_budget[i + 1]};
+    for (int t = 0; t < 2; t++)
+        mp->kv_type[t] = (uint8_t)o->kv_type[t];
     memcpy(mp->session, session, sizeof mp->session);
     for (int d = 0; d < r->plan.n_dev; d++) {
         mp->window[d] = (uint32_t)r->plan.window[d];

@@ -24,8 +24,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "cluster/key.h"
 #include "cluster/device.h"
+#include "cluster/key.h"
+#include "gguf/dtype.h"
 #include "model/sample.h"
 
 typedef struct ring ring;
@@ -61,6 +62,7 @@ typedef struct ring_opts {
     int n_seq;                     /* sequences, each with a KV cache of n_ctx positions on
                                     * every device (0 or 1: one; at most PROTO_MAX_SEQ) */
     int worker_threads;            /* 0: each worker's own default */
+    enum dtype kv_type[2];         /* K and V cache types of every device (DT_F32, 0: F16) */
     bool prefetch;
     enum release_policy release;
     enum prefetch_method method;

@@ -177,11 +177,15 @@ static int count_marked(const bool *mark, int n)
 }
 
 static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int n_seq,
-                        int max_batch, int threads, ring_layers *out, char *note,
-                        size_t notelen, char *err, size_t errlen)
+                        int max_batch, int threads, const uint8_t kv_type[2], ring_layers *out,
+                        char *note, size_t notelen, char *err, size_t errlen)
 {
     engine_backend *eb = ctx;
     note[0] = 0;
+    /* the head's cache types, for this session (a worker serves one head at a time) */
+    if (model_set_kv_types(eb->m, kv_type[0] ? kv_type[0] : DT_F16,
+                           kv_type[1] ? kv_type[1] : DT_F16, err, errlen))
+        return -1;
     eb->kc = kern_ctx_create(threads > 0 ? threads : 1);
     if (!eb->kc) {
         snprintf(err, errlen, "cannot start %d compute threads", threads);
@@ -214,7 +218,7 @@ static void backend_close(void *ctx, ring_layers *layers)
     eb->kc = NULL;
 }
 
-void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m,
+void engine_backend_init(engine_backend *eb, const ring_model *rm, model *m,
                          const offload_opts *gpu)
 {
     eb->m = m;
@@ -344,6 +348,8 @@ session *ring_head_session(ring_head *h, const ring_opts *o, const offload_opts 
         return NULL;
     ring_opts ro = *o;
     ro.n_ctx = n_ctx;
+    ro.kv_type[0] = m->kv_type[0];   /* every device stores the cache as the head does */
+    ro.kv_type[1] = m->kv_type[1];
     ro.max_batch = n_batch < n_ctx ? n_batch : n_ctx;   /* as the session clamps it */
     h->r = ring_connect(&ro, &h->rm, err, errlen);
     bool *owns = calloc((size_t)m->hp.n_layer, sizeof *owns);

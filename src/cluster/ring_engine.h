@@ -30,13 +30,13 @@ void ring_model_release(ring_model *rm);
  * describe m. */
 typedef struct engine_backend {
     ring_backend b;
-    const model *m;
+    model *m;           /* its cache types are set per session, as the head's plan says */
     kern_ctx *kc;       /* the current session's threads: a worker serves one head at a time */
     offload_opts gpu;
     gpu_dev *dev;       /* the current session's GPU, when it holds layers */
 } engine_backend;
 
-void engine_backend_init(engine_backend *eb, const ring_model *rm, const model *m,
+void engine_backend_init(engine_backend *eb, const ring_model *rm, model *m,
                          const offload_opts *gpu);
 
 /* A worker without a copy of the model: the model it computes is loaded from the file its

@@ -492,8 +492,8 @@ static void apply_plan(wsession *s, const frame *f)
     int threads = s->mp.threads ? (int)s->mp.threads : w->o.threads;
     char note[PROTO_NOTE_MAX] = "";
     int rc = w->b->open(w->b->ctx, owns, n_gpu ? on_gpu : NULL, (int)s->mp.n_ctx,
-                        (int)s->mp.n_seq, (int)s->mp.max_batch, threads, &s->layers, note,
-                        sizeof note, err, sizeof err);
+                        (int)s->mp.n_seq, (int)s->mp.max_batch, threads, s->mp.kv_type,
+                        &s->layers, note, sizeof note, err, sizeof err);
     free(owns);
     if (rc) {
         worker_fail_session(s, "%s", err);

@@ -21,12 +21,14 @@ typedef struct ring_backend {
     const ring_model *model;
     void *ctx;
     /* KV cache for the layers in owns only, for n_seq sequences of n_ctx positions each;
-     * batches of at most max_batch tokens. on_gpu (NULL: none) marks the owned layers the plan
+     * batches of at most max_batch tokens; K and V cached in kv_type (dtype ids, the head's;
+     * 0: F16).
+     * on_gpu (NULL: none) marks the owned layers the plan
      * puts on this device's GPU; note gets one line on what became of them (they run on the
      * CPU when there is no usable GPU), "" without them. */
     int (*open)(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int n_seq,
-                int max_batch, int threads, ring_layers *out, char *note, size_t notelen,
-                char *err, size_t errlen);
+                int max_batch, int threads, const uint8_t kv_type[2], ring_layers *out,
+                char *note, size_t notelen, char *err, size_t errlen);
     void (*close)(void *ctx, ring_layers *layers);
 } ring_backend;
 

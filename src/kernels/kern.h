@@ -79,20 +79,29 @@ void kern_rope_angles(int pos, const rope_params *rp, float *cs, float *sn);
 /* Rotate n_heads heads of head_dim values at x (contiguous) for position pos. */
 void kern_rope(float *x, int n_heads, int head_dim, int pos, const rope_params *rp);
 
-/* Grouped-query attention over an F16 KV cache for a batch of tokens of one or more sequences.
- * q: n_tokens x (n_head*head_dim), rounded to F16 where it meets the keys; out likewise. The cache of sequence s starts at row
- * s * seq_rows of k_cache/v_cache ([rows][n_head_kv*head_dim] F16); its row j % seq_rows holds
- * position j (a ring when the sequence outgrows it; seq_rows 0: row j, for one sequence).
+/* A layer's KV cache in k_type / v_type: for each sequence s and KV head h, a region of
+ * seq_rows rows of head_dim elements (region s * n_head_kv + h; kern_attention's seq_rows). */
+typedef struct kern_kv {
+    const void *k, *v;
+    enum dtype k_type, v_type;
+} kern_kv;
+
+/* The cache types kern_attention reads: F16, and Q8_0 or Q4_0 when head_dim is a multiple of
+ * their 32-element blocks (a head's part of a row is then whole blocks). */
+bool kern_kv_type_ok(enum dtype t, int head_dim);
+
+/* Grouped-query attention over a KV cache for a batch of tokens of one or more sequences.
+ * q: n_tokens x (n_head*head_dim), rounded to F16 where it meets F16 keys (to Q8_0 where it
+ * meets quantized ones); out likewise. Row j % seq_rows of a sequence's regions (kern_kv) holds
+ * position j: a ring when the sequence outgrows it.
  * Token t (of sequence seq[t]; seq NULL: all of sequence 0) attends to its sequence's positions
  * 0..pos[t] (causal), or only the last `window` of them (window > 0: sliding attention; a ring
  * must hold them). sinks (NULL: none): a logit per query head that joins its softmax's
  * denominator only. One pass with a running max (numerically stable), work split by (token,
- * head); a token's result depends neither on the other tokens of the batch nor on the ring's
- * size. */
+ * group of heads sharing a KV head); a token's result depends neither on the other tokens of
+ * the batch, nor on the ring's size, nor on the thread count. */
 void kern_attention(kern_ctx *c, float *out, const float *q, int n_tokens, const int32_t *pos,
                     const int32_t *seq, size_t seq_rows, int window, const float *sinks,
-                    const uint16_t *k_cache,
-                    const uint16_t *v_cache, int n_head, int n_head_kv, int head_dim,
-                    float scale);
+                    const kern_kv *kv, int n_head, int n_head_kv, int head_dim, float scale);
 
 #endif

@@ -20,11 +20,13 @@ struct engine {
     kern_ctx *kc;
     int n_ctx, max_batch, n_seq;
     bool *owns;          /* n_layer */
-    /* per layer: [n_seq][kv_rows][n_head_kv * head_dim] F16 (sequence s's region starts at row
-     * s * kv_rows; position p is row p % kv_rows), NULL if not owned */
+    /* per layer: [n_seq][n_head_kv][kv_rows] rows of head_dim elements of the model's cache
+     * types (kern_kv: each KV head's rows contiguous, so attention streams them; position p is
+     * row p % kv_rows), NULL if not owned */
     int *kv_rows;        /* n_layer: model_kv_rows */
-    uint16_t **k_cache;
-    uint16_t **v_cache;
+    size_t k_hb, v_hb;   /* bytes of one head's row */
+    uint8_t **k_cache;
+    uint8_t **v_cache;
     int *filled;         /* [n_layer][n_seq]: positions [0, filled) of a sequence hold K/V */
     int32_t *next_pos;   /* n_seq: engine_layers' check of each sequence's rows */
     /* scratch, max_batch rows each; buf[LB_H] is the caller's hidden state during a call */
@@ -64,12 +66,41 @@ static size_t buf_width(const model_hparams *hp, int b)
  * handed back by fit_scratch. */
 #define FIRST_SCRATCH LB_X
 
-/* Bytes of layer il's K (or V) cache: every sequence's region. */
-static size_t cache_bytes(const engine *e, int il)
+/* Bytes of layer il's K or V cache (a head's row hb bytes): every sequence's region. */
+static size_t cache_bytes(const engine *e, int il, size_t hb)
 {
-    const model_hparams *hp = &e->m->hp;
-    return (size_t)e->n_seq * (size_t)e->kv_rows[il] * (size_t)hp->n_head_kv *
-           (size_t)hp->head_dim * sizeof(uint16_t);
+    return (size_t)e->n_seq * (size_t)e->m->hp.n_head_kv * (size_t)e->kv_rows[il] * hb;
+}
+
+/* Sequence seq's region of layer il's K or V cache (all its KV heads' rows). */
+static uint8_t *seq_region(const engine *e, uint8_t *cache, int il, int seq, size_t hb)
+{
+    return cache + (size_t)seq * (size_t)e->m->hp.n_head_kv * (size_t)e->kv_rows[il] * hb;
+}
+
+/* Layer il's K and V caches (both NULL or both allocated, zeroed: pages of positions never
+ * reached are never touched). 0, or -1 out of memory. */
+static int alloc_cache(engine *e, int il)
+{
+    e->k_cache[il] = calloc(1, cache_bytes(e, il, e->k_hb));
+    e->v_cache[il] = calloc(1, cache_bytes(e, il, e->v_hb));
+    if (e->k_cache[il] && e->v_cache[il]) {
+        e->kv_bytes += cache_bytes(e, il, e->k_hb) + cache_bytes(e, il, e->v_hb);
+        return 0;
+    }
+    free(e->k_cache[il]);
+    free(e->v_cache[il]);
+    e->k_cache[il] = e->v_cache[il] = NULL;
+    return -1;
+}
+
+static void free_cache(engine *e, int il)
+{
+    if (e->k_cache[il])
+        e->kv_bytes -= cache_bytes(e, il, e->k_hb) + cache_bytes(e, il, e->v_hb);
+    free(e->k_cache[il]);
+    free(e->v_cache[il]);
+    e->k_cache[il] = e->v_cache[il] = NULL;
 }
 
 static int *filled_of(const engine *e, int il, int seq)
@@ -108,18 +139,16 @@ engine *engine_create_seqs(const model *m, kern_ctx *kc, int n_ctx, int max_batc
     e->kv_rows = calloc((size_t)hp->n_layer, sizeof *e->kv_rows);
     if (!e->owns || !e->k_cache || !e->v_cache || !e->filled || !e->next_pos || !e->kv_rows)
         goto oom;
+    e->k_hb = (size_t)dtype_row_bytes(m->kv_type[0], (uint64_t)hp->head_dim);
+    e->v_hb = (size_t)dtype_row_bytes(m->kv_type[1], (uint64_t)hp->head_dim);
 
     for (int il = 0; il < hp->n_layer; il++) {
         e->kv_rows[il] = model_kv_rows(m, il, n_ctx, max_batch);
         e->owns[il] = owns ? owns[il] : true;
         if (!e->owns[il])
             continue;
-        /* calloc: pages of positions never reached are never touched */
-        e->k_cache[il] = calloc(1, cache_bytes(e, il));
-        e->v_cache[il] = calloc(1, cache_bytes(e, il));
-        if (!e->k_cache[il] || !e->v_cache[il])
+        if (alloc_cache(e, il))
             goto oom;
-        e->kv_bytes += 2 * cache_bytes(e, il);
     }
 
     const uint32_t used = model_buffers(m);
@@ -211,10 +240,7 @@ int engine_attach_gpu(engine *e, gpu_layers *gl, const bool *on_gpu)
         if (!on_gpu[il] || !e->owns[il])
             continue;
         e->on_gpu[il] = true;
-        free(e->k_cache[il]);
-        free(e->v_cache[il]);
-        e->k_cache[il] = e->v_cache[il] = NULL;
-        e->kv_bytes -= 2 * cache_bytes(e, il);
+        free_cache(e, il);
     }
     return 0;
 }
@@ -227,27 +253,15 @@ int engine_set_owned(engine *e, const bool *owns)
     int rc = 0;
     memset(e->filled, 0, sizeof *e->filled * (size_t)hp->n_layer * (size_t)e->n_seq);
     for (int il = 0; il < hp->n_layer; il++) {
-        const size_t bytes = cache_bytes(e, il);
         bool want = owns ? owns[il] : true;
         if (want == e->owns[il])
             continue;
-        if (want) {
-            e->k_cache[il] = calloc(1, bytes);
-            e->v_cache[il] = calloc(1, bytes);
-            if (!e->k_cache[il] || !e->v_cache[il]) {
-                want = false;
-                rc = -1;
-            }
+        if (want && alloc_cache(e, il)) {
+            want = false;
+            rc = -1;
         }
-        if (!want) {
-            free(e->k_cache[il]);
-            free(e->v_cache[il]);
-            e->k_cache[il] = e->v_cache[il] = NULL;
-            if (e->owns[il])
-                e->kv_bytes -= 2 * bytes;
-        } else {
-            e->kv_bytes += 2 * bytes;
-        }
+        if (!want)
+            free_cache(e, il);
         e->owns[il] = want;
     }
     return rc;
@@ -297,13 +311,6 @@ static void add_bias_rows(float *y, const gguf_tensor *b, int n, int dim)
         kern_add(y + (size_t)t * (size_t)dim, b->data, dim);
 }
 
-/* Cache row of token t in layer il: its position in its sequence's region (a ring of
- * kv_rows rows for a sliding layer). */
-static size_t cache_row(const engine *e, int il, const int32_t *pos, const int32_t *seq, int t)
-{
-    const size_t rows = (size_t)e->kv_rows[il];
-    return (seq ? (size_t)seq[t] * rows : 0) + (size_t)pos[t] % rows;
-}
 
 /* Every row's sequence has cached positions up to the row's own in layer il. */
 static void note_filled(engine *e, int il, int n, const int32_t *pos, const int32_t *seq)
@@ -315,26 +322,59 @@ static void note_filled(engine *e, int il, int n, const int32_t *pos, const int3
     }
 }
 
+/* n values into the cache in type t: F16 as before quantized types existed, the others by the
+ * types' reference quantizer (the same bytes on every device of a ring). */
+static void store_values(enum dtype t, const float *x, uint8_t *dst, size_t n)
+{
+    if (t == DT_F16) {
+        uint16_t *h = (uint16_t *)dst;
+        for (size_t i = 0; i < n; i++)
+            h[i] = fp32_to_fp16(x[i]);
+    } else {
+        kern_type_get(t)->from_float(x, dst, (int64_t)n);
+    }
+}
+
+/* Row r of a sequence's region (rows rows per KV head, hb bytes a head's row) written from, or
+ * read into, x: n_head_kv * head_dim values. */
+static void put_row(const engine *e, enum dtype t, const float *x, uint8_t *region, size_t rows,
+                    size_t r, size_t hb)
+{
+    const model_hparams *hp = &e->m->hp;
+    for (int h = 0; h < hp->n_head_kv; h++)
+        store_values(t, x + (size_t)h * (size_t)hp->head_dim, region + ((size_t)h * rows + r) * hb,
+                     (size_t)hp->head_dim);
+}
+
+static void get_row(const engine *e, enum dtype t, float *x, const uint8_t *region, size_t rows,
+                    size_t r, size_t hb)
+{
+    const model_hparams *hp = &e->m->hp;
+    for (int h = 0; h < hp->n_head_kv; h++)
+        kern_type_get(t)->to_float(region + ((size_t)h * rows + r) * hb,
+                                   x + (size_t)h * (size_t)hp->head_dim, hp->head_dim);
+}
+
 /* LOP_ATTENTION: the batch's K and V rows into the cache, then every query over it. */
 static void attention(engine *e, int il, int sinks_slot, float *out, int n, const int32_t *pos,
                       const int32_t *seq)
 {
     const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = buf_width(hp, LB_K);
+    const size_t kv_dim = buf_width(hp, LB_K), rows = (size_t)e->kv_rows[il];
     for (int t = 0; t < n; t++) {
-        const float *k = e->buf[LB_K] + (size_t)t * kv_dim, *v = e->buf[LB_V] + (size_t)t * kv_dim;
-        uint16_t *kc = e->k_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
-        uint16_t *vc = e->v_cache[il] + cache_row(e, il, pos, seq, t) * kv_dim;
-        for (size_t i = 0; i < kv_dim; i++) {
-            kc[i] = fp32_to_fp16(k[i]);
-            vc[i] = fp32_to_fp16(v[i]);
-        }
+        const int s = seq ? seq[t] : 0;
+        const size_t r = (size_t)pos[t] % rows;
+        put_row(e, e->m->kv_type[0], e->buf[LB_K] + (size_t)t * kv_dim,
+                seq_region(e, e->k_cache[il], il, s, e->k_hb), rows, r, e->k_hb);
+        put_row(e, e->m->kv_type[1], e->buf[LB_V] + (size_t)t * kv_dim,
+                seq_region(e, e->v_cache[il], il, s, e->v_hb), rows, r, e->v_hb);
     }
     const layer_prog *p = &e->m->layers[il].prog;
     const gguf_tensor *sinks = sinks_slot == LOP_NONE ? NULL : e->m->layers[il].t[sinks_slot];
+    const kern_kv kv = {e->k_cache[il], e->v_cache[il], e->m->kv_type[0], e->m->kv_type[1]};
     kern_attention(e->kc, out, e->buf[LB_Q], n, pos, seq, (size_t)e->kv_rows[il], p->window,
-                   sinks ? sinks->data : NULL, e->k_cache[il], e->v_cache[il], hp->n_head,
-                   hp->n_head_kv, hp->head_dim, hp->attn_scale);
+                   sinks ? sinks->data : NULL, &kv, hp->n_head, hp->n_head_kv, hp->head_dim,
+                   hp->attn_scale);
 }
 
 /* An element-wise gate: gate = act(gate) * up. */
@@ -655,71 +695,97 @@ int engine_kv_truncate(engine *e, int seq, int p0)
     return 0;
 }
 
-/* One cache row moved by delta positions: the key re-rotated (rotations compose: rotating a
- * key cached at p by delta places it at p + delta), the value copied. */
-static void move_row(engine *e, const rope_params *rp, const uint16_t *ks, const uint16_t *vs,
-                     uint16_t *kd, uint16_t *vd, int delta)
+/* A sequence's region of a layer's K and V caches, rows rows per KV head. */
+typedef struct kv_region {
+    uint8_t *k, *v;
+    size_t rows;
+} kv_region;
+
+/* Position row sr of src moved to row dr of dst, delta positions on: the key re-rotated
+ * (rotations compose: rotating a key cached at p by delta places it at p + delta), the value
+ * copied. */
+static void move_row(engine *e, const rope_params *rp, kv_region src, size_t sr, kv_region dst,
+                     size_t dr, int delta)
 {
     const model_hparams *hp = &e->m->hp;
-    const size_t kv_dim = buf_width(hp, LB_K);
     float *row = e->buf[LB_K]; /* scratch: at least one row of K */
-    for (size_t i = 0; i < kv_dim; i++)
-        row[i] = fp16_to_fp32(ks[i]);
+    get_row(e, e->m->kv_type[0], row, src.k, src.rows, sr, e->k_hb);
     kern_rope(row, hp->n_head_kv, hp->head_dim, delta, rp);
-    for (size_t i = 0; i < kv_dim; i++)
-        kd[i] = fp32_to_fp16(row[i]);
-    memmove(vd, vs, kv_dim * sizeof(uint16_t));
+    put_row(e, e->m->kv_type[0], row, dst.k, dst.rows, dr, e->k_hb);
+    for (int h = 0; h < hp->n_head_kv; h++)
+        memmove(dst.v + ((size_t)h * dst.rows + dr) * e->v_hb,
+                src.v + ((size_t)h * src.rows + sr) * e->v_hb, e->v_hb);
 }
 
-/* Move positions [p0, end) of layer il's cache of one sequence (filled positions computed) by
- * delta < 0. A full cache moves row p to p + delta in ascending order (a destination is always
- * below every source still to be read); a ring holds only positions [filled - rows, filled),
- * whose new rows may be any of the old ones, so it moves from a copy. 0, or -1 out of memory. */
-static int shift_rows(engine *e, int il, uint16_t *kc, uint16_t *vc, int p0, int end, int filled,
-                      int delta)
+/* Move positions [p0, end) of layer il's cache of one sequence (its region c; filled positions
+ * computed) by delta < 0. A full cache moves row p to p + delta in ascending order (a
+ * destination is always below every source still to be read); a ring holds only positions
+ * [filled - rows, filled), whose new rows may be any of the old ones, so it moves from a copy.
+ * 0, or -1 out of memory. */
+static int shift_rows(engine *e, int il, kv_region c, int p0, int end, int filled, int delta)
 {
     /* a pure rotation: the keys carry their YaRN scale already */
     rope_params rot = e->m->hp.rope[e->m->layers[il].prog.rope];
     rot.rotate_only = true;
     const rope_params *rp = &rot;
-    const size_t kv_dim = buf_width(&e->m->hp, LB_K), rows = (size_t)e->kv_rows[il];
+    const size_t rows = c.rows, n_kv = (size_t)e->m->hp.n_head_kv;
     if (rows >= (size_t)e->n_ctx) {
         for (int p = p0; p < end; p++)
-            move_row(e, rp, kc + (size_t)p * kv_dim, vc + (size_t)p * kv_dim,
-                     kc + (size_t)(p + delta) * kv_dim, vc + (size_t)(p + delta) * kv_dim, delta);
+            move_row(e, rp, c, (size_t)p, c, (size_t)(p + delta), delta);
         return 0;
     }
-    const size_t bytes = rows * kv_dim * sizeof(uint16_t);
-    uint16_t *ks = malloc(bytes), *vs = malloc(bytes);
-    if (!ks || !vs) {
-        free(ks);
-        free(vs);
+    kv_region copy = {malloc(n_kv * rows * e->k_hb), malloc(n_kv * rows * e->v_hb), rows};
+    if (!copy.k || !copy.v) {
+        free(copy.k);
+        free(copy.v);
         return -1;
     }
-    memcpy(ks, kc, bytes);
-    memcpy(vs, vc, bytes);
+    memcpy(copy.k, c.k, n_kv * rows * e->k_hb);
+    memcpy(copy.v, c.v, n_kv * rows * e->v_hb);
     int from = filled - (int)rows > p0 ? filled - (int)rows : p0;
-    for (int p = from; p < end; p++) {
-        size_t src = (size_t)p % rows * kv_dim, dst = (size_t)(p + delta) % rows * kv_dim;
-        move_row(e, rp, ks + src, vs + src, kc + dst, vc + dst, delta);
-    }
-    free(ks);
-    free(vs);
+    for (int p = from; p < end; p++)
+        move_row(e, rp, copy, (size_t)p % rows, c, (size_t)(p + delta) % rows, delta);
+    free(copy.k);
+    free(copy.v);
     return 0;
 }
 
-/* A GPU layer's cache is shifted on the host: its rows come out of VRAM and go back. */
+/* n rows between the GPU's layout (each row all KV heads, F16) and a region's (each KV head's
+ * rows together, rows per head). */
+static void regroup(const engine *e, uint16_t *gpu, uint8_t *region, size_t n, size_t rows,
+                    bool to_region)
+{
+    const size_t n_kv = (size_t)e->m->hp.n_head_kv, hb = e->k_hb;
+    for (size_t r = 0; r < n; r++)
+        for (size_t h = 0; h < n_kv; h++) {
+            uint8_t *a = region + (h * rows + r) * hb, *b = (uint8_t *)gpu + (r * n_kv + h) * hb;
+            memcpy(to_region ? a : b, to_region ? b : a, hb);
+        }
+}
+
+/* A GPU layer's cache is shifted on the host: its rows come out of VRAM and go back. Its cache
+ * is F16 (offload.c keeps layers of other cache types on the CPU), so K and V rows are alike. */
 static int shift_gpu_rows(engine *e, int il, int p0, int end, int filled, int delta)
 {
     const int rows = end < e->kv_rows[il] ? end : e->kv_rows[il];
     const size_t n = (size_t)rows * buf_width(&e->m->hp, LB_K);
+    const size_t all = (size_t)e->kv_rows[il], bytes = cache_bytes(e, il, e->k_hb);
     uint16_t *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    kv_region c = {calloc(1, bytes), calloc(1, bytes), all};
     int rc = -1;
-    if (k && v && !gpu_layers_kv_read(e->gpu, il, rows, k, v) &&
-        !shift_rows(e, il, k, v, p0, end, filled, delta))
-        rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
+    if (k && v && c.k && c.v && !gpu_layers_kv_read(e->gpu, il, rows, k, v)) {
+        regroup(e, k, c.k, (size_t)rows, all, true);
+        regroup(e, v, c.v, (size_t)rows, all, true);
+        if (!shift_rows(e, il, c, p0, end, filled, delta)) {
+            regroup(e, k, c.k, (size_t)rows, all, false);
+            regroup(e, v, c.v, (size_t)rows, all, false);
+            rc = gpu_layers_kv_write(e->gpu, il, rows, k, v);
+        }
+    }
     free(k);
     free(v);
+    free(c.k);
+    free(c.v);
     return rc;
 }
 
@@ -727,7 +793,6 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
 {
     if (seq < 0 || seq >= e->n_seq || delta >= 0 || p0 + delta < 0 || p0 > p1 || p1 > e->n_ctx)
         return -1;
-    const size_t kv_dim = buf_width(&e->m->hp, LB_K);
     for (int il = 0; il < e->m->hp.n_layer; il++) {
         if (!e->owns[il])
             continue;
@@ -738,9 +803,10 @@ int engine_kv_shift(engine *e, int seq, int p0, int p1, int delta)
             if (end > p0 && shift_gpu_rows(e, il, p0, end, *filled, delta))
                 return -1;
         } else {
-            const size_t region = (size_t)seq * (size_t)e->kv_rows[il] * kv_dim;
-            if (shift_rows(e, il, e->k_cache[il] + region, e->v_cache[il] + region, p0, end,
-                           *filled, delta))
+            kv_region c = {seq_region(e, e->k_cache[il], il, seq, e->k_hb),
+                           seq_region(e, e->v_cache[il], il, seq, e->v_hb),
+                           (size_t)e->kv_rows[il]};
+            if (shift_rows(e, il, c, p0, end, *filled, delta))
                 return -1;
         }
         if (end == *filled && end > p0)

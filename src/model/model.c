@@ -386,6 +386,7 @@ model *model_load(const char *path, char *err, size_t errlen)
     }
     model *m = &ma->m;
     m->file = f;
+    m->kv_type[0] = m->kv_type[1] = DT_F16;
     loader ld = {.f = f, .path = path, .err = err, .errlen = errlen};
 
     char arch[64] = "";
@@ -483,6 +484,29 @@ uint32_t model_buffers(const model *m)
     for (int il = 0; il < m->hp.n_layer; il++)
         used |= lop_buffers(&m->layers[il].prog);
     return used;
+}
+
+int model_set_kv_types(model *m, enum dtype k, enum dtype v, char *err, size_t errlen)
+{
+    const enum dtype t[2] = {k, v};
+    for (int i = 0; i < 2; i++)
+        if (!kern_kv_type_ok(t[i], m->hp.head_dim)) {
+            snprintf(err, errlen, "%s cache type %s: %s", i ? "V" : "K", dtype_get(t[i])->name,
+                     t[i] == DT_Q8_0 || t[i] == DT_Q4_0
+                         ? "needs a head size that is a multiple of 32"
+                         : "not a KV cache type (f16, q8_0, q4_0)");
+            return -1;
+        }
+    m->kv_type[0] = k;
+    m->kv_type[1] = v;
+    return 0;
+}
+
+double model_kv_row_bytes(const model *m)
+{
+    const uint64_t kv_dim = (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim;
+    return (double)(dtype_row_bytes(m->kv_type[0], kv_dim) +
+                    dtype_row_bytes(m->kv_type[1], kv_dim));
 }
 
 int model_kv_rows(const model *m, int il, int n_ctx, int max_batch)

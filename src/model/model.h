@@ -40,6 +40,9 @@ typedef struct model {
     const arch_desc *arch;
     const gguf_tensor *tok_embd, *output_norm, *output;  /* output == tok_embd when tied */
     model_layer *layers;                                /* n_layer */
+    /* How every engine of this model stores its KV cache: K and V element types (F16 unless
+     * model_set_kv_types says otherwise). Devices of a ring use the same. */
+    enum dtype kv_type[2];
 } model;
 
 model *model_load(const char *path, char *err, size_t errlen);
@@ -48,6 +51,11 @@ void model_free(model *m);
 int model_mlock(const model *m, char *err, size_t errlen);
 /* The activation buffers the layers' programs use, and the output's (1u << LB_*). */
 uint32_t model_buffers(const model *m);
+/* Set the KV cache's K and V types before any engine is created: F16, Q8_0 or Q4_0 (the
+ * quantized ones for head sizes that are multiples of 32). 0, or -1 with the reason in err. */
+int model_set_kv_types(model *m, enum dtype k, enum dtype v, char *err, size_t errlen);
+/* Bytes of one position's K and V rows in one layer, in the model's cache types. */
+double model_kv_row_bytes(const model *m);
 /* Positions of layer il's KV cache a sequence needs for contexts of n_ctx and batches of
  * max_batch: a sliding layer keeps only its window and the batch in flight (a ring). */
 int model_kv_rows(const model *m, int il, int n_ctx, int max_batch);

@@ -71,8 +71,13 @@ int engine_offload(engine *e, const model *m, gpu_dev *g, const bool *want, uint
     describe(m, n_ctx, max_batch, &md, descs);
 
     char why[160];
-    const bool one_seq = engine_n_seq(e) == 1;   /* a GPU layer's VRAM cache holds one sequence */
-    if (!one_seq)
+    /* a GPU layer's VRAM cache holds one sequence, in F16 */
+    const bool f16_cache = m->kv_type[0] == DT_F16 && m->kv_type[1] == DT_F16;
+    const bool one_seq = engine_n_seq(e) == 1 && f16_cache;
+    if (!f16_cache)
+        add_note(r, "a %s/%s KV cache keeps every layer on the CPU (the GPU's cache is F16)",
+                 dtype_get(m->kv_type[0])->name, dtype_get(m->kv_type[1])->name);
+    else if (!one_seq)
         add_note(r, "an engine of %d sequences keeps its layers on the CPU", engine_n_seq(e));
     /* layers refused for the same reason are said once: "layers 0-2 stay ..." */
     char last_why[160] = "";

@@ -346,8 +346,9 @@ static double vector_work(void *ctx, int calls)
             j->kc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->k[e]);
             j->vc[V_POS * V_KV_DIM + e] = fp32_to_fp16(j->v[e]);
         }
-        kern_attention(j->c, j->att, j->q, 1, &pos, NULL, V_POS + 1, 0, NULL, j->kc, j->vc,
-                       V_HEADS, V_KV_HEADS, V_HEAD_DIM, (float)(1 / sqrt(V_HEAD_DIM)));
+        const kern_kv kv = {j->kc, j->vc, DT_F16, DT_F16};
+        kern_attention(j->c, j->att, j->q, 1, &pos, NULL, V_POS + 1, 0, NULL, &kv, V_HEADS, V_KV_HEADS,
+                       V_HEAD_DIM, (float)(1 / sqrt(V_HEAD_DIM)));
         kern_add(j->hidden, j->res, V_EMBD);
         kern_rmsnorm(j->x, j->hidden, j->norm, V_EMBD, 1e-5f);
         /* SiLU works in place: start from the same gate every time, as the gate product

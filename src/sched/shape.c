@@ -74,12 +74,13 @@ int sched_model_from(const model *m, int n_ctx, int max_batch, int n_seq, int ac
     sm->layer_vector = layer_vector_values(hp->n_embd, hp->n_ff, hp->n_head * hp->head_dim,
                                            hp->n_head_kv * hp->head_dim);
 
-    /* F16 K and V for every position of every sequence (a sliding layer's window and batch);
-     * a decoded token reads, on average, half of its own sequence's full cache or its window
-     * (the means over the layers) */
-    double kv_row = (double)hp->n_head_kv * hp->head_dim;
-    sm->kv_read = 2.0 * 2.0 * kv_row * kv_keys / hp->n_layer;
-    sm->kv_bytes = 2.0 * 2.0 * kv_row * kv_rows / hp->n_layer * n_seq;
+    /* K and V, in the model's cache types (F16: 2 bytes a value, Q8_0 34 per 32, Q4_0 18 per
+     * 32), for every position of every sequence (a sliding layer's window and batch); a decoded
+     * token reads, on average, half of its own sequence's full cache or its window (the means
+     * over the layers) */
+    const double kv_row = model_kv_row_bytes(m);
+    sm->kv_read = kv_row * kv_keys / hp->n_layer;
+    sm->kv_bytes = kv_row * kv_rows / hp->n_layer * n_seq;
 
     sm->out_type = m->output->type;
     sm->out_calls = kern_matmul_jobs(sm->out_type);

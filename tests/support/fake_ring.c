@@ -174,8 +174,8 @@ void fake_layers_close(ring_layers *l)
 }
 
 static int backend_open(void *ctx, const bool *owns, const bool *on_gpu, int n_ctx, int n_seq,
-                        int max_batch, int threads, ring_layers *out, char *note, size_t notelen,
-                        char *err, size_t errlen)
+                        int max_batch, int threads, const uint8_t kv_type[2], ring_layers *out,
+                        char *note, size_t notelen, char *err, size_t errlen)
 {
     snprintf(note, notelen, "%s", on_gpu ? "GPU: a fake model has none; running on the CPU" : "");
     return fake_layers_open_seqs(ctx, owns, n_ctx, n_seq, out);
