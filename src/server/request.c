@@ -574,7 +574,7 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     double v;
     int got = get_int(root, "n", 1, 1, &v, why);
     if (got < 0)
-        return refuse(why, "n", "'n' must be 1 (one choice per request)");
+        return refuse(why, "n", "'n' must be 1 (one choice per prompt)");
     static const char *const limits[] = {"max_tokens", "max_completion_tokens"};
     for (int i = 0; i < 2; i++) {
         got = get_int(root, limits[i], 1, 1 << 30, &v, why);
