@@ -233,6 +233,14 @@ static int num(const cJSON *o, const char *path1, const char *path2)
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
+/* Choice i's text ("" when it has none, so that a wrong answer fails a check, not the test). */
+static const char *choice_text(const cJSON *a, int i)
+{
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), i), "text"));
+    return t ? t : "";
+}
+
 static void whole(int port)
 {
     cJSON *a = ask_json(port, "{\"prompt\":[\"ab\",\"cde\",\"f\"],\"echo\":false}", 200);
@@ -241,10 +249,10 @@ static void whole(int port)
     CHECK(cJSON_GetArraySize(ch) == 3, "%d choices", cJSON_GetArraySize(ch));
     for (int i = 0; i < cJSON_GetArraySize(ch) && i < 3; i++) {
         const cJSON *c = cJSON_GetArrayItem(ch, i);
-        const char *text = cJSON_GetStringValue(cJSON_GetObjectItem(c, "text"));
-        CHECK(num(c, "index", NULL) == i && text && !strcmp(text, want[i]) &&
-                  !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason")), "stop"),
-              "choice %d: index %d, text %s", i, num(c, "index", NULL), text ? text : "(none)");
+        const char *fin = cJSON_GetStringValue(cJSON_GetObjectItem(c, "finish_reason"));
+        CHECK(num(c, "index", NULL) == i && !strcmp(choice_text(a, i), want[i]) && fin &&
+                  !strcmp(fin, "stop"),
+              "choice %d: index %d, text %s", i, num(c, "index", NULL), choice_text(a, i));
     }
     CHECK(num(a, "usage", "prompt_tokens") == 6 && num(a, "usage", "completion_tokens") == 6 &&
               num(a, "usage", "total_tokens") == 12,
@@ -254,10 +262,9 @@ static void whole(int port)
     /* prompts of ids */
     a = ask_json(port, "{\"prompt\":[[0,1],[2]]}", 200);
     ch = cJSON_GetObjectItem(a, "choices");
-    CHECK(cJSON_GetArraySize(ch) == 2 &&
-              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 0), "text")), "ab") &&
-              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(ch, 1), "text")), "c"),
-          "id prompts");
+    CHECK(cJSON_GetArraySize(ch) == 2 && !strcmp(choice_text(a, 0), "ab") &&
+              !strcmp(choice_text(a, 1), "c"),
+          "id prompts: %s %s", choice_text(a, 0), choice_text(a, 1));
     cJSON_Delete(a);
     /* more than 16: refused naming the field */
     a = ask_json(port, "{\"prompt\":[\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\",\"a\","
@@ -305,8 +312,8 @@ static void streamed(int port)
             int i = num(c, "index", NULL);
             REQUIRE(i >= 0 && i < 3, "index %d", i);
             CHECK(!finished[i], "choice %d after its end: %s", i, line);
-            strncat(text[i], cJSON_GetStringValue(cJSON_GetObjectItem(c, "text")),
-                    sizeof text[i] - strlen(text[i]) - 1);
+            const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(c, "text"));
+            strncat(text[i], t ? t : "?", sizeof text[i] - strlen(text[i]) - 1);
             finished[i] = cJSON_IsString(cJSON_GetObjectItem(c, "finish_reason"));
         }
         cJSON_Delete(e);
@@ -321,8 +328,9 @@ static void failing(int port)
     /* the first prompt fails before any began: the request is a 400 (the next never runs) */
     cJSON *a = ask_json(port, "{\"prompt\":[\"bad\",\"ab\"]}", 400);
     const cJSON *e = cJSON_GetObjectItem(a, "error");
-    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "code")), "context_length_exceeded"),
-          "the member's error");
+    const char *code = cJSON_GetStringValue(cJSON_GetObjectItem(e, "code"));
+    CHECK(code && !strcmp(code, "context_length_exceeded"), "the member's error: %s",
+          code ? code : "(none)");
     cJSON_Delete(a);
     a = ask_json(port, "{\"prompt\":[\"ab\",\"bad\"]}", 400);
     cJSON_Delete(a);
@@ -342,9 +350,7 @@ static void failing(int port)
 static void settle(int port)
 {
     cJSON *a = ask_json(port, "{\"prompt\":\"z\"}", 200);
-    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(
-        cJSON_GetArrayItem(cJSON_GetObjectItem(a, "choices"), 0), "text"));
-    CHECK(t && !strcmp(t, "Z"), "settle: %s", t ? t : "(none)");
+    CHECK(!strcmp(choice_text(a, 0), "Z"), "settle: %s", choice_text(a, 0));
     cJSON_Delete(a);
 }
 
@@ -377,7 +383,8 @@ static void admission(void)
     srv *s = start(1);   /* room for 3 running and 1 queued */
     int port = srv_port(s);
     /* idle: a request of more prompts than the server holds is let in, and answered */
-    cJSON *a = ask_json(port, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\"]}", 200);
+    cJSON *a = ask_json(port, "{\"prompt\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\"]}",
+                        200);
     CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(a, "choices")) == 8, "8 choices");
     cJSON_Delete(a);
     /* busy (3 running): no room for two more */
