@@ -93,6 +93,29 @@ code=$(curl -sS -o "$tmp/body" -w '%{http_code}' -H 'x-api-key: test-key' "http:
 kill -0 "$spid" || fail "the server died"
 stop_server "$tmp/serve.log"
 
+# ---- several prompts in one completions request on three slots (apis.test.mjs checks them on
+# one): generated at once, each choice still the text its prompt gets alone
+start_server "$tmp/np3.log" -m "$model" -c 256 -np 3 || exit 1
+prompts='["Once upon a time","Lily saw a big","The sun was"]'
+alone=()
+for k in 0 1 2; do
+    post /v1/completions "$(jq -nc --argjson p "$prompts" --argjson k $k '{prompt: $p[$k], max_tokens: 24, temperature: 0}')"
+    alone+=("$(jq -c '[.choices[0].text, .usage.completion_tokens]' "$tmp/body")")
+done
+post /v1/completions "$(jq -nc --argjson p "$prompts" '{prompt: $p, max_tokens: 24, temperature: 0}')"
+[ "$code" = 200 ] && [ "$(jq -c '[.choices[] | [.text, .index]]' "$tmp/body")" = \
+    "$(printf '%s\n' "${alone[@]}" | jq -sc '[to_entries[] | [.value[0], .key]]')" ] &&
+    [ "$(jq .usage.completion_tokens "$tmp/body")" = "$(printf '%s\n' "${alone[@]}" | jq -s 'map(.[1]) | add')" ] ||
+    fail "3 prompts on -np 3: $code $(cat "$tmp/body") vs ${alone[*]}"
+post /v1/completions "$(jq -nc --argjson p "$prompts" '{prompt: $p, max_tokens: 24, temperature: 0, stream: true}')"
+streamed=$(sed -n 's/^data: //p' "$tmp/body" | grep -v '^\[DONE\]$' |
+    jq -sc 'group_by(.choices[0].index) | map([(map(.choices[0].text) | add), .[0].choices[0].index])')
+[ "$code" = 200 ] && [ "$streamed" = "$(printf '%s\n' "${alone[@]}" | jq -sc '[to_entries[] | [.value[0], .key]]')" ] &&
+    [ "$(grep -c '^data: \[DONE\]$' "$tmp/body")" = 1 ] && [ "$(tail -2 "$tmp/body" | head -1)" = "data: [DONE]" ] ||
+    fail "3 prompts streamed on -np 3: $code $streamed vs ${alone[*]}"
+kill -0 "$spid" || fail "the -np 3 server died"
+stop_server "$tmp/np3.log"
+
 # ---- tool use and constrained output through the three clients, on a random-weight model (its
 # template writes Hermes <tool_call>): web/test/agents.test.mjs validates with ajv
 start_server "$tmp/agents.log" -m "$fixtures/models/synth-qwen2-l2-e64-q8_0.gguf" || exit 1

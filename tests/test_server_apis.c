@@ -260,7 +260,7 @@ static void test_refusals(void)
         {ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":5," MSGS ",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"some\"}}", "tool_choice", "auto, any"},
         {ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":5," MSGS ",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\"}}", "tool_choice", "needs 'name'"},
         {ANTHROPIC, "{\"model\":\"m\",\"max_tokens\":5," MSGS ",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}],\"tool_choice\":{\"type\":\"tool\",\"name\":\"g\"}}", "tool_choice", "not in"},
-        {OPENAI_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt", "one per request"},
+        {OPENAI_COMPLETION, "{\"prompt\":[\"a\",[1]]}", "prompt", "strings only"},
         {OPENAI_COMPLETION, "{\"prompt\":[1,-2]}", "prompt", "token id"},
         {OPENAI_COMPLETION, "{\"prompt\":[1,2.5]}", "prompt", "token id"},
         {OPENAI_COMPLETION, "{\"prompt\":[]}", "prompt", "string"},

@@ -86,6 +86,53 @@ static void test_completion(void)
     srv_request_free(&r);
 }
 
+/* Several prompts, OpenAI's array of strings or of id arrays: one choice each. */
+static void test_prompts(void)
+{
+    srv_request r;
+    srv_refusal why;
+    REQUIRE(parse(SRV_COMPLETION, "{\"prompt\":[\"Once\",\"\",\"upon\"],\"echo\":true}", &r,
+                  &why) == 0, "%s", why.message);
+    CHECK(r.n_prompts == 3 && r.prompts && !strcmp(r.prompts[0].text, "Once") &&
+              !strcmp(r.prompts[1].text, "") && !strcmp(r.prompts[2].text, "upon") && r.echo &&
+              !r.prompt_toks && !strcmp(r.prompt, ""),
+          "three strings: %d", r.n_prompts);
+    srv_request_free(&r);
+    REQUIRE(parse(SRV_COMPLETION, "{\"prompt\":[[1,2,3],[4],[5,6]]}", &r, &why) == 0, "%s",
+            why.message);
+    CHECK(r.n_prompts == 3 && !r.prompts[0].text && r.prompts[0].n_toks == 3 &&
+              r.prompts[0].toks[2] == 3 && r.prompts[1].n_toks == 1 && r.prompts[1].toks[0] == 4 &&
+              r.prompts[2].n_toks == 2 && r.prompts[2].toks[0] == 5 && r.prompts[2].toks[1] == 6,
+          "three arrays of ids");
+    srv_request_free(&r);
+    /* one prompt in an array is that prompt, as before: no group */
+    REQUIRE(parse(SRV_COMPLETION, "{\"prompt\":[[9,8]]}", &r, &why) == 0, "%s", why.message);
+    CHECK(!r.prompts && r.n_prompt_toks == 2 && r.prompt_toks[1] == 8, "one array of ids");
+    srv_request_free(&r);
+    /* the most a request may hold */
+    char body[512] = "{\"prompt\":[";
+    for (int i = 0; i < SRV_MAX_PROMPTS; i++)
+        strcat(body, i ? ",\"p\"" : "\"p\"");
+    strcat(body, "]}");
+    REQUIRE(parse(SRV_COMPLETION, body, &r, &why) == 0, "%s", why.message);
+    CHECK(r.n_prompts == SRV_MAX_PROMPTS, "%d prompts", r.n_prompts);
+    srv_request_free(&r);
+    body[strlen(body) - 2] = '\0';
+    strcat(body, ",\"p\"]}");
+    refused(SRV_COMPLETION, body, "prompt", "at most 16");
+    /* OpenAI's schema: an array of strings, or of id arrays, never a mix */
+    refused(SRV_COMPLETION, "{\"prompt\":[\"a\",[1,2]]}", "prompt", "item 1 is not a string");
+    refused(SRV_COMPLETION, "{\"prompt\":[[1,2],\"a\"]}", "prompt", "item 1 is not a non-empty");
+    refused(SRV_COMPLETION, "{\"prompt\":[[1],[]]}", "prompt", "item 1 is not a non-empty");
+    refused(SRV_COMPLETION, "{\"prompt\":[[1],[2,-3]]}", "prompt", "item 1: token 1");
+    refused(SRV_COMPLETION, "{\"prompt\":[[1],[\"a\"]]}", "prompt", "item 1: token 0");
+    refused(SRV_COMPLETION, "{\"prompt\":[1,\"a\"]}", "prompt", "token 1 is not a token id");
+    refused(SRV_COMPLETION, "{\"prompt\":[\"a\",null]}", "prompt", "item 1 is not a string");
+    refused(SRV_COMPLETION, "{\"prompt\":[[]]}", "prompt", "item 0");
+    refused(SRV_COMPLETION, "{\"prompt\":[{}]}", "prompt", "item 0");
+    refused(SRV_COMPLETION, "{\"prompt\":[]}", "prompt", "non-empty array");
+}
+
 static void test_refusals(void)
 {
     static const struct {
@@ -140,6 +187,7 @@ int main(void)
     sampler_params_default(&defaults);
     test_chat();
     test_completion();
+    test_prompts();
     test_refusals();
     return test_done();
 }

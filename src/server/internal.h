@@ -47,6 +47,16 @@ struct srv_job {
     tool_parser *tp;              /* streaming: the reading so far */
     float *emb;                   /* embeddings: n_inputs x emb_dim */
     int emb_dim;
+    /* A completions request of several prompts is a group: a job the connection waits on,
+     * never queued, whose members (one per prompt, queued as requests of their own) are its
+     * choices. A member is under its group's lock and references (mu, cv and refs are the
+     * group's), so the connection waits on one condition for all of them, and lives as long as
+     * its group. */
+    srv_job *group;               /* a member: its group; NULL otherwise */
+    int index;                    /* a member: its choice's index (0 otherwise) */
+    srv_job **members;            /* a group: its n_members members, by index */
+    int n_members;
+    srv_job *failed;              /* a group: the first member that ended in an error */
 };
 
 /* An API's wire format. The stream calls append to the job's out (the job is locked). */

@@ -218,7 +218,7 @@ static cJSON *envelope(const srv_job *j, const char *object, cJSON *choice)
 static cJSON *choice(srv_job *j, const char *text, size_t len, bool role, const char *finish)
 {
     cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "index", 0);
+    cJSON_AddNumberToObject(c, "index", j->index);
     if (j->req.kind == SRV_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, j->req.stream ? "delta" : "message");
         if (role || !j->req.stream)
@@ -311,30 +311,44 @@ static cJSON *openai_error(int status, const char *param, const char *code, cons
 }
 
 /* The last chunk says why it ended; the usage follows in a chunk of its own, with no choices,
- * when the request asked for it (stream_options.include_usage), as OpenAI sends it. */
+ * when the request asked for it (stream_options.include_usage), as OpenAI sends it. A request
+ * of several prompts (a group) ends once, after every choice's last chunk: its usage (all its
+ * choices') or the error that ended it, then [DONE]; its members send their last chunks only. */
 static void openai_end(srv_job *j)
 {
     const srv_result *r = &j->res;
     if (r->finish == SRV_FINISH_ERROR) {
-        send_event(j, openai_error(r->status, r->error_param, r->error_code, r->error));
+        if (!j->group)
+            send_event(j, openai_error(r->status, r->error_param, r->error_code, r->error));
     } else if (r->finish != SRV_FINISH_CANCELLED) {
-        send_event(j, envelope(j, chunk_object(j), choice(j, NULL, 0, false, finish_name(j))));
-        if (j->req.include_usage) {
+        if (!j->members)
+            send_event(j, envelope(j, chunk_object(j),
+                                   choice(j, NULL, 0, false, finish_name(j))));
+        if (j->req.include_usage && !j->group) {
             cJSON *u = envelope(j, chunk_object(j), NULL);
             cJSON_AddItemToObject(u, "usage", usage_json(r));
             send_event(j, u);
         }
     }
-    strbuf_add(&j->out, "data: [DONE]\n\n", 14);
+    if (!j->group)
+        strbuf_add(&j->out, "data: [DONE]\n\n", 14);
 }
 
+static cJSON *answer_choice(srv_job *j)
+{
+    return choice(j, j->text.p ? j->text.p : "", j->text.len, true, finish_name(j));
+}
+
+/* A group's answer holds its members' choices, by index, and the usage of all (its res). */
 static cJSON *openai_answer(srv_job *j)
 {
     if (j->req.kind == SRV_EMBED)
         return srv_embed_answer(j);
-    const char *text = j->text.p ? j->text.p : "";
     cJSON *a = envelope(j, j->req.kind == SRV_CHAT ? "chat.completion" : "text_completion",
-                        choice(j, text, j->text.len, true, finish_name(j)));
+                        j->members ? NULL : answer_choice(j));
+    cJSON *choices = cJSON_GetObjectItem(a, "choices");
+    for (int i = 0; i < j->n_members; i++)
+        cJSON_AddItemToArray(choices, answer_choice(j->members[i]));
     cJSON_AddItemToObject(a, "usage", usage_json(&j->res));
     return a;
 }

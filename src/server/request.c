@@ -372,36 +372,112 @@ static bool token_id(const cJSON *v)
            v->valuedouble == floor(v->valuedouble);
 }
 
-/* OpenAI's prompt: a string, an array of one string, an array of token ids, or an array of one
- * array of ids. Several prompts (several choices) are refused: one choice per request. */
+/* An array of token ids: its length, or -1 (refused: item `at` of prompt, -1 for prompt
+ * itself, names it). */
+static int count_ids(const cJSON *a, int at, srv_refusal *why)
+{
+    int n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a) {
+        if (!token_id(e))
+            return at < 0 ? refuse(why, "prompt", "'prompt' token %d is not a token id (an "
+                                   "integer >= 0)", n)
+                          : refuse(why, "prompt", "'prompt' item %d: token %d is not a token id "
+                                   "(an integer >= 0)", at, n);
+        n++;
+    }
+    return n;
+}
+
+static void copy_ids(const cJSON *a, int32_t *to)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+        *to++ = (int32_t)e->valuedouble;
+}
+
+/* Several prompts: each a string, or each a non-empty array of ids (OpenAI's schema takes an
+ * array of one kind or the other, never a mix), into r->prompts: one block, the srv_inputs
+ * then every prompt's ids. */
+static int parse_prompts(srv_request *r, const cJSON *p, int n, srv_refusal *why)
+{
+    bool texts = cJSON_IsString(cJSON_GetArrayItem(p, 0));
+    size_t ids = 0;
+    int at = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, p) {
+        if (texts && !cJSON_IsString(e))
+            return refuse(why, "prompt", "'prompt' item %d is not a string: an array of prompts "
+                          "holds strings only, or arrays of token ids only", at);
+        if (!texts) {
+            int k = cJSON_IsArray(e) ? count_ids(e, at, why) : -2;
+            if (k == -1)
+                return -1;
+            if (k <= 0)
+                return refuse(why, "prompt", "'prompt' item %d is not a non-empty array of token "
+                              "ids: an array of prompts holds strings only, or arrays of token "
+                              "ids only", at);
+            ids += (size_t)k;
+        }
+        at++;
+    }
+    r->prompts = malloc(sizeof *r->prompts * (size_t)n + sizeof(int32_t) * ids);
+    if (!r->prompts)
+        return refuse(why, NULL, "out of memory");
+    int32_t *tok = (int32_t *)(void *)(r->prompts + n);
+    cJSON_ArrayForEach(e, p) {
+        srv_input *in = &r->prompts[r->n_prompts++];
+        if (texts) {
+            *in = (srv_input){.text = e->valuestring};
+        } else {
+            *in = (srv_input){.toks = tok, .n_toks = cJSON_GetArraySize(e)};
+            copy_ids(e, tok);
+            tok += in->n_toks;
+        }
+    }
+    r->prompt = "";
+    return 0;
+}
+
+/* OpenAI's prompt: a string, an array of token ids, or an array of up to SRV_MAX_PROMPTS
+ * prompts (strings, or arrays of ids), answered with one choice each. An array of one prompt
+ * is that prompt. */
 static int parse_prompt(srv_request *r, const cJSON *root, srv_refusal *why)
 {
     const cJSON *p = field(root, "prompt");
     if (!p)
         return refuse(why, "prompt", "'prompt' is required");
-    int n = cJSON_GetArraySize(p);
-    if (cJSON_IsArray(p) && n == 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
-        p = cJSON_GetArrayItem(p, 0);
     if (cJSON_IsString(p)) {
         r->prompt = p->valuestring;
         return 0;
     }
-    n = cJSON_GetArraySize(p);
-    if (cJSON_IsArray(p) && n > 1 && !cJSON_IsNumber(cJSON_GetArrayItem(p, 0)))
-        return refuse(why, "prompt", "'prompt' holds %d prompts: send one per request (this "
-                      "server answers with one choice)", n);
+    int n = cJSON_GetArraySize(p);
     if (!cJSON_IsArray(p) || n == 0)
-        return refuse(why, "prompt", "'prompt' must be a string, or an array of token ids");
+        return refuse(why, "prompt", "'prompt' must be a string, an array of token ids, or a "
+                      "non-empty array of prompts (strings or arrays of token ids)");
+    if (!cJSON_IsNumber(cJSON_GetArrayItem(p, 0))) {
+        if (n > SRV_MAX_PROMPTS)
+            return refuse(why, "prompt", "'prompt' holds %d prompts: at most %d in one request",
+                          n, SRV_MAX_PROMPTS);
+        if (n > 1)
+            return parse_prompts(r, p, n, why);
+        p = cJSON_GetArrayItem(p, 0);
+        if (cJSON_IsString(p)) {
+            r->prompt = p->valuestring;
+            return 0;
+        }
+        if (!cJSON_IsArray(p) || !cJSON_GetArraySize(p))
+            return refuse(why, "prompt", "'prompt' item 0 is not a string or a non-empty array "
+                          "of token ids");
+    }
+    n = count_ids(p, -1, why);
+    if (n < 0)
+        return -1;
     r->prompt_toks = malloc(sizeof *r->prompt_toks * (size_t)n);
     if (!r->prompt_toks)
         return refuse(why, NULL, "out of memory");
-    const cJSON *e;
-    cJSON_ArrayForEach(e, p) {
-        if (!token_id(e))
-            return refuse(why, "prompt", "'prompt' token %d is not a token id (an integer "
-                          ">= 0)", r->n_prompt_toks);
-        r->prompt_toks[r->n_prompt_toks++] = (int32_t)e->valuedouble;
-    }
+    copy_ids(p, r->prompt_toks);
+    r->n_prompt_toks = n;
     r->prompt = "";
     return 0;
 }
@@ -498,7 +574,7 @@ static int parse_body(srv_request *r, const cJSON *root, srv_refusal *why)
     double v;
     int got = get_int(root, "n", 1, 1, &v, why);
     if (got < 0)
-        return refuse(why, "n", "'n' must be 1 (one choice per request)");
+        return refuse(why, "n", "'n' must be 1 (one choice per prompt)");
     static const char *const limits[] = {"max_tokens", "max_completion_tokens"};
     for (int i = 0; i < 2; i++) {
         got = get_int(root, limits[i], 1, 1 << 30, &v, why);
@@ -604,6 +680,7 @@ void srv_request_free(srv_request *r)
     cJSON_Delete(r->api_json);
     free(r->msgs);
     free(r->prompt_toks);
+    free(r->prompts);
     free(r->inputs);
     for (int i = 0; i < r->n_owned; i++)
         free(r->owned[i]);

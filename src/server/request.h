@@ -29,6 +29,9 @@ enum srv_api { SRV_API_OPENAI, SRV_API_OLLAMA, SRV_API_ANTHROPIC };
 
 #define SRV_MAX_STOP 4          /* OpenAI's limit */
 #define SRV_MAX_TOP_LOGPROBS 20 /* chat; completions allow 5 */
+#define SRV_MAX_PROMPTS 16      /* completions: prompts (choices) in one request; each is a job
+                                 * of its own in the queue, so a bound keeps one request from
+                                 * filling it */
 
 enum srv_tool_choice {
     SRV_TOOLS_AUTO,       /* the model may call a tool or answer */
@@ -55,7 +58,12 @@ typedef struct srv_request {
     enum srv_endpoint kind;
     chat_msg *msgs;          /* chat: n_msgs messages, roles system/user/assistant */
     int n_msgs;
-    const char *prompt;      /* completions */
+    const char *prompt;      /* completions (with several prompts: "", see prompts) */
+    srv_input *prompts;      /* completions given several prompts (OpenAI's array of strings or
+                              * of id arrays): n_prompts (2..SRV_MAX_PROMPTS) of them, one
+                              * choice each, their ids in the same block; NULL: one prompt, in
+                              * prompt or prompt_toks */
+    int n_prompts;
     int max_tokens;          /* -1: until an end of generation or a full context */
     sampler_params sp;
     bool seed_given;

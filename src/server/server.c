@@ -43,14 +43,35 @@ struct srv {
 
 /* ---- jobs ------------------------------------------------------------------------------- */
 
-static void job_unref(srv_job *j)
+/* A member of a group is under its group's lock, and the group's condition wakes the connection
+ * (internal.h). */
+static pthread_mutex_t *job_mu(srv_job *j)
 {
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left)
-        return;
-    srv_request_free(&j->req);
+    return j->group ? &j->group->mu : &j->mu;
+}
+
+static pthread_cond_t *job_cv(srv_job *j)
+{
+    return j->group ? &j->group->cv : &j->cv;
+}
+
+static void job_lock(srv_job *j)
+{
+    pthread_mutex_lock(job_mu(j));
+}
+
+static void job_unlock(srv_job *j)
+{
+    pthread_mutex_unlock(job_mu(j));
+}
+
+/* What a job holds of its own; a member's request is its group's, but for its prompt's ids. */
+static void job_free(srv_job *j)
+{
+    if (j->group)
+        free(j->req.prompt_toks);
+    else
+        srv_request_free(&j->req);
     cJSON_Delete(j->lp);
     cJSON_Delete(j->calls);
     free(j->reasoning.p);
@@ -58,13 +79,32 @@ static void job_unref(srv_job *j)
     tool_parser_free(j->tp);
     free(j->out.p);
     free(j->text.p);
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
+    for (int i = 0; i < j->n_members; i++)
+        job_free(j->members[i]);
+    free(j->members);
+    if (!j->group) {
+        pthread_mutex_destroy(&j->mu);
+        pthread_cond_destroy(&j->cv);
+    }
     free(j);
+}
+
+/* A member's references are its group's: the group and its members go together. */
+static void job_unref(srv_job *j)
+{
+    if (j->group)
+        j = j->group;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (!left)
+        job_free(j);
 }
 
 static void job_ref(srv_job *j)
 {
+    if (j->group)
+        j = j->group;
     pthread_mutex_lock(&j->mu);
     j->refs++;
     pthread_mutex_unlock(&j->mu);
@@ -77,27 +117,27 @@ const srv_request *srv_job_request(const srv_job *j)
 
 bool srv_job_cancelled(const srv_job *j)
 {
-    return atomic_load(&j->cancelled);
+    return atomic_load(&j->cancelled) || (j->group && atomic_load(&j->group->cancelled));
 }
 
 void srv_job_begin(srv_job *j, int prompt_tokens)
 {
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     j->begun = true;
     j->prompt_tokens = prompt_tokens;
     if (j->req.stream)
         j->wire->begin(j);
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pthread_cond_broadcast(job_cv(j));
+    job_unlock(j);
 }
 
 void srv_job_parse_reply(srv_job *j, enum tool_format f, bool think)
 {
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     j->parse = true;
     j->tool_fmt = f;
     j->think = think;
-    pthread_mutex_unlock(&j->mu);
+    job_unlock(j);
 }
 
 /* The job is locked. Content, reasoning and calls: sent when streaming, kept for the answer
@@ -164,7 +204,7 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
 {
     if (!len)
         return;
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     if (j->req.stream && j->parse) {
         tool_delta d;
         if (!j->tp)
@@ -174,26 +214,26 @@ void srv_job_text(srv_job *j, const char *text, size_t len)
     } else {
         add_content(j, text, len); /* not streaming (or read at the end), kept for the answer */
     }
-    pthread_cond_broadcast(&j->cv); /* a stream's connection sends what came */
-    pthread_mutex_unlock(&j->mu);
+    pthread_cond_broadcast(job_cv(j)); /* a stream's connection sends what came */
+    job_unlock(j);
 }
 
 void srv_job_reasoning(srv_job *j, const char *text, size_t len)
 {
     if (!len)
         return;
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     add_reasoning(j, text, len);
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pthread_cond_broadcast(job_cv(j));
+    job_unlock(j);
 }
 
 void srv_job_tool_call(srv_job *j, const char *name, const char *arguments)
 {
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     add_call(j, name, arguments);
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    pthread_cond_broadcast(job_cv(j));
+    job_unlock(j);
 }
 
 cJSON *srv_call_arguments(const cJSON *call)
@@ -209,15 +249,15 @@ cJSON *srv_call_arguments(const cJSON *call)
 
 void srv_job_logprob(srv_job *j, const srv_token_prob *tok, const srv_token_prob *top, int n_top)
 {
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     srv_logprob_add(j, tok, top, n_top);
-    pthread_mutex_unlock(&j->mu);
+    job_unlock(j);
 }
 
 /* The end of a job: the last chunk or the whole answer, then done. */
 static void job_end(srv *s, srv_job *j, const srv_result *res)
 {
-    pthread_mutex_lock(&j->mu);
+    job_lock(j);
     j->res = *res;
     tool_delta d;
     if (j->req.stream && j->begun && j->tp && res->finish != SRV_FINISH_ERROR &&
@@ -228,19 +268,27 @@ static void job_end(srv *s, srv_job *j, const srv_result *res)
     if (j->req.stream && j->begun)
         j->wire->end(j);
     j->done = true;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
+    if (j->group && res->finish == SRV_FINISH_ERROR && !j->group->failed) {
+        /* the request fails with this error: its other choices are not wanted */
+        j->group->failed = j;
+        atomic_store(&j->group->cancelled, true);
+    }
+    pthread_cond_broadcast(job_cv(j));
+    job_unlock(j);
     srv_metrics_job(&s->metrics, &j->req, res);
     if (s->c.log) {
         static const char *const ends[] = {"stop", "length", "cancelled", "error"};
+        char choice[32] = "";
+        if (j->group)
+            snprintf(choice, sizeof choice, " choice %d", j->index);
         if (res->finish == SRV_FINISH_ERROR)
-            fprintf(s->c.log, "prima: request %llu: %d %s\n", (unsigned long long)j->serial,
-                    res->status, res->error);
+            fprintf(s->c.log, "prima: request %llu%s: %d %s\n", (unsigned long long)j->serial,
+                    choice, res->status, res->error);
         else
             fprintf(s->c.log,
-                    "prima: request %llu: %d prompt tokens (%d cached) in %.3f s, %d generated "
+                    "prima: request %llu%s: %d prompt tokens (%d cached) in %.3f s, %d generated "
                     "in %.3f s, %s\n",
-                    (unsigned long long)j->serial, res->prompt_tokens, res->cached_tokens,
+                    (unsigned long long)j->serial, choice, res->prompt_tokens, res->cached_tokens,
                     res->prefill_s, res->completion_tokens, res->decode_s, ends[res->finish]);
         fflush(s->c.log);
     }
@@ -249,25 +297,39 @@ static void job_end(srv *s, srv_job *j, const srv_result *res)
 
 /* ---- the queue and the engine thread ---------------------------------------------------- */
 
-/* 0 queued, or the HTTP status of the refusal. */
+static void enqueue(srv *s, srv_job *j)
+{
+    job_ref(j);
+    j->next = NULL;
+    if (s->tail)
+        s->tail->next = j;
+    else
+        s->head = j;
+    s->tail = j;
+    s->queued++;
+}
+
+/* 0 queued (a group: all its members, in order), or the HTTP status of the refusal. */
 static int submit(srv *s, srv_job *j)
 {
     pthread_mutex_lock(&s->mu);
-    int rc = 0;
+    int rc = 0, cap = s->c.queue_max + s->e.slots;
+    /* a group needs room for its members; one larger than the whole server is let in when the
+     * server is idle, or it could never be */
+    int need = j->members ? j->n_members : 1;
+    if (need > cap)
+        need = cap;
     if (s->stopping)
         rc = 503;
-    else if (s->queued + s->n_running >= s->c.queue_max + s->e.slots)
+    else if (s->queued + s->n_running + need > cap)
         rc = 429; /* every slot busy, and queue_max waiting */
     if (!rc) {
-        job_ref(j);
-        j->next = NULL;
-        if (s->tail)
-            s->tail->next = j;
+        if (j->members)
+            for (int i = 0; i < j->n_members; i++)
+                enqueue(s, j->members[i]);
         else
-            s->head = j;
-        s->tail = j;
-        s->queued++;
-        pthread_cond_signal(&s->cv);
+            enqueue(s, j);
+        pthread_cond_broadcast(&s->cv);
     }
     pthread_mutex_unlock(&s->mu);
     return rc;
@@ -456,19 +518,84 @@ static bool wait_job(srv_job *j, bool (*cond)(const srv_job *))
     return true;
 }
 
+/* A group is over when every member is, or when one failed (the others are cancelled then). */
+static bool group_over(const srv_job *g)
+{
+    if (g->failed)
+        return true;
+    for (int i = 0; i < g->n_members; i++)
+        if (!g->members[i]->done)
+            return false;
+    return true;
+}
+
 static bool is_done(const srv_job *j)
 {
-    return j->done;
+    return j->members ? group_over(j) : j->done;
+}
+
+/* A group's stream starts with its first member's: with one slot, the others wait their turn
+ * in the queue. */
+static bool job_begun(const srv_job *j)
+{
+    for (int i = 0; i < j->n_members; i++)
+        if (j->members[i]->begun)
+            return true;
+    return j->begun;
 }
 
 static bool is_begun_or_done(const srv_job *j)
 {
-    return j->begun || j->done;
+    return job_begun(j) || is_done(j);
 }
 
 static bool has_output(const srv_job *j)
 {
-    return j->out.len > j->out_sent || j->done;
+    if (j->out.len > j->out_sent || j->done)
+        return true;
+    for (int i = 0; i < j->n_members; i++)
+        if (j->members[i]->out.len)
+            return true;
+    return j->members && group_over(j);
+}
+
+/* A group's result: its failed member's, or its choices' usage summed (cancelled if one was). */
+static srv_result group_result(const srv_job *g)
+{
+    if (g->failed)
+        return g->failed->res;
+    srv_result r = {.finish = SRV_FINISH_STOP};
+    for (int i = 0; i < g->n_members; i++) {
+        const srv_result *m = &g->members[i]->res;
+        if (m->finish == SRV_FINISH_CANCELLED)
+            r.finish = SRV_FINISH_CANCELLED;
+        r.prompt_tokens += m->prompt_tokens;
+        r.cached_tokens += m->cached_tokens;
+        r.completion_tokens += m->completion_tokens;
+        r.prefill_s += m->prefill_s;
+        r.decode_s += m->decode_s;
+    }
+    return r;
+}
+
+/* A group's stream (locked): its members' events so far into its own out, each member's whole
+ * (a member writes whole events, so theirs never interleave within one), and once it is over
+ * its last events (the usage of all, [DONE]); what members write after that is dropped. */
+static void group_gather(srv_job *g)
+{
+    if (g->done)
+        return;
+    for (int i = 0; i < g->n_members; i++) {
+        srv_job *m = g->members[i];
+        if (m->out.len)   /* (out of memory loses events, as srv_send_event's would) */
+            strbuf_add(&g->out, m->out.p, m->out.len);
+        m->out.len = 0;
+    }
+    if (group_over(g)) {
+        g->res = group_result(g);
+        g->wire->end(g);
+        g->done = true;
+    }
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -477,7 +604,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     srv_job *j = cls;
     pthread_mutex_lock(&j->mu);
     ssize_t n = MHD_CONTENT_READER_END_OF_STREAM;
-    if (!wait_job(j, has_output)) {
+    bool here = wait_job(j, has_output);
+    if (here && j->members)
+        group_gather(j);
+    if (!here) {
         n = MHD_CONTENT_READER_END_WITH_ERROR;
     } else if (j->out.len > j->out_sent) {
         size_t k = j->out.len - j->out_sent;
@@ -540,6 +670,44 @@ static enum MHD_Result unknown_model(srv *s, struct MHD_Connection *c, const con
     return respond_error_code(s, c, cc, 404, "model", "model_not_found", msg);
 }
 
+/* A request of several prompts: a member job per prompt (a copy of the request with its own
+ * prompt), queued as requests of their own; the group answers with their choices. */
+static int make_members(srv_job *g)
+{
+    g->members = calloc((size_t)g->req.n_prompts, sizeof *g->members);
+    if (!g->members)
+        return -1;
+    for (int i = 0; i < g->req.n_prompts; i++) {
+        const srv_input *in = &g->req.prompts[i];
+        srv_job *m = calloc(1, sizeof *m);
+        if (!m)
+            return -1;
+        g->members[g->n_members++] = m;
+        m->group = g;
+        m->index = i;
+        m->req = g->req;
+        m->req.prompts = NULL;
+        m->req.n_prompts = 0;
+        m->req.prompt = in->text ? in->text : "";
+        m->req.prompt_toks = NULL;
+        m->req.n_prompt_toks = 0;
+        if (!in->text) {   /* its own copy: the generator may keep a prompt's ids as it likes */
+            m->req.prompt_toks = malloc(sizeof *m->req.prompt_toks * (size_t)in->n_toks);
+            if (!m->req.prompt_toks)
+                return -1;
+            memcpy(m->req.prompt_toks, in->toks, sizeof *in->toks * (size_t)in->n_toks);
+            m->req.n_prompt_toks = in->n_toks;
+        }
+        m->serial = g->serial;   /* one answer: its chunks carry the group's id */
+        m->created = g->created;
+        m->model_id = g->model_id;
+        m->wire = g->wire;
+        m->t_start = g->t_start;
+        m->fd = -1;              /* the connection watches its client through the group */
+    }
+    return 0;
+}
+
 static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *cc)
 {
     srv_job *j = calloc(1, sizeof *j);
@@ -572,6 +740,8 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
     j->refs = 1;
     j->fd = client_fd(c);
     cc->job = j;
+    if (j->req.prompts && make_members(j))
+        return respond_error(s, c, 500, NULL, "out of memory");
     int busy = submit(s, j);
     if (busy == 429) {
         char msg[128];
@@ -583,7 +753,11 @@ static enum MHD_Result run_request(srv *s, struct MHD_Connection *c, conn_ctx *c
         return respond_error(s, c, busy, NULL, "the server is shutting down");
     pthread_mutex_lock(&j->mu);
     bool here = wait_job(j, j->req.stream ? is_begun_or_done : is_done);
-    bool streaming = here && j->req.stream && j->begun;
+    bool streaming = here && j->req.stream && job_begun(j);
+    if (here && !streaming && j->members) {
+        j->res = group_result(j);
+        j->done = true;
+    }
     srv_result res = j->res;
     cJSON *answer = here && !streaming && res.finish != SRV_FINISH_ERROR ? j->wire->answer(j)
                                                                          : NULL;

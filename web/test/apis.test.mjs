@@ -65,8 +65,60 @@ await check('openai: echo, and a prompt of token ids', async () => {
   assert.equal(t.usage.prompt_tokens, want.ids.length);
   const tt = await openai.completions.create({ model, prompt: [want.ids], max_tokens: 32, temperature: 0 });
   assert.equal(tt.choices[0].text, want.greedy);
-  await assert.rejects(openai.completions.create({ model, prompt: ['a', 'b'], max_tokens: 1 }),
-    (e) => e instanceof OpenAI.BadRequestError && e.param === 'prompt');
+});
+
+// Several prompts: one choice each, by index, equal to the prompt asked alone; usage summed
+const prompts = [want.prompt, 'Lily saw a big', 'The sun was'];
+await check('openai: an array of prompts answers a choice per prompt, equal to each alone', async () => {
+  const opts = { model, max_tokens: 20, temperature: 0 };
+  const alone = [];
+  for (const prompt of prompts) alone.push(await openai.completions.create({ ...opts, prompt }));
+  const c = await openai.completions.create({ ...opts, prompt: prompts });
+  assert.deepEqual(c.choices.map((x) => x.index), [0, 1, 2]);
+  assert.deepEqual(c.choices.map((x) => x.text), alone.map((a) => a.choices[0].text));
+  assert.deepEqual(c.choices.map((x) => x.finish_reason), alone.map((a) => a.choices[0].finish_reason));
+  for (const k of ['prompt_tokens', 'completion_tokens', 'total_tokens'])
+    assert.equal(c.usage[k], alone.reduce((n, a) => n + a.usage[k], 0), k);
+
+  // streamed: each chunk one choice, by index; reassembled, the same; usage once, at the end
+  const texts = ['', '', ''], ends = [null, null, null], ids = new Set();
+  let usage = null, chunks = 0;
+  const s = await openai.completions.create({ ...opts, prompt: prompts, stream: true, stream_options: { include_usage: true } });
+  for await (const k of s) {
+    assert.equal(usage, null, 'a chunk after the usage');
+    ids.add(k.id);
+    if (k.usage) {
+      assert.deepEqual(k.choices, []);
+      usage = k.usage;
+      continue;
+    }
+    assert.equal(k.choices.length, 1);
+    const { index, text, finish_reason } = k.choices[0];
+    assert.equal(ends[index], null, `choice ${index} after its end`);
+    texts[index] += text;
+    ends[index] = finish_reason;
+    chunks++;
+  }
+  assert.ok(chunks > 3 && ids.size === 1, `${chunks} chunks, ids ${[...ids]}`);
+  assert.deepEqual(texts, c.choices.map((x) => x.text));
+  assert.deepEqual(ends, c.choices.map((x) => x.finish_reason));
+  assert.deepEqual(usage, c.usage);
+
+  // echo per choice, and prompts of token ids
+  const e = await openai.completions.create({ ...opts, prompt: prompts, echo: true });
+  assert.deepEqual(e.choices.map((x) => x.text), prompts.map((p, i) => p + c.choices[i].text));
+  const t = await openai.completions.create({ ...opts, max_tokens: 32, prompt: [want.ids, want.ids] });
+  assert.deepEqual(t.choices.map((x) => x.text), [want.greedy, want.greedy]);
+  assert.equal(t.usage.prompt_tokens, 2 * want.ids.length);
+});
+
+await check('openai: too many prompts, none, or a mix of kinds are a 400 naming prompt', async () => {
+  for (const prompt of [Array(17).fill('a'), [], ['a', [1, 2]], [[1], 'a']])
+    await assert.rejects(openai.completions.create({ model, prompt, max_tokens: 1 }),
+      (e) => e instanceof OpenAI.BadRequestError && e.param === 'prompt', JSON.stringify(prompt).slice(0, 40));
+  // one prompt over the context fails the request, as it fails alone
+  await assert.rejects(openai.completions.create({ model, prompt: ['a', 'once upon a time '.repeat(200)], max_tokens: 1 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.code === 'context_length_exceeded');
 });
 
 // JSON numbers carry a float32 to 15 digits; base64 carries its bytes
