@@ -11,7 +11,6 @@
  *   that come at once only those past the limit as they came are refused. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "server/server.h"
+#include "support/fake_server.h"
 #include "test.h"
 
 static void serve_hello(void *ctx, srv *s)
@@ -35,27 +35,10 @@ static void serve_hello(void *ctx, srv *s)
     }
 }
 
-static bool health(void *ctx, void *obj)
-{
-    (void)ctx, (void)obj;
-    return true;
-}
-
-static void metrics(void *ctx, FILE *f)
-{
-    (void)ctx, (void)f;
-}
-
-static void *cluster(void *ctx)
-{
-    (void)ctx;
-    return cJSON_CreateObject();
-}
-
 static srv *start(const char *api_key, const char *cors, int max_connections, unsigned request_s)
 {
-    srv_engine e = {.serve = serve_hello, .slots = 1, .health = health, .metrics = metrics,
-                    .cluster = cluster};
+    srv_engine e = {.serve = serve_hello, .slots = 1, .health = fake_srv_health,
+                    .metrics = fake_srv_metrics, .cluster = fake_srv_cluster};
     srv_config c = {.host = "127.0.0.1", .api_key = api_key, .model_id = "m", .queue_max = 4,
                     .max_connections = max_connections, .max_body = 1 << 20, .timeout_s = 30,
                     .request_s = request_s, .cors_origins = cors};
@@ -74,14 +57,7 @@ static int64_t now_ms(void)
 
 static int dial(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
-            strerror(errno));
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
+    return fake_srv_dial(port, 5);
 }
 
 static void send_all(int fd, const char *p, size_t n)

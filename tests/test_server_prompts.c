@@ -13,7 +13,6 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 #include <unistd.h>
 
 #include "server/server.h"
+#include "support/fake_server.h"
 #include "test.h"
 
 #define SLOTS 3
@@ -122,27 +122,10 @@ static void serve_fake(void *ctx, srv *s)
     }
 }
 
-static bool health(void *ctx, void *obj)
-{
-    (void)ctx, (void)obj;
-    return true;
-}
-
-static void metrics(void *ctx, FILE *f)
-{
-    (void)ctx, (void)f;
-}
-
-static void *cluster(void *ctx)
-{
-    (void)ctx;
-    return cJSON_CreateObject();
-}
-
 static srv *start(int queue_max)
 {
-    srv_engine e = {.serve = serve_fake, .slots = SLOTS, .health = health, .metrics = metrics,
-                    .cluster = cluster};
+    srv_engine e = {.serve = serve_fake, .slots = SLOTS, .health = fake_srv_health,
+                    .metrics = fake_srv_metrics, .cluster = fake_srv_cluster};
     srv_config c = {.host = "127.0.0.1", .model_id = "m", .queue_max = queue_max,
                     .max_connections = 16, .max_body = 1 << 20, .timeout_s = 30};
     sampler_params_default(&c.defaults);
@@ -154,14 +137,7 @@ static srv *start(int queue_max)
 
 static int dial(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    REQUIRE(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connect: %s",
-            strerror(errno));
-    struct timeval tv = {30, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
+    return fake_srv_dial(port, 30);
 }
 
 /* POST body to /v1/completions on a new connection (Connection: close); the socket. */
