@@ -48,8 +48,8 @@ static int parse_method(void *dst, const char *flag, const char *v)
     return parse_prefetch_method(flag, v, &((serve_opts *)dst)->method);
 }
 
-/* SIZE: a number of bytes with an optional K, M, G or T (powers of 1024). */
-static int parse_size_arg(const char *flag, const char *v, uint64_t *out)
+/* --store-max SIZE: a number of bytes with an optional K, M, G or T (powers of 1024). */
+static int parse_store_max(void *dst, const char *flag, const char *v)
 {
     char *end;
     errno = 0;
@@ -68,13 +68,8 @@ static int parse_size_arg(const char *flag, const char *v, uint64_t *out)
         cli_fail("%s: expected a size such as 20G or 512M, got '%s'", flag, v);
         return -1;
     }
-    *out = (uint64_t)(x * mul);
+    ((serve_opts *)dst)->store_max = (uint64_t)(x * mul);
     return 0;
-}
-
-static int parse_store_max(void *dst, const char *flag, const char *v)
-{
-    return parse_size_arg(flag, v, &((serve_opts *)dst)->store_max) ? -1 : 0;
 }
 
 static int parse_gpu_mem(void *dst, const char *flag, const char *v)
