@@ -8,7 +8,9 @@
  *     streamed exactly once, every token of the batch taking it from L1;
  *   - prefill: a row block's weights (sized for L2) are reused by every token block (sized for
  *     L2 as well), and the tile kernel reuses each loaded weight across several tokens in
- *     registers, so prefill is bound by arithmetic rather than by memory.
+ *     registers, so prefill is bound by arithmetic rather than by memory. Where the path packs
+ *     the type (mm_packed, types.h) the thread first packs its row block into panels in its own
+ *     scratch, and the token blocks run over those.
  * Each output element is computed by one tile call whose arithmetic does not depend on where the
  * tile sits (types.h), so results are identical for any thread count and any batch size. */
 #include <stdatomic.h>
@@ -52,6 +54,7 @@ struct mm_range {
 
 struct mm_job {
     const mm_kernel *kernel; /* NULL: one vec_dot per output */
+    const mm_packed *packed; /* non-NULL: this batch runs packed tiles */
     vec_dot_fn vec_dot;
     const uint8_t *w, *a;
     size_t w_stride, a_stride;
@@ -59,6 +62,8 @@ struct mm_job {
     int n_in, n_out, n_tokens;
     int rows_per_block, tokens_per_block, n_units;
     struct mm_range *range; /* one per thread, in the context's scratch */
+    uint8_t *panels;        /* packed: thread i's panels at i * thread_panel_bytes */
+    size_t panel_bytes, thread_panel_bytes;
 };
 
 static void run_tile(const struct mm_job *J, int r0, int nr, int t0, int nt)
@@ -96,9 +101,34 @@ static int claim_block(struct mm_job *J, int ith, int nth)
     return -1;
 }
 
+/* Rows [r_begin, r_end) packed into this thread's panels, then every token block over them. */
+static void run_packed_block(const struct mm_job *J, int ith, int r_begin, int r_end)
+{
+    const mm_packed *P = J->packed;
+    uint8_t *panels = J->panels + (size_t)ith * J->thread_panel_bytes;
+    for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
+        P->pack(J->n_in, min_int(P->rows, r_end - r), J->w + (size_t)r * J->w_stride, J->w_stride,
+                panels + (size_t)p * J->panel_bytes);
+    for (int tb = 0; tb < J->n_tokens; tb += J->tokens_per_block) {
+        int tb_end = min_int(tb + J->tokens_per_block, J->n_tokens);
+        for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
+            for (int t = tb; t < tb_end; t += P->tokens)
+                P->tile(J->n_in, min_int(P->rows, r_end - r), min_int(P->tokens, tb_end - t),
+                        panels + (size_t)p * J->panel_bytes, J->a + (size_t)t * J->a_stride,
+                        J->a_stride, J->y + (size_t)t * J->n_out + r, (size_t)J->n_out);
+    }
+}
+
 static void matmul_worker(void *arg, int ith, int nth)
 {
     struct mm_job *J = arg;
+    if (J->packed) {
+        for (int u; (u = claim_block(J, ith, nth)) >= 0;) {
+            int r_begin = u * J->rows_per_block;
+            run_packed_block(J, ith, r_begin, min_int(r_begin + J->rows_per_block, J->n_out));
+        }
+        return;
+    }
     int tile_rows = !J->kernel ? 1
                     : J->n_tokens > MM_STREAM_TOKENS ? J->kernel->rows
                                                      : J->kernel->decode_rows;
@@ -123,33 +153,59 @@ static int round_block(long v, int m)
     return v < m ? m : (int)(v / m * m);
 }
 
-/* Bytes of quantized activations for n_tokens rows of n_in inputs, over every weight type. */
-static size_t act_scratch_bytes(int n_in, int n_tokens)
+/* The packed tiles of this weight type for a batch of n_tokens, or NULL. */
+static const mm_packed *packed_for(const kern_type *kt, int n_tokens)
 {
-    size_t act = 0;
+    return kt->tile && n_tokens >= MM_PACK_TOKENS ? kt->tile->packed : NULL;
+}
+
+/* The most rows a prefill row block of this type holds (the balancing in kern_matmul only
+ * shrinks it): what sizes the packed panels' scratch. */
+static int prefill_block_rows(enum dtype wt, int n_in, int tile_rows)
+{
+    return round_block((long)(WEIGHT_BLOCK_BYTES / dtype_row_bytes(wt, (uint64_t)n_in)), tile_rows);
+}
+
+/* Bytes of quantized activations for n_tokens rows of n_in inputs, and of one thread's packed
+ * panels, over every weight type. */
+static void scratch_bytes(int n_in, int n_tokens, size_t *act, size_t *panels)
+{
+    *act = *panels = 0;
     for (int t = 0; t < DT_COUNT; t++) {
         const kern_type *kt = kern_type_get((enum dtype)t);
-        if (kt && kt->act_type != DT_F32) {
+        if (!kt)
+            continue;
+        if (kt->act_type != DT_F32) {
             size_t b = dtype_row_bytes(kt->act_type, (uint64_t)n_in) * (size_t)n_tokens;
-            act = b > act ? b : act;
+            *act = b > *act ? b : *act;
+        }
+        const mm_packed *P = packed_for(kt, n_tokens);
+        if (P && dtype_row_bytes((enum dtype)t, (uint64_t)n_in) != 0) {
+            int rows = prefill_block_rows((enum dtype)t, n_in, P->rows);
+            size_t b = (size_t)((rows + P->rows - 1) / P->rows) * P->bytes(n_in);
+            *panels = b > *panels ? b : *panels;
         }
     }
-    return act;
 }
 
 int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
 {
-    size_t act = act_scratch_bytes(n_in, n_tokens);
-    size_t ranges = sizeof(struct mm_range) * (size_t)kern_ctx_threads(c);
+    size_t act, panels;
+    scratch_bytes(n_in, n_tokens, &act, &panels);
+    size_t nth = (size_t)kern_ctx_threads(c);
     return (act == 0 || kern_scratch_get(c, KERN_SCRATCH_ACT, act)) &&
-                   kern_scratch_get(c, KERN_SCRATCH_RANGES, ranges)
+                   (panels == 0 || kern_scratch_get(c, KERN_SCRATCH_PANELS, panels * nth)) &&
+                   kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * nth)
                ? 0
                : -1;
 }
 
 void kern_ctx_release(kern_ctx *c, int n_in, int n_tokens)
 {
-    kern_scratch_release(c, KERN_SCRATCH_ACT, act_scratch_bytes(n_in, n_tokens));
+    size_t act, panels;
+    scratch_bytes(n_in, n_tokens, &act, &panels);
+    kern_scratch_release(c, KERN_SCRATCH_ACT, act);
+    kern_scratch_release(c, KERN_SCRATCH_PANELS, panels * (size_t)kern_ctx_threads(c));
 }
 
 int kern_matmul_jobs(enum dtype wt)
@@ -187,14 +243,16 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
     }
 
     const mm_kernel *kernel = kt->tile;
-    int tile_rows = kernel ? kernel->rows : 1, tile_tokens = kernel ? kernel->tokens : 1;
+    const mm_packed *packed = packed_for(kt, n_tokens);
+    int tile_rows = packed ? packed->rows : kernel ? kernel->rows : 1;
+    int tile_tokens = packed ? packed->tokens : kernel ? kernel->tokens : 1;
 
     int rows_per_block, tokens_per_block;
     if (n_tokens <= MM_STREAM_TOKENS) {
         rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
         tokens_per_block = n_tokens;
     } else {
-        rows_per_block = round_block((long)(WEIGHT_BLOCK_BYTES / w_stride), tile_rows);
+        rows_per_block = prefill_block_rows(wt, n_in, tile_rows);
         tokens_per_block = min_int(n_tokens, round_block((long)(ACT_BLOCK_BYTES / a_stride), tile_tokens));
     }
     /* Enough blocks that every thread gets several, for balance. */
@@ -208,9 +266,17 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         .rows_per_block = rows_per_block, .tokens_per_block = tokens_per_block,
         .n_units = (n_out + rows_per_block - 1) / rows_per_block,
         .range = kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * (size_t)nth),
+        .packed = packed,
     };
     if (!J.range)
         return -1;
+    if (packed) {
+        J.panel_bytes = packed->bytes(n_in);
+        J.thread_panel_bytes = (size_t)((rows_per_block + packed->rows - 1) / packed->rows) * J.panel_bytes;
+        J.panels = kern_scratch_get(c, KERN_SCRATCH_PANELS, J.thread_panel_bytes * (size_t)nth);
+        if (!J.panels)
+            return -1;
+    }
     for (int i = 0; i < nth; i++) {
         atomic_init(&J.range[i].next, (int)((long)J.n_units * i / nth));
         J.range[i].end = (int)((long)J.n_units * (i + 1) / nth);

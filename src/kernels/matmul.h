@@ -20,6 +20,9 @@ MM_DECLARE(q4_k)
 MM_DECLARE(q5_k)
 MM_DECLARE(q6_k)
 
+/* AVX-512 packed tiles (matmul_packed_avx512.c) */
+extern const mm_packed mm_q4_k_packed_avx512, mm_q5_k_packed_avx512, mm_q6_k_packed_avx512;
+
 /* AVX2 activation quantizers (bit for bit the reference ones). */
 void q8_0_quantize_avx2(const float *src, void *dst, int64_t n);
 void q8_k_quantize_avx2(const float *src, void *dst, int64_t n);

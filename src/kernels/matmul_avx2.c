@@ -376,7 +376,7 @@ void q8_0_quantize_avx2(const float *src, void *dst, int64_t n)
 
 /* Decode rows: the float kernels do one FMA per 8 weights into a row's accumulator, so one row
  * alone would wait on FMA latency. */
-const mm_kernel mm_f32_avx2 = {tile_f32, 4, 3, 4};
-const mm_kernel mm_f16_avx2 = {tile_f16, 4, 3, 4};
-const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4};
+const mm_kernel mm_f32_avx2 = {tile_f32, 4, 3, 4, NULL};
+const mm_kernel mm_f16_avx2 = {tile_f16, 4, 3, 4, NULL};
+const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4, NULL};
 MM_QUANT_KERNELS(avx2)

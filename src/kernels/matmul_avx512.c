@@ -27,36 +27,92 @@ ALWAYS_INLINE __m512i scale_halves(__m256i sc, int j)
     return _mm512_shuffle_epi8(s, join256(scale_selector(j), scale_selector(j + 1)));
 }
 
-ALWAYS_INLINE void store_sums512(int R, int T, __m512 facc[4][4], float *y, size_t ys)
+/* The sums of n <= 4 integer vectors, vector i's in lane i (exact, so in any order). */
+ALWAYS_INLINE __m128i lane_sums(int n, const __m512i s[4])
 {
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            y[t * ys + r] = _mm512_reduce_add_ps(facc[r][t]);
+    __m256i h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = i < n ? _mm256_add_epi32(_mm512_castsi512_si256(s[i]), _mm512_extracti64x4_epi64(s[i], 1))
+                     : _mm256_setzero_si256();
+    __m256i q = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
 }
 
-/* Superblocks per pass of the minimum terms (k4_tile). */
-#define K4_CHUNK 16
-
-/* The minimum terms of Q4_K / Q5_K, sum over superblocks k and sub-blocks j of
- * dmin_k * m_kj * da_k * (bsum_k,2j + bsum_k,2j+1), are one float dot product per (row, token):
- * a pass over K4_CHUNK superblocks stores the row factors dmin * m (mr) and the token factors
- * da * bsum pair (tb), 8 floats per superblock each, and then takes the products 16 lanes at a
- * time into the accumulators. That costs half an instruction per (row, token) and superblock
- * instead of five. */
-ALWAYS_INLINE void k4_minimums(int R, int T, int kn, const float mr[4][8 * K4_CHUNK],
-                               const float tb[4][8 * K4_CHUNK], __m512 facc[4][4])
+/* The same for n <= 4 vectors of four lanes. */
+ALWAYS_INLINE __m128i lane_sums128(int n, const __m128i s[4])
 {
-    for (int q = 0; q < 8 * kn; q += 16) {
-        __mmask16 m = 8 * kn - q >= 16 ? 0xffff : 0x00ff; /* an odd count ends with 8 lanes */
-        for (int r = 0; r < R; r++) {
-            __m512 mv = _mm512_maskz_loadu_ps(m, mr[r] + q);
-            for (int t = 0; t < T; t++)
-                facc[r][t] = _mm512_fnmadd_ps(mv, _mm512_maskz_loadu_ps(m, tb[t] + q), facc[r][t]);
-        }
-    }
+    __m128i h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = i < n ? s[i] : _mm_setzero_si128();
+    return _mm_hadd_epi32(_mm_hadd_epi32(h[0], h[1]), _mm_hadd_epi32(h[2], h[3]));
 }
 
-/* Q4_K, or Q5_K when five_bits (bit j of qh[l] is the fifth bit of level l of sub-block j). */
+/* Superblock k of token t's activations. */
+ALWAYS_INLINE const block_q8_k *q8k_at(const void *a, size_t as, int t, int k)
+{
+    return (const block_q8_k *)((const uint8_t *)a + t * as) + k;
+}
+
+/* The scales of token t's superblocks k0 .. k0 + n - 1 (n <= K_PHASES) in lanes (0 beyond n). */
+ALWAYS_INLINE __m128 q8k_scales(const void *a, size_t as, int t, int k0, int n)
+{
+    float d[K_PHASES] = {0};
+    for (int kk = 0; kk < n; kk++)
+        d[kk] = q8k_at(a, as, t, k0 + kk)->d;
+    return _mm_setr_ps(d[0], d[1], d[2], d[3]);
+}
+
+/* kk = 0 .. n - 1 (n <= K_PHASES), unrolled: the arrays indexed by kk stay in registers. */
+#define PHASE_LOOP(kk, n) _Pragma("GCC unroll 4") for (int kk = 0; kk < K_PHASES && kk < (n); kk++)
+
+/* acc + a * b in the first n lanes (the others unchanged, not even a -0 made +0). */
+ALWAYS_INLINE __m128 phases_fma(int n, __m128 a, __m128 b, __m128 acc, bool negate)
+{
+    __m128 v = negate ? _mm_fnmadd_ps(a, b, acc) : _mm_fmadd_ps(a, b, acc);
+    return n == K_PHASES ? v : _mm_mask_mov_ps(acc, (__mmask8)((1u << n) - 1), v);
+}
+
+/* (acc0 + acc1) + (acc2 + acc3) */
+ALWAYS_INLINE float phases_total(__m128 acc)
+{
+    __m128 h = _mm_hadd_ps(acc, acc);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+/* The scales and minimums of a row's superblocks k0 .. k0 + n - 1 (n <= 4, blocks from b0 on)
+ * unpacked in vector registers, which here costs less than the scalar unpacking of each
+ * (k4_unpack_scales_u64): superblock kk in 128-bit lane kk, its eight 6-bit scales in bytes 0-7
+ * and its eight minimums in bytes 8-15. */
+ALWAYS_INLINE __m512i k4_scales4(const uint8_t *b0, size_t block_bytes, int n)
+{
+    const uint8_t *p = b0 + offsetof(block_q4_k, scales); /* 16 bytes: the 12 and 4 of qs */
+    __m128i l[4];
+    for (int i = 0; i < 4; i++)
+        l[i] = i < n ? _mm_loadu_si128((const __m128i *)(p + i * block_bytes)) : _mm_setzero_si128();
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(l[1], l[0])), _mm256_set_m128i(l[3], l[2]), 1);
+    /* bytes 0-3: scales 0-3, 4-7: the low nibbles of 4-7 (bytes 8-11), 8-11: mins 0-3 (bytes 4-7),
+     * 12-15: the high nibbles of 4-7 (bytes 8-11); the top two bits of 4-7 from bytes 0-3 | 4-7 */
+    const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m512i tops = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    __m512i a = _mm512_shuffle_epi8(v, pick), t = _mm512_shuffle_epi8(v, tops);
+    __m512i low6 = _mm512_and_si512(a, _mm512_set1_epi8(0x3f));
+    __m512i nib = _mm512_mask_blend_epi8(0xf000f000f000f000ull, _mm512_and_si512(a, _mm512_set1_epi8(0x0f)),
+                                         _mm512_and_si512(_mm512_srli_epi16(a, 4), _mm512_set1_epi8(0x0f)));
+    __m512i high = _mm512_or_si512(nib, _mm512_and_si512(_mm512_srli_epi16(t, 2), _mm512_set1_epi8(0x30)));
+    return _mm512_mask_blend_epi8(0xf0f0f0f0f0f0f0f0ull, low6, high);
+}
+
+/* Q4_K, or Q5_K when five_bits (bit j of qh[l] is the fifth bit of level l of sub-block j).
+ *
+ * What every AVX-512 tile of these types computes, ordinary or packed (matmul_packed_avx512.c):
+ * per superblock k of a row and a token, two exact integers
+ *     isum_k = sum_j scale_j * dot(levels of sub-block j, activations),
+ *     msum_k = sum_j min_j * (sum of the activations of sub-block j),
+ * then, k in order, into accumulator p = k % K_PHASES,
+ *     acc_p = fma(d_k * da_k, (float)isum_k, acc_p);  acc_p = fma(-(dmin_k * da_k), (float)msum_k, acc_p),
+ * and the output (acc_0 + acc_1) + (acc_2 + acc_3). Here a vector holds 64 levels of one row:
+ * the sums across lanes of K_PHASES superblocks are taken together, and their float steps run
+ * as one vector of phases. */
 ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, size_t ws,
                            const void *a, size_t as, float *y, size_t ys)
 {
@@ -64,33 +120,34 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
     const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
     const __m512i low4 = _mm512_set1_epi8(0x0f), sixteen = _mm512_set1_epi8(16);
     const int nk = n / QK_K;
-    __m512 facc[4][4];
-    float mr[4][8 * K4_CHUNK], tb[4][8 * K4_CHUNK];
-    TILE_ZERO(facc, R, T, _mm512_setzero_ps());
-    for (int k0 = 0; k0 < nk; k0 += K4_CHUNK) {
-        const int kn = nk - k0 < K4_CHUNK ? nk - k0 : K4_CHUNK;
-        for (int t = 0; t < T; t++)
-            for (int kk = 0; kk < kn; kk++) {
-                const block_q8_k *ab = (const block_q8_k *)((const uint8_t *)a + t * as) + k0 + kk;
-                __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ab->bsums), _mm256_set1_epi16(1));
-                _mm256_storeu_ps(tb[t] + 8 * kk, _mm256_mul_ps(_mm256_set1_ps(ab->d), _mm256_cvtepi32_ps(pairs)));
-            }
-        for (int k = k0; k < k0 + kn; k++) {
-            const block_q8_k *ab[4];
-            q8k_blocks(a, as, T, k, ab);
-            for (int r = 0; r < R; r++) {
-                const uint8_t *b = weight_at(w, ws, r, (size_t)k * block_bytes, block_bytes, T);
-                uint64_t sc8, mn8;
-                k4_unpack_scales_u64(b + offsetof(block_q4_k, scales), &sc8, &mn8);
-                __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-                __m128 d_dmin = load_half_pair((const uint16_t *)b);
-                __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8)));
-                _mm256_storeu_ps(mr[r] + 8 * (k - k0), _mm256_mul_ps(broadcast_lane1(d_dmin), mins));
-                __m512i qh2 = _mm512_setzero_si512(), sumi[4];
+    __m128 facc[4][4]; /* [row][token], lanes: the phases */
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    for (int k0 = 0; k0 < nk; k0 += K_PHASES) {
+        const int g = nk - k0 < K_PHASES ? nk - k0 : K_PHASES;
+        for (int r = 0; r < R; r++) {
+            __m512i sumi[4][K_PHASES]; /* [token][superblock] */
+            __m128i msum[4][K_PHASES];
+            uint32_t d_dmin[K_PHASES] = {0}; /* the superblocks' fp16 pairs d, dmin */
+            TILE_ZERO(sumi, T, K_PHASES, _mm512_setzero_si512());
+            TILE_ZERO(msum, T, K_PHASES, _mm_setzero_si128());
+            const __m512i scales = k4_scales4((const uint8_t *)w + r * ws + (size_t)k0 * block_bytes, block_bytes, g);
+            PHASE_LOOP(kk, g) {
+                const uint8_t *b = weight_at(w, ws, r, (size_t)(k0 + kk) * block_bytes, block_bytes, T);
+                __m128i sm = _mm512_castsi512_si128(_mm512_permutexvar_epi32(
+                    _mm512_add_epi32(_mm512_set1_epi32(4 * kk), _mm512_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)), scales));
+                __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+                __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+                memcpy(&d_dmin[kk], b, sizeof d_dmin[kk]);
+                __m512i qh2 = _mm512_setzero_si512();
                 if (five_bits)
                     qh2 = _mm512_broadcast_i64x4(load_once(b + offsetof(block_q5_k, qh)));
-                for (int t = 0; t < T; t++)
-                    sumi[t] = _mm512_setzero_si512();
+                for (int t = 0; t < T; t++) {
+                    /* the activation sums of the eight sub-blocks, as int16 */
+                    const int16_t *bs = q8k_at(a, as, t, k0 + kk)->bsums;
+                    __m128i pb = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 8)));
+                    sumi[t][kk] = _mm512_setzero_si512();
+                    msum[t][kk] = _mm_madd_epi16(mins, pb);
+                }
                 for (int c = 0; c < 4; c++) {
                     __m256i q = load_once(b + qs_at + 32 * c);
                     __m512i lv = _mm512_and_si512(join256(q, _mm256_srli_epi16(q, 4)), low4);
@@ -101,18 +158,25 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
                     }
                     __m512i s = scale_halves(sc, 2 * c);
                     for (int t = 0; t < T; t++) {
-                        __m512i p = _mm512_maddubs_epi16(lv, _mm512_loadu_si512(ab[t]->qs + 64 * c));
-                        sumi[t] = _mm512_dpwssd_epi32(sumi[t], p, s);
+                        __m512i p = _mm512_maddubs_epi16(lv, _mm512_loadu_si512(q8k_at(a, as, t, k0 + kk)->qs + 64 * c));
+                        sumi[t][kk] = _mm512_dpwssd_epi32(sumi[t][kk], p, s);
                     }
                 }
-                float d = _mm_cvtss_f32(d_dmin);
-                for (int t = 0; t < T; t++)
-                    facc[r][t] = _mm512_fmadd_ps(_mm512_set1_ps(d * ab[t]->d), _mm512_cvtepi32_ps(sumi[t]), facc[r][t]);
+            }
+            /* d0 m0 d1 m1 d2 m2 d3 m3 as floats, then the d and the dmin of the phases */
+            __m256 dm = _mm256_cvtph_ps(_mm_set_epi32((int)d_dmin[3], (int)d_dmin[2], (int)d_dmin[1], (int)d_dmin[0]));
+            __m256 dm2 = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+            const __m128 d = _mm256_castps256_ps128(dm2), dmin = _mm256_extractf128_ps(dm2, 1);
+            for (int t = 0; t < T; t++) {
+                const __m128 dat = q8k_scales(a, as, t, k0, g);
+                facc[r][t] = phases_fma(g, _mm_mul_ps(d, dat), _mm_cvtepi32_ps(lane_sums(g, sumi[t])), facc[r][t], false);
+                facc[r][t] = phases_fma(g, _mm_mul_ps(dmin, dat), _mm_cvtepi32_ps(lane_sums128(g, msum[t])), facc[r][t], true);
             }
         }
-        k4_minimums(R, T, kn, mr, tb, facc);
     }
-    store_sums512(R, T, facc, y, ys);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = phases_total(facc[r][t]);
 }
 
 #define Q4K_TILE(...) k4_tile(false, __VA_ARGS__)
@@ -130,7 +194,10 @@ ALWAYS_INLINE __m512i four_scales(__m512i sc16, int base)
 }
 
 /* Q6_K: levels + 32 as unsigned bytes; 32 * sum_j scale_j * bsums_j is subtracted once per
- * superblock (as in the AVX2 tile). */
+ * superblock (as in the AVX2 tile). What every AVX-512 tile of Q6_K computes: per superblock k
+ * the exact isum_k = sum_j scale_j * (dot(levels + 32 of sub-block j, activations) - 32 * bsum_j),
+ * then acc_p = fma(d_k * da_k, (float)isum_k, acc_p) with p = k % K_PHASES, and the output
+ * (acc_0 + acc_1) + (acc_2 + acc_3), as k4_tile. */
 ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
                             size_t as, float *y, size_t ys)
 {
@@ -138,39 +205,49 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
     /* qh bit pairs of groups 0|1 move up to bits 4-5 by 4|2, those of groups 2|3 down by 0|2 */
     const __m512i up = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
     const __m512i down = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
-    __m512 facc[4][4];
-    TILE_ZERO(facc, R, T, _mm512_setzero_ps());
-    for (int k = 0; k < n / QK_K; k++) {
-        const block_q8_k *ab[4];
-        q8k_blocks(a, as, T, k, ab);
+    const int nk = n / QK_K;
+    __m128 facc[4][4];
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    for (int k0 = 0; k0 < nk; k0 += K_PHASES) {
+        const int g = nk - k0 < K_PHASES ? nk - k0 : K_PHASES;
         for (int r = 0; r < R; r++) {
-            const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), T);
-            __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-            __m512i scales = _mm512_zextsi256_si512(sc16), sumi[4];
-            for (int t = 0; t < T; t++) {
-                __m256i off = _mm256_slli_epi32(
-                    _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)ab[t]->bsums)), 5);
-                sumi[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(off));
-            }
-            for (int h = 0; h < 2; h++) {
-                __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
-                __m512i qh2 = _mm512_broadcast_i64x4(load_once(b->qh + 32 * h));
-                __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh2, up), m2));
-                __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                              _mm512_and_si512(_mm512_srlv_epi16(qh2, down), m2));
-                __m512i s01 = four_scales(scales, 8 * h), s23 = four_scales(scales, 8 * h + 4);
+            __m512i sumi[4][K_PHASES]; /* [token][superblock] */
+            uint16_t dr[K_PHASES] = {0};
+            TILE_ZERO(sumi, T, K_PHASES, _mm512_setzero_si512());
+            PHASE_LOOP(kk, g) {
+                const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)(k0 + kk) * sizeof(block_q6_k),
+                                                                    sizeof(block_q6_k), T);
+                __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+                __m512i scales = _mm512_zextsi256_si512(sc16);
+                dr[kk] = b->d;
                 for (int t = 0; t < T; t++) {
-                    const int8_t *act = ab[t]->qs + 128 * h;
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(g01, _mm512_loadu_si512(act)), s01);
-                    sumi[t] = _mm512_dpwssd_epi32(sumi[t], _mm512_maddubs_epi16(g23, _mm512_loadu_si512(act + 64)), s23);
+                    __m256i off = _mm256_slli_epi32(
+                        _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)q8k_at(a, as, t, k0 + kk)->bsums)), 5);
+                    sumi[t][kk] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_zextsi256_si512(off));
+                }
+                for (int h = 0; h < 2; h++) {
+                    __m512i ql = _mm512_loadu_si512(b->ql + 64 * h);
+                    __m512i qh2 = _mm512_broadcast_i64x4(load_once(b->qh + 32 * h));
+                    __m512i g01 = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_and_si512(_mm512_sllv_epi16(qh2, up), m2));
+                    __m512i g23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                                  _mm512_and_si512(_mm512_srlv_epi16(qh2, down), m2));
+                    __m512i s01 = four_scales(scales, 8 * h), s23 = four_scales(scales, 8 * h + 4);
+                    for (int t = 0; t < T; t++) {
+                        const int8_t *act = q8k_at(a, as, t, k0 + kk)->qs + 128 * h;
+                        sumi[t][kk] = _mm512_dpwssd_epi32(sumi[t][kk], _mm512_maddubs_epi16(g01, _mm512_loadu_si512(act)), s01);
+                        sumi[t][kk] = _mm512_dpwssd_epi32(sumi[t][kk], _mm512_maddubs_epi16(g23, _mm512_loadu_si512(act + 64)), s23);
+                    }
                 }
             }
-            float d = half_f16c(b->d);
+            const __m128 d = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, (short)dr[3], (short)dr[2], (short)dr[1], (short)dr[0]));
             for (int t = 0; t < T; t++)
-                facc[r][t] = _mm512_fmadd_ps(_mm512_set1_ps(d * ab[t]->d), _mm512_cvtepi32_ps(sumi[t]), facc[r][t]);
+                facc[r][t] = phases_fma(g, _mm_mul_ps(d, q8k_scales(a, as, t, k0, g)), _mm_cvtepi32_ps(lane_sums(g, sumi[t])),
+                                        facc[r][t], false);
         }
     }
-    store_sums512(R, T, facc, y, ys);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = phases_total(facc[r][t]);
 }
 
 #define Q6K_TILE(...) q6k_tile(__VA_ARGS__)
@@ -263,10 +340,10 @@ DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
  * 512-bit register, measured no faster. Decode takes one row per tile for every type: on a
  * Zen 4, two interleaved rows of 32-blocks (the AVX2 choice, measured on a Zen 3) took twice
  * the CPU time per Q8_0 decode step (121-128 against 60-62 ms, 4-layer 8B-shaped model). */
-const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 4, 1};
-const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 4, 1};
-const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 4, 1};
-const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1};
-const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1};
-const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1};
-const mm_kernel mm_mxfp4_avx512 = {tile_mxfp4, 4, 3, 1};
+const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 4, 1, &mm_q4_k_packed_avx512};
+const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 4, 4, &mm_q5_k_packed_avx512};
+const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 4, 1, &mm_q6_k_packed_avx512};
+const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1, NULL};
+const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1, NULL};
+const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1, NULL};
+const mm_kernel mm_mxfp4_avx512 = {tile_mxfp4, 4, 3, 1, NULL};

@@ -99,6 +99,11 @@ ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
     *mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
 }
 
+/* The AVX-512 K-quant tiles (ordinary and packed) accumulate a row's superblocks into this many
+ * float accumulators in turn, superblock k into k % K_PHASES: the ordinary tiles then take the
+ * sums across lanes of that many superblocks at once. */
+#define K_PHASES 4
+
 /* Zero the R x T accumulators of a tile. */
 #define TILE_ZERO(acc, R, T, zero)              \
     for (int r_ = 0; r_ < (R); r_++)            \
@@ -126,11 +131,11 @@ ALWAYS_INLINE const uint8_t *weight_at(const void *w, size_t ws, int r, size_t a
  * 32-block kernels do one float update per block into a row's accumulator, so one row alone
  * would wait on FMA latency; the K-quants do enough integer work per superblock to hide it. */
 #define MM_QUANT_KERNELS(path)                                    \
-    const mm_kernel mm_q4_k_##path = {tile_q4k, 4, 2, 1};         \
-    const mm_kernel mm_q5_k_##path = {tile_q5k, 4, 2, 1};         \
-    const mm_kernel mm_q6_k_##path = {tile_q6k, 4, 2, 1};         \
-    const mm_kernel mm_q8_0_##path = {tile_q8_0, 4, 3, 2};        \
-    const mm_kernel mm_q4_0_##path = {tile_q4_0, 4, 3, 2};        \
-    const mm_kernel mm_iq4_nl_##path = {tile_iq4_nl, 4, 3, 2};
+    const mm_kernel mm_q4_k_##path = {tile_q4k, 4, 2, 1, NULL};         \
+    const mm_kernel mm_q5_k_##path = {tile_q5k, 4, 2, 1, NULL};         \
+    const mm_kernel mm_q6_k_##path = {tile_q6k, 4, 2, 1, NULL};         \
+    const mm_kernel mm_q8_0_##path = {tile_q8_0, 4, 3, 2, NULL};        \
+    const mm_kernel mm_q4_0_##path = {tile_q4_0, 4, 3, 2, NULL};        \
+    const mm_kernel mm_iq4_nl_##path = {tile_iq4_nl, 4, 3, 2, NULL};
 
 #endif

@@ -53,6 +53,27 @@ typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride
  * blocking 0.57, 1.04-1.07, 1.10-1.20, 1.20-1.32 | 1.00-1.16, 1.71-1.80, 1.92-1.94, 2.22-2.33. */
 #define MM_STREAM_TOKENS 3
 
+/* Prefill's packed tiles (optional, per path and type). For a batch of at least
+ * MM_PACK_TOKENS tokens kern_matmul rearranges each row block's weights once into panels of
+ * `rows` interleaved rows, in the path's own layout (levels one per byte, scales widened, so that
+ * one vector holds the same few inputs of every row of the panel and one instruction multiplies
+ * them by a token's broadcast activations), in the context's scratch and never stored; then every
+ * token block of the batch runs over the panels. The packing costs about as much as a few tokens'
+ * arithmetic and is repaid by the rest of the batch. A path that packs a type computes, in its
+ * ordinary tile too, exactly what its packed tile computes (the mm_tile_fn contract). */
+typedef struct mm_packed {
+    int rows, tokens; /* rows per panel; the largest token tile */
+    size_t (*bytes)(int n); /* one panel of n inputs: a multiple of 64 */
+    /* Pack nr <= rows weight rows (the rest of the panel zero) into a 64-byte aligned panel. */
+    void (*pack)(int n, int nr, const void *w, size_t w_stride, void *panel);
+    /* y[t * y_stride + r] = dot(row r of the panel, activation row t), r < nr, t < nt <= tokens */
+    void (*tile)(int n, int nr, int nt, const void *panel, const void *a, size_t a_stride,
+                 float *y, size_t y_stride);
+} mm_packed;
+
+/* Batches of at least this many tokens take the packed tiles where a type has them. */
+#define MM_PACK_TOKENS 8
+
 typedef struct mm_kernel {
     mm_tile_fn tile;
     int rows, tokens; /* the largest tile */
@@ -60,6 +81,7 @@ typedef struct mm_kernel {
      * sequential stream; kernels whose per-row accumulation is one short dependency chain need
      * a few rows in flight. */
     int decode_rows;
+    const mm_packed *packed; /* NULL: prefill uses the tile above */
 } mm_kernel;
 
 /* An activation quantizer: exactly the bytes of the format's from_float. */
