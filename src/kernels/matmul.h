@@ -20,7 +20,8 @@ MM_DECLARE(q4_k)
 MM_DECLARE(q5_k)
 MM_DECLARE(q6_k)
 
-/* AVX-512 packed tiles (matmul_packed_avx512.c) */
+/* Packed prefill tiles (matmul_packed_avx2.c, matmul_packed_avx512.c) */
+extern const mm_packed mm_q4_k_packed_avx2, mm_q5_k_packed_avx2, mm_q6_k_packed_avx2;
 extern const mm_packed mm_q4_k_packed_avx512, mm_q5_k_packed_avx512, mm_q6_k_packed_avx512;
 
 /* AVX2 activation quantizers (bit for bit the reference ones). */

@@ -89,22 +89,20 @@ DEFINE_TILE_4x3(tile_f16, F16_TILE)
 DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
 
 /* ---- K-quants with Q8_K activations ----
- * Per superblock of 256: integer products per 32 (Q4_K/Q5_K) or 16 (Q6_K) elements, scaled by
- * the sub-block scales in int32; then one float update per (row, token) with the superblock's
- * d (and dmin) times the activation's d. The float accumulators keep 8 lanes until the end. */
+ * What every AVX2 tile of these types computes, ordinary or packed (matmul_packed_avx2.c): per
+ * superblock k of a row and a token, exact integers
+ *     Q4_K / Q5_K: isum_k = sum_j scale_j * dot(levels of sub-block j, activations),
+ *                  msum_k = sum_j min_j * (sum of the activations of sub-block j);
+ *     Q6_K:        isum_k = sum_j scale_j * (dot(levels + 32 of sub-block j, activations) - 32 * bsum_j),
+ * then, k in order, into accumulator p = k % K_PHASES,
+ *     acc_p = fma(d_k * da_k, (float)isum_k, acc_p)  (Q4_K / Q5_K then also
+ *     acc_p = fma(-(dmin_k * da_k), (float)msum_k, acc_p)),
+ * and the output (acc_0 + acc_1) + (acc_2 + acc_3). Here a row's integers of a superblock are
+ * spread over 8 lanes; the sums across lanes of K_PHASES superblocks are taken together (three
+ * hadds for four vectors), and their float steps run as one vector of phases. */
 
 /* Scale j (0-7) of k4_scales' output in every lane. */
 #define K4_SCALE(sc, j) _mm256_shuffle_epi8(sc, scale_selector(j))
-
-
-
-
-ALWAYS_INLINE void store_sums(int R, int T, __m256 facc[4][2], float *y, size_t ys)
-{
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps256(facc[r][t]);
-}
 
 /* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
 ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
@@ -114,55 +112,101 @@ ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-/* Q4_K, or Q5_K when five_bits: the two share d, dmin and the packed scales at the start of the
- * block; Q5_K adds the fifth bits (qh) before its 4-bit quants. */
+/* The phases' (float) sums of a row and a token, from the lane-wise integers of K_PHASES
+ * superblocks paired up by hadd (pairs[h] = hadd(vector 2h, vector 2h + 1)): superblock kk's
+ * sum in lane kk of the lower half, and the same of a second set (more) in the upper half. */
+ALWAYS_INLINE __m256 phase_sums(const __m256i pairs[2], const __m256i more[2])
+{
+    __m256i x = _mm256_hadd_epi32(pairs[0], pairs[1]), z = _mm256_hadd_epi32(more[0], more[1]);
+    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_permute2x128_si256(x, z, 0x20),
+                                               _mm256_permute2x128_si256(x, z, 0x31)));
+}
+
+/* Superblock b of a Q4_K row, or Q5_K when five_bits (the two share d, dmin and the packed
+ * scales at the start of the block; Q5_K adds the fifth bits, qh, before its 4-bit quants),
+ * against T tokens' superblocks ab: each token's isum and msum spread over 8 int32 lanes. */
+ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const block_q8_k *ab[],
+                                 __m256i isum[], __m256i msum[])
+{
+    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256i sc, mins, qh = _mm256_setzero_si256();
+    k4_scales(b + offsetof(block_q4_k, scales), &sc, &mins);
+    if (five_bits)
+        qh = load_once(b + offsetof(block_q5_k, qh));
+    for (int t = 0; t < T; t++)
+        isum[t] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; c++) {
+        __m256i q = load_once(b + qs_at + 32 * c);
+        __m256i lo = _mm256_and_si256(q, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (five_bits) {
+            lo = _mm256_or_si256(lo, q5_high_bit(qh, 2 * c));
+            hi = _mm256_or_si256(hi, q5_high_bit(qh, 2 * c + 1));
+        }
+        __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
+        for (int t = 0; t < T; t++) {
+            __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
+            __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
+            __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo);
+            __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi);
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p_lo, p_hi));
+        }
+    }
+    for (int t = 0; t < T; t++)
+        msum[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ab[t]->bsums), mins);
+}
+
 ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, size_t ws,
                            const void *a, size_t as, float *y, size_t ys)
 {
     const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
-    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256 facc[4][2];
-    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
-    for (int k = 0; k < n / QK_K; k++) {
-        const block_q8_k *ab[2];
-        q8k_blocks(a, as, T, k, ab);
+    const int nk = n / QK_K;
+    __m128 facc[4][2]; /* [row][token], lanes: the phases */
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    for (int k0 = 0; k0 < nk; k0 += K_PHASES) {
+        const int g = nk - k0 < K_PHASES ? nk - k0 : K_PHASES;
+        __m256 da[2]; /* the tokens' scales of the phases, in both halves */
+        for (int t = 0; t < T; t++) {
+            __m128 d = q8k_scales(a, as, t, k0, g);
+            da[t] = _mm256_set_m128(d, d);
+        }
         for (int r = 0; r < R; r++) {
-            const uint8_t *b = weight_at(w, ws, r, (size_t)k * block_bytes, block_bytes, T);
-            __m256i sc, mins, acc[2], qh = _mm256_setzero_si256();
-            k4_scales(b + offsetof(block_q4_k, scales), &sc, &mins);
-            if (five_bits)
-                qh = load_once(b + offsetof(block_q5_k, qh));
-            for (int t = 0; t < T; t++)
-                acc[t] = _mm256_setzero_si256();
-            for (int c = 0; c < 4; c++) {
-                __m256i q = load_once(b + qs_at + 32 * c);
-                __m256i lo = _mm256_and_si256(q, low4);
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-                if (five_bits) {
-                    lo = _mm256_or_si256(lo, q5_high_bit(qh, 2 * c));
-                    hi = _mm256_or_si256(hi, q5_high_bit(qh, 2 * c + 1));
+            __m256i ipair[2][2], mpair[2][2]; /* [token][pair of superblocks] */
+            uint32_t d_dmin[K_PHASES] = {0};  /* the superblocks' fp16 pairs d, dmin */
+            for (int h = 0; h < 2; h++) {
+                __m256i isum[2][2], msum[2][2]; /* [superblock of the pair][token] */
+                for (int e = 0; e < 2; e++) {
+                    const int kk = 2 * h + e;
+                    if (kk >= g) {
+                        for (int t = 0; t < T; t++)
+                            isum[e][t] = msum[e][t] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const uint8_t *b = weight_at(w, ws, r, (size_t)(k0 + kk) * block_bytes, block_bytes, T);
+                    const block_q8_k *ab[2];
+                    q8k_blocks(a, as, T, k0 + kk, ab);
+                    memcpy(&d_dmin[kk], b, sizeof d_dmin[kk]);
+                    k4_block_sums(five_bits, T, b, ab, isum[e], msum[e]);
                 }
-                __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
                 for (int t = 0; t < T; t++) {
-                    __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
-                    __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
-                    __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a_lo), s_lo);
-                    __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a_hi), s_hi);
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p_lo, p_hi));
+                    ipair[t][h] = _mm256_hadd_epi32(isum[0][t], isum[1][t]);
+                    mpair[t][h] = _mm256_hadd_epi32(msum[0][t], msum[1][t]);
                 }
             }
-            __m128 d_dmin = load_half_pair((const uint16_t *)b);
+            /* d0 m0 d1 m1 d2 m2 d3 m3 as floats, then the d of the phases and their dmin */
+            __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32((int)d_dmin[0], (int)d_dmin[1], (int)d_dmin[2], (int)d_dmin[3]));
+            dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
             for (int t = 0; t < T; t++) {
-                __m128 scale = _mm_mul_ps(d_dmin, _mm_set1_ps(ab[t]->d)); /* d*da, dmin*da */
-                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
-                __m256 m = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, mins));
-                facc[r][t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(scale), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
-                facc[r][t] = _mm256_fnmadd_ps(broadcast_lane1(scale), m, facc[r][t]);
+                __m256 sums = phase_sums(ipair[t], mpair[t]), scale = _mm256_mul_ps(dm, da[t]);
+                facc[r][t] = _mm_fmadd_ps(_mm256_castps256_ps128(scale), _mm256_castps256_ps128(sums), facc[r][t]);
+                facc[r][t] = _mm_fnmadd_ps(_mm256_extractf128_ps(scale, 1), _mm256_extractf128_ps(sums, 1), facc[r][t]);
             }
         }
     }
-    store_sums(R, T, facc, y, ys);
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = phases_total(facc[r][t]);
 }
 
 #define Q4K_TILE(...) k4_tile(false, __VA_ARGS__)
@@ -204,51 +248,81 @@ static inline __m256i lane_broadcast(__m256i v, int i)
 }
 #define Q6_SCALE(half_sc, h, g) lane_broadcast((half_sc)[h], (g))
 
-ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
-                            size_t as, float *y, size_t ys)
+/* Superblock b of a Q6_K row against T tokens' superblocks ab: each token's isum over 8 lanes. */
+ALWAYS_INLINE void q6k_block_sums(int T, const block_q6_k *b, const block_q8_k *ab[], __m256i isum[])
 {
     const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
     const __m256i bits45 = _mm256_set1_epi8(0x30);
-    __m256 facc[4][2];
-    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
-    for (int k = 0; k < n / QK_K; k++) {
-        const block_q8_k *ab[2];
-        q8k_blocks(a, as, T, k, ab);
-        for (int r = 0; r < R; r++) {
-            const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), T);
-            __m256i hs[2], all, acc[2];
-            q6k_scales(b->scales, hs, &all);
+    __m256i hs[2], all;
+    q6k_scales(b->scales, hs, &all);
+    for (int t = 0; t < T; t++) {
+        __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
+        isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(bsums, all), 5));
+    }
+    for (int h = 0; h < 2; h++) {
+        __m256i l0 = load_once(b->ql + 64 * h), l1 = load_once(b->ql + 64 * h + 32);
+        __m256i qh = load_once(b->qh + 32 * h);
+        __m256i q[4];
+        q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+        q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
+        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, bits45));
+        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+        for (int g = 0; g < 4; g++) {
+            __m256i sg = Q6_SCALE(hs, h, g);
             for (int t = 0; t < T; t++) {
-                __m256i bsums = _mm256_loadu_si256((const __m256i *)ab[t]->bsums);
-                acc[t] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                          _mm256_slli_epi32(_mm256_madd_epi16(bsums, all), 5));
+                __m256i av = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 128 * h + 32 * g));
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], av), sg));
             }
-            for (int h = 0; h < 2; h++) {
-                __m256i l0 = load_once(b->ql + 64 * h), l1 = load_once(b->ql + 64 * h + 32);
-                __m256i qh = load_once(b->qh + 32 * h);
-                __m256i q[4];
-                q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-                q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                       _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
-                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                       _mm256_and_si256(qh, bits45));
-                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
-                for (int g = 0; g < 4; g++) {
-                    __m256i sg = Q6_SCALE(hs, h, g);
-                    for (int t = 0; t < T; t++) {
-                        __m256i av = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 128 * h + 32 * g));
-                        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], av), sg));
-                    }
-                }
-            }
-            float d = half_f16c(b->d);
-            for (int t = 0; t < T; t++)
-                facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ab[t]->d), _mm256_cvtepi32_ps(acc[t]), facc[r][t]);
         }
     }
-    store_sums(R, T, facc, y, ys);
+}
+
+ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const void *a,
+                            size_t as, float *y, size_t ys)
+{
+    const int nk = n / QK_K;
+    __m128 facc[4][2]; /* [row][token], lanes: the phases */
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    for (int k0 = 0; k0 < nk; k0 += K_PHASES) {
+        const int g = nk - k0 < K_PHASES ? nk - k0 : K_PHASES;
+        __m128 da[2];
+        for (int t = 0; t < T; t++)
+            da[t] = q8k_scales(a, as, t, k0, g);
+        for (int r = 0; r < R; r++) {
+            __m256i ipair[2][2]; /* [token][pair of superblocks] */
+            uint16_t dr[K_PHASES] = {0};
+            for (int h = 0; h < 2; h++) {
+                __m256i isum[2][2]; /* [superblock of the pair][token] */
+                for (int e = 0; e < 2; e++) {
+                    const int kk = 2 * h + e;
+                    if (kk >= g) {
+                        for (int t = 0; t < T; t++)
+                            isum[e][t] = _mm256_setzero_si256();
+                        continue;
+                    }
+                    const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)(k0 + kk) * sizeof(block_q6_k),
+                                                                        sizeof(block_q6_k), T);
+                    const block_q8_k *ab[2];
+                    q8k_blocks(a, as, T, k0 + kk, ab);
+                    dr[kk] = b->d;
+                    q6k_block_sums(T, b, ab, isum[e]);
+                }
+                for (int t = 0; t < T; t++)
+                    ipair[t][h] = _mm256_hadd_epi32(isum[0][t], isum[1][t]);
+            }
+            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dr[0], (short)dr[1], (short)dr[2], (short)dr[3], 0, 0, 0, 0));
+            for (int t = 0; t < T; t++) {
+                __m256i x = _mm256_hadd_epi32(ipair[t][0], ipair[t][1]);
+                __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+                facc[r][t] = _mm_fmadd_ps(_mm_mul_ps(d, da[t]), sums, facc[r][t]);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = phases_total(facc[r][t]);
 }
 
 #define Q6K_TILE(...) q6k_tile(__VA_ARGS__)
@@ -379,4 +453,12 @@ void q8_0_quantize_avx2(const float *src, void *dst, int64_t n)
 const mm_kernel mm_f32_avx2 = {tile_f32, 4, 3, 4, NULL};
 const mm_kernel mm_f16_avx2 = {tile_f16, 4, 3, 4, NULL};
 const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4, NULL};
-MM_QUANT_KERNELS(avx2)
+/* The K-quants pack for prefill (matmul_packed_avx2.c). Decode rows: the 32-block kernels do one
+ * float update per block into a row's accumulator, so one row alone would wait on FMA latency;
+ * the K-quants do enough integer work per superblock to hide it. */
+const mm_kernel mm_q4_k_avx2 = {tile_q4k, 4, 2, 1, &mm_q4_k_packed_avx2};
+const mm_kernel mm_q5_k_avx2 = {tile_q5k, 4, 2, 1, &mm_q5_k_packed_avx2};
+const mm_kernel mm_q6_k_avx2 = {tile_q6k, 4, 2, 1, &mm_q6_k_packed_avx2};
+const mm_kernel mm_q8_0_avx2 = {tile_q8_0, 4, 3, 2, NULL};
+const mm_kernel mm_q4_0_avx2 = {tile_q4_0, 4, 3, 2, NULL};
+const mm_kernel mm_iq4_nl_avx2 = {tile_iq4_nl, 4, 3, 2, NULL};

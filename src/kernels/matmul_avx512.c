@@ -47,36 +47,11 @@ ALWAYS_INLINE __m128i lane_sums128(int n, const __m128i s[4])
     return _mm_hadd_epi32(_mm_hadd_epi32(h[0], h[1]), _mm_hadd_epi32(h[2], h[3]));
 }
 
-/* Superblock k of token t's activations. */
-ALWAYS_INLINE const block_q8_k *q8k_at(const void *a, size_t as, int t, int k)
-{
-    return (const block_q8_k *)((const uint8_t *)a + t * as) + k;
-}
-
-/* The scales of token t's superblocks k0 .. k0 + n - 1 (n <= K_PHASES) in lanes (0 beyond n). */
-ALWAYS_INLINE __m128 q8k_scales(const void *a, size_t as, int t, int k0, int n)
-{
-    float d[K_PHASES] = {0};
-    for (int kk = 0; kk < n; kk++)
-        d[kk] = q8k_at(a, as, t, k0 + kk)->d;
-    return _mm_setr_ps(d[0], d[1], d[2], d[3]);
-}
-
-/* kk = 0 .. n - 1 (n <= K_PHASES), unrolled: the arrays indexed by kk stay in registers. */
-#define PHASE_LOOP(kk, n) _Pragma("GCC unroll 4") for (int kk = 0; kk < K_PHASES && kk < (n); kk++)
-
 /* acc + a * b in the first n lanes (the others unchanged, not even a -0 made +0). */
 ALWAYS_INLINE __m128 phases_fma(int n, __m128 a, __m128 b, __m128 acc, bool negate)
 {
     __m128 v = negate ? _mm_fnmadd_ps(a, b, acc) : _mm_fmadd_ps(a, b, acc);
     return n == K_PHASES ? v : _mm_mask_mov_ps(acc, (__mmask8)((1u << n) - 1), v);
-}
-
-/* (acc0 + acc1) + (acc2 + acc3) */
-ALWAYS_INLINE float phases_total(__m128 acc)
-{
-    __m128 h = _mm_hadd_ps(acc, acc);
-    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
 }
 
 /* The scales and minimums of a row's superblocks k0 .. k0 + n - 1 (n <= 4, blocks from b0 on)

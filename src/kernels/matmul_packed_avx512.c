@@ -35,51 +35,20 @@ typedef struct {
 
 _Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
 
-ALWAYS_INLINE int32_t load_i32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-ALWAYS_INLINE int32_t pair16(int lo, int hi)
-{
-    return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
-}
-
-/* Row r's levels (one byte each, in element order) into the panel's groups of four. */
-ALWAYS_INLINE void put_levels(uint8_t *q, int groups, int r, const uint8_t *lev)
-{
-    for (int k = 0; k < groups; k++)
-        memcpy(q + ((size_t)k * PANEL_ROWS + r) * 4, lev + 4 * k, 4);
-}
-
 static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
 {
-    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     k4_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++)
         for (int r = 0; r < PANEL_ROWS; r++) {
-            int8_t lev[QK_K] = {0};
-            uint8_t sc[8] = {0}, mn[8] = {0};
-            float d = 0, dmin = 0;
-            if (r < nr) {
-                const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * block_bytes;
-                if (five_bits)
-                    q5_k_levels((const block_q5_k *)b, lev);
-                else
-                    q4_k_levels((const block_q4_k *)b, lev);
-                k4_unpack_scales(b + offsetof(block_q4_k, scales), sc, mn);
-                d = half_f16c(((const block_q4_k *)b)->d);
-                dmin = half_f16c(((const block_q4_k *)b)->dmin);
-            }
-            put_levels(&P->q[0][0][0][0], QK_K / 4, r, (const uint8_t *)lev);
+            k4_unpacked u;
+            k4_unpack_block(five_bits, w, ws, nr, r, k, &u);
+            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, (const uint8_t *)u.lev);
             for (int j = 0; j < 8; j++)
-                P->scale[j][r] = sc[j];
+                P->scale[j][r] = u.sc[j];
             for (int p = 0; p < 4; p++)
-                P->mins[p][r] = pair16(mn[2 * p], mn[2 * p + 1]);
-            P->d[r] = d;
-            P->dmin[r] = dmin;
+                P->mins[p][r] = pair16(u.mn[2 * p], u.mn[2 * p + 1]);
+            P->d[r] = u.d;
+            P->dmin[r] = u.dmin;
         }
 }
 
@@ -88,26 +57,14 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
     q6_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++)
         for (int r = 0; r < PANEL_ROWS; r++) {
-            uint8_t lev[QK_K];
-            int8_t sc[16] = {0};
-            float d = 0;
-            if (r < nr) {
-                const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
-                int8_t q[QK_K];
-                q6_k_levels(b, q);
-                for (int l = 0; l < QK_K; l++)
-                    lev[l] = (uint8_t)(q[l] + 32);
-                memcpy(sc, b->scales, sizeof sc);
-                d = half_f16c(b->d);
-            } else {
-                memset(lev, 32, sizeof lev); /* level 0, scale 0 */
-            }
-            put_levels(&P->q[0][0][0][0], QK_K / 4, r, lev);
+            q6_unpacked u;
+            q6_unpack_block(w, ws, nr, r, k, &u);
+            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, u.lev);
             for (int j = 0; j < 16; j++)
-                P->scale[j][r] = sc[j];
+                P->scale[j][r] = u.sc[j];
             for (int p = 0; p < 8; p++)
-                P->scale_pairs[p][r] = pair16(sc[2 * p], sc[2 * p + 1]);
-            P->d[r] = d;
+                P->scale_pairs[p][r] = pair16(u.sc[2 * p], u.sc[2 * p + 1]);
+            P->d[r] = u.d;
         }
 }
 

@@ -1,0 +1,209 @@
+/* matmul_packed_avx2.c — prefill's packed tiles for the K-quants on AVX2 without VNNI
+ * (mm_packed, types.h).
+ *
+ * A panel holds 8 weight rows interleaved: one 256-bit vector is four consecutive levels of each
+ * of the 8 rows, one unsigned byte per level, so maddubs with a token's four activations
+ * broadcast (a memory operand) multiplies 32 levels and adds them in pairs: int16 lanes 2r and
+ * 2r + 1 are row r's. Those int16 lanes are added up over several such vectors, then one madd
+ * with the sub-block's scale as an int16 pair per row applies the scale and widens into row r's
+ * 32-bit lane: about one maddubs and one int16 add per 32 products, where the ordinary tiles take
+ * a maddubs, a madd and an add, plus the unpacking of every weight, per 32 products and token.
+ * The minimums / Q6_K's level offsets meet the activations' block sums in one madd per pair of
+ * sub-blocks. Each lane is one row: the float steps are exactly those of the ordinary tiles
+ * (matmul_avx2.c states them per type), so a packed batch computes what decode computes.
+ *
+ * How many vectors the int16 lanes may add up before they must be widened: with |a| <= 128 a
+ * lane is at most 2 * 128 * the largest level, and the sum must stay within 32767:
+ *   Q4_K, levels <= 15: 3840 per vector, a whole sub-block of 8 vectors (30720);
+ *   Q5_K, levels <= 31: 7936 per vector, 4 vectors (31744): two madds per sub-block;
+ *   Q6_K, levels + 32 <= 63: 16128 per vector, 2 vectors (32256): two per 16-level sub-block.
+ * Four tokens per tile: 4 int16 sums and 4 superblock totals in registers, with the weight vector
+ * and the broadcast activations, inside the 16 vector registers; the float accumulators are
+ * touched once per superblock and may live in memory. */
+#include "kernels/matmul_x86.h"
+
+#define PANEL_ROWS 8
+#define PANEL_TOKENS 4
+
+/* One superblock of a Q4_K / Q5_K panel. */
+typedef struct {
+    uint8_t q[8][8][PANEL_ROWS][4]; /* [sub-block j][group g][row]: levels 32j + 4g .. 32j + 4g + 3 */
+    int32_t scale[8][PANEL_ROWS];   /* scale j | scale j << 16: the pair madd takes */
+    int32_t mins[4][PANEL_ROWS];    /* min 2p | min 2p+1 << 16 */
+    float d[PANEL_ROWS], dmin[PANEL_ROWS];
+} k4_panel;
+
+/* One superblock of a Q6_K panel (aligned: 64-byte panels in the scratch stay aligned). */
+typedef struct {
+    _Alignas(64) uint8_t q[16][4][PANEL_ROWS][4]; /* levels + 32, [sub-block j][group g][row] */
+    int32_t scale[16][PANEL_ROWS];                /* scale j | scale j << 16 */
+    int32_t scale_pairs[8][PANEL_ROWS];           /* scale 2p | scale 2p+1 << 16 */
+    float d[PANEL_ROWS];
+} q6_panel;
+
+_Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
+
+static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
+{
+    k4_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, P++)
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            k4_unpacked u;
+            k4_unpack_block(five_bits, w, ws, nr, r, k, &u);
+            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, (const uint8_t *)u.lev);
+            for (int j = 0; j < 8; j++)
+                P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
+            for (int p = 0; p < 4; p++)
+                P->mins[p][r] = pair16(u.mn[2 * p], u.mn[2 * p + 1]);
+            P->d[r] = u.d;
+            P->dmin[r] = u.dmin;
+        }
+}
+
+static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    q6_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, P++)
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            q6_unpacked u;
+            q6_unpack_block(w, ws, nr, r, k, &u);
+            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, u.lev);
+            for (int j = 0; j < 16; j++)
+                P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
+            for (int p = 0; p < 8; p++)
+                P->scale_pairs[p][r] = pair16(u.sc[2 * p], u.sc[2 * p + 1]);
+            P->d[r] = u.d;
+        }
+}
+
+static void pack_q4k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_k4(false, n, nr, w, ws, panel);
+}
+
+static void pack_q5k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_k4(true, n, nr, w, ws, panel);
+}
+
+static size_t k4_panel_bytes(int n)
+{
+    return (size_t)(n / QK_K) * sizeof(k4_panel);
+}
+
+static size_t q6_panel_bytes(int n)
+{
+    return (size_t)(n / QK_K) * sizeof(q6_panel);
+}
+
+/* The 8 rows' dot products with T tokens over `groups` groups of four levels (from activation
+ * `at` on) that share one scale, times that scale, added to isum. */
+ALWAYS_INLINE void scaled_dots(int T, const uint8_t *q, int groups, const int32_t *scale,
+                               const block_q8_k *ab[], int at, __m256i isum[])
+{
+    __m256i dot[PANEL_TOKENS];
+    for (int g = 0; g < groups; g++) {
+        __m256i wv = _mm256_load_si256((const __m256i *)(q + (size_t)g * 32));
+        for (int t = 0; t < T; t++) {
+            __m256i p = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(ab[t]->qs + at + 4 * g)));
+            dot[t] = g == 0 ? p : _mm256_add_epi16(dot[t], p);
+        }
+    }
+    __m256i sc = _mm256_load_si256((const __m256i *)scale);
+    for (int t = 0; t < T; t++)
+        isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(dot[t], sc));
+}
+
+/* Each token's outputs: (acc_0 + acc_1) + (acc_2 + acc_3) over the phases, rows r < nr. */
+ALWAYS_INLINE void store_panel(int nr, int T, __m256 acc[K_PHASES][PANEL_TOKENS], float *y, size_t ys)
+{
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int t = 0; t < T; t++)
+        _mm256_maskstore_ps(y + t * ys, m, _mm256_add_ps(_mm256_add_ps(acc[0][t], acc[1][t]),
+                                                         _mm256_add_ps(acc[2][t], acc[3][t])));
+}
+
+/* Q4_K (span 8) and Q5_K (span 4): span groups add up in int16 before a madd. */
+ALWAYS_INLINE void k4_packed_tile(int span, int n, int nr, int T, const void *panel, const void *a,
+                                  size_t as, float *y, size_t ys)
+{
+    __m256 acc[K_PHASES][PANEL_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
+    const k4_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, P++) {
+        const block_q8_k *ab[PANEL_TOKENS];
+        q8k_blocks(a, as, T, k, ab);
+        __m256i isum[PANEL_TOKENS];
+        for (int t = 0; t < T; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++)
+            for (int g = 0; g < 8; g += span)
+                scaled_dots(T, &P->q[j][g][0][0], span, P->scale[j], ab, 32 * j + 4 * g, isum);
+        const __m256 d = _mm256_load_ps(P->d), dmin = _mm256_load_ps(P->dmin);
+        for (int t = 0; t < T; t++) {
+            /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
+            int32_t pb[4];
+            _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[t]->bsums),
+                                                         _mm_loadu_si128((const __m128i *)(ab[t]->bsums + 8))));
+            __m256i msum = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->mins[0]), _mm256_set1_epi32(pb[0]));
+            for (int p = 1; p < 4; p++)
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->mins[p]),
+                                                                _mm256_set1_epi32(pb[p])));
+            const __m256 da = _mm256_set1_ps(ab[t]->d);
+            __m256 *f = &acc[k % K_PHASES][t];
+            *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
+            *f = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), *f);
+        }
+    }
+    store_panel(nr, T, acc, y, ys);
+}
+
+ALWAYS_INLINE void q6k_packed_tile(int n, int nr, int T, const void *panel, const void *a,
+                                   size_t as, float *y, size_t ys)
+{
+    __m256 acc[K_PHASES][PANEL_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
+    const q6_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, P++) {
+        const block_q8_k *ab[PANEL_TOKENS];
+        q8k_blocks(a, as, T, k, ab);
+        __m256i isum[PANEL_TOKENS];
+        for (int t = 0; t < T; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 16; j++)
+            for (int g = 0; g < 4; g += 2)
+                scaled_dots(T, &P->q[j][g][0][0], 2, P->scale[j], ab, 16 * j + 4 * g, isum);
+        const __m256 d = _mm256_load_ps(P->d);
+        for (int t = 0; t < T; t++) {
+            __m256i off = _mm256_setzero_si256(); /* sum_j scale_j * bsum_j */
+            for (int p = 0; p < 8; p++)
+                off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->scale_pairs[p]),
+                                                              _mm256_set1_epi32(load_i32(ab[t]->bsums + 2 * p))));
+            isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
+            const __m256 da = _mm256_set1_ps(ab[t]->d);
+            __m256 *f = &acc[k % K_PHASES][t];
+            *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
+        }
+    }
+    store_panel(nr, T, acc, y, ys);
+}
+
+/* One instance per token count, so that the register arrays unroll. */
+#define PACKED_CASE(BODY, T) case T: BODY(n, nr, T, panel, a, as, y, ys); return;
+#define DEFINE_PACKED_TILE(NAME, BODY)                                                          \
+    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,       \
+                     float *y, size_t ys)                                                       \
+    {                                                                                           \
+        switch (nt) {                                                                           \
+            PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) \
+        }                                                                                       \
+    }
+#define Q4K_PACKED(...) k4_packed_tile(8, __VA_ARGS__)
+#define Q5K_PACKED(...) k4_packed_tile(4, __VA_ARGS__)
+DEFINE_PACKED_TILE(tile_q4k, Q4K_PACKED)
+DEFINE_PACKED_TILE(tile_q5k, Q5K_PACKED)
+DEFINE_PACKED_TILE(tile_q6k, q6k_packed_tile)
+
+const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, tile_q4k};
+const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, tile_q5k};
+const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, tile_q6k};
