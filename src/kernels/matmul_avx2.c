@@ -98,11 +98,34 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  *     acc_p = fma(d_k * da_k, (float)isum_k, acc_p)  (Q4_K / Q5_K then also
  *     acc_p = fma(-(dmin_k * da_k), (float)msum_k, acc_p)),
  * and the output (acc_0 + acc_1) + (acc_2 + acc_3). Here a row's integers of a superblock are
- * spread over 8 lanes; the sums across lanes of K_PHASES superblocks are taken together (three
- * hadds for four vectors), and their float steps run as one vector of phases. */
+ * spread over 8 lanes; the sums across lanes of K_PHASES superblocks are taken together (hadds,
+ * each pairing two vectors), and their float steps run as one vector of phases. */
 
-/* Scale j (0-7) of k4_scales' output in every lane. */
-#define K4_SCALE(sc, j) _mm256_shuffle_epi8(sc, scale_selector(j))
+/* The eight 6-bit scales (bytes 0-7) and eight minimums (bytes 8-15) of a Q4_K / Q5_K superblock
+ * in both 128-bit lanes. Unpacked with scalar integer operations: in decode this measured faster
+ * than unpacking two superblocks at a time in vector registers, which are the busy units here
+ * (the SLP vectorizer is off in these files, matmul_x86.h). */
+ALWAYS_INLINE __m256i k4_scale_bytes(const uint8_t *b)
+{
+    uint64_t sc, mins;
+    k4_unpack_scales_u64(b + offsetof(block_q4_k, scales), &sc, &mins);
+    return _mm256_broadcastsi128_si256(_mm_set_epi64x((long long)mins, (long long)sc));
+}
+
+/* Byte j of every 128-bit lane zero-extended into every int16 lane: of k4_scale_bytes, scale j
+ * (0-7) in every lane. */
+ALWAYS_INLINE __m256i k4_scale(__m256i sc, int j)
+{
+    return _mm256_shuffle_epi8(sc, _mm256_set1_epi16((short)(0xff00 | j)));
+}
+
+/* The minimums of k4_scale_bytes as int16, lanes 2j and 2j + 1 min j: each meets the Q8_K bsums
+ * of the two 16-element halves of sub-block j. */
+ALWAYS_INLINE __m256i k4_mins(__m256i sc)
+{
+    return _mm256_shuffle_epi8(sc, _mm256_setr_epi8(8, -1, 8, -1, 9, -1, 9, -1, 10, -1, 10, -1, 11, -1, 11, -1,
+                                                    12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1));
+}
 
 /* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
 ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
@@ -112,26 +135,16 @@ ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
     return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
 }
 
-/* The phases' (float) sums of a row and a token, from the lane-wise integers of K_PHASES
- * superblocks paired up by hadd (pairs[h] = hadd(vector 2h, vector 2h + 1)): superblock kk's
- * sum in lane kk of the lower half, and the same of a second set (more) in the upper half. */
-ALWAYS_INLINE __m256 phase_sums(const __m256i pairs[2], const __m256i more[2])
-{
-    __m256i x = _mm256_hadd_epi32(pairs[0], pairs[1]), z = _mm256_hadd_epi32(more[0], more[1]);
-    return _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_permute2x128_si256(x, z, 0x20),
-                                               _mm256_permute2x128_si256(x, z, 0x31)));
-}
-
 /* Superblock b of a Q4_K row, or Q5_K when five_bits (the two share d, dmin and the packed
  * scales at the start of the block; Q5_K adds the fifth bits, qh, before its 4-bit quants),
  * against T tokens' superblocks ab: each token's isum and msum spread over 8 int32 lanes. */
 ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const block_q8_k *ab[],
                                  __m256i isum[], __m256i msum[])
 {
+    const __m256i sc = k4_scale_bytes(b);
     const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
     const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256i sc, mins, qh = _mm256_setzero_si256();
-    k4_scales(b + offsetof(block_q4_k, scales), &sc, &mins);
+    __m256i qh = _mm256_setzero_si256();
     if (five_bits)
         qh = load_once(b + offsetof(block_q5_k, qh));
     for (int t = 0; t < T; t++)
@@ -144,7 +157,7 @@ ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const 
             lo = _mm256_or_si256(lo, q5_high_bit(qh, 2 * c));
             hi = _mm256_or_si256(hi, q5_high_bit(qh, 2 * c + 1));
         }
-        __m256i s_lo = K4_SCALE(sc, 2 * c), s_hi = K4_SCALE(sc, 2 * c + 1);
+        __m256i s_lo = k4_scale(sc, 2 * c), s_hi = k4_scale(sc, 2 * c + 1);
         for (int t = 0; t < T; t++) {
             __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
             __m256i a_hi = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c + 32));
@@ -153,14 +166,58 @@ ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const 
             isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(p_lo, p_hi));
         }
     }
+    const __m256i mins = k4_mins(sc);
     for (int t = 0; t < T; t++)
         msum[t] = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)ab[t]->bsums), mins);
+}
+
+/* Row r's float steps for T tokens over superblocks k0 .. k0 + g - 1 (g <= K_PHASES; the tiles
+ * pass a constant K_PHASES but at the end of a row, so that the arrays indexed by superblock
+ * stay in registers), da[t]: token t's scales of those superblocks in both halves. */
+ALWAYS_INLINE void k4_phases(bool five_bits, int g, int T, const void *w, size_t ws, int r, int k0,
+                             const void *a, size_t as, const __m256 da[], __m128 facc[])
+{
+    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    __m256i pair[2][2];              /* [token][pair of superblocks] */
+    uint32_t d_dmin[K_PHASES] = {0}; /* the superblocks' fp16 pairs d, dmin */
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        __m256i both[2][2]; /* [superblock of the pair][token]: hadd(isum, msum) */
+        _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {
+            const int kk = 2 * h + e;
+            if (kk >= g) {
+                for (int t = 0; t < T; t++)
+                    both[e][t] = _mm256_setzero_si256();
+                continue;
+            }
+            const uint8_t *b = weight_at(w, ws, r, (size_t)(k0 + kk) * block_bytes, block_bytes, T);
+            const block_q8_k *ab[2];
+            __m256i isum[2], msum[2];
+            q8k_blocks(a, as, T, k0 + kk, ab);
+            memcpy(&d_dmin[kk], b, sizeof d_dmin[kk]);
+            k4_block_sums(five_bits, T, b, ab, isum, msum);
+            for (int t = 0; t < T; t++)
+                both[e][t] = _mm256_hadd_epi32(isum[t], msum[t]);
+        }
+        for (int t = 0; t < T; t++)
+            pair[t][h] = _mm256_hadd_epi32(both[0][t], both[1][t]);
+    }
+    /* isum, msum of the superblocks in turn, as are d, dmin in d_dmin; then all the isums (the
+     * phases) in the lower half and the msums in the upper */
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m256 dm = _mm256_permutevar8x32_ps(
+        _mm256_cvtph_ps(_mm_setr_epi32((int)d_dmin[0], (int)d_dmin[1], (int)d_dmin[2], (int)d_dmin[3])), split);
+    for (int t = 0; t < T; t++) {
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(pair[t][0], pair[t][1], 0x20),
+                                     _mm256_permute2x128_si256(pair[t][0], pair[t][1], 0x31));
+        __m256 sums = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(s, split)), scale = _mm256_mul_ps(dm, da[t]);
+        facc[t] = _mm_fmadd_ps(_mm256_castps256_ps128(scale), _mm256_castps256_ps128(sums), facc[t]);
+        facc[t] = _mm_fnmadd_ps(_mm256_extractf128_ps(scale, 1), _mm256_extractf128_ps(sums, 1), facc[t]);
+    }
 }
 
 ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, size_t ws,
                            const void *a, size_t as, float *y, size_t ys)
 {
-    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     const int nk = n / QK_K;
     __m128 facc[4][2]; /* [row][token], lanes: the phases */
     TILE_ZERO(facc, R, T, _mm_setzero_ps());
@@ -172,36 +229,10 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
             da[t] = _mm256_set_m128(d, d);
         }
         for (int r = 0; r < R; r++) {
-            __m256i ipair[2][2], mpair[2][2]; /* [token][pair of superblocks] */
-            uint32_t d_dmin[K_PHASES] = {0};  /* the superblocks' fp16 pairs d, dmin */
-            for (int h = 0; h < 2; h++) {
-                __m256i isum[2][2], msum[2][2]; /* [superblock of the pair][token] */
-                for (int e = 0; e < 2; e++) {
-                    const int kk = 2 * h + e;
-                    if (kk >= g) {
-                        for (int t = 0; t < T; t++)
-                            isum[e][t] = msum[e][t] = _mm256_setzero_si256();
-                        continue;
-                    }
-                    const uint8_t *b = weight_at(w, ws, r, (size_t)(k0 + kk) * block_bytes, block_bytes, T);
-                    const block_q8_k *ab[2];
-                    q8k_blocks(a, as, T, k0 + kk, ab);
-                    memcpy(&d_dmin[kk], b, sizeof d_dmin[kk]);
-                    k4_block_sums(five_bits, T, b, ab, isum[e], msum[e]);
-                }
-                for (int t = 0; t < T; t++) {
-                    ipair[t][h] = _mm256_hadd_epi32(isum[0][t], isum[1][t]);
-                    mpair[t][h] = _mm256_hadd_epi32(msum[0][t], msum[1][t]);
-                }
-            }
-            /* d0 m0 d1 m1 d2 m2 d3 m3 as floats, then the d of the phases and their dmin */
-            __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32((int)d_dmin[0], (int)d_dmin[1], (int)d_dmin[2], (int)d_dmin[3]));
-            dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
-            for (int t = 0; t < T; t++) {
-                __m256 sums = phase_sums(ipair[t], mpair[t]), scale = _mm256_mul_ps(dm, da[t]);
-                facc[r][t] = _mm_fmadd_ps(_mm256_castps256_ps128(scale), _mm256_castps256_ps128(sums), facc[r][t]);
-                facc[r][t] = _mm_fnmadd_ps(_mm256_extractf128_ps(scale, 1), _mm256_extractf128_ps(sums, 1), facc[r][t]);
-            }
+            if (g == K_PHASES)
+                k4_phases(five_bits, K_PHASES, T, w, ws, r, k0, a, as, da, facc[r]);
+            else
+                k4_phases(five_bits, g, T, w, ws, r, k0, a, as, da, facc[r]);
         }
     }
     for (int r = 0; r < R; r++)
@@ -293,9 +324,9 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
         for (int r = 0; r < R; r++) {
             __m256i ipair[2][2]; /* [token][pair of superblocks] */
             uint16_t dr[K_PHASES] = {0};
-            for (int h = 0; h < 2; h++) {
+            _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 __m256i isum[2][2]; /* [superblock of the pair][token] */
-                for (int e = 0; e < 2; e++) {
+                _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {
                     const int kk = 2 * h + e;
                     if (kk >= g) {
                         for (int t = 0; t < T; t++)

@@ -16,7 +16,7 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* The vectors here are written out by hand; GCC's basic-block vectorizer would otherwise move the
- * scalar scale unpacking (k4_scales) onto the vector units, which are the bottleneck. */
+ * scalar scale unpacking (k4_scale_bytes) onto the vector units, which are the bottleneck. */
 #pragma GCC optimize("no-tree-slp-vectorize")
 #endif
 
@@ -81,22 +81,6 @@ ALWAYS_INLINE float block_d(const void *block)
     uint16_t h;
     memcpy(&h, block, sizeof h);
     return half_f16c(h);
-}
-
-/* The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K superblock as int16 vectors ready
- * for vpmaddwd: the scales in both 128-bit halves (shuffled with quant_x86.h's scale_selector
- * to fill a register with one of them), the mins paired (lanes 2j, 2j+1 = min j) to meet the
- * Q8_K bsums of the two 16-element halves of sub-block j. The 6-bit fields are unpacked with
- * scalar integer operations (the SLP vectorizer is off in these files): measured a little faster
- * than unpacking them in vector registers, which are the busy units in this loop. */
-ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
-{
-    uint8_t s8[8], m8[8];
-    k4_unpack_scales(packed, s8, m8);
-    __m128i s16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)s8));
-    __m128i m16 = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)m8));
-    *sc = _mm256_broadcastsi128_si256(s16);
-    *mins = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
 }
 
 /* The K-quant tiles of both paths (ordinary and packed) accumulate a row's superblocks into this
