@@ -107,6 +107,9 @@ ALWAYS_INLINE void scaled_dots(int T, const uint8_t *q, int groups, const int32_
         for (int t = 0; t < T; t++) {
             __m256i p = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(ab[t]->qs + at + 4 * g)));
             dot[t] = g == 0 ? p : _mm256_add_epi16(dot[t], p);
+            /* one chain per token, in order: the compiler would make a tree of each token's
+             * sums, with more values live than there are registers */
+            __asm__("" : "+x"(dot[t]));
         }
     }
     __m256i sc = _mm256_load_si256((const __m256i *)scale);
