@@ -94,12 +94,13 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  *     Q4_K / Q5_K: isum_k = sum_j scale_j * dot(levels of sub-block j, activations),
  *                  msum_k = sum_j min_j * (sum of the activations of sub-block j);
  *     Q6_K:        isum_k = sum_j scale_j * (dot(levels + 32 of sub-block j, activations) - 32 * bsum_j),
- * then, k in order, into accumulator p = k % K_PHASES,
- *     acc_p = fma(d_k * da_k, (float)isum_k, acc_p)  (Q4_K / Q5_K then also
- *     acc_p = fma(-(dmin_k * da_k), (float)msum_k, acc_p)),
- * and the output (acc_0 + acc_1) + (acc_2 + acc_3). Here a row's integers of a superblock are
- * spread over 8 lanes; the sums across lanes of K_PHASES superblocks are taken together (hadds,
- * each pairing two vectors), and their float steps run as one vector of phases. */
+ * then, k in order, into accumulators p = k % K_PHASES,
+ *     acc_p = fma(d_k * da_k, (float)isum_k, acc_p)  (Q4_K / Q5_K, apart:
+ *     macc_p = fma(dmin_k * da_k, (float)msum_k, macc_p)),
+ * and the output (acc_0 + acc_1) + (acc_2 + acc_3), Q4_K / Q5_K with acc_p - macc_p for acc_p.
+ * Here a row's integers of a superblock are spread over 8 lanes; the sums across lanes of
+ * K_PHASES superblocks are taken together (hadds, each pairing two vectors), and their float
+ * steps run as one vector of phases (Q4_K / Q5_K: acc and macc in one, one FMA for both). */
 
 /* The eight 6-bit scales (bytes 0-7) and eight minimums (bytes 8-15) of a Q4_K / Q5_K superblock
  * in both 128-bit lanes. Unpacked with scalar integer operations: in decode this measured faster
@@ -175,7 +176,7 @@ ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const 
  * pass a constant K_PHASES but at the end of a row, so that the arrays indexed by superblock
  * stay in registers), da[t]: token t's scales of those superblocks in both halves. */
 ALWAYS_INLINE void k4_phases(bool five_bits, int g, int T, const void *w, size_t ws, int r, int k0,
-                             const void *a, size_t as, const __m256 da[], __m128 facc[])
+                             const void *a, size_t as, const __m256 da[], __m256 facc[])
 {
     const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     __m256i pair[2][2];              /* [token][pair of superblocks] */
@@ -196,22 +197,20 @@ ALWAYS_INLINE void k4_phases(bool five_bits, int g, int T, const void *w, size_t
             memcpy(&d_dmin[kk], b, sizeof d_dmin[kk]);
             k4_block_sums(five_bits, T, b, ab, isum, msum);
             for (int t = 0; t < T; t++)
-                both[e][t] = _mm256_hadd_epi32(isum[t], msum[t]);
+                both[e][t] = _mm256_add_epi32(_mm256_blend_epi32(isum[t], msum[t], 0xf0),
+                                              _mm256_permute2x128_si256(isum[t], msum[t], 0x21));
         }
         for (int t = 0; t < T; t++)
             pair[t][h] = _mm256_hadd_epi32(both[0][t], both[1][t]);
     }
-    /* isum, msum of the superblocks in turn, as are d, dmin in d_dmin; then all the isums (the
-     * phases) in the lower half and the msums in the upper */
-    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    __m256 dm = _mm256_permutevar8x32_ps(
-        _mm256_cvtph_ps(_mm_setr_epi32((int)d_dmin[0], (int)d_dmin[1], (int)d_dmin[2], (int)d_dmin[3])), split);
+    /* d0 m0 d1 m1 d2 m2 d3 m3 as floats, then the d of the phases and their dmin */
+    __m128i halves = _mm_set_epi64x((long long)(d_dmin[2] | (uint64_t)d_dmin[3] << 32),
+                                    (long long)(d_dmin[0] | (uint64_t)d_dmin[1] << 32));
+    __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(halves), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
     for (int t = 0; t < T; t++) {
-        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(pair[t][0], pair[t][1], 0x20),
-                                     _mm256_permute2x128_si256(pair[t][0], pair[t][1], 0x31));
-        __m256 sums = _mm256_cvtepi32_ps(_mm256_permutevar8x32_epi32(s, split)), scale = _mm256_mul_ps(dm, da[t]);
-        facc[t] = _mm_fmadd_ps(_mm256_castps256_ps128(scale), _mm256_castps256_ps128(sums), facc[t]);
-        facc[t] = _mm_fnmadd_ps(_mm256_extractf128_ps(scale, 1), _mm256_extractf128_ps(sums, 1), facc[t]);
+        /* superblock kk's isum in lane kk, its msum in lane 4 + kk */
+        __m256i s = _mm256_hadd_epi32(pair[t][0], pair[t][1]);
+        facc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dm, da[t]), _mm256_cvtepi32_ps(s), facc[t]);
     }
 }
 
@@ -219,8 +218,8 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
                            const void *a, size_t as, float *y, size_t ys)
 {
     const int nk = n / QK_K;
-    __m128 facc[4][2]; /* [row][token], lanes: the phases */
-    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    __m256 facc[4][2]; /* [row][token], lanes: the phases' acc, then their macc */
+    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
     for (int k0 = 0; k0 < nk; k0 += K_PHASES) {
         const int g = nk - k0 < K_PHASES ? nk - k0 : K_PHASES;
         __m256 da[2]; /* the tokens' scales of the phases, in both halves */
@@ -228,16 +227,12 @@ ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, s
             __m128 d = q8k_scales(a, as, t, k0, g);
             da[t] = _mm256_set_m128(d, d);
         }
-        for (int r = 0; r < R; r++) {
-            if (g == K_PHASES)
-                k4_phases(five_bits, K_PHASES, T, w, ws, r, k0, a, as, da, facc[r]);
-            else
-                k4_phases(five_bits, g, T, w, ws, r, k0, a, as, da, facc[r]);
-        }
+        for (int r = 0; r < R; r++)
+            k4_phases(five_bits, g, T, w, ws, r, k0, a, as, da, facc[r]);
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = phases_total(facc[r][t]);
+            y[t * ys + r] = phases_total(_mm_sub_ps(_mm256_castps256_ps128(facc[r][t]), _mm256_extractf128_ps(facc[r][t], 1)));
 }
 
 #define Q4K_TILE(...) k4_tile(false, __VA_ARGS__)
@@ -323,7 +318,7 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
             da[t] = q8k_scales(a, as, t, k0, g);
         for (int r = 0; r < R; r++) {
             __m256i ipair[2][2]; /* [token][pair of superblocks] */
-            uint16_t dr[K_PHASES] = {0};
+            uint64_t dr = 0; /* the superblocks' fp16 d, superblock kk's at bits 16 kk */
             _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
                 __m256i isum[2][2]; /* [superblock of the pair][token] */
                 _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {
@@ -337,13 +332,13 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
                                                                         sizeof(block_q6_k), T);
                     const block_q8_k *ab[2];
                     q8k_blocks(a, as, T, k0 + kk, ab);
-                    dr[kk] = b->d;
+                    dr |= (uint64_t)b->d << 16 * kk;
                     q6k_block_sums(T, b, ab, isum[e]);
                 }
                 for (int t = 0; t < T; t++)
                     ipair[t][h] = _mm256_hadd_epi32(isum[0][t], isum[1][t]);
             }
-            const __m128 d = _mm_cvtph_ps(_mm_setr_epi16((short)dr[0], (short)dr[1], (short)dr[2], (short)dr[3], 0, 0, 0, 0));
+            const __m128 d = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)dr));
             for (int t = 0; t < T; t++) {
                 __m256i x = _mm256_hadd_epi32(ipair[t][0], ipair[t][1]);
                 __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));

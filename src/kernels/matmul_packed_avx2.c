@@ -126,12 +126,23 @@ ALWAYS_INLINE void store_panel(int nr, int T, __m256 acc[K_PHASES][PANEL_TOKENS]
                                                          _mm256_add_ps(acc[2][t], acc[3][t])));
 }
 
+/* Q4_K / Q5_K: acc_p - macc_p for acc_p. */
+ALWAYS_INLINE void store_panel_minus(int nr, int T, __m256 acc[K_PHASES][PANEL_TOKENS],
+                                     __m256 macc[K_PHASES][PANEL_TOKENS], float *y, size_t ys)
+{
+    for (int p = 0; p < K_PHASES; p++)
+        for (int t = 0; t < T; t++)
+            acc[p][t] = _mm256_sub_ps(acc[p][t], macc[p][t]);
+    store_panel(nr, T, acc, y, ys);
+}
+
 /* Q4_K (span 8) and Q5_K (span 4): span groups add up in int16 before a madd. */
 ALWAYS_INLINE void k4_packed_tile(int span, int n, int nr, int T, const void *panel, const void *a,
                                   size_t as, float *y, size_t ys)
 {
-    __m256 acc[K_PHASES][PANEL_TOKENS];
+    __m256 acc[K_PHASES][PANEL_TOKENS], macc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
+    TILE_ZERO(macc, K_PHASES, T, _mm256_setzero_ps());
     const k4_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const block_q8_k *ab[PANEL_TOKENS];
@@ -153,12 +164,12 @@ ALWAYS_INLINE void k4_packed_tile(int span, int n, int nr, int T, const void *pa
                 msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->mins[p]),
                                                                 _mm256_set1_epi32(pb[p])));
             const __m256 da = _mm256_set1_ps(ab[t]->d);
-            __m256 *f = &acc[k % K_PHASES][t];
+            __m256 *f = &acc[k % K_PHASES][t], *mf = &macc[k % K_PHASES][t];
             *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
-            *f = _mm256_fnmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), *f);
+            *mf = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), *mf);
         }
     }
-    store_panel(nr, T, acc, y, ys);
+    store_panel_minus(nr, T, acc, macc, y, ys);
 }
 
 ALWAYS_INLINE void q6k_packed_tile(int n, int nr, int T, const void *panel, const void *a,
