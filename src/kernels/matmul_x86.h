@@ -104,6 +104,18 @@ ALWAYS_INLINE void k4_scales(const uint8_t *packed, __m256i *sc, __m256i *mins)
  * sums across lanes of that many superblocks at once. */
 #define K_PHASES 4
 
+/* A 32-block type's 32 weights (signed, or offset to unsigned) and its scale, from a block. */
+typedef __m256i (*weights32_fn)(const void *block);
+typedef float (*scale32_fn)(const void *block);
+
+/* The 32-block types behind those signatures: signed weights in element order, and the scale
+ * (MXFP4's is its E8M0 exponent, not an fp16 d in front of the levels). */
+ALWAYS_INLINE __m256i q8_0_signed(const void *b) { return q8_0_weights(b); }
+ALWAYS_INLINE __m256i q4_0_signed(const void *b) { return q4_0_weights(b); }
+ALWAYS_INLINE __m256i iq4_nl_signed(const void *b) { return iq4_nl_weights(b); }
+ALWAYS_INLINE __m256i mxfp4_signed(const void *b) { return mxfp4_weights(b); }
+ALWAYS_INLINE float mxfp4_d(const void *b) { return mxfp4_scale(((const block_mxfp4 *)b)->e); }
+
 /* Zero the R x T accumulators of a tile. */
 #define TILE_ZERO(acc, R, T, zero)              \
     for (int r_ = 0; r_ < (R); r_++)            \
