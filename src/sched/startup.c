@@ -1,5 +1,4 @@
 /* startup.c — the head's planner and the worker's profile service (startup.h). */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <malloc.h>
@@ -10,6 +9,7 @@
 #include "cluster/stats.h"
 #include "sched/experts.h"
 #include "sched/halda.h"
+#include "sched/jsonfile.h"
 #include "sched/measure.h"
 #include "sched/report.h"
 #include "sched/shape.h"
@@ -69,20 +69,16 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
                        char *err, size_t errlen)
 {
     *cached = false;
+    char why[400];
     if (cache) {
-        FILE *f = fopen(cache, "rb");
-        if (f) {
-            char *text = malloc(RING_PROFILE_MAX + 1);
-            size_t n = text ? fread(text, 1, RING_PROFILE_MAX, f) : 0;
-            fclose(f);
-            if (!text) {
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            text[n] = '\0';
-            cJSON *j = cJSON_Parse(text);
-            free(text);
-            char what[320], why[400];
+        cJSON *j;
+        int got = json_file_read(cache, RING_PROFILE_MAX, &j, why, sizeof why);
+        if (got < 0) {
+            snprintf(err, errlen, "profile cache %s", why);
+            return -1;
+        }
+        if (got == 0) {
+            char what[320];
             snprintf(what, sizeof what, "profile cache %s", cache);
             int bad = j ? profile_from_json(j, p, what, why, sizeof why) : -1;
             cJSON_Delete(j);
@@ -97,30 +93,18 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
                 *cached = true;
                 return profile_memory(p, err, errlen);
             }
-        } else if (errno != ENOENT) {
-            snprintf(err, errlen, "profile cache %s: %s", cache, strerror(errno));
-            return -1;
         }
     }
     if (profile_measure(po, p, err, errlen))
         return -1;
     if (!cache)
         return 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", cache);
     cJSON *j = profile_to_json(p);
-    char *text = cJSON_Print(j);
+    int bad = json_file_write(cache, j, why, sizeof why);
     cJSON_Delete(j);
-    FILE *f = text ? fopen(tmp, "w") : NULL;
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fclose(f) == 0 && ok;
-    free(text);
-    if (!ok || rename(tmp, cache)) {
-        snprintf(err, errlen, "profile cache %s: cannot write it: %s", cache, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    if (bad)
+        snprintf(err, errlen, "profile cache %s", why);
+    return bad;
 }
 
 static double now_s(void)
