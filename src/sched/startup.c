@@ -121,23 +121,34 @@ static void cap_vram(dev_profile *p, const offload_opts *gpu)
         p->vram_free = gpu->vram_cap;
 }
 
-/* A model of experts' routing curve (experts.h), measured before the first plan and kept for
- * the later ones. Without it the plan takes the routing as even: said, not fatal. */
-static void calibrate(sched_planner *sp, sched_model *sm)
+/* A model of experts' routing curve (experts.h), measured before the first plan (or read from
+ * the calibration cache) and kept for the later ones. Without it the plan takes the routing as
+ * even: said, not fatal. */
+static void calibrate(sched_planner *sp, const ring *r, sched_model *sm)
 {
     if (!sp->experts_tried) {
         sp->experts_tried = true;
         char why[256];
         double t0 = now_s();
         int threads = sp->head_threads > 0 ? sp->head_threads : 1;
-        if (sched_calibrate_experts(sp->m, threads, sp->expert_cover, why, sizeof why)) {
+        sched_calib_info ci;
+        if (sched_calibrate_kept(sp->m, ring_get_model(r)->identity, threads, false,
+                                 sp->expert_cover, &ci, why, sizeof why)) {
             memset(sp->expert_cover, 0, sizeof sp->expert_cover);
             say(sp, "scheduler: %s; planning with the routing spread evenly over the experts",
                 why);
         } else {
-            say(sp, "scheduler: expert routing calibrated in %.1f s: the hottest quarter of the "
-                "experts takes %.0f %% of the routings, the hottest half %.0f %%",
-                now_s() - t0, 100 * sp->expert_cover[SCHED_COVER_POINTS / 4],
+            if (ci.warning[0])
+                say(sp, "scheduler: %s", ci.warning);
+            char how[4300];
+            if (ci.cached)
+                snprintf(how, sizeof how, "from %s", ci.entry);
+            else
+                snprintf(how, sizeof how, "calibrated in %.1f s%s%s", now_s() - t0,
+                         ci.stored ? " and saved in " : "", ci.stored ? ci.entry : "");
+            say(sp, "scheduler: expert routing %s: the hottest quarter of the experts takes "
+                "%.0f %% of the routings, the hottest half %.0f %%", how,
+                100 * sp->expert_cover[SCHED_COVER_POINTS / 4],
                 100 * sp->expert_cover[SCHED_COVER_POINTS / 2]);
         }
     }
@@ -162,7 +173,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
                          &sm, err, errlen))
         return -1;
     if (sm.expert_share > 0)
-        calibrate(sp, &sm);
+        calibrate(sp, r, &sm);
     dev_profile *prof = calloc((size_t)n, sizeof *prof);
     dev_cost *dc = calloc((size_t)n, sizeof *dc);
     halda_result *hr = calloc(1, sizeof *hr);
