@@ -405,21 +405,21 @@ ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, cons
             PACKED_CASE(BODY, 5) PACKED_CASE(BODY, 6) PACKED_CASE(BODY, 7) PACKED_CASE(BODY, 8)  \
         }                                                                                        \
     }
-DEFINE_PACKED_TILE(tile_k4, k4_packed_tile)
-DEFINE_PACKED_TILE(tile_q6k, q6k_packed_tile)
+DEFINE_PACKED_TILE(packed_k4, k4_packed_tile)
+DEFINE_PACKED_TILE(packed_q6k, q6k_packed_tile)
 #define DEFINE_PACKED_TILE4(NAME, BODY)                                                          \
     static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
                      float *y, size_t ys)                                                        \
     {                                                                                            \
         switch (nt) { PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) } \
     }
-DEFINE_PACKED_TILE4(tile_q32, q32_packed_tile)
+DEFINE_PACKED_TILE4(packed_q32, q32_packed_tile)
 
-const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, tile_k4, NULL, NULL};
-const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, tile_k4, NULL, NULL};
-const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, tile_q6k, NULL, NULL};
+const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL};
+const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
 #define PACKED32(name) \
-    const mm_packed mm_##name##_packed_avx512 = {PANEL_ROWS, PANEL32_TOKENS, q32_panel_bytes, pack_##name, tile_q32, q32_act_bytes, q32_act_prep};
+    const mm_packed mm_##name##_packed_avx512 = {PANEL_ROWS, PANEL32_TOKENS, q32_panel_bytes, pack_##name, packed_q32, q32_act_bytes, q32_act_prep};
 PACKED32(q8_0)
 PACKED32(q4_0)
 PACKED32(iq4_nl)
