@@ -221,62 +221,48 @@ ALWAYS_INLINE void store_panel(int nr, int T, __m512 acc[K_PHASES][PANEL_TOKENS]
                                                            _mm512_add_ps(acc[2][t], acc[3][t])));
 }
 
-ALWAYS_INLINE void k4_packed_tile(int n, int nr, int T, const void *panel, const void *a,
+/* Q4_K / Q5_K panels, or Q6_K panels when six. */
+ALWAYS_INLINE void kq_packed_tile(bool six, int n, int nr, int T, const void *panel, const void *a,
                                   size_t as, float *y, size_t ys)
 {
     __m512 acc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
-    const k4_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
+    for (int k = 0; k < n / QK_K; k++) {
+        const k4_panel *P4 = (const k4_panel *)panel + k;
+        const q6_panel *P6 = (const q6_panel *)panel + k;
         const block_q8_k *ab[PANEL_TOKENS];
         q8k_blocks(a, as, T, k, ab);
         __m512i isum[PANEL_TOKENS];
         for (int t = 0; t < T; t++)
             isum[t] = _mm512_setzero_si512();
-        for (int j = 0; j < 8; j++)
-            scaled_dots(T, &P->q[j][0][0][0], 8, P->scale[j], ab, 32 * j, isum);
-        const __m512 d = _mm512_load_ps(P->d), dmin = _mm512_load_ps(P->dmin);
+        if (six)
+            for (int j = 0; j < 16; j++)
+                scaled_dots(T, &P6->q[j][0][0][0], 4, P6->scale[j], ab, 16 * j, isum);
+        else
+            for (int j = 0; j < 8; j++)
+                scaled_dots(T, &P4->q[j][0][0][0], 8, P4->scale[j], ab, 32 * j, isum);
+        const __m512 d = _mm512_load_ps(six ? P6->d : P4->d);
         for (int t = 0; t < T; t++) {
+            const __m512 da = _mm512_set1_ps(ab[t]->d);
+            __m512 *f = &acc[k % K_PHASES][t];
+            if (six) {
+                __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
+                for (int p = 0; p < 8; p++)
+                    off = _mm512_dpwssd_epi32(off, _mm512_load_si512(P6->scale_pairs[p]),
+                                              _mm512_set1_epi32(load_i32(ab[t]->bsums + 2 * p)));
+                isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+                *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), *f);
+                continue;
+            }
             /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
             int32_t pb[4];
             _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[t]->bsums),
                                                          _mm_loadu_si128((const __m128i *)(ab[t]->bsums + 8))));
             __m512i msum = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++)
-                msum = _mm512_dpwssd_epi32(msum, _mm512_load_si512(P->mins[p]), _mm512_set1_epi32(pb[p]));
-            const __m512 da = _mm512_set1_ps(ab[t]->d);
-            __m512 *f = &acc[k % K_PHASES][t];
+                msum = _mm512_dpwssd_epi32(msum, _mm512_load_si512(P4->mins[p]), _mm512_set1_epi32(pb[p]));
             *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), *f);
-            *f = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), *f);
-        }
-    }
-    store_panel(nr, T, acc, y, ys);
-}
-
-ALWAYS_INLINE void q6k_packed_tile(int n, int nr, int T, const void *panel, const void *a,
-                                   size_t as, float *y, size_t ys)
-{
-    __m512 acc[K_PHASES][PANEL_TOKENS];
-    TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
-    const q6_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
-        const block_q8_k *ab[PANEL_TOKENS];
-        q8k_blocks(a, as, T, k, ab);
-        __m512i isum[PANEL_TOKENS];
-        for (int t = 0; t < T; t++)
-            isum[t] = _mm512_setzero_si512();
-        for (int j = 0; j < 16; j++)
-            scaled_dots(T, &P->q[j][0][0][0], 4, P->scale[j], ab, 16 * j, isum);
-        const __m512 d = _mm512_load_ps(P->d);
-        for (int t = 0; t < T; t++) {
-            __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
-            for (int p = 0; p < 8; p++)
-                off = _mm512_dpwssd_epi32(off, _mm512_load_si512(P->scale_pairs[p]),
-                                          _mm512_set1_epi32(load_i32(ab[t]->bsums + 2 * p)));
-            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
-            const __m512 da = _mm512_set1_ps(ab[t]->d);
-            __m512 *f = &acc[k % K_PHASES][t];
-            *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), *f);
+            *f = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_load_ps(P4->dmin), da), _mm512_cvtepi32_ps(msum), *f);
         }
     }
     store_panel(nr, T, acc, y, ys);
@@ -405,8 +391,10 @@ ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, cons
             PACKED_CASE(BODY, 5) PACKED_CASE(BODY, 6) PACKED_CASE(BODY, 7) PACKED_CASE(BODY, 8)  \
         }                                                                                        \
     }
-DEFINE_PACKED_TILE(packed_k4, k4_packed_tile)
-DEFINE_PACKED_TILE(packed_q6k, q6k_packed_tile)
+#define K4_PACKED(...) kq_packed_tile(false, __VA_ARGS__)
+#define Q6_PACKED(...) kq_packed_tile(true, __VA_ARGS__)
+DEFINE_PACKED_TILE(packed_k4, K4_PACKED)
+DEFINE_PACKED_TILE(packed_q6k, Q6_PACKED)
 #define DEFINE_PACKED_TILE4(NAME, BODY)                                                          \
     static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
                      float *y, size_t ys)                                                        \
