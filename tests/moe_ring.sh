@@ -3,9 +3,11 @@
 # one device's, also when every device pages its layers by expert (--release always, two rounds)
 # and the ring table then counts, per device, the disk read and the routed experts' bytes; a
 # worker killed mid-answer is failed over (the answer is still one device's); prima plan plans
-# the file, also with its routing calibrated.
+# the file, also with its routing calibrated: measured and kept in the calibration cache (a
+# directory of this test's), read from there the second time, measured again when asked to.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" moe-ring
+export PRIMA_CACHE_DIR=$tmp/cache
 
 moe=$tmp/moe.gguf
 "$prima" mkmodel -o "$moe" --arch qwen3moe --layers 6 --embd 256 --ff 256 --experts 16 \
@@ -40,9 +42,20 @@ grep "^prima: lost device 2 " "$tmp/fo.err" ||
 "$prima" profile -m "$moe" -t 1 --json >"$tmp/me.json" 2>/dev/null || fail "profile"
 "$prima" plan -m "$moe" --device "$tmp/me.json" >"$tmp/plan.txt" 2>&1 &&
     grep -q "^plan: 6 layers on 1 device" "$tmp/plan.txt" || fail "plan: $(cat "$tmp/plan.txt")"
-# ... with the routing measured (--calibrate)
-"$prima" plan -m "$moe" --device "$tmp/me.json" --calibrate >"$tmp/plan.txt" 2>&1 &&
-    grep -q "^plan: 6 layers on 1 device" "$tmp/plan.txt" || fail "plan --calibrate: $(cat "$tmp/plan.txt")"
+# ... with the routing measured (--calibrate) and kept; then read; then measured again
+"$prima" plan -m "$moe" --device "$tmp/me.json" --calibrate >"$tmp/plan.txt" 2>"$tmp/cal.err" &&
+    grep -q "^plan: 6 layers on 1 device" "$tmp/plan.txt" || fail "plan --calibrate: $(cat "$tmp/plan.txt" "$tmp/cal.err")"
+grep -q "^plan: expert routing calibrated in .* and saved in $tmp/cache/experts-" "$tmp/cal.err" ||
+    fail "plan --calibrate did not keep its calibration: $(cat "$tmp/cal.err")"
+"$prima" plan -m "$moe" --device "$tmp/me.json" --calibrate >"$tmp/plan2.txt" 2>"$tmp/cal.err" &&
+    grep -q "^plan: expert routing from $tmp/cache/experts-" "$tmp/cal.err" ||
+    fail "a second plan --calibrate measured again: $(cat "$tmp/cal.err")"
+# the same plan, but for the time the search took
+cmp -s <(grep -v "solved in" "$tmp/plan.txt") <(grep -v "solved in" "$tmp/plan2.txt") ||
+    fail "the cached calibration plans otherwise: $(diff "$tmp/plan.txt" "$tmp/plan2.txt")"
+"$prima" plan -m "$moe" --device "$tmp/me.json" --recalibrate >/dev/null 2>"$tmp/cal.err" &&
+    grep -q "^plan: expert routing calibrated in " "$tmp/cal.err" ||
+    fail "plan --recalibrate did not measure: $(cat "$tmp/cal.err")"
 
 [ $fails = 0 ] && echo "all MoE ring checks passed"
 exit $((fails > 0))

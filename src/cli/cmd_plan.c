@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/cli.h"
 #include "cli/opts.h"
@@ -105,11 +106,47 @@ static int given_plan(const dev_cost *dc, int n_dev, const sched_model *sm, cons
     return 0;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The routing curve of model m (of experts) through the calibration cache (sched/experts.h),
+ * keyed by the file's manifest (computed once and cached, as a ring's start does); where it came
+ * from is said on stderr, stdout being the plan's. 0, or -1 with err. */
+static int calibrate_routing(const model *m, bool fresh, double *cover, char *err, size_t errlen)
+{
+    const gguf_file *f = m->file;
+    manifest *mf = manifest_for_file(f->path, f->map, f->size, f->data_offset, err, errlen);
+    sched_calib_info *ci = malloc(sizeof *ci);
+    if (!mf || !ci) {
+        if (mf)
+            snprintf(err, errlen, "out of memory");
+        manifest_free(mf);
+        free(ci);
+        return -1;
+    }
+    double t0 = now_s();
+    int rc = sched_calibrate_kept(m, mf->root, default_threads(), fresh, cover, ci, err, errlen);
+    manifest_free(mf);
+    if (!rc && ci->warning[0])
+        fprintf(stderr, "plan: %s\n", ci->warning);
+    if (!rc && ci->cached)
+        fprintf(stderr, "plan: expert routing from %s\n", ci->entry);
+    else if (!rc)
+        fprintf(stderr, "plan: expert routing calibrated in %.1f s%s%s\n", now_s() - t0,
+                ci->stored ? " and saved in " : "", ci->stored ? ci->entry : "");
+    free(ci);
+    return rc;
+}
+
 typedef struct plan_args {
     const char *model_path;
     const char *devices[PRIMA_MAX_DEVICES];
     int n_dev, n_ctx, n_batch;
-    bool json, calibrate;
+    bool json, calibrate, recalibrate;
     int lw[PRIMA_MAX_DEVICES], gl[PRIMA_MAX_DEVICES], n_lw, n_gl;
     sched_opts o;
 } plan_args;
@@ -200,10 +237,15 @@ static const cli_opt plan_rows[] = {
              "prints the best plan it found, marked as not proven the fastest\n"
              "(or, with none found, an error that names the limit)"},
     {"--calibrate", NULL, CLI_FLAG, F(calibrate),
-     .help = "a model of experts: measure how it routes (a short built-in\n"
-             "text through every layer, here, as a ring's head does) and plan\n"
-             "the devices that keep only their hottest experts with that skew\n"
+     .help = "a model of experts: plan the devices that keep only their\n"
+             "hottest experts with how it routes, as a ring's head does: from\n"
+             "the calibration cache (in $PRIMA_CACHE_DIR, $XDG_CACHE_HOME/prima\n"
+             "or ~/.cache/prima; a ring's start or an earlier --calibrate keeps\n"
+             "it there), else measured here on a short built-in text and kept\n"
              "(default: the routing spread evenly over the experts)"},
+    {"--recalibrate", NULL, CLI_FLAG, F(recalibrate),
+     .help = "--calibrate, measuring the routing even when the cache holds it\n"
+             "(and replacing the cached one)"},
     {"--json", NULL, CLI_FLAG, F(json),
      .help = "the plan as one JSON object (found, why | k, fits, tpot, terms,\n"
              "devices[], one_device, solve_seconds, integer_programs,\n"
@@ -256,11 +298,12 @@ static int run(int argc, char **argv)
         n_ctx = m->hp.n_ctx_train > 0 && m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096;
     sched_model sm;
     int rc = sched_model_from(m, n_ctx, n_batch, 1, 4, &sm, err, sizeof err);
-    if (!rc && a.calibrate)
-        rc = sched_calibrate_experts(m, default_threads(), sm.expert_cover, err, sizeof err);
+    bool calibrate = a.calibrate || a.recalibrate;
+    if (!rc && calibrate)
+        rc = calibrate_routing(m, a.recalibrate, sm.expert_cover, err, sizeof err);
     model_free(m);
     if (rc)
-        return cli_fail("%s%s", a.calibrate ? "plan: " : "", err);
+        return cli_fail("%s%s", calibrate ? "plan: " : "", err);
 
     dev_cost dc[PRIMA_MAX_DEVICES];
     for (int d = 0; d < n_dev; d++) {

@@ -1,5 +1,4 @@
 /* manifest.c — chunk hashes of a model file and their cache (manifest.h). */
-#include <errno.h>
 #include <fcntl.h>
 #include <sodium.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <unistd.h>
 
 #include "cluster/manifest.h"
+#include "util/cachedir.h"
 
 static const char MAGIC[8] = {'P', 'R', 'M', 'A', 'M', 'A', 'N', '1'};
 /* The cache file: the source file's stamp, then the serialized manifest. */
@@ -150,28 +150,9 @@ static int cache_path(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%s.prima-manifest", path);
         return 0;
     }
-    const char *base = getenv("PRIMA_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
     char cdir[4096];
-    if (base && *base)
-        snprintf(cdir, sizeof cdir, "%s", base);
-    else if (xdg && *xdg)
-        snprintf(cdir, sizeof cdir, "%s/prima", xdg);
-    else if (home && *home)
-        snprintf(cdir, sizeof cdir, "%s/.cache/prima", home);
-    else
+    if (cache_dir(cdir, sizeof cdir))
         return -1;
-    if (mkdir(cdir, 0700) && errno != EEXIST) {
-        /* $HOME/.cache may not exist yet */
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%s", cdir);
-        char *s = strrchr(parent, '/');
-        if (!s)
-            return -1;
-        *s = 0;
-        if ((mkdir(parent, 0700) && errno != EEXIST) || (mkdir(cdir, 0700) && errno != EEXIST))
-            return -1;
-    }
     char *abs = realpath(path, NULL);
     if (!abs)
         return -1;

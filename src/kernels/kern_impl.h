@@ -18,7 +18,7 @@ typedef struct kern_scratch {
     size_t size;
 } kern_scratch;
 
-enum { KERN_SCRATCH_ACT, KERN_SCRATCH_RANGES, KERN_SCRATCH_PANELS, KERN_SCRATCH_COUNT };
+enum { KERN_SCRATCH_ACT, KERN_SCRATCH_RANGES, KERN_SCRATCH_PANELS, KERN_SCRATCH_PREP, KERN_SCRATCH_COUNT };
 
 /* A 64-byte aligned buffer of at least `bytes` owned by the context, one per slot, or NULL when
  * it cannot grow that far (out of memory; the slot keeps its smaller buffer). It grows on first

@@ -44,6 +44,22 @@ static void quantize_worker(void *arg, int ith, int nth)
                       (b1 - b0) * J->block_size);
 }
 
+/* The packed tiles' own form of the activations (mm_packed.act_prep), tokens split by thread. */
+struct prep_job {
+    const mm_packed *packed;
+    const uint8_t *a;
+    uint8_t *dst;
+    size_t a_stride, dst_stride;
+    int n, n_tokens;
+};
+
+static void prep_worker(void *arg, int ith, int nth)
+{
+    struct prep_job *J = arg;
+    for (int t = J->n_tokens * ith / nth; t < J->n_tokens * (ith + 1) / nth; t++)
+        J->packed->act_prep(J->n, J->a + (size_t)t * J->a_stride, J->dst + (size_t)t * J->dst_stride);
+}
+
 /* The row blocks thread i owns at first: [next, end). Padded so that threads claiming blocks do
  * not contend for one cache line. */
 struct mm_range {
@@ -166,11 +182,11 @@ static int prefill_block_rows(enum dtype wt, int n_in, int tile_rows)
     return round_block((long)(WEIGHT_BLOCK_BYTES / dtype_row_bytes(wt, (uint64_t)n_in)), tile_rows);
 }
 
-/* Bytes of quantized activations for n_tokens rows of n_in inputs, and of one thread's packed
- * panels, over every weight type. */
-static void scratch_bytes(int n_in, int n_tokens, size_t *act, size_t *panels)
+/* Bytes of quantized activations for n_tokens rows of n_in inputs, of one thread's packed
+ * panels and of the packed tiles' activations, over every weight type. */
+static void scratch_bytes(int n_in, int n_tokens, size_t *act, size_t *panels, size_t *prep)
 {
-    *act = *panels = 0;
+    *act = *panels = *prep = 0;
     for (int t = 0; t < DT_COUNT; t++) {
         const kern_type *kt = kern_type_get((enum dtype)t);
         if (!kt)
@@ -184,17 +200,20 @@ static void scratch_bytes(int n_in, int n_tokens, size_t *act, size_t *panels)
             int rows = prefill_block_rows((enum dtype)t, n_in, P->rows);
             size_t b = (size_t)((rows + P->rows - 1) / P->rows) * P->bytes(n_in);
             *panels = b > *panels ? b : *panels;
+            b = P->act_prep ? P->act_bytes(n_in) * (size_t)n_tokens : 0;
+            *prep = b > *prep ? b : *prep;
         }
     }
 }
 
 int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
 {
-    size_t act, panels;
-    scratch_bytes(n_in, n_tokens, &act, &panels);
+    size_t act, panels, prep;
+    scratch_bytes(n_in, n_tokens, &act, &panels, &prep);
     size_t nth = (size_t)kern_ctx_threads(c);
     return (act == 0 || kern_scratch_get(c, KERN_SCRATCH_ACT, act)) &&
                    (panels == 0 || kern_scratch_get(c, KERN_SCRATCH_PANELS, panels * nth)) &&
+                   (prep == 0 || kern_scratch_get(c, KERN_SCRATCH_PREP, prep)) &&
                    kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * nth)
                ? 0
                : -1;
@@ -202,9 +221,10 @@ int kern_ctx_reserve(kern_ctx *c, int n_in, int n_tokens)
 
 void kern_ctx_release(kern_ctx *c, int n_in, int n_tokens)
 {
-    size_t act, panels;
-    scratch_bytes(n_in, n_tokens, &act, &panels);
+    size_t act, panels, prep;
+    scratch_bytes(n_in, n_tokens, &act, &panels, &prep);
     kern_scratch_release(c, KERN_SCRATCH_ACT, act);
+    kern_scratch_release(c, KERN_SCRATCH_PREP, prep);
     kern_scratch_release(c, KERN_SCRATCH_PANELS, panels * (size_t)kern_ctx_threads(c));
 }
 
@@ -244,6 +264,16 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
 
     const mm_kernel *kernel = kt->tile;
     const mm_packed *packed = packed_for(kt, n_tokens);
+    if (packed && packed->act_prep) {
+        size_t stride = packed->act_bytes(n_in);
+        uint8_t *p = kern_scratch_get(c, KERN_SCRATCH_PREP, stride * (size_t)n_tokens);
+        if (!p)
+            return -1;
+        struct prep_job pj = {packed, a, p, a_stride, stride, n_in, n_tokens};
+        kern_parallel(c, prep_worker, &pj);
+        a = p;
+        a_stride = stride;
+    }
     int tile_rows = packed ? packed->rows : kernel ? kernel->rows : 1;
     int tile_tokens = packed ? packed->tokens : kernel ? kernel->tokens : 1;
 

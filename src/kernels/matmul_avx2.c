@@ -102,6 +102,24 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * K_PHASES superblocks are taken together (hadds, each pairing two vectors), and their float
  * steps run as one vector of phases (Q4_K / Q5_K: acc and macc in one, one FMA for both). */
 
+/* (acc0 + acc1) + (acc2 + acc3) */
+static inline float phases_total(__m128 acc)
+{
+    __m128 h = _mm_hadd_ps(acc, acc);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+/* The scales of token t's superblocks k0 .. k0 + n - 1 (n <= K_PHASES) in lanes (0 beyond n:
+ * with zero sums there, a phase's float steps then add +0, which leaves it as it was). */
+ALWAYS_INLINE __m128 q8k_scales(const void *a, size_t as, int t, int k0, int n)
+{
+    const block_q8_k *ab = (const block_q8_k *)((const uint8_t *)a + t * as) + k0;
+    float d[K_PHASES] = {0};
+    for (int kk = 0; kk < n; kk++)
+        d[kk] = ab[kk].d;
+    return _mm_setr_ps(d[0], d[1], d[2], d[3]);
+}
+
 /* The eight 6-bit scales (bytes 0-7) and eight minimums (bytes 8-15) of a Q4_K / Q5_K superblock
  * in both 128-bit lanes. Unpacked with scalar integer operations: in decode this measured faster
  * than unpacking two superblocks at a time in vector registers, which are the busy units here

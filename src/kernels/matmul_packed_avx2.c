@@ -43,6 +43,61 @@ typedef struct {
 
 _Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
 
+/* Row r's levels (one byte each, in element order) into the panel's groups of four: group k of
+ * row r at bytes (k * PANEL_ROWS + r) * 4. */
+ALWAYS_INLINE void put_levels(uint8_t *q, int groups, int r, const uint8_t *lev)
+{
+    for (int k = 0; k < groups; k++)
+        memcpy(q + ((size_t)k * PANEL_ROWS + r) * 4, lev + 4 * k, 4);
+}
+
+/* One superblock of a Q4_K / Q5_K row as the packers take it. */
+typedef struct {
+    int8_t lev[QK_K];
+    uint8_t sc[8], mn[8];
+    float d, dmin;
+} k4_unpacked;
+
+/* Superblock k of row r < nr, all zero for a panel row beyond the matrix (r >= nr). */
+ALWAYS_INLINE void k4_unpack_block(bool five_bits, const void *w, size_t ws, int nr, int r, int k, k4_unpacked *u)
+{
+    memset(u, 0, sizeof *u);
+    if (r >= nr)
+        return;
+    const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * (five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k));
+    if (five_bits)
+        q5_k_levels((const block_q5_k *)b, u->lev);
+    else
+        q4_k_levels((const block_q4_k *)b, u->lev);
+    k4_unpack_scales(b + offsetof(block_q4_k, scales), u->sc, u->mn);
+    u->d = half_f16c(((const block_q4_k *)b)->d);
+    u->dmin = half_f16c(((const block_q4_k *)b)->dmin);
+}
+
+/* One superblock of a Q6_K row as the packers take it: levels + 32, unsigned. */
+typedef struct {
+    uint8_t lev[QK_K];
+    int8_t sc[16];
+    float d;
+} q6_unpacked;
+
+/* Superblock k of row r < nr; beyond the matrix level 0 (stored 32) with scale 0. */
+ALWAYS_INLINE void q6_unpack_block(const void *w, size_t ws, int nr, int r, int k, q6_unpacked *u)
+{
+    memset(u, 0, sizeof *u);
+    if (r >= nr) {
+        memset(u->lev, 32, sizeof u->lev);
+        return;
+    }
+    const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
+    int8_t q[QK_K];
+    q6_k_levels(b, q);
+    for (int l = 0; l < QK_K; l++)
+        u->lev[l] = (uint8_t)(q[l] + 32);
+    memcpy(u->sc, b->scales, sizeof u->sc);
+    u->d = half_f16c(b->d);
+}
+
 static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
 {
     k4_panel *P = panel;
@@ -50,7 +105,7 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
         for (int r = 0; r < PANEL_ROWS; r++) {
             k4_unpacked u;
             k4_unpack_block(five_bits, w, ws, nr, r, k, &u);
-            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, (const uint8_t *)u.lev);
+            put_levels(&P->q[0][0][0][0], QK_K / 4, r, (const uint8_t *)u.lev);
             for (int j = 0; j < 8; j++)
                 P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
             for (int p = 0; p < 4; p++)
@@ -67,7 +122,7 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
         for (int r = 0; r < PANEL_ROWS; r++) {
             q6_unpacked u;
             q6_unpack_block(w, ws, nr, r, k, &u);
-            put_levels(&P->q[0][0][0][0], PANEL_ROWS, QK_K / 4, r, u.lev);
+            put_levels(&P->q[0][0][0][0], QK_K / 4, r, u.lev);
             for (int j = 0; j < 16; j++)
                 P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
             for (int p = 0; p < 8; p++)
@@ -202,22 +257,12 @@ ALWAYS_INLINE void q6k_packed_tile(int n, int nr, int T, const void *panel, cons
     store_panel(nr, T, acc, y, ys);
 }
 
-/* One instance per token count, so that the register arrays unroll. */
-#define PACKED_CASE(BODY, T) case T: BODY(n, nr, T, panel, a, as, y, ys); return;
-#define DEFINE_PACKED_TILE(NAME, BODY)                                                          \
-    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,       \
-                     float *y, size_t ys)                                                       \
-    {                                                                                           \
-        switch (nt) {                                                                           \
-            PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) \
-        }                                                                                       \
-    }
 #define Q4K_PACKED(...) k4_packed_tile(8, __VA_ARGS__)
 #define Q5K_PACKED(...) k4_packed_tile(4, __VA_ARGS__)
-DEFINE_PACKED_TILE(tile_q4k, Q4K_PACKED)
-DEFINE_PACKED_TILE(tile_q5k, Q5K_PACKED)
-DEFINE_PACKED_TILE(tile_q6k, q6k_packed_tile)
+DEFINE_PACKED_TILE4(packed_q4k, Q4K_PACKED)
+DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
+DEFINE_PACKED_TILE4(packed_q6k, q6k_packed_tile)
 
-const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, tile_q4k};
-const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, tile_q5k};
-const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, tile_q6k};
+const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL};
+const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};

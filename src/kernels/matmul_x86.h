@@ -16,7 +16,8 @@
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* The vectors here are written out by hand; GCC's basic-block vectorizer would otherwise move the
- * scalar scale unpacking (k4_scale_bytes) onto the vector units, which are the bottleneck. */
+ * scalar scale unpacking (k4_scale_bytes, matmul_avx2.c) onto the vector units, which are the
+ * bottleneck. */
 #pragma GCC optimize("no-tree-slp-vectorize")
 #endif
 
@@ -84,20 +85,21 @@ ALWAYS_INLINE float block_d(const void *block)
 }
 
 /* The K-quant tiles of both paths (ordinary and packed) accumulate a row's superblocks into this
- * many float accumulators in turn, superblock k into k % K_PHASES, and end with
- * (acc_0 + acc_1) + (acc_2 + acc_3): the ordinary tiles then take the sums across lanes of that
- * many superblocks at once, and run their float steps as one vector of phases. */
+ * many float accumulators in turn, superblock k into k % K_PHASES: the ordinary tiles then take
+ * the sums across lanes of that many superblocks at once. */
 #define K_PHASES 4
 
-/* kk = 0 .. n - 1 (n <= K_PHASES), unrolled: the arrays indexed by kk stay in registers. */
-#define PHASE_LOOP(kk, n) _Pragma("GCC unroll 4") for (int kk = 0; kk < K_PHASES && kk < (n); kk++)
+/* A 32-block type's 32 weights (signed, or offset to unsigned) and its scale, from a block. */
+typedef __m256i (*weights32_fn)(const void *block);
+typedef float (*scale32_fn)(const void *block);
 
-/* (acc0 + acc1) + (acc2 + acc3) */
-ALWAYS_INLINE float phases_total(__m128 acc)
-{
-    __m128 h = _mm_hadd_ps(acc, acc);
-    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
-}
+/* The 32-block types behind those signatures: signed weights in element order, and the scale
+ * (MXFP4's is its E8M0 exponent, not an fp16 d in front of the levels). */
+ALWAYS_INLINE __m256i q8_0_signed(const void *b) { return q8_0_weights(b); }
+ALWAYS_INLINE __m256i q4_0_signed(const void *b) { return q4_0_weights(b); }
+ALWAYS_INLINE __m256i iq4_nl_signed(const void *b) { return iq4_nl_weights(b); }
+ALWAYS_INLINE __m256i mxfp4_signed(const void *b) { return mxfp4_weights(b); }
+ALWAYS_INLINE float mxfp4_d(const void *b) { return mxfp4_scale(((const block_mxfp4 *)b)->e); }
 
 /* Zero the R x T accumulators of a tile. */
 #define TILE_ZERO(acc, R, T, zero)              \
@@ -112,22 +114,6 @@ ALWAYS_INLINE void q8k_blocks(const void *a, size_t as, int T, int k, const bloc
         ab[t] = (const block_q8_k *)((const uint8_t *)a + t * as) + k;
 }
 
-/* Superblock k of token t's activations. */
-ALWAYS_INLINE const block_q8_k *q8k_at(const void *a, size_t as, int t, int k)
-{
-    return (const block_q8_k *)((const uint8_t *)a + t * as) + k;
-}
-
-/* The scales of token t's superblocks k0 .. k0 + n - 1 (n <= K_PHASES) in lanes (0 beyond n:
- * with zero sums there, a phase's float steps then add +0, which leaves it as it was). */
-ALWAYS_INLINE __m128 q8k_scales(const void *a, size_t as, int t, int k0, int n)
-{
-    float d[K_PHASES] = {0};
-    for (int kk = 0; kk < n; kk++)
-        d[kk] = q8k_at(a, as, t, k0 + kk)->d;
-    return _mm_setr_ps(d[0], d[1], d[2], d[3]);
-}
-
 /* The bytes at offset `at` of weight row r; a streaming tile (up to MM_STREAM_TOKENS tokens)
  * asks for the `bytes` this far ahead. */
 ALWAYS_INLINE const uint8_t *weight_at(const void *w, size_t ws, int r, size_t at, size_t bytes, int T)
@@ -138,7 +124,7 @@ ALWAYS_INLINE const uint8_t *weight_at(const void *w, size_t ws, int r, size_t a
     return b;
 }
 
-/* ---- prefill's packed panels (matmul_packed_avx2.c, matmul_packed_avx512.c) ---- */
+/* ---- prefill's packed tiles (matmul_packed_avx2.c, matmul_packed_avx512.c) ---- */
 
 ALWAYS_INLINE int32_t load_i32(const void *p)
 {
@@ -153,59 +139,13 @@ ALWAYS_INLINE int32_t pair16(int lo, int hi)
     return (int32_t)((uint32_t)(uint16_t)lo | (uint32_t)(uint16_t)hi << 16);
 }
 
-/* Row r's levels (one byte each, in element order) into a panel of `rows` rows in groups of
- * four: group k of row r at bytes (k * rows + r) * 4. */
-ALWAYS_INLINE void put_levels(uint8_t *q, int rows, int groups, int r, const uint8_t *lev)
-{
-    for (int k = 0; k < groups; k++)
-        memcpy(q + ((size_t)k * rows + r) * 4, lev + 4 * k, 4);
-}
-
-/* One superblock of a Q4_K / Q5_K row as the packers take it. */
-typedef struct {
-    int8_t lev[QK_K];
-    uint8_t sc[8], mn[8];
-    float d, dmin;
-} k4_unpacked;
-
-/* Superblock k of row r < nr, all zero for a panel row beyond the matrix (r >= nr). */
-ALWAYS_INLINE void k4_unpack_block(bool five_bits, const void *w, size_t ws, int nr, int r, int k, k4_unpacked *u)
-{
-    memset(u, 0, sizeof *u);
-    if (r >= nr)
-        return;
-    const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * (five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k));
-    if (five_bits)
-        q5_k_levels((const block_q5_k *)b, u->lev);
-    else
-        q4_k_levels((const block_q4_k *)b, u->lev);
-    k4_unpack_scales(b + offsetof(block_q4_k, scales), u->sc, u->mn);
-    u->d = half_f16c(((const block_q4_k *)b)->d);
-    u->dmin = half_f16c(((const block_q4_k *)b)->dmin);
-}
-
-/* One superblock of a Q6_K row as the packers take it: levels + 32, unsigned. */
-typedef struct {
-    uint8_t lev[QK_K];
-    int8_t sc[16];
-    float d;
-} q6_unpacked;
-
-/* Superblock k of row r < nr; beyond the matrix level 0 (stored 32) with scale 0. */
-ALWAYS_INLINE void q6_unpack_block(const void *w, size_t ws, int nr, int r, int k, q6_unpacked *u)
-{
-    memset(u, 0, sizeof *u);
-    if (r >= nr) {
-        memset(u->lev, 32, sizeof u->lev);
-        return;
+/* One instance of a packed tile per token count, so that the register arrays unroll. */
+#define PACKED_CASE(BODY, T) case T: BODY(n, nr, T, panel, a, as, y, ys); return;
+#define DEFINE_PACKED_TILE4(NAME, BODY)                                                          \
+    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
+                     float *y, size_t ys)                                                        \
+    {                                                                                            \
+        switch (nt) { PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) } \
     }
-    const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
-    int8_t q[QK_K];
-    q6_k_levels(b, q);
-    for (int l = 0; l < QK_K; l++)
-        u->lev[l] = (uint8_t)(q[l] + 32);
-    memcpy(u->sc, b->scales, sizeof u->sc);
-    u->d = half_f16c(b->d);
-}
 
 #endif

@@ -69,10 +69,15 @@ typedef struct mm_packed {
     /* y[t * y_stride + r] = dot(row r of the panel, activation row t), r < nr, t < nt <= tokens */
     void (*tile)(int n, int nr, int nt, const void *panel, const void *a, size_t a_stride,
                  float *y, size_t y_stride);
+    /* Optional (NULL: the tile reads the quantized activations as they are): one token's
+     * activations rewritten once per batch into act_bytes(n) bytes of the tile's own form, e.g.
+     * with the per-block sums every panel would otherwise compute again. */
+    size_t (*act_bytes)(int n);
+    void (*act_prep)(int n, const void *a, void *dst);
 } mm_packed;
 
 /* Batches of at least this many tokens take the packed tiles where a type has them. */
-#define MM_PACK_TOKENS 8
+#define MM_PACK_TOKENS 4
 
 typedef struct mm_kernel {
     mm_tile_fn tile;

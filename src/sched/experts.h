@@ -7,13 +7,27 @@
  * first plan: a short built-in text, one token at a time, through every layer of the model
  * (each token routes once per layer, as a decoded token does). The curve is the whole model's
  * (the experts of every layer sorted together by frequency, as a device's hot set is chosen
- * across its layers), so the planner takes any device's layers as typical of the model. */
+ * across its layers), so the planner takes any device's layers as typical of the model.
+ *
+ * The calibration cache: a curve measured once is kept in the user's cache directory
+ * (util/cachedir.h) as experts-IDENTITY.json, IDENTITY the model's (cluster/manifest.h: the hash
+ * of its chunks' hashes, so another file, even one of the same name and size, has its own
+ * entry), with the calibration's version (a hash of the built-in text, the token count and the
+ * curve's points: changing any of them measures again). Later starts read it and skip the
+ * evaluation, which reads the experts the text routes to (for a model beyond the head's memory
+ * most of the file, once). The curve is a property of the model and the text, not of the device,
+ * so the entry holds for any thread count. An entry is trusted only as a curve the cost model can
+ * use (SCHED_COVER_POINTS + 1 numbers from 0 to 1, rising ever less steeply: miss pieces are a
+ * maximum of lines, cost.c); one that is not (truncated, edited, another model's) is ignored with
+ * a warning and replaced by a fresh measurement. The cache is best effort: one that cannot be
+ * written is said and the measured curve used. */
 #ifndef PRIMA_EXPERTS_H
 #define PRIMA_EXPERTS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster/manifest.h"
 #include "model/model.h"
 #include "sched/cost.h"
 
@@ -31,5 +45,20 @@ int sched_expert_cover(const uint32_t *counts, int n_layer, int n_expert, double
 #define SCHED_CALIBRATION_TOKENS 48
 int sched_calibrate_experts(const model *m, int threads, double *cover, char *err,
                             size_t errlen);
+
+/* What sched_calibrate_kept did. */
+typedef struct sched_calib_info {
+    bool cached;                /* the curve came from the cache, not measured */
+    bool stored;                /* measured and written to the cache */
+    char entry[4200];           /* the cache entry ("": no cache directory) */
+    char warning[4800];         /* one line when an entry was ignored or not written; "" if none */
+} sched_calib_info;
+
+/* The routing curve of model m, whose identity is given (MANIFEST_HASH bytes), from the
+ * calibration cache when it holds a sound entry for this model and calibration, else measured
+ * (sched_calibrate_experts) and stored; with fresh, measured and stored in any case. 0, or -1
+ * with one line in err when the measurement fails (nothing stored). */
+int sched_calibrate_kept(const model *m, const uint8_t *identity, int threads, bool fresh,
+                         double *cover, sched_calib_info *info, char *err, size_t errlen);
 
 #endif

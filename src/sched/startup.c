@@ -1,5 +1,4 @@
 /* startup.c — the head's planner and the worker's profile service (startup.h). */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <malloc.h>
@@ -10,6 +9,7 @@
 #include "cluster/stats.h"
 #include "sched/experts.h"
 #include "sched/halda.h"
+#include "sched/jsonfile.h"
 #include "sched/measure.h"
 #include "sched/report.h"
 #include "sched/shape.h"
@@ -69,20 +69,16 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
                        char *err, size_t errlen)
 {
     *cached = false;
+    char why[400];
     if (cache) {
-        FILE *f = fopen(cache, "rb");
-        if (f) {
-            char *text = malloc(RING_PROFILE_MAX + 1);
-            size_t n = text ? fread(text, 1, RING_PROFILE_MAX, f) : 0;
-            fclose(f);
-            if (!text) {
-                snprintf(err, errlen, "out of memory");
-                return -1;
-            }
-            text[n] = '\0';
-            cJSON *j = cJSON_Parse(text);
-            free(text);
-            char what[320], why[400];
+        cJSON *j;
+        int got = json_file_read(cache, RING_PROFILE_MAX, &j, why, sizeof why);
+        if (got < 0) {
+            snprintf(err, errlen, "profile cache %s", why);
+            return -1;
+        }
+        if (got == 0) {
+            char what[320];
             snprintf(what, sizeof what, "profile cache %s", cache);
             int bad = j ? profile_from_json(j, p, what, why, sizeof why) : -1;
             cJSON_Delete(j);
@@ -97,30 +93,18 @@ static int profile_get(const char *cache, const profile_opts *po, dev_profile *p
                 *cached = true;
                 return profile_memory(p, err, errlen);
             }
-        } else if (errno != ENOENT) {
-            snprintf(err, errlen, "profile cache %s: %s", cache, strerror(errno));
-            return -1;
         }
     }
     if (profile_measure(po, p, err, errlen))
         return -1;
     if (!cache)
         return 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", cache);
     cJSON *j = profile_to_json(p);
-    char *text = cJSON_Print(j);
+    int bad = json_file_write(cache, j, why, sizeof why);
     cJSON_Delete(j);
-    FILE *f = text ? fopen(tmp, "w") : NULL;
-    bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
-    ok = f && fclose(f) == 0 && ok;
-    free(text);
-    if (!ok || rename(tmp, cache)) {
-        snprintf(err, errlen, "profile cache %s: cannot write it: %s", cache, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    if (bad)
+        snprintf(err, errlen, "profile cache %s", why);
+    return bad;
 }
 
 static double now_s(void)
@@ -137,23 +121,34 @@ static void cap_vram(dev_profile *p, const offload_opts *gpu)
         p->vram_free = gpu->vram_cap;
 }
 
-/* A model of experts' routing curve (experts.h), measured before the first plan and kept for
- * the later ones. Without it the plan takes the routing as even: said, not fatal. */
-static void calibrate(sched_planner *sp, sched_model *sm)
+/* A model of experts' routing curve (experts.h), measured before the first plan (or read from
+ * the calibration cache) and kept for the later ones. Without it the plan takes the routing as
+ * even: said, not fatal. */
+static void calibrate(sched_planner *sp, const ring *r, sched_model *sm)
 {
     if (!sp->experts_tried) {
         sp->experts_tried = true;
         char why[256];
         double t0 = now_s();
         int threads = sp->head_threads > 0 ? sp->head_threads : 1;
-        if (sched_calibrate_experts(sp->m, threads, sp->expert_cover, why, sizeof why)) {
+        sched_calib_info ci;
+        if (sched_calibrate_kept(sp->m, ring_get_model(r)->identity, threads, false,
+                                 sp->expert_cover, &ci, why, sizeof why)) {
             memset(sp->expert_cover, 0, sizeof sp->expert_cover);
             say(sp, "scheduler: %s; planning with the routing spread evenly over the experts",
                 why);
         } else {
-            say(sp, "scheduler: expert routing calibrated in %.1f s: the hottest quarter of the "
-                "experts takes %.0f %% of the routings, the hottest half %.0f %%",
-                now_s() - t0, 100 * sp->expert_cover[SCHED_COVER_POINTS / 4],
+            if (ci.warning[0])
+                say(sp, "scheduler: %s", ci.warning);
+            char how[4300];
+            if (ci.cached)
+                snprintf(how, sizeof how, "from %s", ci.entry);
+            else
+                snprintf(how, sizeof how, "calibrated in %.1f s%s%s", now_s() - t0,
+                         ci.stored ? " and saved in " : "", ci.stored ? ci.entry : "");
+            say(sp, "scheduler: expert routing %s: the hottest quarter of the experts takes "
+                "%.0f %% of the routings, the hottest half %.0f %%", how,
+                100 * sp->expert_cover[SCHED_COVER_POINTS / 4],
                 100 * sp->expert_cover[SCHED_COVER_POINTS / 2]);
         }
     }
@@ -178,7 +173,7 @@ static int plan_ring(sched_planner *sp, ring *r, const ring_plan_request *q, rin
                          &sm, err, errlen))
         return -1;
     if (sm.expert_share > 0)
-        calibrate(sp, &sm);
+        calibrate(sp, r, &sm);
     dev_profile *prof = calloc((size_t)n, sizeof *prof);
     dev_cost *dc = calloc((size_t)n, sizeof *dc);
     halda_result *hr = calloc(1, sizeof *hr);

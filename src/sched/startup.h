@@ -18,8 +18,9 @@
  * makes repeated runs plan on the same figures. A file that is not a profile is an error.
  *
  * A model of experts: before its first plan the head measures how the model routes (a short
- * built-in text through every layer, sched/experts.h), and Halda plans the devices that keep
- * only their hottest experts with that skew; the plans of the same ring reuse it. */
+ * built-in text through every layer, sched/experts.h), or reads it from the calibration cache
+ * where an earlier start kept it (said either way), and Halda plans the devices that keep only
+ * their hottest experts with that skew; the plans of the same ring reuse it. */
 #ifndef PRIMA_STARTUP_H
 #define PRIMA_STARTUP_H
 
