@@ -172,7 +172,8 @@ static int round_block(long v, int m)
 /* The packed tiles of this weight type for a batch of n_tokens, or NULL. */
 static const mm_packed *packed_for(const kern_type *kt, int n_tokens)
 {
-    return kt->tile && n_tokens >= MM_PACK_TOKENS ? kt->tile->packed : NULL;
+    const mm_packed *P = kt->tile ? kt->tile->packed : NULL;
+    return P && n_tokens >= P->min_tokens ? P : NULL;
 }
 
 /* The most rows a prefill row block of this type holds (the balancing in kern_matmul only

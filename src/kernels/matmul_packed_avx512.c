@@ -384,11 +384,11 @@ DEFINE_PACKED_TILE(packed_k4, K4_PACKED)
 DEFINE_PACKED_TILE(packed_q6k, Q6_PACKED)
 DEFINE_PACKED_TILE4(packed_q32, q32_packed_tile)
 
-const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL};
-const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL};
-const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
+const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, 4, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL};
+const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, 4, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, 4, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
 #define PACKED32(name) \
-    const mm_packed mm_##name##_packed_avx512 = {PANEL_ROWS, PANEL32_TOKENS, q32_panel_bytes, pack_##name, packed_q32, q32_act_bytes, q32_act_prep};
+    const mm_packed mm_##name##_packed_avx512 = {PANEL_ROWS, PANEL32_TOKENS, 4, q32_panel_bytes, pack_##name, packed_q32, q32_act_bytes, q32_act_prep};
 PACKED32(q8_0)
 PACKED32(q4_0)
 PACKED32(iq4_nl)

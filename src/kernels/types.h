@@ -54,7 +54,7 @@ typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride
 #define MM_STREAM_TOKENS 3
 
 /* Prefill's packed tiles (optional, per path and type). For a batch of at least
- * MM_PACK_TOKENS tokens kern_matmul rearranges each row block's weights once into panels of
+ * min_tokens tokens kern_matmul rearranges each row block's weights once into panels of
  * `rows` interleaved rows, in the path's own layout (levels one per byte, scales widened, so that
  * one vector holds the same few inputs of every row of the panel and one instruction multiplies
  * them by a token's broadcast activations), in the context's scratch and never stored; then every
@@ -63,6 +63,9 @@ typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride
  * ordinary tile too, exactly what its packed tile computes (the mm_tile_fn contract). */
 typedef struct mm_packed {
     int rows, tokens; /* rows per panel; the largest token tile */
+    /* The smallest batch that packs: where packing costs more than a few tokens' products (the
+     * AVX2 panels unpack with scalar stores), small batches keep the ordinary tiles. */
+    int min_tokens;
     size_t (*bytes)(int n); /* one panel of n inputs: a multiple of 64 */
     /* Pack nr <= rows weight rows (the rest of the panel zero) into a 64-byte aligned panel. */
     void (*pack)(int n, int nr, const void *w, size_t w_stride, void *panel);
@@ -75,9 +78,6 @@ typedef struct mm_packed {
     size_t (*act_bytes)(int n);
     void (*act_prep)(int n, const void *a, void *dst);
 } mm_packed;
-
-/* Batches of at least this many tokens take the packed tiles where a type has them. */
-#define MM_PACK_TOKENS 4
 
 typedef struct mm_kernel {
     mm_tile_fn tile;
