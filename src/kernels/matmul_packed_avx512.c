@@ -59,28 +59,24 @@ ALWAYS_INLINE void transpose16(const __m512i in[16], __m512i out[16])
     }
 }
 
-/* Sixteen rows of 16 32-bit words each (row r at rows + 64 r) to the first `words` panel
- * vectors at dst: word k of every row in dst + 64 k. */
-ALWAYS_INLINE void put_words(const uint8_t *rows, uint8_t *dst, int words)
+/* Sixteen rows of 16 32-bit words each (row r at rows + stride * r, 64-byte aligned) to the
+ * first `words` panel vectors at dst: word k of every row in dst + 64 k. */
+ALWAYS_INLINE void put_words(const uint8_t *rows, size_t stride, uint8_t *dst, int words)
 {
     __m512i in[16], out[16];
     for (int r = 0; r < PANEL_ROWS; r++)
-        in[r] = _mm512_load_si512(rows + 64 * r);
+        in[r] = _mm512_load_si512(rows + stride * r);
     transpose16(in, out);
     for (int k = 0; k < words; k++)
         _mm512_store_si512(dst + 64 * k, out[k]);
 }
 
-/* Each row's levels, one byte each in element order (stride bytes apart from lev), into the
- * panel's groups of four: `groups` groups, a multiple of 16. */
+/* Each row's levels, one byte each in element order (stride bytes apart from lev, 64-byte
+ * aligned), into the panel's groups of four: `groups` groups, a multiple of 16. */
 ALWAYS_INLINE void put_levels(uint8_t *q, int groups, const uint8_t *lev, size_t stride)
 {
-    _Alignas(64) uint8_t rows[PANEL_ROWS][64];
-    for (int k = 0; k < groups; k += 16) {
-        for (int r = 0; r < PANEL_ROWS; r++)
-            memcpy(rows[r], lev + r * stride + 4 * k, 64);
-        put_words(&rows[0][0], q + (size_t)k * 64, 16);
-    }
+    for (int k = 0; k < groups; k += 16)
+        put_words(lev + 4 * k, stride, q + (size_t)k * 64, 16);
 }
 
 /* q4_k_levels in vector registers: sub-block 2c is the low nibbles of qs[32c ..], 2c+1 the high. */
@@ -126,7 +122,7 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
             }
         }
         put_levels(&P->q[0][0][0][0], QK_K / 4, (const uint8_t *)lev, QK_K);
-        put_words((const uint8_t *)words, (uint8_t *)P->scale, 14);
+        put_words((const uint8_t *)words, 64, (uint8_t *)P->scale, 14);
     }
 }
 
@@ -157,8 +153,8 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
             memcpy(&pairs_d[r][8], &d, sizeof d);
         }
         put_levels(&P->q[0][0][0][0], QK_K / 4, lev[0], QK_K);
-        put_words((const uint8_t *)scales, (uint8_t *)P->scale, 16);
-        put_words((const uint8_t *)pairs_d, (uint8_t *)P->scale_pairs, 9); /* the pairs, then d */
+        put_words((const uint8_t *)scales, 64, (uint8_t *)P->scale, 16);
+        put_words((const uint8_t *)pairs_d, 64, (uint8_t *)P->scale_pairs, 9); /* the pairs, then d */
     }
 }
 
