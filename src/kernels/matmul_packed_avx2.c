@@ -191,77 +191,68 @@ ALWAYS_INLINE void store_panel_minus(int nr, int T, __m256 acc[K_PHASES][PANEL_T
     store_panel(nr, T, acc, y, ys);
 }
 
-/* Q4_K (span 8) and Q5_K (span 4): span groups add up in int16 before a madd. */
-ALWAYS_INLINE void k4_packed_tile(int span, int n, int nr, int T, const void *panel, const void *a,
-                                  size_t as, float *y, size_t ys)
+/* Q4_K (span 8) and Q5_K (span 4) panels, or Q6_K panels (span 2) when six: span groups add up
+ * in int16 before a madd. */
+ALWAYS_INLINE void kq_packed_tile(bool six, int span, int n, int nr, int T, const void *panel,
+                                  const void *a, size_t as, float *y, size_t ys)
 {
     __m256 acc[K_PHASES][PANEL_TOKENS], macc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
     TILE_ZERO(macc, K_PHASES, T, _mm256_setzero_ps());
-    const k4_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
+    for (int k = 0; k < n / QK_K; k++) {
+        const k4_panel *P4 = (const k4_panel *)panel + k;
+        const q6_panel *P6 = (const q6_panel *)panel + k;
         const block_q8_k *ab[PANEL_TOKENS];
         q8k_blocks(a, as, T, k, ab);
         __m256i isum[PANEL_TOKENS];
         for (int t = 0; t < T; t++)
             isum[t] = _mm256_setzero_si256();
-        for (int j = 0; j < 8; j++)
-            for (int g = 0; g < 8; g += span)
-                scaled_dots(T, &P->q[j][g][0][0], span, P->scale[j], ab, 32 * j + 4 * g, isum);
-        const __m256 d = _mm256_load_ps(P->d), dmin = _mm256_load_ps(P->dmin);
+        if (six)
+            for (int j = 0; j < 16; j++)
+                for (int g = 0; g < 4; g += span)
+                    scaled_dots(T, &P6->q[j][g][0][0], span, P6->scale[j], ab, 16 * j + 4 * g, isum);
+        else
+            for (int j = 0; j < 8; j++)
+                for (int g = 0; g < 8; g += span)
+                    scaled_dots(T, &P4->q[j][g][0][0], span, P4->scale[j], ab, 32 * j + 4 * g, isum);
+        const __m256 d = _mm256_load_ps(six ? P6->d : P4->d);
         for (int t = 0; t < T; t++) {
+            const __m256 da = _mm256_set1_ps(ab[t]->d);
+            __m256 *f = &acc[k % K_PHASES][t];
+            if (six) {
+                __m256i off = _mm256_setzero_si256(); /* sum_j scale_j * bsum_j */
+                for (int p = 0; p < 8; p++)
+                    off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P6->scale_pairs[p]),
+                                                                  _mm256_set1_epi32(load_i32(ab[t]->bsums + 2 * p))));
+                isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
+                *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
+                continue;
+            }
             /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
             int32_t pb[4];
             _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[t]->bsums),
                                                          _mm_loadu_si128((const __m128i *)(ab[t]->bsums + 8))));
-            __m256i msum = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->mins[0]), _mm256_set1_epi32(pb[0]));
+            __m256i msum = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P4->mins[0]), _mm256_set1_epi32(pb[0]));
             for (int p = 1; p < 4; p++)
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->mins[p]),
+                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P4->mins[p]),
                                                                 _mm256_set1_epi32(pb[p])));
-            const __m256 da = _mm256_set1_ps(ab[t]->d);
-            __m256 *f = &acc[k % K_PHASES][t], *mf = &macc[k % K_PHASES][t];
+            __m256 *mf = &macc[k % K_PHASES][t];
             *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
-            *mf = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), *mf);
+            *mf = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(P4->dmin), da), _mm256_cvtepi32_ps(msum), *mf);
         }
     }
-    store_panel_minus(nr, T, acc, macc, y, ys);
+    if (six)
+        store_panel(nr, T, acc, y, ys);
+    else
+        store_panel_minus(nr, T, acc, macc, y, ys);
 }
 
-ALWAYS_INLINE void q6k_packed_tile(int n, int nr, int T, const void *panel, const void *a,
-                                   size_t as, float *y, size_t ys)
-{
-    __m256 acc[K_PHASES][PANEL_TOKENS];
-    TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
-    const q6_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
-        const block_q8_k *ab[PANEL_TOKENS];
-        q8k_blocks(a, as, T, k, ab);
-        __m256i isum[PANEL_TOKENS];
-        for (int t = 0; t < T; t++)
-            isum[t] = _mm256_setzero_si256();
-        for (int j = 0; j < 16; j++)
-            for (int g = 0; g < 4; g += 2)
-                scaled_dots(T, &P->q[j][g][0][0], 2, P->scale[j], ab, 16 * j + 4 * g, isum);
-        const __m256 d = _mm256_load_ps(P->d);
-        for (int t = 0; t < T; t++) {
-            __m256i off = _mm256_setzero_si256(); /* sum_j scale_j * bsum_j */
-            for (int p = 0; p < 8; p++)
-                off = _mm256_add_epi32(off, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P->scale_pairs[p]),
-                                                              _mm256_set1_epi32(load_i32(ab[t]->bsums + 2 * p))));
-            isum[t] = _mm256_sub_epi32(isum[t], _mm256_slli_epi32(off, 5));
-            const __m256 da = _mm256_set1_ps(ab[t]->d);
-            __m256 *f = &acc[k % K_PHASES][t];
-            *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
-        }
-    }
-    store_panel(nr, T, acc, y, ys);
-}
-
-#define Q4K_PACKED(...) k4_packed_tile(8, __VA_ARGS__)
-#define Q5K_PACKED(...) k4_packed_tile(4, __VA_ARGS__)
+#define Q4K_PACKED(...) kq_packed_tile(false, 8, __VA_ARGS__)
+#define Q5K_PACKED(...) kq_packed_tile(false, 4, __VA_ARGS__)
+#define Q6K_PACKED(...) kq_packed_tile(true, 2, __VA_ARGS__)
 DEFINE_PACKED_TILE4(packed_q4k, Q4K_PACKED)
 DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
-DEFINE_PACKED_TILE4(packed_q6k, q6k_packed_tile)
+DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
 
 /* Packing here (scalar stores per row) costs about as much as 16-32 tokens' products: measured
  * on a Zen 4 with the AVX2 path forced, 4096 x 14336, 1 thread, Q4_K 4 / 8 / 16 tokens 10.8 / 12.7
