@@ -13,9 +13,9 @@
  *   Q6_K        isum = sum_j scale_j * (dot(levels + 32, a) - 32 * sum a), acc_p = fma(d * da, (float)isum, acc_p)
  *   32-blocks   dot = sum w * a, acc_p = fma(dw * da, (float)dot, acc_p)
  * A vector here holds the levels of one row, so each block's integer ends with a sum across
- * lanes. Decode (one token) takes those of K_PHASES blocks together and runs the float steps
- * with the phases in the lanes of one register; a few tokens take the tokens' sums of one block
- * together and run the float steps with the tokens in the lanes (one register per phase).
+ * lanes: the tiles take those of K_PHASES blocks together and run the float steps with the
+ * phases in the lanes of one register per row and token. They serve decode and batches of up to
+ * MM_STREAM_TOKENS tokens; from the packed tiles' min_tokens (4) on, kern_matmul packs.
  *  - K-quants: a 512-bit register holds 64 consecutive levels (two sub-blocks of 32, or four of
  *    16), so one maddubs and one VPDPWSSD (scale, widen and accumulate) per 64 levels and token
  *    do what takes two maddubs, two madd and two adds in 256 bits;
@@ -63,8 +63,7 @@ ALWAYS_INLINE __m128 lanes_fma(int n, __m128 a, __m128 b, __m128 acc, bool negat
     return n == 4 ? v : _mm_mask_mov_ps(acc, (__mmask8)((1u << n) - 1), v);
 }
 
-/* Up to MM_STREAM_TOKENS tokens (decode): the phases of each row and token in the lanes of one
- * register. The outputs: (acc0 + acc1) + (acc2 + acc3). */
+/* The outputs from the phases of each row and token: (acc0 + acc1) + (acc2 + acc3). */
 ALWAYS_INLINE void store_phases(int R, int T, __m128 acc[4][MM_STREAM_TOKENS], float *y, size_t ys)
 {
     for (int r = 0; r < R; r++)
@@ -74,26 +73,7 @@ ALWAYS_INLINE void store_phases(int R, int T, __m128 acc[4][MM_STREAM_TOKENS], f
         }
 }
 
-/* A few tokens: one register per row, phase p in 128-bit lane p and the tokens in its lanes.
- * acc + a * b (or acc - a * b) in phase p. */
-ALWAYS_INLINE __m512 phase_fma(__m512 acc, int p, __m128 a, __m128 b, bool negate)
-{
-    __mmask16 m = (__mmask16)(0xfu << (4 * p));
-    __m512 av = _mm512_broadcast_f32x4(a), bv = _mm512_broadcast_f32x4(b);
-    return negate ? _mm512_mask3_fnmadd_ps(av, bv, acc, m) : _mm512_mask3_fmadd_ps(av, bv, acc, m);
-}
-
-/* ... and the row's outputs for its T tokens: (acc0 + acc1) + (acc2 + acc3). */
-ALWAYS_INLINE void store_token_phases(int T, __m512 acc, float *y, size_t ys)
-{
-    float v[4];
-    _mm_storeu_ps(v, _mm_add_ps(_mm_add_ps(_mm512_castps512_ps128(acc), _mm512_extractf32x4_ps(acc, 1)),
-                                _mm_add_ps(_mm512_extractf32x4_ps(acc, 2), _mm512_extractf32x4_ps(acc, 3))));
-    for (int t = 0; t < T; t++)
-        y[t * ys] = v[t];
-}
-
-/* n <= 4 floats in lanes (0 beyond n), element i at base + i * stride bytes, from get(). */
+/* get(0) .. get(n - 1) in the lanes of a vector, 0 beyond n (n <= 4). */
 #define GATHER4(n, get)                                       \
     ({                                                        \
         float g4_[4] = {0};                                   \
@@ -201,46 +181,21 @@ ALWAYS_INLINE void k4_phases(bool five_bits, int g, int k0, int R, int T, const 
 ALWAYS_INLINE void k4_tile(bool five_bits, int n, int R, int T, const void *w, size_t ws,
                            const void *a, size_t as, float *y, size_t ys)
 {
-    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     const int nk = n / QK_K;
-    if (T <= MM_STREAM_TOKENS) {
-        __m128 facc[4][MM_STREAM_TOKENS]; /* per row and token, the phases in lanes */
-        TILE_ZERO(facc, R, T, _mm_setzero_ps());
-        int k0 = 0;
-        for (; k0 + K_PHASES <= nk; k0 += K_PHASES) /* g a constant: the hot loop has no tests */
-            k4_phases(five_bits, K_PHASES, k0, R, T, w, ws, a, as, facc);
-        if (k0 < nk)
-            k4_phases(five_bits, nk - k0, k0, R, T, w, ws, a, as, facc);
-        store_phases(R, T, facc, y, ys);
-        return;
-    }
-    __m512 facc[4]; /* per row: phases in 128-bit lanes, tokens in their lanes */
-    for (int r = 0; r < R; r++)
-        facc[r] = _mm512_setzero_ps();
-    for (int k = 0; k < nk; k++) {
-#define DA(t) q8k_at(a, as, (t), k)->d
-        const __m128 da = GATHER4(T, DA);
-#undef DA
-        for (int r = 0; r < R; r++) {
-            const uint8_t *b = weight_at(w, ws, r, (size_t)k * block_bytes, block_bytes, T);
-            __m512i sumi[4];
-            __m128i msum[4];
-            k4_block(five_bits, b, _mm512_castsi512_si128(k4_scales4(b, block_bytes, 1)), T, a, as, k, sumi, msum);
-            __m128 d_dmin = load_half_pair((const uint16_t *)b);
-            const int p = k % K_PHASES;
-            facc[r] = phase_fma(facc[r], p, _mm_mul_ps(_mm_set1_ps(_mm_cvtss_f32(d_dmin)), da), _mm_cvtepi32_ps(lane_sums(T, sumi)), false);
-            facc[r] = phase_fma(facc[r], p, _mm_mul_ps(_mm_shuffle_ps(d_dmin, d_dmin, 0x55), da),
-                                _mm_cvtepi32_ps(lane_sums128(T, msum)), true);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        store_token_phases(T, facc[r], y + r, ys);
+    __m128 facc[4][MM_STREAM_TOKENS]; /* per row and token, the phases in lanes */
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    int k0 = 0;
+    for (; k0 + K_PHASES <= nk; k0 += K_PHASES) /* g a constant: the hot loop has no tests */
+        k4_phases(five_bits, K_PHASES, k0, R, T, w, ws, a, as, facc);
+    if (k0 < nk)
+        k4_phases(five_bits, nk - k0, k0, R, T, w, ws, a, as, facc);
+    store_phases(R, T, facc, y, ys);
 }
 
 #define Q4K_TILE(...) k4_tile(false, __VA_ARGS__)
 #define Q5K_TILE(...) k4_tile(true, __VA_ARGS__)
-DEFINE_TILE_4x4(tile_q4k, Q4K_TILE)
-DEFINE_TILE_4x4(tile_q5k, Q5K_TILE)
+DEFINE_TILE_4x3(tile_q4k, Q4K_TILE)
+DEFINE_TILE_4x3(tile_q5k, Q5K_TILE)
 
 /* Sixteen int16 lanes of scales base..base+3 (eight lanes each, one scale per 16 levels) from the
  * sixteen int16 scales of a Q6_K block in the low half of sc16. */
@@ -307,38 +262,18 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
                             size_t as, float *y, size_t ys)
 {
     const int nk = n / QK_K;
-    if (T <= MM_STREAM_TOKENS) {
-        __m128 facc[4][MM_STREAM_TOKENS];
-        TILE_ZERO(facc, R, T, _mm_setzero_ps());
-        int k0 = 0;
-        for (; k0 + K_PHASES <= nk; k0 += K_PHASES)
-            q6k_phases(K_PHASES, k0, R, T, w, ws, a, as, facc);
-        if (k0 < nk)
-            q6k_phases(nk - k0, k0, R, T, w, ws, a, as, facc);
-        store_phases(R, T, facc, y, ys);
-        return;
-    }
-    __m512 facc[4];
-    for (int r = 0; r < R; r++)
-        facc[r] = _mm512_setzero_ps();
-    for (int k = 0; k < nk; k++) {
-#define DA(t) q8k_at(a, as, (t), k)->d
-        const __m128 da = GATHER4(T, DA);
-#undef DA
-        for (int r = 0; r < R; r++) {
-            const block_q6_k *b = (const block_q6_k *)weight_at(w, ws, r, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), T);
-            __m512i sumi[4];
-            q6k_block(b, T, a, as, k, sumi);
-            facc[r] = phase_fma(facc[r], k % K_PHASES, _mm_mul_ps(_mm_set1_ps(half_f16c(b->d)), da),
-                                _mm_cvtepi32_ps(lane_sums(T, sumi)), false);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        store_token_phases(T, facc[r], y + r, ys);
+    __m128 facc[4][MM_STREAM_TOKENS];
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    int k0 = 0;
+    for (; k0 + K_PHASES <= nk; k0 += K_PHASES)
+        q6k_phases(K_PHASES, k0, R, T, w, ws, a, as, facc);
+    if (k0 < nk)
+        q6k_phases(nk - k0, k0, R, T, w, ws, a, as, facc);
+    store_phases(R, T, facc, y, ys);
 }
 
 #define Q6K_TILE(...) q6k_tile(__VA_ARGS__)
-DEFINE_TILE_4x4(tile_q6k, Q6K_TILE)
+DEFINE_TILE_4x3(tile_q6k, Q6K_TILE)
 
 /* ---- 32-blocks with Q8_0 activations ---- */
 
@@ -392,37 +327,14 @@ ALWAYS_INLINE void q32_tile(weights32_fn weights, scale32_fn scale, size_t block
                             float *y, size_t ys)
 {
     const int nb = n / QK;
-    if (T <= MM_STREAM_TOKENS) {
-        __m128 facc[4][MM_STREAM_TOKENS];
-        TILE_ZERO(facc, R, T, _mm_setzero_ps());
-        int i0 = 0;
-        for (; i0 + K_PHASES <= nb; i0 += K_PHASES)
-            q32_phases(weights, scale, block_bytes, K_PHASES, i0, R, T, w, ws, a, as, facc);
-        if (i0 < nb)
-            q32_phases(weights, scale, block_bytes, nb - i0, i0, R, T, w, ws, a, as, facc);
-        store_phases(R, T, facc, y, ys);
-        return;
-    }
-    __m512 facc[4];
-    for (int r = 0; r < R; r++)
-        facc[r] = _mm512_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-#define DA(t) block_d(q8_0_at(a, as, (t), i))
-        const __m128 da = GATHER4(T, DA);
-#undef DA
-        for (int r = 0; r < R; r++) {
-            const uint8_t *block = (const uint8_t *)w + r * ws + (size_t)i * block_bytes;
-            if (T <= MM_STREAM_TOKENS && i % 2 == 0)
-                prefetch_ahead(block, 2 * block_bytes);
-            __m256i p[4];
-            TILE_ZERO(&p, 1, 4, _mm256_setzero_si256());
-            q32_block(weights(block), T, a, as, i, p);
-            facc[r] = phase_fma(facc[r], i % K_PHASES, _mm_mul_ps(_mm_set1_ps(scale(block)), da),
-                                _mm_cvtepi32_ps(lane_sums256(T, p)), false);
-        }
-    }
-    for (int r = 0; r < R; r++)
-        store_token_phases(T, facc[r], y + r, ys);
+    __m128 facc[4][MM_STREAM_TOKENS];
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    int i0 = 0;
+    for (; i0 + K_PHASES <= nb; i0 += K_PHASES)
+        q32_phases(weights, scale, block_bytes, K_PHASES, i0, R, T, w, ws, a, as, facc);
+    if (i0 < nb)
+        q32_phases(weights, scale, block_bytes, nb - i0, i0, R, T, w, ws, a, as, facc);
+    store_phases(R, T, facc, y, ys);
 }
 
 #define Q8_0_TILE(...) q32_tile(q8_0_signed, block_d, sizeof(block_q8_0), __VA_ARGS__)
@@ -434,15 +346,16 @@ DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
 DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
 DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
 
-/* 4 x 4 K-quant tiles: each row's unpacked levels and scales serve four tokens (the 32 vector
- * registers of AVX-512 hold the 16 accumulators; measured 14% less CPU time per prefill token
- * than 4 x 2 on a Q4_K_M model). The 32-block tiles keep 4 x 3: 4 x 4, and two blocks per
- * 512-bit register, measured no faster. Decode takes one row per tile for every type: on a
- * Zen 4, two interleaved rows of 32-blocks (the AVX2 choice, measured on a Zen 3) took twice
- * the CPU time per Q8_0 decode step (121-128 against 60-62 ms, 4-layer 8B-shaped model). */
-const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 4, 1, &mm_q4_k_packed_avx512};
-const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 4, 1, &mm_q5_k_packed_avx512};
-const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 4, 1, &mm_q6_k_packed_avx512};
+/* The ordinary tiles take up to MM_STREAM_TOKENS (3) tokens: from 4 on every type here packs.
+ * Decode takes one row per tile for every type: two or four interleaved rows took 1.7-1.8x the
+ * time of one for a 4096 x 14336 Q4_K product from DRAM on this Zen 4 (3.1-3.4 against
+ * 1.9-2.0 ms, one thread); before the shared arithmetic, two rows of 32-blocks (the AVX2 choice,
+ * measured on a Zen 3) took twice the CPU time per Q8_0 decode step here (121-128 against 60-62
+ * ms, 4-layer 8B-shaped model). */
+_Static_assert(MM_STREAM_TOKENS == 3, "the tiles are instantiated for up to 3 tokens (DEFINE_TILE_4x3)");
+const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 3, 1, &mm_q4_k_packed_avx512};
+const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 3, 1, &mm_q5_k_packed_avx512};
+const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 3, 1, &mm_q6_k_packed_avx512};
 const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1, &mm_q8_0_packed_avx512};
 const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1, &mm_q4_0_packed_avx512};
 const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1, &mm_iq4_nl_packed_avx512};

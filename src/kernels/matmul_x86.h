@@ -89,7 +89,7 @@ ALWAYS_INLINE float block_d(const void *block)
  * the sums across lanes of that many superblocks at once. */
 #define K_PHASES 4
 
-/* A 32-block type's 32 weights (signed, or offset to unsigned) and its scale, from a block. */
+/* A 32-block type's 32 signed weights and its scale, from a block. */
 typedef __m256i (*weights32_fn)(const void *block);
 typedef float (*scale32_fn)(const void *block);
 
