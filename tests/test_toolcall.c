@@ -221,9 +221,67 @@ static void detection(void)
     }
 }
 
+/* text[0..n) parsed whole: content of clen bytes and ncalls calls, the first named name; streamed
+ * in two pieces cut anywhere, the same. */
+static void odd_reply(enum tool_format f, const char *text, size_t n, size_t clen, int ncalls,
+                      const char *name)
+{
+    tool_reply w;
+    REQUIRE(!tool_parse(f, false, text, n, &w), "out of memory");
+    CHECK(w.content_len == clen && w.n_calls == ncalls && (!ncalls || !strcmp(w.calls[0].name, name)),
+          "%s reply of %zu bytes: %zu bytes of content, %d calls (%s), want %zu, %d (%s)",
+          tool_format_name(f), n, w.content_len, w.n_calls, w.n_calls ? w.calls[0].name : "-", clen,
+          ncalls, name ? name : "-");
+    for (size_t cut = 0; cut <= n; cut++) {
+        tool_parser *p = tool_parser_new(f, false);
+        strbuf content = {0};
+        int calls = 0;
+        for (int step = 0; step < 3; step++) {
+            tool_delta d;
+            REQUIRE(!(step == 0   ? tool_parser_feed(p, text, cut, &d)
+                      : step == 1 ? tool_parser_feed(p, text + cut, n - cut, &d)
+                                  : tool_parser_finish(p, &d)),
+                    "out of memory");
+            strbuf_add(&content, d.content ? d.content : "", d.content_len);
+            calls = d.n_calls > calls ? d.n_calls : calls;
+        }
+        CHECK(content.len == w.content_len && !memcmp(content.p ? content.p : "", w.content, content.len) &&
+                  calls == w.n_calls,
+              "%s reply of %zu bytes cut at %zu: streamed %zu bytes of content, %d calls; whole %zu, %d",
+              tool_format_name(f), n, cut, content.len, calls, w.content_len, w.n_calls);
+        free(content.p);
+        tool_parser_free(p);
+    }
+    tool_reply_free(&w);
+}
+
+/* Replies holding NUL bytes (content like any other byte, never space) and names no function
+ * has: whole and streamed agree, and a name with a NUL, a space or over 64 bytes is no call. */
+static void odd_replies(void)
+{
+    static const char nul[] = "\0 [TOOL_CALLS]\0\0[{\"name\": \"h\"}]\0";
+    odd_reply(TOOL_MISTRAL, nul, sizeof nul - 1, sizeof nul - 1, 0, NULL);
+    static const char nul_name[] = "[TOOL_CALLS]a\0b[ARGS]{}";
+    odd_reply(TOOL_MISTRAL, nul_name, sizeof nul_name - 1, sizeof nul_name - 1, 0, NULL);
+    static const char space_name[] = "[TOOL_CALLS]get time[ARGS]{}";
+    odd_reply(TOOL_MISTRAL, space_name, sizeof space_name - 1, sizeof space_name - 1, 0, NULL);
+    odd_reply(TOOL_MISTRAL, "[TOOL_CALLS] get_time[ARGS]{}", 29, 0, 1, "get_time");
+    char longest[128] = "[TOOL_CALLS]", name[65] = {0};
+    memset(name, 'n', 64);
+    strcat(strcat(longest, name), "[ARGS]{}");
+    odd_reply(TOOL_MISTRAL, longest, strlen(longest), 0, 1, name);
+    char over[128] = "[TOOL_CALLS]";
+    memset(over + 12, 'n', 65);
+    strcpy(over + 77, "[ARGS]{}");
+    odd_reply(TOOL_MISTRAL, over, strlen(over), strlen(over), 0, NULL);
+    static const char hermes[] = "\0<tool_call>\0{\"name\": \"f\", \"arguments\": {}}</tool_call>\0";
+    odd_reply(TOOL_HERMES, hermes, sizeof hermes - 1, sizeof hermes - 1, 0, NULL);
+}
+
 int main(void)
 {
     parsing();
+    odd_replies();
     grammars();
     detection();
     return test_done();

@@ -78,7 +78,7 @@ bool serve_reply_format(serve_engine *se, srv_job *job, const int32_t *toks, int
         size_t k = tokenizer_piece(se->r->tk, toks[i], true, tail + len, sizeof tail - 1 - len);
         len += k < sizeof tail - 1 - len ? k : sizeof tail - 1 - len;
     }
-    while (len && strchr(" \n", tail[len - 1]))
+    while (len && (tail[len - 1] == ' ' || tail[len - 1] == '\n'))
         len--;
     tail[len] = '\0';
     bool think = len >= 7 && !strcmp(tail + len - 7, "<think>");

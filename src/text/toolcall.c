@@ -217,6 +217,12 @@ typedef struct reading {
     bool oom;
 } reading;
 
+/* JSON's whitespace (strchr would count the terminating NUL as one: replies may hold NULs) */
+static bool space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 static long find(const reading *r, size_t from, const char *m)
 {
     const char *p = from <= r->n ? memmem(r->s + from, r->n - from, m, strlen(m)) : NULL;
@@ -262,7 +268,7 @@ static void out_text(reading *r, strbuf *b, size_t from, size_t to)
 static long json_end(const reading *r, size_t from)
 {
     size_t i = from;
-    while (i < r->n && strchr(" \t\r\n", r->s[i]))
+    while (i < r->n && space(r->s[i]))
         i++;
     if (i == r->n)
         return -1;
@@ -289,6 +295,21 @@ static long json_end(const reading *r, size_t from)
     return -1;
 }
 
+/* The longest function name (OpenAI's limit) */
+#define CALL_NAME_MAX 64
+
+/* Whether s[0..len) can name a function: 1 to CALL_NAME_MAX bytes, no spaces, control bytes or brackets
+ * (a reply that puts anything else there is content, not a call). */
+static bool call_name(const char *s, size_t len)
+{
+    if (len == 0 || len > CALL_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] <= ' ' || s[i] == 0x7f || strchr("[]{}\"", s[i]))
+            return false;
+    return true;
+}
+
 static void add_call(reading *r, const char *name, size_t name_len, const cJSON *args)
 {
     char *a = args ? cJSON_PrintUnformatted(args) : strdup("{}");
@@ -313,7 +334,7 @@ static bool json_call(reading *r, const cJSON *o)
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(o, "arguments");
     if (!args)
         args = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-    if (!cJSON_IsObject(o) || !name || !*name)
+    if (!cJSON_IsObject(o) || !name || !call_name(name, strlen(name)))
         return false;
     cJSON *parsed = cJSON_IsString(args) ? cJSON_Parse(args->valuestring) : NULL;
     if (args && !cJSON_IsObject(args) && !cJSON_IsObject(parsed)) {
@@ -366,7 +387,7 @@ static int read_calls(reading *r, enum tool_format f, const char *m, size_t at, 
     }
     if (!strcmp(m, "[TOOL_CALLS]")) {
         size_t q = p;
-        while (q < r->n && strchr(" \t\r\n", r->s[q]))
+        while (q < r->n && space(r->s[q]))
             q++;
         if (q < r->n && r->s[q] == '[') {
             e = json_end(r, q);
@@ -379,15 +400,15 @@ static int read_calls(reading *r, enum tool_format f, const char *m, size_t at, 
         }
         /* [TOOL_CALLS]NAME[ARGS]{...} */
         long a = find(r, p, "[ARGS]");
-        if (a < 0)
-            return r->final || r->n - p > 64 ? -1 : 0;
+        if (a < 0) /* still coming, unless no name that fits could be followed by it */
+            return r->final || r->n - q >= CALL_NAME_MAX + 6 ? -1 : 0;
         e = json_end(r, (size_t)a + 6);
         if (e == -1)
             return r->final ? -1 : 0;
         cJSON *args = e > 0 ? cJSON_ParseWithLength(r->s + a + 6, (size_t)e - (size_t)a - 6) : NULL;
-        bool ok = cJSON_IsObject(args) && (size_t)a > p;
+        bool ok = cJSON_IsObject(args) && call_name(r->s + q, (size_t)a - q);
         if (ok)
-            add_call(r, r->s + p, (size_t)a - p, args);
+            add_call(r, r->s + q, (size_t)a - q, args);
         cJSON_Delete(args);
         *next = (size_t)e;
         return ok ? 1 : -1;
@@ -401,7 +422,7 @@ static int read_calls(reading *r, enum tool_format f, const char *m, size_t at, 
         *next = (size_t)e;
         /* several, separated by ';' */
         size_t q = *next;
-        while (q < r->n && strchr(" \t\r\n;", r->s[q]))
+        while (q < r->n && (r->s[q] == ';' || space(r->s[q])))
             q++;
         if (q == r->n) { /* separators only, so far */
             *next = q;
@@ -415,7 +436,7 @@ static int read_calls(reading *r, enum tool_format f, const char *m, size_t at, 
     int before = r->n_calls;
     size_t q = p;
     for (;;) {
-        while (q < r->n && strchr(" \t\r\n", r->s[q]))
+        while (q < r->n && space(r->s[q]))
             q++;
         if (starts(r, q, DS_CALLS_END)) {
             *next = q + strlen(DS_CALLS_END);
@@ -445,7 +466,7 @@ static int read_calls(reading *r, enum tool_format f, const char *m, size_t at, 
         long b = find(r, args, "{");
         e = b >= 0 && b < end ? json_end(r, (size_t)b) : -2;
         cJSON *a = e > 0 && e <= end ? cJSON_ParseWithLength(r->s + b, (size_t)(e - b)) : NULL;
-        if (!cJSON_IsObject(a) || !name_len) {
+        if (!cJSON_IsObject(a) || !call_name(r->s + name, name_len)) {
             cJSON_Delete(a);
             return -1;
         }
@@ -497,7 +518,7 @@ static void read_plain(reading *r, enum tool_format f, bool think)
         /* Llama 3 writes a call as bare JSON: a reply whose content starts with '{' */
         if (f == TOOL_LLAMA3 && !r->content.len && (at < 0 || (size_t)at > pos)) {
             size_t q = pos;
-            while (q < r->n && strchr(" \t\r\n", r->s[q]))
+            while (q < r->n && space(r->s[q]))
                 q++;
             if (q < r->n && r->s[q] == '{' && (at < 0 || (long)q < at)) {
                 at = (long)q;
@@ -542,7 +563,7 @@ static void read_harmony(reading *r)
     static const char *const heads[] = {"<|channel|>", "<|start|>", "<|message|>", NULL};
     /* a reply that does not open with a header is not in channels: all of it is content */
     size_t pos = 0;
-    while (pos < r->n && strchr(" \t\r\n", r->s[pos]))
+    while (pos < r->n && space(r->s[pos]))
         pos++;
     bool channels = false, maybe = pos == r->n;
     for (int i = 0; heads[i]; i++) {
@@ -604,11 +625,11 @@ static char *trimmed(strbuf *b, size_t *len)
 {
     const char *p = b->p ? b->p : "";
     size_t n = b->len;
-    while (n && strchr(" \t\r\n", *p)) {
+    while (n && space(*p)) {
         p++;
         n--;
     }
-    while (n && strchr(" \t\r\n", p[n - 1]))
+    while (n && space(p[n - 1]))
         n--;
     char *out = malloc(n + 1);
     if (out) {
