@@ -62,102 +62,159 @@ ALWAYS_INLINE void transpose16(const __m512i in[16], __m512i out[16])
     }
 }
 
-/* Sixteen rows of 16 32-bit words each (row r at rows + stride * r, 64-byte aligned) to the
- * first `words` panel vectors at dst: word k of every row in dst + 64 k. */
-ALWAYS_INLINE void put_words(const uint8_t *rows, size_t stride, uint8_t *dst, int words)
+/* Packing works on the blocks' bytes as stored, transposed: the 32-bit words at one offset of the
+ * 16 rows' blocks become one vector (row r in lane r), and a level is computed from its bytes
+ * with the same byte operations in any order of rows, so each output vector costs a few
+ * operations instead of each row's levels being unpacked, stored and transposed byte by byte
+ * (which took twice as long: at 4 tokens packing cost more than the products). */
+
+/* Rows past nr read this: zero levels and zero scales, so they add nothing. */
+static const _Alignas(64) uint8_t zero_block[256];
+
+/* Where the panel's 16 rows' blocks start, at byte `at` of each row. */
+ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, const uint8_t *rp[PANEL_ROWS])
 {
-    __m512i in[16], out[16];
     for (int r = 0; r < PANEL_ROWS; r++)
-        in[r] = _mm512_load_si512(rows + stride * r);
+        rp[r] = r < nr ? (const uint8_t *)w + r * ws + at : zero_block;
+}
+
+/* out[k] = word k of the 64 bytes at rp[r] + at, lane r. */
+ALWAYS_INLINE void words64(const uint8_t *const rp[PANEL_ROWS], size_t at, __m512i out[16])
+{
+    __m512i in[16];
+    for (int r = 0; r < PANEL_ROWS; r++)
+        in[r] = _mm512_loadu_si512(rp[r] + at);
     transpose16(in, out);
-    for (int k = 0; k < words; k++)
-        _mm512_store_si512(dst + 64 * k, out[k]);
 }
 
-/* Each row's levels, one byte each in element order (stride bytes apart from lev, 64-byte
- * aligned), into the panel's groups of four: `groups` groups, a multiple of 16. */
-ALWAYS_INLINE void put_levels(uint8_t *q, int groups, const uint8_t *lev, size_t stride)
+/* out[k] = word k of the 16 bytes at rp[r] + at, lane r: vector i holds rows i, i + 4, i + 8,
+ * i + 12 in its 128-bit lanes, so the 4 x 4 transpose within lanes puts row 4L + i in lane
+ * 4L + i. */
+ALWAYS_INLINE void words16(const uint8_t *const rp[PANEL_ROWS], size_t at, __m512i out[4])
 {
-    for (int k = 0; k < groups; k += 16)
-        put_words(lev + 4 * k, stride, q + (size_t)k * 64, 16);
-}
-
-/* q4_k_levels in vector registers: sub-block 2c is the low nibbles of qs[32c ..], 2c+1 the high. */
-ALWAYS_INLINE void q4k_levels_u8(const block_q4_k *b, uint8_t lev[QK_K])
-{
-    const __m512i low4 = _mm512_set1_epi8(0x0f);
-    for (int h = 0; h < 2; h++) {
-        __m512i q = _mm512_loadu_si512(b->qs + 64 * h);
-        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
-        _mm512_store_si512(lev + 128 * h, _mm512_shuffle_i64x2(lo, hi, 0x44));
-        _mm512_store_si512(lev + 128 * h + 64, _mm512_shuffle_i64x2(lo, hi, 0xee));
+    __m512i v[4];
+    for (int i = 0; i < 4; i++) {
+        __m256i lo = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(rp[i + 4] + at)),
+                                      _mm_loadu_si128((const __m128i *)(rp[i] + at)));
+        __m256i hi = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)(rp[i + 12] + at)),
+                                      _mm_loadu_si128((const __m128i *)(rp[i + 8] + at)));
+        v[i] = join256(lo, hi);
     }
+    __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]), t1 = _mm512_unpacklo_epi32(v[2], v[3]);
+    __m512i t2 = _mm512_unpackhi_epi32(v[0], v[1]), t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t1);
+    out[1] = _mm512_unpackhi_epi64(t0, t1);
+    out[2] = _mm512_unpacklo_epi64(t2, t3);
+    out[3] = _mm512_unpackhi_epi64(t2, t3);
+}
+
+/* Byte b of every 32-bit word, zero-extended. */
+ALWAYS_INLINE __m512i word_byte(__m512i v, int b)
+{
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * b), _mm512_set1_epi32(0xff));
+}
+
+/* Bytes b and b + 1 (b even) of every word as the int16 pair (low, high) VPDPWSSD takes. */
+ALWAYS_INLINE __m512i word_byte_pair(__m512i v, int b)
+{
+    __m512i hi = b == 0 ? _mm512_slli_epi32(v, 8) : _mm512_srli_epi32(v, 8);
+    return _mm512_or_si512(word_byte(v, b), _mm512_and_si512(hi, _mm512_set1_epi32(0xff0000)));
+}
+
+/* The low and high halves of every word as floats (the fp16 pair d, dmin). */
+ALWAYS_INLINE void half_pair(__m512i v, float *lo, float *hi)
+{
+    _mm512_store_ps(lo, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
+    _mm512_store_ps(hi, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
+}
+
+/* Bits (bit, bit + 1) of every byte of v moved to bits 4-5 (bit 4 alone when one). */
+ALWAYS_INLINE __m512i high_bits(__m512i v, int bit, bool one)
+{
+    __m512i s = bit <= 4 ? _mm512_slli_epi16(v, 4 - bit) : _mm512_srli_epi16(v, bit - 4);
+    return _mm512_and_si512(s, _mm512_set1_epi8(one ? 0x10 : 0x30));
 }
 
 static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
 {
     const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
+    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low6 = _mm512_set1_epi8(0x3f), top2 = _mm512_set1_epi8(0x30);
     k4_panel *P = panel;
-    _Alignas(64) int8_t lev[PANEL_ROWS][QK_K];
-    _Alignas(64) int32_t words[PANEL_ROWS][16]; /* scales, min pairs, d, dmin: the panel's order */
     for (int k = 0; k < n / QK_K; k++, P++) {
-        memset(words, 0, sizeof words);
-        for (int r0 = 0; r0 < PANEL_ROWS; r0 += 4) {
-            const uint8_t *b0 = (const uint8_t *)w + r0 * ws + (size_t)k * block_bytes;
-            const int rows = nr - r0 >= 4 ? 4 : nr - r0 > 0 ? nr - r0 : 0;
-            _Alignas(64) uint8_t sm4[4][16]; /* rows r0 .. r0 + 3: scales and mins (k4_scales4) */
-            _mm512_store_si512(sm4, rows ? k4_scales4(b0, ws, rows) : _mm512_setzero_si512());
-            for (int i = 0; i < 4; i++) {
-                int r = r0 + i;
-                if (i >= rows) {
-                    memset(lev[r], 0, QK_K);
-                    continue;
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)k * block_bytes, rp);
+        /* d and dmin, then the 12 scale bytes q[0..11]: scale j < 4 is q[j] & 63, its minimum
+         * q[j + 4] & 63; j >= 4 takes its low four bits from q[j + 4] (the minimum's from that
+         * byte's high nibble) and its top two from the top of q[j - 4] (the minimum's: q[j]) */
+        __m512i h[4];
+        words16(rp, 0, h);
+        half_pair(h[0], P->d, P->dmin);
+        const __m512i sc03 = _mm512_and_si512(h[1], low6), mn03 = _mm512_and_si512(h[2], low6);
+        const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(h[3], low4), _mm512_and_si512(_mm512_srli_epi32(h[1], 2), top2));
+        const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), low4),
+                                             _mm512_and_si512(_mm512_srli_epi32(h[2], 2), top2));
+        for (int j = 0; j < 4; j++) {
+            _mm512_store_si512(P->scale[j], word_byte(sc03, j));
+            _mm512_store_si512(P->scale[4 + j], word_byte(sc47, j));
+        }
+        for (int p = 0; p < 2; p++) {
+            _mm512_store_si512(P->mins[p], word_byte_pair(mn03, 2 * p));
+            _mm512_store_si512(P->mins[2 + p], word_byte_pair(mn47, 2 * p));
+        }
+        /* qs word 8c + g: group g of sub-blocks 2c (low nibbles) and 2c + 1 (high); Q5_K's fifth
+         * bits are bits 2c and 2c + 1 of qh word g */
+        __m512i qh[16];
+        if (five_bits)
+            words64(rp, offsetof(block_q5_k, qh), qh); /* words 0-7 are qh */
+        for (int half = 0; half < 2; half++) {
+            __m512i q[16];
+            words64(rp, qs_at + 64 * half, q);
+            for (int i = 0; i < 16; i++) {
+                const int c = 2 * half + i / 8, g = i % 8;
+                __m512i lo = _mm512_and_si512(q[i], low4), hi = _mm512_and_si512(_mm512_srli_epi16(q[i], 4), low4);
+                if (five_bits) {
+                    lo = _mm512_or_si512(lo, high_bits(qh[g], 2 * c, true));
+                    hi = _mm512_or_si512(hi, high_bits(qh[g], 2 * c + 1, true));
                 }
-                const uint8_t *b = b0 + i * ws;
-                if (five_bits)
-                    q5_k_levels((const block_q5_k *)b, lev[r]);
-                else
-                    q4k_levels_u8((const block_q4_k *)b, (uint8_t *)lev[r]);
-                __m128i sm = _mm_load_si128((const __m128i *)sm4[i]);
-                _mm256_store_si256((__m256i *)words[r], _mm256_cvtepu8_epi32(sm));
-                _mm_store_si128((__m128i *)(words[r] + 8), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
-                _mm_storel_pi((__m64 *)(words[r] + 12), load_half_pair((const uint16_t *)b));
+                _mm512_store_si512(P->q[2 * c][g], lo);
+                _mm512_store_si512(P->q[2 * c + 1][g], hi);
             }
         }
-        put_levels(&P->q[0][0][0][0], QK_K / 4, (const uint8_t *)lev, QK_K);
-        put_words((const uint8_t *)words, 64, (uint8_t *)P->scale, 14);
     }
 }
 
 static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
 {
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
     q6_panel *P = panel;
-    _Alignas(64) uint8_t lev[PANEL_ROWS][QK_K];
-    _Alignas(64) int32_t scales[PANEL_ROWS][16], pairs_d[PANEL_ROWS][16];
     for (int k = 0; k < n / QK_K; k++, P++) {
-        memset(pairs_d, 0, sizeof pairs_d);
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            if (r >= nr) {
-                memset(lev[r], 32, QK_K); /* level 0, scale 0 */
-                memset(scales[r], 0, sizeof scales[r]);
-                continue;
-            }
-            const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
-            for (int h = 0; h < 2; h++) {
-                __m512i lv[2];
-                q6k_levels_u8(b, h, lv);
-                _mm512_store_si512(lev[r] + 128 * h, lv[0]);
-                _mm512_store_si512(lev[r] + 128 * h + 64, lv[1]);
-            }
-            __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
-            _mm512_store_si512(scales[r], _mm512_cvtepi8_epi32(sc));
-            _mm256_store_si256((__m256i *)pairs_d[r], _mm256_cvtepi8_epi16(sc));
-            float d = half_f16c(b->d);
-            memcpy(&pairs_d[r][8], &d, sizeof d);
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), rp);
+        __m512i sw[4], s[16];
+        words16(rp, offsetof(block_q6_k, scales), sw);
+        for (int j = 0; j < 16; j++) { /* signed bytes, sign-extended */
+            s[j] = _mm512_srai_epi32(_mm512_slli_epi32(sw[j / 4], 24 - 8 * (j % 4)), 24);
+            _mm512_store_si512(P->scale[j], s[j]);
         }
-        put_levels(&P->q[0][0][0][0], QK_K / 4, lev[0], QK_K);
-        put_words((const uint8_t *)scales, 64, (uint8_t *)P->scale, 16);
-        put_words((const uint8_t *)pairs_d, 64, (uint8_t *)P->scale_pairs, 9); /* the pairs, then d */
+        for (int p = 0; p < 8; p++)
+            _mm512_store_si512(P->scale_pairs[p], _mm512_mask_blend_epi16(0xaaaaaaaa, s[2 * p], _mm512_slli_epi32(s[2 * p + 1], 16)));
+        for (int r = 0; r < PANEL_ROWS; r++)
+            P->d[r] = half_f16c(((const block_q6_k *)rp[r])->d);
+        /* level 128h + 32i + l: bits 0-3 from ql[64h + l] (i = 0, 2: low | high nibble) or
+         * ql[64h + 32 + l] (i = 1, 3), bits 4-5 from bits 2i, 2i + 1 of qh[32h + l] */
+        __m512i ql[32], qh[16];
+        words64(rp, offsetof(block_q6_k, ql), ql);
+        words64(rp, offsetof(block_q6_k, ql) + 64, ql + 16);
+        words64(rp, offsetof(block_q6_k, qh), qh);
+        for (int half = 0; half < 2; half++)
+            for (int i = 0; i < 4; i++)
+                for (int g8 = 0; g8 < 8; g8++) { /* levels 128h + 32i + 4 g8 .. + 3 */
+                    __m512i b = ql[16 * half + 8 * (i & 1) + g8];
+                    __m512i lo = i < 2 ? _mm512_and_si512(b, low4) : _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+                    const int e = 128 * half + 32 * i + 4 * g8;
+                    _mm512_store_si512(P->q[e / 16][e % 16 / 4], _mm512_or_si512(lo, high_bits(qh[8 * half + g8], 2 * i, false)));
+                }
     }
 }
 
@@ -306,27 +363,21 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block
     q32_panel *P = panel;
     const int nb = n / QK;
     for (int i = 0; i < nb; i += 2) { /* two blocks: 16 words per row, one transpose */
-        _Alignas(64) uint8_t lev[PANEL_ROWS][2 * QK];
-        for (int r = 0; r < PANEL_ROWS; r++)
-            for (int h = 0; h < 2; h++) {
-                __m256i v = _mm256_setzero_si256(); /* level 0: w + 128 = 0x80 */
-                float d = 0;
-                if (r < nr && i + h < nb) {
-                    const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)(i + h) * block_bytes;
-                    v = weights(b);
-                    d = scale(b);
-                }
-                _mm256_store_si256((__m256i *)(lev[r] + QK * h), _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80)));
-                if (i + h < nb)
-                    P[i + h].d[r] = d;
-            }
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)i * block_bytes, rp);
+        const bool two = i + 1 < nb;
         __m512i in[16], out[16];
-        for (int r = 0; r < PANEL_ROWS; r++)
-            in[r] = _mm512_load_si512(lev[r]);
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            __m256i second = two ? weights(rp[r] + block_bytes) : _mm256_setzero_si256();
+            in[r] = join256(weights(rp[r]), second);
+        }
         transpose16(in, out);
-        for (int h = 0; h < 2 && i + h < nb; h++)
-            for (int g = 0; g < 8; g++)
-                _mm512_store_si512(P[i + h].q[g], out[8 * h + g]);
+        for (int h = 0; h < 1 + two; h++) {
+            for (int g = 0; g < 8; g++) /* levels as w + 128 */
+                _mm512_store_si512(P[i + h].q[g], _mm512_xor_si512(out[8 * h + g], _mm512_set1_epi8((char)0x80)));
+            for (int r = 0; r < PANEL_ROWS; r++)
+                P[i + h].d[r] = r < nr ? scale(rp[r] + h * block_bytes) : 0;
+        }
     }
 }
 
