@@ -71,11 +71,19 @@ ALWAYS_INLINE void transpose16(const __m512i in[16], __m512i out[16])
 /* Rows past nr read this: zero levels and zero scales, so they add nothing. */
 static const _Alignas(64) uint8_t zero_block[256];
 
-/* Where the panel's 16 rows' blocks start, at byte `at` of each row. */
-ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, const uint8_t *rp[PANEL_ROWS])
+/* Where the panel's 16 rows' blocks (`bytes` from byte `at` of each row) start. The same bytes of
+ * the next panel's rows are asked for into L2 (not L1, which they would crowd): packing reads 16
+ * rows side by side, which the hardware prefetchers follow poorly, and without this it waited on
+ * DRAM as long as it computed (4 tokens of a 4096 x 14336 Q4_K matrix from DRAM, one thread:
+ * 4.5 -> 3.1 ms; Q6_K 7.4 -> 5.7; Q8_0 5.7 -> 4.5). */
+ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, size_t bytes,
+                              const uint8_t *rp[PANEL_ROWS])
 {
     for (int r = 0; r < PANEL_ROWS; r++)
         rp[r] = r < nr ? (const uint8_t *)w + r * ws + at : zero_block;
+    for (int r = 0; r < nr; r++)
+        for (size_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(rp[r] + PANEL_ROWS * ws + o, 0, 2);
 }
 
 /* out[k] = word k of the 64 bytes at rp[r] + at, lane r. */
@@ -143,7 +151,7 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
     k4_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * block_bytes, rp);
+        panel_rows(w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
         /* d and dmin, then the 12 scale bytes q[0..11]: scale j < 4 is q[j] & 63, its minimum
          * q[j + 4] & 63; j >= 4 takes its low four bits from q[j + 4] (the minimum's from that
          * byte's high nibble) and its top two from the top of q[j - 4] (the minimum's: q[j]) */
@@ -190,7 +198,7 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
     q6_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), rp);
+        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
         __m512i sw[4], s[16];
         words16(rp, offsetof(block_q6_k, scales), sw);
         for (int j = 0; j < 16; j++) { /* signed bytes, sign-extended */
@@ -364,7 +372,7 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block
     const int nb = n / QK;
     for (int i = 0; i < nb; i += 2) { /* two blocks: 16 words per row, one transpose */
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)i * block_bytes, rp);
+        panel_rows(w, ws, nr, (size_t)i * block_bytes, 2 * block_bytes, rp);
         const bool two = i + 1 < nb;
         __m512i in[16], out[16];
         for (int r = 0; r < PANEL_ROWS; r++) {
