@@ -136,6 +136,18 @@ ALWAYS_INLINE void half_pair(__m512i v, float *lo, float *hi)
     _mm512_store_ps(hi, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
 }
 
+/* The 32-bit word at byte `at` of each of the first nr rows, in its lane (zero past nr). */
+ALWAYS_INLINE __m512i rows_word(const void *w, size_t ws, int nr, size_t at)
+{
+    const __m512i stride = _mm512_set1_epi64((long long)ws);
+    const __m512i lo = _mm512_add_epi64(_mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7), stride),
+                                        _mm512_set1_epi64((long long)at));
+    const __m512i hi = _mm512_add_epi64(lo, _mm512_slli_epi64(stride, 3));
+    const unsigned m = nr >= PANEL_ROWS ? 0xffffu : (1u << nr) - 1;
+    return join256(_mm512_mask_i64gather_epi32(_mm256_setzero_si256(), (__mmask8)m, lo, w, 1),
+                   _mm512_mask_i64gather_epi32(_mm256_setzero_si256(), (__mmask8)(m >> 8), hi, w, 1));
+}
+
 /* Bits (bit, bit + 1) of every byte of v moved to bits 4-5 (bit 4 alone when one). */
 ALWAYS_INLINE __m512i high_bits(__m512i v, int bit, bool one)
 {
@@ -207,8 +219,10 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
         }
         for (int p = 0; p < 8; p++)
             _mm512_store_si512(P->scale_pairs[p], _mm512_mask_blend_epi16(0xaaaaaaaa, s[2 * p], _mm512_slli_epi32(s[2 * p + 1], 16)));
-        for (int r = 0; r < PANEL_ROWS; r++)
-            P->d[r] = half_f16c(((const block_q6_k *)rp[r])->d);
+        /* d is the block's last two bytes: the word before it ends there */
+        const size_t d_word = offsetof(block_q6_k, d) - 2;
+        _mm512_store_ps(P->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(
+                                  rows_word(w, ws, nr, (size_t)k * sizeof(block_q6_k) + d_word), 16))));
         /* level 128h + 32i + l: bits 0-3 from ql[64h + l] (i = 0, 2: low | high nibble) or
          * ql[64h + 32 + l] (i = 1, 3), bits 4-5 from bits 2i, 2i + 1 of qh[32h + l] */
         __m512i ql[32], qh[16];
@@ -365,7 +379,25 @@ static void q32_act_prep(int n, const void *a, void *dst)
 }
 
 
-ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
+/* The scales of 16 blocks from the first word of each, as the ordinary tiles compute them
+ * (block_d, mxfp4_d: matmul_x86.h). */
+typedef __m512 (*scales16_fn)(__m512i first_words);
+
+ALWAYS_INLINE __m512 half_scales(__m512i v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
+/* E8M0: 2^(e - 127) with the two smallest exponents as denormals (mxfp4_scale, quant.h). */
+ALWAYS_INLINE __m512 e8m0_scales(__m512i v)
+{
+    const __m512i e = _mm512_and_si512(v, _mm512_set1_epi32(0xff));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
+}
+
+ALWAYS_INLINE void pack_q32(weights32_fn weights, scales16_fn scales, size_t block_bytes, int n,
                             int nr, const void *w, size_t ws, void *panel)
 {
     q32_panel *P = panel;
@@ -383,21 +415,20 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block
         for (int h = 0; h < 1 + two; h++) {
             for (int g = 0; g < 8; g++) /* levels as w + 128 */
                 _mm512_store_si512(P[i + h].q[g], _mm512_xor_si512(out[8 * h + g], _mm512_set1_epi8((char)0x80)));
-            for (int r = 0; r < PANEL_ROWS; r++)
-                P[i + h].d[r] = r < nr ? scale(rp[r] + h * block_bytes) : 0;
+            _mm512_store_ps(P[i + h].d, scales(rows_word(w, ws, nr, (size_t)(i + h) * block_bytes)));
         }
     }
 }
 
-#define DEFINE_PACK32(name, levels, scale, block)                                             \
+#define DEFINE_PACK32(name, levels, scales, block)                                            \
     static void pack_##name(int n, int nr, const void *w, size_t ws, void *panel)            \
     {                                                                                         \
-        pack_q32(levels, scale, sizeof(block), n, nr, w, ws, panel);                          \
+        pack_q32(levels, scales, sizeof(block), n, nr, w, ws, panel);                         \
     }
-DEFINE_PACK32(q8_0, q8_0_signed, block_d, block_q8_0)
-DEFINE_PACK32(q4_0, q4_0_signed, block_d, block_q4_0)
-DEFINE_PACK32(iq4_nl, iq4_nl_signed, block_d, block_iq4_nl)
-DEFINE_PACK32(mxfp4, mxfp4_signed, mxfp4_d, block_mxfp4)
+DEFINE_PACK32(q8_0, q8_0_signed, half_scales, block_q8_0)
+DEFINE_PACK32(q4_0, q4_0_signed, half_scales, block_q4_0)
+DEFINE_PACK32(iq4_nl, iq4_nl_signed, half_scales, block_iq4_nl)
+DEFINE_PACK32(mxfp4, mxfp4_signed, e8m0_scales, block_mxfp4)
 
 ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, const void *a,
                                    size_t as, float *y, size_t ys)
