@@ -15,7 +15,7 @@
  * A vector here holds the levels of one row, so each block's integer ends with a sum across
  * lanes: the tiles take those of K_PHASES blocks together and run the float steps with the
  * phases in the lanes of one register per row and token. They serve decode and batches of up to
- * MM_STREAM_TOKENS tokens; from the packed tiles' min_tokens (4) on, kern_matmul packs.
+ * MM_STREAM_TOKENS tokens; from the packed tiles' min_tokens (3 or 4) on, kern_matmul packs.
  *  - K-quants: a 512-bit register holds 64 consecutive levels (two sub-blocks of 32, or four of
  *    16), so one maddubs and one VPDPWSSD (scale, widen and accumulate) per 64 levels and token
  *    do what takes two maddubs, two madd and two adds in 256 bits;

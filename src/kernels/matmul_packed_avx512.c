@@ -16,9 +16,13 @@
 
 #define PANEL_ROWS 16
 #define PANEL_TOKENS 8
-/* Batches from this many tokens on pack: one thread, a 4096 x 14336 matrix from DRAM, 4 tokens
- * packed took 4.99 ms (Q4_K) and 6.68 (Q8_0) against 5.3-5.9 and 7.6-8.9 in the ordinary tiles. */
-#define PACK_TOKENS 4
+/* The smallest batch that packs, per type: one thread, a 4096 x 14336 matrix from DRAM (ms, three
+ * runs each, ordinary tiles against packed): at 3 tokens Q4_K 3.27-3.77 against 2.97-3.48, Q8_0
+ * 5.4 against 4.1-4.3, Q4_0, IQ4_NL and MXFP4 6.3-6.4 against 4.6-5.8; Q5_K 3.7-3.8 against
+ * 3.9-5.1, and Q6_K (whose panels cost the most to pack) 3.5-3.6 against 5.1-5.3, 2.1 + 3.5 as
+ * 3 + 1 tokens against 5.3 at 4. At 2 tokens no type gained. */
+#define PACK_TOKENS 3
+#define PACK_TOKENS_Q5_Q6 4
 
 /* One superblock of a Q4_K / Q5_K panel. */
 typedef struct {
@@ -474,8 +478,8 @@ DEFINE_PACKED_TILE(packed_q6k, Q6_PACKED)
 DEFINE_PACKED_TILE4(packed_q32, q32_packed_tile)
 
 const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL};
-const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL};
-const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
+const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS_Q5_Q6, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS_Q5_Q6, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
 #define PACKED32(name) \
     const mm_packed mm_##name##_packed_avx512 = {PANEL_ROWS, PANEL32_TOKENS, PACK_TOKENS, q32_panel_bytes, pack_##name, packed_q32, q32_act_bytes, q32_act_prep};
 PACKED32(q8_0)
