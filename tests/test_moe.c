@@ -64,6 +64,9 @@ static void check_arch(enum model_arch arch)
         kern_ctx *kc = kern_ctx_create(threads);
         session *a = session_create(m, kc, 64, N_PROMPT, err, sizeof err);
         REQUIRE(a, "%s", err);
+        /* engine_count_routes: every row's 3 choices a layer, the same in a batch as alone */
+        uint32_t batch_counts[8 * 8] = {0}, step_counts[8 * 8] = {0};
+        engine_count_routes(a->e, batch_counts);
         REQUIRE(!session_eval(a, toks, N_PROMPT, batch, err, sizeof err), "%s", err);
         uint64_t batch_routed[8], step_routed[8] = {0};   /* 8 experts: one word a layer */
         REQUIRE(m->hp.n_layer <= 8, "%d layers", m->hp.n_layer);
@@ -72,6 +75,7 @@ static void check_arch(enum model_arch arch)
         session_free(a);
         session *b = session_create(m, kc, 64, 1, err, sizeof err);
         REQUIRE(b, "%s", err);
+        engine_count_routes(b->e, step_counts);
         for (int i = 0; i < N_PROMPT; i++) {
             REQUIRE(!session_eval(b, toks + i, 1, steps + (size_t)i * (size_t)nv, err,
                                   sizeof err), "%s", err);
@@ -82,10 +86,22 @@ static void check_arch(enum model_arch arch)
                 step_routed[il] |= r;
             }
         }
-        for (int il = 0; il < m->hp.n_layer; il++)
+        for (int il = 0; il < m->hp.n_layer; il++) {
             CHECK(batch_routed[il] == step_routed[il], "%s: layer %d: the batch routed to "
                   "experts %#llx, its tokens alone to %#llx", name, il,
                   (unsigned long long)batch_routed[il], (unsigned long long)step_routed[il]);
+            uint32_t sum = 0;
+            for (int x = 0; x < 8; x++) {
+                sum += batch_counts[il * 8 + x];
+                CHECK(batch_counts[il * 8 + x] == step_counts[il * 8 + x] &&
+                      (batch_counts[il * 8 + x] > 0) == (int)(batch_routed[il] >> x & 1),
+                      "%s: layer %d, expert %d: %u rows in the batch, %u alone (routed %#llx)",
+                      name, il, x, batch_counts[il * 8 + x], step_counts[il * 8 + x],
+                      (unsigned long long)batch_routed[il]);
+            }
+            CHECK(sum == 3 * N_PROMPT, "%s: layer %d counted %u routings of %d rows", name, il,
+                  sum, N_PROMPT);
+        }
         session_free(b);
         kern_ctx_free(kc);
         for (int i = 0; i < N_PROMPT; i++)

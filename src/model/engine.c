@@ -42,6 +42,7 @@ struct engine {
     uint64_t *routed;
     int routed_words;
     bool hint_experts;   /* engine_hint_experts */
+    uint32_t *route_counts; /* engine_count_routes, or NULL */
     uint64_t kv_bytes, scratch_bytes;
     gpu_layers *gpu;     /* NULL: every layer on the CPU */
     bool *on_gpu;        /* n_layer: run by gpu, its KV cache in VRAM */
@@ -214,6 +215,11 @@ void engine_free(engine *e)
 void engine_hint_experts(engine *e, bool on)
 {
     e->hint_experts = on;
+}
+
+void engine_count_routes(engine *e, uint32_t *counts)
+{
+    e->route_counts = counts;
 }
 
 const uint64_t *engine_routed(const engine *e, int il)
@@ -469,6 +475,8 @@ static int moe(engine *e, int il, const layer_op *op, int n)
     memset(routed, 0, sizeof *routed * (size_t)e->routed_words);
     for (int i = 0; i < n * k; i++)
         routed[e->chosen[i] / 64] |= 1ull << (e->chosen[i] % 64);
+    for (int i = 0; e->route_counts && i < n * k; i++)
+        e->route_counts[(size_t)il * (size_t)n_x + (size_t)e->chosen[i]]++;
     if (e->hint_experts)
         hint_routed(w, routed, n_x);
     for (int x = 0; x < n_x; x++) {

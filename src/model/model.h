@@ -138,6 +138,9 @@ int engine_set_owned(engine *e, const bool *owns);
 /* The experts layer il routed at least one row to in its latest evaluation here: a bitmask of
  * n_expert bits (bit x of word x / 64), all zero before the first. NULL for a dense layer. */
 const uint64_t *engine_routed(const engine *e, int il);
+/* From now on add, for every row each layer of experts routes, one to counts[il * n_expert + x]
+ * for each of its chosen experts x (NULL: stop). The caller's array, n_layer * n_expert. */
+void engine_count_routes(engine *e, uint32_t *counts);
 /* Whether a layer of experts asks the kernel for exactly its routed experts' pages once it
  * has routed (MADV_WILLNEED), before computing them: for weights that are paged by expert,
  * whose cold experts are not in memory (and whose faults, without readahead, would read a page

@@ -77,7 +77,7 @@ int sched_calibrate_experts(const model *m, int threads, double *cover, char *er
         return -1;
     }
     int rc = -1, n_tok = 0;
-    int32_t *tok = NULL;
+    int32_t *tok = NULL, *pos = NULL;
     uint32_t *counts = NULL;
     float *hidden = NULL;
     kern_ctx *kc = NULL;
@@ -95,28 +95,26 @@ int sched_calibrate_experts(const model *m, int threads, double *cover, char *er
     if (n_tok > SCHED_CALIBRATION_TOKENS)
         n_tok = SCHED_CALIBRATION_TOKENS;
     counts = calloc((size_t)hp->n_layer * (size_t)hp->n_expert, sizeof *counts);
-    hidden = malloc(sizeof *hidden * (size_t)hp->n_embd);
+    hidden = malloc(sizeof *hidden * (size_t)hp->n_embd * (size_t)n_tok);
+    pos = malloc(sizeof *pos * (size_t)n_tok);
     kc = kern_ctx_create(threads);
-    if (!counts || !hidden || !kc) {
+    if (!counts || !hidden || !pos || !kc) {
         snprintf(err, errlen, "calibration: out of memory");
         goto done;
     }
-    e = engine_create(m, kc, n_tok, 1, NULL, err, errlen);
+    e = engine_create(m, kc, n_tok, n_tok, NULL, err, errlen);
     if (!e)
         goto done;
-    /* a token at a time: each layer's routed set is then that token's own k experts */
-    for (int p = 0; p < n_tok; p++) {
-        int32_t pos = p;
-        engine_embed(e, &tok[p], 1, hidden);
-        if (engine_layers(e, hidden, 1, &pos, NULL, 0, hp->n_layer)) {
-            snprintf(err, errlen, "calibration: evaluating token %d failed", p);
-            goto done;
-        }
-        for (int il = 0; il < hp->n_layer; il++) {
-            const uint64_t *r = engine_routed(e, il);
-            for (int x = 0; r && x < hp->n_expert; x++)
-                counts[(size_t)il * (size_t)hp->n_expert + (size_t)x] += r[x / 64] >> (x % 64) & 1;
-        }
+    /* the whole text as one batch, each row's chosen experts counted: a layer's weights are read
+     * once, not once a token (a device that pages its experts from disk would otherwise read
+     * the model n_tok times over), and a row routes in a batch as it would alone */
+    for (int p = 0; p < n_tok; p++)
+        pos[p] = p;
+    engine_count_routes(e, counts);
+    engine_embed(e, tok, n_tok, hidden);
+    if (engine_layers(e, hidden, n_tok, pos, NULL, 0, hp->n_layer)) {
+        snprintf(err, errlen, "calibration: evaluating its %d tokens failed", n_tok);
+        goto done;
     }
     rc = sched_expert_cover(counts, hp->n_layer, hp->n_expert, cover);
     if (rc)
@@ -125,6 +123,7 @@ done:
     engine_free(e);
     kern_ctx_free(kc);
     free(hidden);
+    free(pos);
     free(counts);
     free(tok);
     tokenizer_free(t);
