@@ -41,6 +41,9 @@ table "$tmp/kernels" "bench kernels"
     fail "bench kernels --json: $(cat "$tmp/err")"
 jq -e -s 'length > 3 and .[0].op == "path" and (.[0].cpu | type) == "string"' \
     "$tmp/kernels.json" >/dev/null || fail "bench kernels --json: $(head -3 "$tmp/kernels.json")"
+# small batches: 2, 4 and 8 tokens, each as a multiple of one token's time
+jq -e -s '[.[] | select(.op == "batch")] | map(.tokens) == [2, 4, 8] and all(.[]; .unit == "x1 tok")' \
+    "$tmp/kernels.json" >/dev/null || fail "bench kernels --json: no batch rows: $(grep batch "$tmp/kernels.json")"
 if have_fixtures "bench ring"; then
     "$prima" bench ring -m "$fixtures/models/stories260K.gguf" --devices 3 -lw 1,2,2 -t 1 \
         --decode 4 --reps 1 >"$tmp/ring" 2>"$tmp/err" || fail "bench ring: $(cat "$tmp/err")"

@@ -22,6 +22,10 @@
 
 /* Llama-3-8B's projections (n_in x n_out): attention, FFN up/gate, FFN down. */
 static const int matvec_shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}};
+/* Small batches (speculative drafts to verify, several server slots): the FFN up shape, its
+ * weights from DRAM as in decode, timed against one token of the same run. */
+#define BATCH_SHAPE 1
+static const int batch_tokens[] = {2, 4, 8};
 static const int prefill_shape[2] = {4096, 4096};
 static const int prefill_tokens[] = {64, 512};
 
@@ -39,6 +43,9 @@ static const char usage_text[] =
     "  matvec  one token times a Llama-3-8B-shaped matrix (n_in x n_out: 4096x4096,\n"
     "          4096x14336, 14336x4096) whose weights are not in cache, as GB/s of weights\n"
     "          streamed and the fraction of the N-thread read bandwidth;\n"
+    "  batch   2, 4 and 8 tokens times the 4096x14336 matrix, its weights not in cache\n"
+    "          (verifying speculative drafts, several server slots decoding), as the\n"
+    "          time over that of one token (its matvec in the same run);\n"
     "  matmul  64 and 512 tokens times a 4096x4096 matrix (prefill), as GFLOP/s and the\n"
     "          fraction of the N-thread FMA peak.\n"
     "Each figure is the median of several repetitions; spread is the interquartile range\n"
@@ -73,7 +80,7 @@ static void report(const struct opts *o, bench_result r)
 static int reserve(kern_ctx *c)
 {
     for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0]; s++)
-        if (kern_ctx_reserve(c, matvec_shapes[s][0], 1))
+        if (kern_ctx_reserve(c, matvec_shapes[s][0], batch_tokens[sizeof batch_tokens / sizeof batch_tokens[0] - 1]))
             return -1;
     for (size_t k = 0; k < sizeof prefill_tokens / sizeof prefill_tokens[0]; k++)
         if (kern_ctx_reserve(c, prefill_shape[0], prefill_tokens[k]))
@@ -81,14 +88,17 @@ static int reserve(kern_ctx *c)
     return 0;
 }
 
-static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t,
-                        int n_in, int n_out, double bandwidth)
+/* n_tokens (1: matvec) times an n_in x n_out matrix whose weights come from DRAM; *secs: the
+ * median time. A batch is reported relative to one_token, the matvec's median. */
+static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_in, int n_out,
+                        int n_tokens, double bandwidth, double one_token, double *secs_out)
 {
     size_t mat = dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out;
     size_t copies = (COLD_BYTES + mat - 1) / mat;
     copies = copies < 2 ? 2 : copies;
     uint8_t *w = alloc_weights(mat * copies);
-    float *x = malloc(sizeof(float) * (size_t)n_in), *y = malloc(sizeof(float) * (size_t)n_out);
+    float *x = malloc(sizeof(float) * (size_t)n_in * (size_t)n_tokens);
+    float *y = malloc(sizeof(float) * (size_t)n_out * (size_t)n_tokens);
     int reps = o->reps > (int)copies ? o->reps : (int)copies;
     double *secs = malloc(sizeof(double) * (size_t)reps);
     if (!w || !x || !y || !secs) {
@@ -99,22 +109,26 @@ static int bench_matvec(const struct opts *o, kern_ctx *c, enum dtype t,
     bench_fill_weights(t, w, n_in, n_out);
     for (size_t k = 1; k < copies; k++)
         memcpy(w + k * mat, w, mat);
-    for (int i = 0; i < n_in; i++)
+    for (long i = 0; i < (long)n_in * n_tokens; i++)
         x[i] = bench_rand();
     for (size_t k = 0; k < copies; k++) /* every copy once: page faults out of the way */
-        kern_matmul(c, w + k * mat, t, n_in, n_out, x, 1, y);
+        kern_matmul(c, w + k * mat, t, n_in, n_out, x, n_tokens, y);
     for (int r = 0; r < reps; r++) {
         double t0 = probe_now();
-        kern_matmul(c, w + (size_t)r % copies * mat, t, n_in, n_out, x, 1, y);
+        kern_matmul(c, w + (size_t)r % copies * mat, t, n_in, n_out, x, n_tokens, y);
         secs[r] = probe_now() - t0;
     }
     double spread, s = bench_median_spread(secs, reps, &spread);
     char shape[32];
     snprintf(shape, sizeof shape, "%dx%d", n_in, n_out);
-    double gbs = (double)mat / s / 1e9;
-    report(o, (bench_result){.type = dtype_get((uint32_t)t)->name, .op = "matvec", .shape = shape,
-                             .value = gbs, .unit = "GB/s", .fraction = gbs * 1e9 / bandwidth,
-                             .spread = spread});
+    bench_result r = {.type = dtype_get((uint32_t)t)->name, .op = "matvec", .shape = shape,
+                      .value = (double)mat / s / 1e9, .unit = "GB/s",
+                      .fraction = (double)mat / s / bandwidth, .spread = spread};
+    if (n_tokens > 1)
+        r = (bench_result){.type = r.type, .op = "batch", .shape = shape, .tokens = n_tokens,
+                           .value = s / one_token, .unit = "x1 tok", .fraction = -1, .spread = spread};
+    report(o, r);
+    *secs_out = s;
     munmap(w, mat * copies);
     free(x), free(y), free(secs);
     return 0;
@@ -282,8 +296,14 @@ static int run(int argc, char **argv)
             continue;
         if (o.filtered && !o.only[t])
             continue;
-        for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0] && !rc; s++)
-            rc = bench_matvec(&o, cn, (enum dtype)t, matvec_shapes[s][0], matvec_shapes[s][1], bw[1]);
+        double one = 0, secs;
+        for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0] && !rc; s++) {
+            rc = bench_stream(&o, cn, (enum dtype)t, matvec_shapes[s][0], matvec_shapes[s][1], 1, bw[1], 0, &secs);
+            one = s == BATCH_SHAPE ? secs : one;
+        }
+        for (size_t n = 0; n < sizeof batch_tokens / sizeof batch_tokens[0] && !rc; n++)
+            rc = bench_stream(&o, cn, (enum dtype)t, matvec_shapes[BATCH_SHAPE][0], matvec_shapes[BATCH_SHAPE][1],
+                              batch_tokens[n], bw[1], one, &secs);
         for (size_t n = 0; n < sizeof prefill_tokens / sizeof prefill_tokens[0] && !rc; n++)
             rc = bench_prefill(&o, cn, (enum dtype)t, prefill_tokens[n], peak[1]);
     }
@@ -292,4 +312,4 @@ static int run(int argc, char **argv)
     return rc;
 }
 
-const struct bench_sub bench_kernels = {"kernels", "matvec and matmul per weight type vs memory bandwidth and FMA peak", run};
+const struct bench_sub bench_kernels = {"kernels", "matvec, small batches and matmul per weight type vs memory bandwidth and FMA peak", run};
