@@ -371,7 +371,8 @@ static void check_matmul_type(enum dtype wt)
         }
 
     float *y[4], *y1 = malloc(sizeof(float) * n_out);
-    static const int token_counts[] = {1, 3, 17, 64};
+    /* 3, 4 and 7: a batch of one tile's tokens that streams (mm_packed.stream) */
+    static const int token_counts[] = {1, 3, 4, 7, 17, 64};
     for (size_t k = 0; k < sizeof token_counts / sizeof token_counts[0]; k++) {
         int nt_tok = token_counts[k];
         for (int nt = 1; nt <= 3; nt++) {

@@ -117,10 +117,17 @@ static int claim_block(struct mm_job *J, int ith, int nth)
     return -1;
 }
 
-/* Rows [r_begin, r_end) packed into this thread's panels, then every token block over them. */
+/* Rows [r_begin, r_end) packed into this thread's panels, then every token block over them (a
+ * batch of one tile's tokens streams, where the path can: mm_packed.stream). */
 static void run_packed_block(const struct mm_job *J, int ith, int r_begin, int r_end)
 {
     const mm_packed *P = J->packed;
+    if (P->stream && J->n_tokens <= P->tokens) {
+        for (int r = r_begin; r < r_end; r += P->rows)
+            P->stream(J->n_in, min_int(P->rows, r_end - r), J->n_tokens, J->w + (size_t)r * J->w_stride,
+                      J->w_stride, J->a, J->a_stride, J->y + r, (size_t)J->n_out);
+        return;
+    }
     uint8_t *panels = J->panels + (size_t)ith * J->thread_panel_bytes;
     for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
         P->pack(J->n_in, min_int(P->rows, r_end - r), J->w + (size_t)r * J->w_stride, J->w_stride,

@@ -260,6 +260,6 @@ DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
  * against 20.8. */
 #define AVX2_PACK_TOKENS 32
 
-const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL};
-const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL};
-const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL};
+const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, NULL};
+const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};

@@ -77,6 +77,12 @@ typedef struct mm_packed {
      * with the per-block sums every panel would otherwise compute again. */
     size_t (*act_bytes)(int n);
     void (*act_prep)(int n, const void *a, void *dst);
+    /* Optional: what pack + tile compute, for nt <= tokens tokens, straight from nr <= rows
+     * weight rows: each superblock packed into a small buffer just before its products. A batch
+     * of one tile's tokens uses each panel once, and packing a whole row block first left memory
+     * idle while the tiles computed and the tiles idle while packing waited on memory. */
+    void (*stream)(int n, int nr, int nt, const void *w, size_t w_stride, const void *a,
+                   size_t a_stride, float *y, size_t y_stride);
 } mm_packed;
 
 typedef struct mm_kernel {
