@@ -133,11 +133,17 @@ ALWAYS_INLINE __m512i word_byte_pair(__m512i v, int b)
     return _mm512_or_si512(word_byte(v, b), _mm512_and_si512(hi, _mm512_set1_epi32(0xff0000)));
 }
 
+/* The low half of every word, an fp16 value, as a float. */
+ALWAYS_INLINE __m512 half_scales(__m512i v)
+{
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
+}
+
 /* The low and high halves of every word as floats (the fp16 pair d, dmin). */
 ALWAYS_INLINE void half_pair(__m512i v, float *lo, float *hi)
 {
-    _mm512_store_ps(lo, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)));
-    _mm512_store_ps(hi, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v, 16))));
+    _mm512_store_ps(lo, half_scales(v));
+    _mm512_store_ps(hi, half_scales(_mm512_srli_epi32(v, 16)));
 }
 
 /* The 32-bit word at byte `at` of each of the first nr rows, in its lane (zero past nr). */
@@ -225,8 +231,8 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
             _mm512_store_si512(P->scale_pairs[p], _mm512_mask_blend_epi16(0xaaaaaaaa, s[2 * p], _mm512_slli_epi32(s[2 * p + 1], 16)));
         /* d is the block's last two bytes: the word before it ends there */
         const size_t d_word = offsetof(block_q6_k, d) - 2;
-        _mm512_store_ps(P->d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(
-                                  rows_word(w, ws, nr, (size_t)k * sizeof(block_q6_k) + d_word), 16))));
+        _mm512_store_ps(P->d, half_scales(_mm512_srli_epi32(
+                                  rows_word(w, ws, nr, (size_t)k * sizeof(block_q6_k) + d_word), 16)));
         /* level 128h + 32i + l: bits 0-3 from ql[64h + l] (i = 0, 2: low | high nibble) or
          * ql[64h + 32 + l] (i = 1, 3), bits 4-5 from bits 2i, 2i + 1 of qh[32h + l] */
         __m512i ql[32], qh[16];
@@ -415,11 +421,6 @@ static void q32_act_prep(int n, const void *a, void *dst)
  * (block_d, mxfp4_d: matmul_x86.h). */
 typedef __m512 (*scales16_fn)(__m512i first_words);
 
-ALWAYS_INLINE __m512 half_scales(__m512i v)
-{
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
-}
-
 /* E8M0: 2^(e - 127) with the two smallest exponents as denormals (mxfp4_scale, quant.h). */
 ALWAYS_INLINE __m512 e8m0_scales(__m512i v)
 {
@@ -462,36 +463,30 @@ DEFINE_PACK32(q4_0, q4_0_signed, half_scales, block_q4_0)
 DEFINE_PACK32(iq4_nl, iq4_nl_signed, half_scales, block_iq4_nl)
 DEFINE_PACK32(mxfp4, mxfp4_signed, e8m0_scales, block_mxfp4)
 
-/* Block i of a 32-block panel (panel: that block) against T tokens, into their phase
- * accumulators. */
-ALWAYS_INLINE void q32_block(int T, const q32_panel *P, const void *a, size_t as, int i,
-                             __m512 acc[K_PHASES][PANEL_TOKENS])
-{
-    const q32_act *ab[PANEL32_TOKENS];
-    __m512i dot[PANEL32_TOKENS];
-    for (int t = 0; t < T; t++) {
-        ab[t] = (const q32_act *)((const uint8_t *)a + t * as) + i;
-        dot[t] = _mm512_set1_epi32(ab[t]->neg);
-    }
-    for (int g = 0; g < 8; g++) {
-        __m512i wv = _mm512_load_si512(P->q[g]);
-        for (int t = 0; t < T; t++)
-            dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(load_i32(ab[t]->qs + 4 * g)));
-    }
-    const __m512 d = _mm512_load_ps(P->d);
-    for (int t = 0; t < T; t++) {
-        __m512 *f = &acc[i % K_PHASES][t];
-        *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab[t]->d)), _mm512_cvtepi32_ps(dot[t]), *f);
-    }
-}
-
 ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, const void *a,
                                    size_t as, float *y, size_t ys)
 {
     __m512 acc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
-    for (int i = 0; i < n / QK; i++)
-        q32_block(T, (const q32_panel *)panel + i, a, as, i, acc);
+    const q32_panel *P = panel;
+    for (int i = 0; i < n / QK; i++, P++) {
+        const q32_act *ab[PANEL32_TOKENS];
+        __m512i dot[PANEL32_TOKENS];
+        for (int t = 0; t < T; t++) {
+            ab[t] = (const q32_act *)((const uint8_t *)a + t * as) + i;
+            dot[t] = _mm512_set1_epi32(ab[t]->neg);
+        }
+        for (int g = 0; g < 8; g++) {
+            __m512i wv = _mm512_load_si512(P->q[g]);
+            for (int t = 0; t < T; t++)
+                dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(load_i32(ab[t]->qs + 4 * g)));
+        }
+        const __m512 d = _mm512_load_ps(P->d);
+        for (int t = 0; t < T; t++) {
+            __m512 *f = &acc[i % K_PHASES][t];
+            *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab[t]->d)), _mm512_cvtepi32_ps(dot[t]), *f);
+        }
+    }
     store_panel(nr, T, acc, y, ys);
 }
 

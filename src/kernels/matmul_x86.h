@@ -54,14 +54,6 @@ ALWAYS_INLINE void prefetch_ahead(const void *p, size_t bytes)
     prefetch_lines(p, bytes, PREFETCH_AHEAD);
 }
 
-/* Two consecutive halves (a block's d and dmin) as floats in lanes 0 and 1. */
-ALWAYS_INLINE __m128 load_half_pair(const uint16_t *p)
-{
-    uint32_t u;
-    memcpy(&u, p, sizeof u);
-    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
-}
-
 /* A 32-byte load the compiler may not repeat: it would otherwise fold the load into each of the
  * two instructions that use the value, doubling the loads of the weight stream. */
 ALWAYS_INLINE __m256i load_once(const void *p)
