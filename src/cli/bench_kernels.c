@@ -121,13 +121,14 @@ static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_i
     double spread, s = bench_median_spread(secs, reps, &spread);
     char shape[32];
     snprintf(shape, sizeof shape, "%dx%d", n_in, n_out);
-    bench_result r = {.type = dtype_get((uint32_t)t)->name, .op = "matvec", .shape = shape,
-                      .value = (double)mat / s / 1e9, .unit = "GB/s",
-                      .fraction = (double)mat / s / bandwidth, .spread = spread};
-    if (n_tokens > 1)
-        r = (bench_result){.type = r.type, .op = "batch", .shape = shape, .tokens = n_tokens,
-                           .value = s / one_token, .unit = "x1 tok", .fraction = -1, .spread = spread};
-    report(o, r);
+    const char *type = dtype_get((uint32_t)t)->name;
+    report(o, n_tokens == 1
+                  ? (bench_result){.type = type, .op = "matvec", .shape = shape,
+                                   .value = (double)mat / s / 1e9, .unit = "GB/s",
+                                   .fraction = (double)mat / s / bandwidth, .spread = spread}
+                  : (bench_result){.type = type, .op = "batch", .shape = shape, .tokens = n_tokens,
+                                   .value = s / one_token, .unit = "x1 tok", .fraction = -1,
+                                   .spread = spread});
     *secs_out = s;
     munmap(w, mat * copies);
     free(x), free(y), free(secs);

@@ -473,10 +473,11 @@ static int moe(engine *e, int il, const layer_op *op, int n)
     memset(out, 0, sizeof(float) * (size_t)n * (size_t)d);
     uint64_t *routed = e->routed + (size_t)il * (size_t)e->routed_words;
     memset(routed, 0, sizeof *routed * (size_t)e->routed_words);
-    for (int i = 0; i < n * k; i++)
+    for (int i = 0; i < n * k; i++) {
         routed[e->chosen[i] / 64] |= 1ull << (e->chosen[i] % 64);
-    for (int i = 0; e->route_counts && i < n * k; i++)
-        e->route_counts[(size_t)il * (size_t)n_x + (size_t)e->chosen[i]]++;
+        if (e->route_counts)
+            e->route_counts[(size_t)il * (size_t)n_x + (size_t)e->chosen[i]]++;
+    }
     if (e->hint_experts)
         hint_routed(w, routed, n_x);
     for (int x = 0; x < n_x; x++) {
