@@ -103,8 +103,8 @@ static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_i
     double *secs = malloc(sizeof(double) * (size_t)reps);
     if (!w || !x || !y || !secs) {
         free(x), free(y), free(secs);
-        return cli_fail("bench kernels: cannot allocate %zu MiB for %s matvec", (mat * copies) >> 20,
-                        dtype_get((uint32_t)t)->name);
+        return cli_fail("bench kernels: cannot allocate %zu MiB for %s %s", (mat * copies) >> 20,
+                        dtype_get((uint32_t)t)->name, n_tokens == 1 ? "matvec" : "batch");
     }
     bench_fill_weights(t, w, n_in, n_out);
     for (size_t k = 1; k < copies; k++)
