@@ -1,8 +1,9 @@
 #!/bin/bash
 # prima worker / prima run --workers / prima logits --workers / prima cluster end to end, with
-# real processes on loopback: logits bit-identical to one device, the same greedy text, a worker
-# killed mid-generation (the head stops within 5 s naming it; the survivor serves the next
-# head), one-line errors, and no process left behind by prima cluster, even when it is killed.
+# real processes on loopback: logits bit-identical to one device (a prompt in micro-batches
+# too), the same greedy text, a worker killed mid-generation (the head stops within 5 s naming
+# it; the survivor serves the next head), one-line errors, and no process left behind by prima
+# cluster, even when it is killed.
 set -u
 . "$(dirname "$0")/support/ring_workers.sh" ring-cli
 
@@ -24,6 +25,20 @@ for lw in 1,2,2 0,1,1 2,1,0; do
     cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "-lw $lw: logits differ from one device"
     diff <(grep -v logits_file "$tmp/one.json") <(grep -v logits_file "$tmp/ring.json") >/dev/null ||
         fail "-lw $lw: greedy tokens or text differ"
+done
+
+# a prompt of 41 tokens goes round as micro-batches, one per device, all in flight at once
+# (batches 0-2 on every device), with the same logits as one device
+long=$(seq -s, 5 9 365)
+"$prima" logits -m "$model" --tokens "$long" -o "$tmp/one.f32" -n 1 -t 1 >/dev/null 2>"$tmp/err" ||
+    fail "single-device logits of 41 tokens: $(cat "$tmp/err")"
+"$prima" logits -m "$model" --tokens "$long" -o "$tmp/ring.f32" -n 1 -t 1 --verbose \
+    --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 >/dev/null 2>"$tmp/err" ||
+    fail "ring logits of 41 tokens: $(cat "$tmp/err")"
+cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "41 tokens in micro-batches: logits differ from one device"
+for d in 0 1 2; do
+    grep -q "^ring: batch 2 device $d: " "$tmp/err" ||
+        fail "41 tokens: device $d saw no third micro-batch: $(grep '^ring: batch' "$tmp/err")"
 done
 
 # run: the same greedy text through a 3-device ring with 2 rounds, and counters with --verbose

@@ -4,9 +4,12 @@
  * sequences; with them, one u32 per device follows, and a READY carries a worker's one-line
  * note only when it has one. And the heartbeat never holds up the thread
  * that changes its set of links, even when a peer has stopped reading. Sequence ids in BATCH,
- * KVOP and PLAN. */
+ * KVOP and PLAN. A connection with an inbox reads ahead: its peer sends far more than a socket
+ * holds while this side reads nothing, and the frames come out whole and in order, then the
+ * peer's hang-up, again and again. */
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -174,6 +177,76 @@ static void heartbeat_on_a_full_link(void)
     close(sv[1]);
 }
 
+#define AHEAD_FRAMES 24
+#define AHEAD_BYTES (PROTO_PROBE_MAX / 2)
+
+typedef struct ahead {
+    conn *c;
+    int sent;              /* frames sent so far */
+    pthread_mutex_t lock;
+} ahead;
+
+static void *send_ahead(void *arg)
+{
+    ahead *a = arg;
+    uint8_t *body = malloc(AHEAD_BYTES);
+    char err[256];
+    for (int i = 0; body && i < AHEAD_FRAMES; i++) {
+        memset(body, i + 1, AHEAD_BYTES);
+        if (conn_send(a->c, RM_PROBE, body, AHEAD_BYTES, err, sizeof err))
+            break;
+        pthread_mutex_lock(&a->lock);
+        a->sent++;
+        pthread_mutex_unlock(&a->lock);
+    }
+    free(body);
+    return NULL;
+}
+
+/* 12 MiB sent to a side that reads nothing: without reading ahead the sender stalls once the
+ * socket's few hundred KiB are full (and gives up after PROTO_STALL_MS). */
+static void inbox_reads_ahead(void)
+{
+    conn a, b;
+    link_pair(&a, &b);
+    char err[256];
+    REQUIRE(conn_inbox_start(&b, err, sizeof err) == 0, "inbox: %s", err);
+    CHECK(conn_wait_fd(&b) != b.fd, "the inbox's signal is polled, not the socket");
+    ahead ah = {.c = &a};
+    pthread_mutex_init(&ah.lock, NULL);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, send_ahead, &ah) == 0, "sender thread");
+    int sent = 0;
+    for (int64_t until = net_now_ns() + 4000000000ll; sent < AHEAD_FRAMES && net_now_ns() < until;) {
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&ah.lock);
+        sent = ah.sent;
+        pthread_mutex_unlock(&ah.lock);
+    }
+    CHECK(sent == AHEAD_FRAMES, "the peer sent %d of %d frames to a side not reading",
+          sent, AHEAD_FRAMES);
+    pthread_join(t, NULL);
+    for (int i = 0; i < sent; i++) {
+        frame f;
+        int rc = conn_recv(&b, &f, 1000, err, sizeof err);
+        REQUIRE(rc == 0, "frame %d: %d %s", i, rc, rc < 0 ? err : "nothing");
+        bool same = f.type == RM_PROBE && f.len == AHEAD_BYTES;
+        for (uint32_t j = 0; same && j < f.len; j += 4099)
+            same = f.body[j] == (uint8_t)(i + 1);
+        CHECK(same, "frame %d came out changed or out of order (type %d, %u bytes)", i, f.type,
+              f.len);
+    }
+    frame f;
+    CHECK(conn_recv(&b, &f, 0, err, sizeof err) == 1, "a frame more than was sent");
+    conn_close(&a);
+    for (int i = 0; i < 2; i++)
+        CHECK(conn_recv(&b, &f, 1000, err, sizeof err) == -1 && strstr(err, "b: "),
+              "the hang-up, read %d: '%s'", i, err);
+    conn_close(&b);
+    pthread_mutex_destroy(&ah.lock);
+}
+
 /* Sequence ids: a batch's rows keep theirs through the wire; an id outside the plan's
  * sequences, a KVOP of a negative sequence and a PLAN for no sequence are refused, each with a
  * message naming the sequence. */
@@ -321,5 +394,6 @@ int main(void)
     plan_layout();
     sequences();
     heartbeat_on_a_full_link();
+    inbox_reads_ahead();
     return test_done();
 }

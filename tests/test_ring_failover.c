@@ -1,6 +1,7 @@
 /* Failover with workers in their own processes: a worker killed (SIGKILL) or frozen (SIGSTOP)
  * between batches, during a prefill batch and after a KV edit; the ring re-plans on the
- * survivors, rebuilds the KV caches and every output equals one device's. A worker that comes
+ * survivors, rebuilds the KV caches and every output equals one device's. Batches of 16 rows go
+ * round as micro-batches, several in flight when a worker is lost. A worker that comes
  * back joins at the next ring_rejoin. When the planner finds no plan for the devices left, the
  * batch fails at once with a message saying so. */
 #include <signal.h>
@@ -15,7 +16,7 @@
 
 static const int32_t seq0[64];   /* sequence ids of one-sequence batches */
 
-enum { N_LAYER = 6, N_EMBD = 8, N_CTX = 64, N_WORKERS = 3, BATCH = 4, STEPS = 24 };
+enum { N_LAYER = 6, N_EMBD = 8, N_CTX = 64, N_WORKERS = 3, BATCH = 16, STEPS = 24 };
 
 static fake_model fm;
 static pid_t pids[N_WORKERS];

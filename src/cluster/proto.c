@@ -93,8 +93,12 @@ int conn_dial(conn *c, const char *host, int port, const char *name, const ring_
     }
 }
 
+static void inbox_stop(conn *c);
+
 void conn_close(conn *c)
 {
+    if (c->inbox)
+        inbox_stop(c);
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
@@ -108,6 +112,8 @@ void conn_close(conn *c)
 
 void conn_close_gently(conn *c)
 {
+    if (c->inbox)
+        inbox_stop(c);   /* what the peer still sends is then swallowed by the kernel */
     if (c->fd >= 0) {
         shutdown(c->fd, SHUT_WR);
         uint8_t sink[4096];
@@ -271,7 +277,10 @@ static uint32_t body_bound(const conn *c, int type)
     }
 }
 
-int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
+/* One frame from the socket into c->buf; *wire gets its bytes on the wire. Returns 0, 1 when
+ * nothing arrived within wait_ms, or -1 (err set). */
+static int read_frame(conn *c, frame *f, int wait_ms, uint64_t *wire_bytes, char *err,
+                      size_t errlen)
 {
     uint8_t hdr[PROTO_HEADER_BYTES];
     /* Wait for the frame to start, then let the rest arrive at the pace of a live peer. */
@@ -354,10 +363,190 @@ int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
         return -1;
     }
     c->seq_in++;
-    c->bytes_recv += (c->sec ? sizeof sealed : sizeof hdr) + wire;
-    c->last_seen_ns = net_now_ns();
+    *wire_bytes = (c->sec ? sizeof sealed : sizeof hdr) + wire;
     *f = (frame){type, c->buf, len};
     return 0;
+}
+
+/* ---- the inbox (conn_inbox_start) ---- */
+
+/* Frames queued before the reader waits for room: far more than a ring ever has on its way to
+ * one device (a batch per device in flight, a few control messages), so only a peer that
+ * floods this side meets it, and then TCP's own flow control holds that peer back. */
+#define INBOX_MAX 64
+
+typedef struct inbox_item {
+    struct inbox_item *next;
+    int type;                  /* 0: the reader failed with err */
+    uint8_t *body;             /* malloc'd: the receive buffer the frame was read into */
+    uint32_t len;
+    uint64_t wire;
+    char err[256];
+} inbox_item;
+
+struct conn_inbox {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t room;
+    int signal[2];             /* a byte per item queued, so that poll sees the queue */
+    inbox_item *first, *last;
+    int count;
+    bool stop;
+    uint8_t *held;             /* the body conn_recv handed out last */
+};
+
+static void *inbox_main(void *arg)
+{
+    conn *c = arg;
+    conn_inbox *in = c->inbox;
+    for (bool failed = false; !failed;) {
+        pthread_mutex_lock(&in->lock);
+        while (in->count >= INBOX_MAX && !in->stop)
+            pthread_cond_wait(&in->room, &in->lock);
+        bool stop = in->stop;
+        pthread_mutex_unlock(&in->lock);
+        inbox_item *it = stop ? NULL : calloc(1, sizeof *it);
+        if (!it)
+            break;   /* stopping, or no memory: the latter is seen as the link going quiet */
+        frame f;
+        failed = read_frame(c, &f, -1, &it->wire, it->err, sizeof it->err) != 0;
+        if (!failed) {
+            it->type = f.type;
+            it->len = f.len;
+            if (f.len) {   /* the buffer goes with the frame; the next one gets another */
+                it->body = c->buf;
+                c->buf = NULL;
+                c->cap = 0;
+            }
+        }
+        pthread_mutex_lock(&in->lock);
+        stop = in->stop;
+        if (!stop) {
+            *(in->first ? &in->last->next : &in->first) = it;
+            in->last = it;
+            in->count++;
+        }
+        pthread_mutex_unlock(&in->lock);
+        if (stop) {
+            free(it->body);
+            free(it);
+            break;
+        }
+        if (write(in->signal[1], "", 1) != 1)
+            break;
+    }
+    return NULL;
+}
+
+int conn_inbox_start(conn *c, char *err, size_t errlen)
+{
+    if (c->inbox)
+        return 0;
+    conn_inbox *in = calloc(1, sizeof *in);
+    if (!in || pipe(in->signal)) {
+        free(in);
+        snprintf(err, errlen, "%s: no memory or descriptors for its inbox", c->name);
+        return -1;
+    }
+    pthread_mutex_init(&in->lock, NULL);
+    pthread_cond_init(&in->room, NULL);
+    c->inbox = in;
+    if (pthread_create(&in->thread, NULL, inbox_main, c)) {
+        c->inbox = NULL;
+        close(in->signal[0]);
+        close(in->signal[1]);
+        pthread_mutex_destroy(&in->lock);
+        pthread_cond_destroy(&in->room);
+        free(in);
+        snprintf(err, errlen, "%s: cannot start its reading thread", c->name);
+        return -1;
+    }
+    return 0;
+}
+
+static void inbox_stop(conn *c)
+{
+    conn_inbox *in = c->inbox;
+    pthread_mutex_lock(&in->lock);
+    in->stop = true;
+    pthread_cond_broadcast(&in->room);
+    pthread_mutex_unlock(&in->lock);
+    if (c->fd >= 0)
+        shutdown(c->fd, SHUT_RD);   /* wakes the reader in poll or recv */
+    pthread_join(in->thread, NULL);
+    while (in->first) {
+        inbox_item *it = in->first;
+        in->first = it->next;
+        free(it->body);
+        free(it);
+    }
+    free(in->held);
+    close(in->signal[0]);
+    close(in->signal[1]);
+    pthread_mutex_destroy(&in->lock);
+    pthread_cond_destroy(&in->room);
+    free(in);
+    c->inbox = NULL;
+}
+
+int conn_wait_fd(const conn *c)
+{
+    return c->inbox ? c->inbox->signal[0] : c->fd;
+}
+
+static int inbox_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
+{
+    conn_inbox *in = c->inbox;
+    struct pollfd p = {.fd = in->signal[0], .events = POLLIN};
+    int prc;
+    do
+        prc = poll(&p, 1, wait_ms);
+    while (prc < 0 && errno == EINTR);
+    if (prc == 0)
+        return 1;
+    pthread_mutex_lock(&in->lock);
+    inbox_item *it = in->first;
+    if (it && it->type) {
+        in->first = it->next;
+        in->count--;
+        pthread_cond_signal(&in->room);
+    }
+    pthread_mutex_unlock(&in->lock);
+    if (!it) {   /* cannot be: a byte is written only after its item is queued */
+        snprintf(err, errlen, "%s: its inbox signalled without a frame", c->name);
+        return -1;
+    }
+    if (!it->type) {   /* the reader's failure stays at the front, its byte unread */
+        snprintf(err, errlen, "%s", it->err);
+        return -1;
+    }
+    uint8_t byte;
+    if (read(in->signal[0], &byte, 1) != 1) {
+        snprintf(err, errlen, "%s: reading its inbox's signal: %s", c->name, strerror(errno));
+        free(it->body);
+        free(it);
+        return -1;
+    }
+    free(in->held);
+    in->held = it->body;
+    c->bytes_recv += it->wire;
+    c->last_seen_ns = net_now_ns();
+    *f = (frame){it->type, it->body, it->len};
+    free(it);
+    return 0;
+}
+
+int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen)
+{
+    if (c->inbox)
+        return inbox_recv(c, f, wait_ms, err, errlen);
+    uint64_t wire;
+    int rc = read_frame(c, f, wait_ms, &wire, err, errlen);
+    if (rc == 0) {
+        c->bytes_recv += wire;
+        c->last_seen_ns = net_now_ns();
+    }
+    return rc;
 }
 
 static void *heartbeat_main(void *arg)

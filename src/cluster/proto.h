@@ -95,8 +95,10 @@ enum release_policy { RELEASE_AUTO = 0, RELEASE_NEVER = 1, RELEASE_ALWAYS = 2 };
 enum kv_op { KVOP_TRUNCATE = 1, KVOP_SHIFT = 2 };
 enum hello_role { ROLE_HEAD = 1, ROLE_PEER = 2, ROLE_FETCHER = 3 };
 
+typedef struct conn_inbox conn_inbox;
+
 /* One connection. Sending is serialized by send_lock (a heartbeat thread shares the head links);
- * receiving belongs to one thread. */
+ * receiving belongs to one thread (the inbox's, once it has one). */
 typedef struct conn {
     int fd;
     char name[128];            /* names the peer in every message: "device 2 (10.0.0.5:9300)" */
@@ -110,6 +112,7 @@ typedef struct conn {
     link_crypto *sec;          /* sealing state; NULL on a plaintext link */
     int64_t deadline_ns;       /* nonzero: no receive goes on past this (monotonic) */
     bool broken;               /* a send failed part-way: the stream is garbled, send no more */
+    conn_inbox *inbox;         /* NULL until conn_inbox_start */
 } conn;
 
 void conn_init(conn *c, int fd, const char *name);
@@ -127,7 +130,8 @@ void conn_close(conn *c);
 /* Close after a refusal: stop sending, swallow (briefly, boundedly) what the peer still sends, so
  * the close does not turn into a reset that could destroy the refusal before it is read. */
 void conn_close_gently(conn *c);
-/* Move an open connection into dst (initialised in place; src is left closed and freed). */
+/* Move an open connection (without an inbox) into dst (initialised in place; src is left
+ * closed and freed). */
 void conn_move(conn *dst, conn *src);
 /* Bound on data frames for a model of n_embd and batches of max_batch tokens. */
 uint32_t proto_data_bound(int n_embd, int max_batch, enum wire_type wire);
@@ -143,6 +147,16 @@ int conn_send(conn *c, int type, const void *body, size_t len, char *err, size_t
 /* Receive one frame, waiting up to wait_ms (-1: forever) for it to start. Returns 0, 1 when
  * nothing arrived in time, or -1 (err set: closed, stalled or malformed — drop the link). */
 int conn_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);
+/* From now on a thread of the connection's own reads its frames as they arrive, checked as
+ * conn_recv checks them, into a queue that conn_recv then takes them from (an error comes after
+ * the frames before it, and stays). The peer's sends never wait for this side to finish
+ * computing, so a ring may have any number of batches of any size on their way without a cycle
+ * of devices each blocked sending to the next. Poll conn_wait_fd() for input; conn_close ends
+ * the thread. The connection must stay where it is (no conn_move) and its max_data is fixed.
+ * 0, or -1 with err (no thread: conn_recv reads the socket as before). */
+int conn_inbox_start(conn *c, char *err, size_t errlen);
+/* What to poll for this connection's input: its inbox's signal, or its socket. */
+int conn_wait_fd(const conn *c);
 
 /* A thread that sends PING on a set of connections every PROTO_PING_MS, so that the other side
  * of each link knows this one is alive even while it computes for a long time. */

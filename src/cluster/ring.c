@@ -17,11 +17,14 @@
 #include "util/logline.h"
 #include "util/sysmem.h"
 
-/* Frames up to this size overlap with others in flight; a bigger one goes round alone. Every
- * device reads a frame whole, computes, then sends; a cycle of devices all blocked sending
- * needs every link's socket buffers full, which frames this small cannot do with at most one
- * batch in flight per device (Linux gives a loopback or LAN link well over 128 KiB). */
-#define PIPE_FRAME_MAX (64u << 10)
+/* ring_eval cuts a batch of at least PIPE_MIN_ROWS rows per device into micro-batches, so that
+ * the devices compute different rows of it at once; a smaller batch goes whole (a few rows cost
+ * a device about what one costs: its weights are read once either way). A ring of M devices
+ * pipelining B micro-batches takes (B + M - 1) / B stages of the whole batch's time where one
+ * batch takes M: so as many micro-batches as keep PIPE_ROWS rows each (where a device's
+ * products are about as fast per row as for the whole batch), at least one per device. */
+#define PIPE_MIN_ROWS 4
+#define PIPE_ROWS 32
 
 /* A batch between ring_submit and ring_collect. */
 typedef struct flight {
@@ -29,7 +32,7 @@ typedef struct flight {
     int32_t *pos, *seq;            /* copies, max_batch each */
     int n, round;
     uint32_t serial;
-    bool done, big;
+    bool done;
 } flight;
 
 /* When a batch entered the ring and came back (0: not yet), for the workers' counters. */
@@ -62,8 +65,7 @@ struct ring {
     bool dev_init, started, broken, finished;
     hop_buffers buf;
     flight fl[PRIMA_MAX_DEVICES];  /* in flight: n_fl from fl_first on, circularly */
-    int fl_first, n_fl, n_moving;  /* moving: submitted and not yet back */
-    bool moving_big;
+    int fl_first, n_fl;
     int32_t *zeros;                /* max_batch sequence ids 0 */
     uint32_t serial, count_from;
     ring_counters *totals;         /* per device, of batches from count_from on */
@@ -537,7 +539,7 @@ static int await(ring *r, int want, int want2, int from, frame *got, int *who)
     char err[512];
     for (;;) {
         for (int i = 0; i < r->n_workers; i++)
-            p[i] = (struct pollfd){.fd = r->w[i].c.fd, .events = POLLIN};
+            p[i] = (struct pollfd){.fd = conn_wait_fd(&r->w[i].c), .events = POLLIN};
         int rc = poll(p, (nfds_t)r->n_workers, PROTO_PING_MS);
         if (rc < 0 && errno != EINTR)
             return fail(r, "poll: %s", strerror(errno));
@@ -757,6 +759,10 @@ static int send_plans(ring *r)
         if (proto_decode_ready(&f, w->note, sizeof w->note, err, sizeof err))
             return lose(r, i, "%s: %s", w->c.name, err);
     }
+    /* From here on batches flow: every link reads what comes as it comes (conn_inbox_start). */
+    for (int i = 0; i < r->n_workers; i++)
+        if (conn_inbox_start(&r->w[i].c, err, sizeof err))
+            return fail(r, "%s", err);
     return 0;
 }
 
@@ -826,7 +832,6 @@ static int fly(ring *r, flight *f)
         if (last == r->plan.n_layer) {
             device_handed_on(&r->dev, round);
             f->done = true;
-            r->n_moving--;
             finish_counters(r, f->serial);
             return 0;
         }
@@ -882,7 +887,6 @@ static int progress(ring *r)
         return fly(r, fl);
     }
     fl->done = true;
-    r->n_moving--;
     finish_counters(r, fl->serial);
     return 0;
 }
@@ -904,8 +908,7 @@ static int refuse(ring *r, const char *fmt, ...)
 /* The ring failed: what was in flight is lost with it (a failover's rebuild starts afresh). */
 static int lose_flights(ring *r)
 {
-    r->n_fl = r->n_moving = 0;
-    r->moving_big = false;
+    r->n_fl = 0;
     return -1;
 }
 
@@ -920,26 +923,9 @@ int ring_in_flight(const ring *r)
     return r->n_fl;
 }
 
-int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
+/* A batch on its way (ring_submit's checks done): room for it is the caller's business. */
+static int submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
 {
-    if (r->broken)
-        return -1;
-    if (!r->started)
-        return refuse(r, "the ring has not started");
-    if (n < 1 || n > r->o.max_batch)
-        return refuse(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
-    if (r->n_fl >= ring_max_in_flight(r))
-        return refuse(r, "%d batches in flight already (at most %d)", r->n_fl,
-                      ring_max_in_flight(r));
-    for (int t = 0; seq && t < n; t++)
-        if (seq[t] < 0 || seq[t] >= r->o.n_seq)
-            return refuse(r, "row %d of the batch is of sequence %d (the ring holds 0..%d)", t,
-                          seq[t], r->o.n_seq - 1);
-    size_t elt = r->o.wire == WIRE_F16 ? 2 : 4;
-    bool big = (size_t)n * ((size_t)r->m->n_embd * elt + 8) > PIPE_FRAME_MAX;
-    while (r->n_moving > 0 && (big || r->moving_big))
-        if (progress(r))
-            return lose_flights(r);
     flight *f = &r->fl[(r->fl_first + r->n_fl) % PRIMA_MAX_DEVICES];
     f->hidden = hidden;
     f->n = n;
@@ -947,13 +933,34 @@ int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t
     f->serial = r->serial++;
     span_start(r, f->serial);
     f->done = false;
-    f->big = big;
     memcpy(f->pos, pos, sizeof *pos * (size_t)n);
     memcpy(f->seq, seq ? seq : r->zeros, sizeof *f->seq * (size_t)n);
     r->n_fl++;
-    r->n_moving++;
-    r->moving_big = big;
     return fly(r, f) ? lose_flights(r) : 0;
+}
+
+/* A batch's rows name sequences of the ring, which has started: 0, or -1 after a refusal. */
+static int check_rows(ring *r, int n, const int32_t *seq)
+{
+    if (!r->started)
+        return refuse(r, "the ring has not started");
+    for (int t = 0; seq && t < n; t++)
+        if (seq[t] < 0 || seq[t] >= r->o.n_seq)
+            return refuse(r, "row %d of the batch is of sequence %d (the ring holds 0..%d)", t,
+                          seq[t], r->o.n_seq - 1);
+    return 0;
+}
+
+int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
+{
+    if (r->broken)
+        return -1;
+    if (n < 1 || n > r->o.max_batch)
+        return refuse(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
+    if (r->n_fl >= ring_max_in_flight(r))
+        return refuse(r, "%d batches in flight already (at most %d)", r->n_fl,
+                      ring_max_in_flight(r));
+    return check_rows(r, n, seq) ? -1 : submit(r, hidden, n, pos, seq);
 }
 
 int ring_collect(ring *r, float **hidden)
@@ -971,16 +978,30 @@ int ring_collect(ring *r, float **hidden)
     if (r->broken)
         return lose_flights(r);
     *hidden = f->hidden;
-    if (!r->n_moving)
-        r->moving_big = false;
     return 0;
 }
 
-/* One batch through the whole ring (ring_eval and the rebuild after a failover). */
+/* One batch (its rows checked) through the whole ring, nothing else in flight (ring_eval and
+ * the rebuild after a failover): a big one as micro-batches of even sizes, all in flight at
+ * once, so that a prompt's rows go through the devices as through a pipeline. */
 static int eval_once(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
 {
-    float *back;
-    return ring_submit(r, hidden, n, pos, seq) || ring_collect(r, &back) ? -1 : 0;
+    int n_dev = r->plan.n_dev, n_mb = 1;
+    if (n >= PIPE_MIN_ROWS * n_dev) {
+        n_mb = n / PIPE_ROWS > n_dev ? n / PIPE_ROWS : n_dev;
+        n_mb = n_mb < PRIMA_MAX_DEVICES ? n_mb : PRIMA_MAX_DEVICES;
+    }
+    for (int b = 0, from = 0; b < n_mb; b++) {
+        int size = (n - from) / (n_mb - b);
+        if (submit(r, hidden + (size_t)from * (size_t)r->m->n_embd, size, pos + from,
+                   seq ? seq + from : NULL))
+            return -1;
+        from += size;
+    }
+    for (float *back; r->n_fl;)
+        if (ring_collect(r, &back))
+            return -1;
+    return 0;
 }
 
 /* Failover is on and the ring failed because of a worker or a link: the next batch rebuilds it. */
@@ -1134,7 +1155,8 @@ static void farewell(ring *r)
     while (pending && net_now_ns() < until) {
         struct pollfd p[PRIMA_MAX_DEVICES];
         for (int i = 0; i < r->n_workers; i++)
-            p[i] = (struct pollfd){.fd = r->w[i].bye ? -1 : r->w[i].c.fd, .events = POLLIN};
+            p[i] = (struct pollfd){.fd = r->w[i].bye ? -1 : conn_wait_fd(&r->w[i].c),
+                                   .events = POLLIN};
         if (poll(p, (nfds_t)r->n_workers, PROTO_PING_MS) <= 0)
             continue;
         for (int i = 0; i < r->n_workers; i++) {
@@ -1419,6 +1441,8 @@ int ring_eval(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *
         r->fault_remote = false;
         return fail(r, "batch of %d tokens (at most %d)", n, r->o.max_batch);
     }
+    if (check_rows(r, n, seq))
+        return -1;
     size_t bytes = sizeof *hidden * (size_t)n * (size_t)r->m->n_embd;
     if (r->fo_set)
         memcpy(r->in_copy, hidden, bytes);

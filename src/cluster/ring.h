@@ -97,16 +97,18 @@ int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds);
 const char *ring_worker_addr(const ring *r, int d);
 int ring_start(ring *r, const ring_layers *head, char *err, size_t errlen);
 /* 0, or -1 with ring_error(r) set. Row t is position pos[t] of sequence seq[t] (seq NULL: all
- * of sequence 0; the rules of engine_layers). Not while batches are in flight. */
+ * of sequence 0; the rules of engine_layers). Not while batches are in flight. A batch of at
+ * least 4 rows per device (a prompt) goes round as one micro-batch per device, all in flight at
+ * once, also with failover on (a failure evaluates the whole batch again). */
 int ring_eval(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq);
 /* Pipelining. ring_submit sends a batch on its way (the head computes its own first window
  * here) and returns without waiting for it; hidden stays the caller's until ring_collect hands
  * it back holding the result; pos and seq are copied. Batches come back in the order they were
  * submitted, and every device sees them in that order, so a later batch may continue a
  * sequence an earlier one is still carrying. At most ring_max_in_flight are submitted and not
- * collected: one per device (1 with failover on, which only ring_eval recovers from). A batch
- * whose frames are over 64 KiB travels alone (submit first waits for those moving): with
- * bounded frames no cycle of devices can block each other sending. 0, or -1 with ring_error
+ * collected: one per device (1 with failover on, which only ring_eval recovers from). Every
+ * device reads frames as they arrive (conn_inbox_start), so batches of any size overlap
+ * without a cycle of devices blocked sending to each other. 0, or -1 with ring_error
  * set: a refusal (too many in flight, a bad row, not started) leaves the ring usable; a failure
  * of a device ends it (and what was in flight). */
 int ring_submit(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq);

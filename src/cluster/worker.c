@@ -519,6 +519,10 @@ static void apply_plan(wsession *s, const frame *f)
         worker_fail_session(s, "%s", err);
         return;
     }
+    if (conn_inbox_start(&s->ctrl, err, sizeof err)) {
+        worker_fail_session(s, "%s", err);
+        return;
+    }
     s->planned = true;
     /* The note goes to the head only with GPU layers: a head that gave none may predate notes. */
     if (proto_send_ready(&s->ctrl, n_gpu ? note : "", err, sizeof err)) {
@@ -913,6 +917,8 @@ static void handle_newcomer(wsession *s, newcomer *n)
     conn_move(&s->pred, &n->c);
     free(n);
     s->has_pred = true;
+    if (conn_inbox_start(&s->pred, err, sizeof err))
+        worker_fail_session(s, "%s", err);
 }
 
 static void close_session(wsession *s)
@@ -966,8 +972,8 @@ static void serve(worker *w, newcomer *head)
         struct pollfd p[6] = {
             {.fd = w->stop_pipe[0], .events = POLLIN},
             {.fd = w->lfd, .events = POLLIN},
-            {.fd = s->ctrl.fd, .events = POLLIN},
-            {.fd = s->has_pred ? s->pred.fd : -1, .events = POLLIN},
+            {.fd = conn_wait_fd(&s->ctrl), .events = POLLIN},
+            {.fd = s->has_pred ? conn_wait_fd(&s->pred) : -1, .events = POLLIN},
             {.fd = w->admit_pipe[0], .events = POLLIN},
             {.fd = s->has_fetch ? s->fetch.fd : -1, .events = POLLIN},
         };
