@@ -40,6 +40,13 @@ for d in 0 1 2; do
     grep -q "^ring: batch 2 device $d: " "$tmp/err" ||
         fail "41 tokens: device $d saw no third micro-batch: $(grep '^ring: batch' "$tmp/err")"
 done
+# ... but whole when the devices stream their layers (each would read them once per micro-batch)
+"$prima" logits -m "$model" --tokens "$long" -o "$tmp/ring.f32" -n 1 -t 1 --verbose \
+    --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,1,1 --release always >/dev/null 2>"$tmp/err" ||
+    fail "ring logits of 41 tokens, streaming: $(cat "$tmp/err")"
+cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "41 tokens, streaming: logits differ from one device"
+grep -q "^ring: batch 0 device 2: " "$tmp/err" && ! grep -q "^ring: batch 1 " "$tmp/err" ||
+    fail "41 tokens, streaming: not one batch: $(grep '^ring: batch' "$tmp/err")"
 
 # run: the same greedy text through a 3-device ring with 2 rounds, and counters with --verbose
 "$prima" run -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 >"$tmp/one.txt" 2>/dev/null

@@ -22,7 +22,9 @@
  * a device about what one costs: its weights are read once either way). A ring of M devices
  * pipelining B micro-batches takes (B + M - 1) / B stages of the whole batch's time where one
  * batch takes M: so as many micro-batches as keep PIPE_ROWS rows each (where a device's
- * products are about as fast per row as for the whole batch), at least one per device. */
+ * products are about as fast per row as for the whole batch), at least one per device. Not
+ * when a device of the plan streams layers (drops them once computed): it would read them
+ * from disk once per micro-batch instead of once per batch. */
 #define PIPE_MIN_ROWS 4
 #define PIPE_ROWS 32
 
@@ -63,6 +65,7 @@ struct ring {
     bool hb_running;
     device dev;
     bool dev_init, started, broken, finished;
+    bool streams;                  /* some device of the plan streams layers (PIPE_MIN_ROWS) */
     hop_buffers buf;
     flight fl[PRIMA_MAX_DEVICES];  /* in flight: n_fl from fl_first on, circularly */
     int fl_first, n_fl;
@@ -628,6 +631,23 @@ int ring_probe(ring *r, int d, size_t bytes, int reps, double *seconds)
     return 0;
 }
 
+/* Whether a device of the current plan streams layers, judged as each device judges it
+ * (device_streamed_layers), a worker's budget from what it reported when it greeted the head
+ * where the plan gives none. */
+static bool plan_streams(const ring *r)
+{
+    for (int d = 1; d < r->plan.n_dev; d++) {
+        uint64_t budget = r->plan.weight_budget[d];
+        if (!budget)
+            budget = (uint64_t)((double)r->w[d - 1].welcome.mem_budget * (1 - SYSMEM_RESERVE));
+        int cut;
+        uint64_t keep;
+        if (device_streamed_layers(r->m, &r->plan, d, r->o.release, budget, &cut, &keep) > 0)
+            return true;
+    }
+    return r->dev.n_streamed > 0;
+}
+
 /* The head's own device for the current plan, computing with `head`. */
 static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen)
 {
@@ -638,6 +658,7 @@ static int start_head(ring *r, const ring_layers *head, char *err, size_t errlen
     if (device_init(&r->dev, r->m, &r->plan, 0, head, &dopt, err, errlen))
         return -1;
     r->dev_init = true;
+    r->streams = plan_streams(r);
     return 0;
 }
 
@@ -987,7 +1008,7 @@ int ring_collect(ring *r, float **hidden)
 static int eval_once(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
 {
     int n_dev = r->plan.n_dev, n_mb = 1;
-    if (n >= PIPE_MIN_ROWS * n_dev) {
+    if (n >= PIPE_MIN_ROWS * n_dev && !r->streams) {
         n_mb = n / PIPE_ROWS > n_dev ? n / PIPE_ROWS : n_dev;
         n_mb = n_mb < PRIMA_MAX_DEVICES ? n_mb : PRIMA_MAX_DEVICES;
     }
