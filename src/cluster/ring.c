@@ -1008,7 +1008,7 @@ int ring_collect(ring *r, float **hidden)
 static int eval_once(ring *r, float *hidden, int n, const int32_t *pos, const int32_t *seq)
 {
     int n_dev = r->plan.n_dev, n_mb = 1;
-    if (n >= PIPE_MIN_ROWS * n_dev && !r->streams) {
+    if (r->n_workers && n >= PIPE_MIN_ROWS * n_dev && !r->streams) {
         n_mb = n / PIPE_ROWS > n_dev ? n / PIPE_ROWS : n_dev;
         n_mb = n_mb < PRIMA_MAX_DEVICES ? n_mb : PRIMA_MAX_DEVICES;
     }
