@@ -214,6 +214,14 @@ done
 [ "$(grep -c '"op":"resident at start"' "$tmp/bench.json")" = 3 ] ||
     fail "bench ring: counters of 3 devices expected: $(cat "$tmp/bench.json")"
 grep -q '"op":"decode ring keyed"' "$tmp/bench.json" && fail "bench ring: a keyed ring without --key"
+grep -q '"op":"prefill ring"' "$tmp/bench.json" && fail "bench ring: prefill figures without --prompt"
+# with --prompt: the prompt's tokens/s on both, and their ratio
+"$prima" bench ring -m "$model" --devices 3 -lw 1,2,2 -t 1 --decode 2 --reps 1 --prompt 40 \
+    --json >"$tmp/bench.json" 2>"$tmp/err" || fail "bench ring --prompt: $(cat "$tmp/err")"
+for op in "prefill single" "prefill ring" "prefill speedup" "decode ring"; do
+    grep -Eq "\"op\":\"$op\".*\"value\":[0-9.]+[,}]" "$tmp/bench.json" ||
+        fail "bench ring --prompt: no '$op': $(cat "$tmp/bench.json")"
+done
 # with --key: a keyed ring beside the plaintext one, compared pair by pair
 "$prima" bench ring -m "$model" --devices 3 -lw 1,2,2 -t 1 --decode 4 --reps 2 --no-single \
     --key "$PRIMA_KEY_FILE" --json >"$tmp/bench.json" 2>"$tmp/err" || fail "bench ring --key: $(cat "$tmp/err")"

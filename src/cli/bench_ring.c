@@ -17,7 +17,8 @@
 #include "kernels/kern.h"
 #include "kernels/probe.h"
 
-#define PROMPT_TOKENS 8
+#define PROMPT_TOKENS 8      /* of --seqs, and of decoding unless --prompt says otherwise */
+#define PREFILL_BATCH 512    /* rows per step of a --prompt (prima run's default) */
 
 static const char usage_text[] =
     "usage: prima bench ring -m FILE [--devices N] [-lw W,...] [-k K] [-t N] [options]\n"
@@ -28,6 +29,10 @@ static const char usage_text[] =
     "  decode single    ms per token on one device with --single-threads threads\n"
     "  decode ring      ms per token on the ring\n"
     "  ring overhead    ring / single - 1, in percent\n"
+    "  with --prompt N, also (the prompt before decoding, in steps of up to 512 tokens):\n"
+    "  prefill single   tokens/s of the prompt on one device\n"
+    "  prefill ring     tokens/s of the prompt on the ring\n"
+    "  prefill speedup  ring / single per repetition: the median, then the lowest and highest\n"
     "  with --key FILE, also (a second set of workers holds the key; plaintext and keyed\n"
     "  repetitions alternate, in pairs):\n"
     "  decode ring keyed       ms per token on the keyed, encrypted ring\n"
@@ -60,9 +65,9 @@ static const char usage_text[] =
 struct opts {
     run_opts ro;
     ring_args ra;
-    int n_dev, n_decode, reps, single_threads;
+    int n_dev, n_decode, n_prompt, reps, single_threads;
     int seqs[8], n_seqs;       /* --seqs */
-    bool no_single, json;
+    bool no_single, json, timed_prompt;
     const char *cgroup, *worker_model;
 };
 
@@ -84,6 +89,8 @@ static const cli_opt bench_rows[] = {
      .help = "devices in the ring, the head included (default 3)"},
     {"--decode", "N", CLI_INT, F(n_decode), 1, 100000,
      .help = "tokens decoded per repetition (default 32)"},
+    {"--prompt", "N", CLI_INT, F(n_prompt), 1, 100000,
+     .help = "prompt tokens before decoding, timed (default 8, untimed)"},
     {"--reps", "N", CLI_INT, F(reps), 1, 1000, .help = "repetitions (default 3)"},
     {"--single-threads", "N", CLI_INT, F(single_threads), 1, KERN_MAX_THREADS,
      .help = "threads of the single-device run (default: -t; give N times\n"
@@ -127,6 +134,9 @@ static int parse(struct opts *o, int argc, char **argv)
         return 2;
     if (!o->single_threads)
         o->single_threads = o->ro.n_threads;
+    o->timed_prompt = o->n_prompt > 0;
+    if (!o->timed_prompt)
+        o->n_prompt = PROMPT_TOKENS;
     return 0;
 }
 
@@ -177,13 +187,14 @@ static double cpu_ms(const ring_set *rs)
 
 /* One repetition: prompt, then timed decode steps, on one device (rs NULL) or a ring. Returns
  * ms per token, or < 0 on failure (message printed); *cpu (if not NULL) gets the CPU ms per
- * token of every process of the ring. With a ring, per-device counters of the decode steps go to
- * per_dev (NULL: not wanted). */
+ * token of every process of the ring, *prefill (if not NULL) the prompt's tokens/s. With a
+ * ring, per-device counters of the decode steps go to per_dev (NULL: not wanted). */
 static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, const ring_set *rs,
-                          ring_counters *per_dev, double *cpu)
+                          ring_counters *per_dev, double *cpu, double *prefill)
 {
     char err[512];
-    int n_ctx = PROMPT_TOKENS + o->n_decode + 1;
+    const int n_prompt = o->n_prompt, n_batch = n_prompt < PREFILL_BATCH ? n_prompt : PREFILL_BATCH;
+    int n_ctx = n_prompt + o->n_decode + 1;
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)n_ctx);
     if (!toks)
         return cli_fail("bench ring: out of memory"), -1;
@@ -197,22 +208,24 @@ static double decode_once(const struct opts *o, const model *m, kern_ctx *kc, co
         ro.verbose = NULL;
         if (!rs->keyed)
             ro.key = NULL;
-        s = ring_head_session(&h, &ro, NULL, m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
+        s = ring_head_session(&h, &ro, NULL, m, kc, n_ctx, n_batch, err, sizeof err);
     } else {
-        s = session_create(m, kc, n_ctx, PROMPT_TOKENS, err, sizeof err);
+        s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
     }
-    double ms = -1;
+    double ms = -1, t_prompt = probe_now();
     if (!s) {
         cli_fail("bench ring: %s", err);
-    } else if (session_eval(s, toks, PROMPT_TOKENS, NULL, err, sizeof err)) {
+    } else if (session_eval(s, toks, n_prompt, NULL, err, sizeof err)) {
         cli_fail("bench ring: %s", err);
     } else {
+        if (prefill)
+            *prefill = n_prompt / (probe_now() - t_prompt);
         if (h.r)
             ring_count_from(h.r, ring_batches(h.r));
         double t0 = probe_now(), c0 = cpu_ms(rs);
         int i = 0;
         for (; i < o->n_decode; i++)
-            if (session_eval(s, &toks[PROMPT_TOKENS + i], 1, NULL, err, sizeof err))
+            if (session_eval(s, &toks[n_prompt + i], 1, NULL, err, sizeof err))
                 break;
         if (i < o->n_decode)
             cli_fail("bench ring: %s", err);
@@ -266,11 +279,37 @@ static void report_keyed(const struct opts *o, const char *what, const char *nam
     free(v);
 }
 
+/* The prompt's tokens/s on the ring and on one device (NULL: not run), and their ratio pair by
+ * pair: the median, then the lowest and highest pair. */
+static void report_prefill(const struct opts *o, const char *what, double *ring_tps,
+                           double *one_tps)
+{
+    double spread, *ratio = malloc(sizeof *ratio * (size_t)o->reps);
+    if (!ratio)
+        return;
+    for (int r = 0; one_tps && r < o->reps; r++)
+        ratio[r] = ring_tps[r] / one_tps[r];
+    if (one_tps) {
+        double med = bench_median_spread(one_tps, o->reps, &spread);
+        report(o, "prefill single", "1 device", o->single_threads, med, "tok/s", spread);
+    }
+    double med = bench_median_spread(ring_tps, o->reps, &spread);
+    report(o, "prefill ring", what, o->ro.n_threads, med, "tok/s", spread);
+    if (one_tps) {
+        med = bench_median_spread(ratio, o->reps, &spread);   /* sorts ratio */
+        report(o, "prefill speedup", what, o->ro.n_threads, med, "x", -1);
+        report(o, "prefill speedup lowest", what, o->ro.n_threads, ratio[0], "x", -1);
+        report(o, "prefill speedup highest", what, o->ro.n_threads, ratio[o->reps - 1], "x", -1);
+    }
+    free(ratio);
+}
+
 static int measure(const struct opts *o, const model *m, const ring_set *plain,
                    const ring_set *keyed_ring)
 {
-    /* ring, single, keyed ring; then CPU ms of the ring and of the keyed ring */
-    double *ms = calloc(5 * (size_t)o->reps, sizeof *ms);
+    /* ring, single, keyed ring; then CPU ms of the ring and of the keyed ring; then prefill
+     * tokens/s of the ring and of one device */
+    double *ms = calloc(7 * (size_t)o->reps, sizeof *ms);
     ring_counters *sum = calloc(PRIMA_MAX_DEVICES, sizeof *sum);
     ring_counters *one = calloc(PRIMA_MAX_DEVICES, sizeof *one);
     kern_ctx *kc_ring = kern_ctx_create(o->ro.n_threads);
@@ -284,13 +323,15 @@ static int measure(const struct opts *o, const model *m, const ring_set *plain,
      * both alike. */
     double spread, single = 0, *ms_one = ms + o->reps, *ms_keyed = ms + 2 * o->reps;
     double *cpu = ms + 3 * o->reps, *cpu_keyed = ms + 4 * o->reps;
+    double *pf = ms + 5 * o->reps, *pf_one = ms + 6 * o->reps;
     /* Comparing two rings: one untimed repetition on each first, so that neither pays for its
      * workers' start (model loading, first page faults) in a timed one. */
-    if (keyed_ring && (decode_once(o, m, kc_ring, plain, NULL, NULL) < 0 ||
-                       decode_once(o, m, kc_ring, keyed_ring, NULL, NULL) < 0))
+    if (keyed_ring && (decode_once(o, m, kc_ring, plain, NULL, NULL, NULL) < 0 ||
+                       decode_once(o, m, kc_ring, keyed_ring, NULL, NULL, NULL) < 0))
         goto out;
     for (int r = 0; r < o->reps; r++) {
-        if (!o->no_single && (ms_one[r] = decode_once(o, m, kc_one, NULL, NULL, NULL)) < 0)
+        if (!o->no_single &&
+            (ms_one[r] = decode_once(o, m, kc_one, NULL, NULL, NULL, &pf_one[r])) < 0)
             goto out;
         memset(one, 0, sizeof *one * PRIMA_MAX_DEVICES);
         /* a pair: plaintext first on even repetitions, keyed first on odd ones */
@@ -298,8 +339,8 @@ static int measure(const struct opts *o, const model *m, const ring_set *plain,
             bool keyed = (k == 1) != (r % 2 == 1);
             if (keyed && !keyed_ring)
                 continue;
-            double t = keyed ? decode_once(o, m, kc_ring, keyed_ring, NULL, &cpu_keyed[r])
-                             : decode_once(o, m, kc_ring, plain, one, &cpu[r]);
+            double t = keyed ? decode_once(o, m, kc_ring, keyed_ring, NULL, &cpu_keyed[r], NULL)
+                             : decode_once(o, m, kc_ring, plain, one, &cpu[r], &pf[r]);
             if (t < 0)
                 goto out;
             *(keyed ? &ms_keyed[r] : &ms[r]) = t;
@@ -323,6 +364,8 @@ static int measure(const struct opts *o, const model *m, const ring_set *plain,
     report(o, "decode ring", what, o->ro.n_threads, ring_ms, "ms/tok", spread);
     if (!o->no_single)
         report(o, "ring overhead", what, o->ro.n_threads, 100 * (ring_ms / single - 1), "%", -1);
+    if (o->timed_prompt)
+        report_prefill(o, what, pf, o->no_single ? NULL : pf_one);
     double toks = (double)o->reps * o->n_decode;
     for (int d = 0; d < o->n_dev; d++) {
         const ring_counters *c = &sum[d];
