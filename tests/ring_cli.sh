@@ -27,26 +27,27 @@ for lw in 1,2,2 0,1,1 2,1,0; do
         fail "-lw $lw: greedy tokens or text differ"
 done
 
-# a prompt of 41 tokens goes round as micro-batches, one per device, all in flight at once
-# (batches 0-2 on every device), with the same logits as one device
-long=$(seq -s, 5 9 365)
+# a prompt of 130 tokens goes round as micro-batches of about 32 rows, all in flight at once
+# (batches 0-3 on every device), with the same logits as one device
+long=$(seq -s, 5 3 392)
 "$prima" logits -m "$model" --tokens "$long" -o "$tmp/one.f32" -n 1 -t 1 >/dev/null 2>"$tmp/err" ||
-    fail "single-device logits of 41 tokens: $(cat "$tmp/err")"
+    fail "single-device logits of 130 tokens: $(cat "$tmp/err")"
 "$prima" logits -m "$model" --tokens "$long" -o "$tmp/ring.f32" -n 1 -t 1 --verbose \
     --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,2,2 >/dev/null 2>"$tmp/err" ||
-    fail "ring logits of 41 tokens: $(cat "$tmp/err")"
-cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "41 tokens in micro-batches: logits differ from one device"
+    fail "ring logits of 130 tokens: $(cat "$tmp/err")"
+cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "130 tokens in micro-batches: logits differ from one device"
 for d in 0 1 2; do
-    grep -q "^ring: batch 2 device $d: " "$tmp/err" ||
-        fail "41 tokens: device $d saw no third micro-batch: $(grep '^ring: batch' "$tmp/err")"
+    grep -q "^ring: batch 3 device $d: " "$tmp/err" ||
+        fail "130 tokens: device $d saw no fourth micro-batch: $(grep '^ring: batch' "$tmp/err")"
 done
-# ... but whole when the devices stream their layers (each would read them once per micro-batch)
+grep -q "^ring: batch 4 " "$tmp/err" && fail "130 tokens: more than 4 micro-batches"
+# ... but one per device when the devices stream their layers (each reads them per micro-batch)
 "$prima" logits -m "$model" --tokens "$long" -o "$tmp/ring.f32" -n 1 -t 1 --verbose \
     --workers 127.0.0.1:$w1,127.0.0.1:$w2 -lw 1,1,1 --release always >/dev/null 2>"$tmp/err" ||
-    fail "ring logits of 41 tokens, streaming: $(cat "$tmp/err")"
-cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "41 tokens, streaming: logits differ from one device"
-grep -q "^ring: batch 0 device 2: " "$tmp/err" && ! grep -q "^ring: batch 1 " "$tmp/err" ||
-    fail "41 tokens, streaming: not one batch: $(grep '^ring: batch' "$tmp/err")"
+    fail "ring logits of 130 tokens, streaming: $(cat "$tmp/err")"
+cmp -s "$tmp/one.f32" "$tmp/ring.f32" || fail "130 tokens, streaming: logits differ from one device"
+grep -q "^ring: batch 2 device 2: " "$tmp/err" && ! grep -q "^ring: batch 3 " "$tmp/err" ||
+    fail "130 tokens, streaming: not 3 micro-batches: $(grep '^ring: batch' "$tmp/err")"
 
 # run: the same greedy text through a 3-device ring with 2 rounds, and counters with --verbose
 "$prima" run -m "$model" -p "Once upon a time" -n 24 --temp 0 -t 1 >"$tmp/one.txt" 2>/dev/null
