@@ -93,6 +93,11 @@ int conn_dial(conn *c, const char *host, int port, const char *name, const ring_
     }
 }
 
+/* Frames an inbox queues before its reader waits for room: far more than a ring ever has on its
+ * way to one device (a batch per device in flight, a few control messages), so only a peer
+ * that floods this side meets it, and then TCP's own flow control holds that peer back. */
+#define INBOX_MAX 64
+
 static void inbox_stop(conn *c);
 
 void conn_close(conn *c)
@@ -110,18 +115,26 @@ void conn_close(conn *c)
     pthread_mutex_destroy(&c->send_lock);
 }
 
+static int inbox_recv(conn *c, frame *f, int wait_ms, char *err, size_t errlen);
+
 void conn_close_gently(conn *c)
 {
-    if (c->inbox)
-        inbox_stop(c);   /* what the peer still sends is then swallowed by the kernel */
     if (c->fd >= 0) {
         shutdown(c->fd, SHUT_WR);
-        uint8_t sink[4096];
         int64_t until = net_now_ns() + 200 * 1000000ll;
-        for (int i = 0; i < 16 && net_now_ns() < until; i++) {
-            struct pollfd p = {.fd = c->fd, .events = POLLIN};
-            if (poll(&p, 1, 50) <= 0 || recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
-                break;
+        if (c->inbox) {   /* its reader swallows what still comes, until the peer's end */
+            frame f;
+            char err[256];
+            for (int i = 0; i < INBOX_MAX && net_now_ns() < until; i++)
+                if (inbox_recv(c, &f, 50, err, sizeof err))
+                    break;
+        } else {
+            uint8_t sink[4096];
+            for (int i = 0; i < 16 && net_now_ns() < until; i++) {
+                struct pollfd p = {.fd = c->fd, .events = POLLIN};
+                if (poll(&p, 1, 50) <= 0 || recv(c->fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+                    break;
+            }
         }
     }
     conn_close(c);
@@ -370,10 +383,6 @@ static int read_frame(conn *c, frame *f, int wait_ms, uint64_t *wire_bytes, char
 
 /* ---- the inbox (conn_inbox_start) ---- */
 
-/* Frames queued before the reader waits for room: far more than a ring ever has on its way to
- * one device (a batch per device in flight, a few control messages), so only a peer that
- * floods this side meets it, and then TCP's own flow control holds that peer back. */
-#define INBOX_MAX 64
 
 typedef struct inbox_item {
     struct inbox_item *next;

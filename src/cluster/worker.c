@@ -921,6 +921,27 @@ static void handle_newcomer(wsession *s, newcomer *n)
         worker_fail_session(s, "%s", err);
 }
 
+/* The link from the previous device failed (why). At the end of a session that device closes
+ * it as soon as it has the head's goodbye, which reaches this device on another link, possibly
+ * a moment later: what the head sends within PRED_GRACE_MS is taken first, so that a session
+ * the head ended is not reported as a lost link. */
+#define PRED_GRACE_MS 500
+static void pred_lost(wsession *s, const char *why)
+{
+    char err[512];
+    int64_t until = net_now_ns() + (int64_t)PRED_GRACE_MS * 1000000;
+    for (int64_t now = net_now_ns(); !s->reason[0] && now < until; now = net_now_ns()) {
+        frame f;
+        int rc = conn_recv(&s->ctrl, &f, (int)((until - now) / 1000000) + 1, err, sizeof err);
+        if (rc < 0)
+            worker_end_session(s, "%s", err);
+        else if (rc == 0)
+            handle_ctrl(s, &f);
+    }
+    if (!s->reason[0])
+        worker_fail_session(s, "lost the link from the previous device: %s", why);
+}
+
 static void close_session(wsession *s)
 {
     heartbeat_stop(&s->hb);
@@ -1008,7 +1029,7 @@ static void serve(worker *w, newcomer *head)
         if (!s->reason[0] && p[3].revents) {
             rc = conn_recv(&s->pred, &f, 0, err, sizeof err);
             if (rc < 0)
-                worker_fail_session(s, "lost the link from the previous device: %s", err);
+                pred_lost(s, err);
             else if (rc == 0)
                 handle_data(s, &f);
         }
