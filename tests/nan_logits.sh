@@ -55,6 +55,8 @@ done
 # hash, still says intact, so the head's intact file matches it): the worker's first decode
 # step makes NaN logits, and the head names it.
 start_worker() {
+    # emptied here, not by the worker's redirection: a restart must not find the last one's port
+    : >"$tmp/worker.log"
     "$prima" worker -m "$tmp/worker.gguf" --host 127.0.0.1 --port 0 -t 1 --insecure \
         >"$tmp/worker.log" 2>&1 &
     worker=$!
