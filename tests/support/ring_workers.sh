@@ -22,6 +22,7 @@ fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 # Start a worker on a free port (extra arguments are the worker's); sets $port and appends its
 # pid to pids. Returns 1 (counted as a failure) when it does not come up.
 start_worker() { # model log [args...]
+    : >"$2"   # emptied before the start: a log reused must not show the last worker's port
     "$prima" worker -m "$1" --host 127.0.0.1 --port 0 -t 1 "${@:3}" >"$2" 2>&1 &
     pids+=($!)
     await_port "$2"
@@ -29,6 +30,7 @@ start_worker() { # model log [args...]
 
 # The same for a worker without the model, keeping a store in dir (prima worker --store).
 start_store_worker() { # dir log [args...]
+    : >"$2"
     "$prima" worker --store "$1" --host 127.0.0.1 --port 0 -t 1 "${@:3}" >"$2" 2>&1 &
     pids+=($!)
     await_port "$2"
