@@ -383,7 +383,6 @@ static int read_frame(conn *c, frame *f, int wait_ms, uint64_t *wire_bytes, char
 
 /* ---- the inbox (conn_inbox_start) ---- */
 
-
 typedef struct inbox_item {
     struct inbox_item *next;
     int type;                  /* 0: the reader failed with err */
