@@ -14,14 +14,15 @@ MM_DECLARE(bf16)
 MM_DECLARE(q4_0)
 MM_DECLARE(q8_0)
 MM_DECLARE(iq4_nl)
-/* MXFP4: an AVX-512 tile only (AVX2 has its dot product) */
-extern const mm_kernel mm_mxfp4_avx512;
+MM_DECLARE(mxfp4)
 MM_DECLARE(q4_k)
 MM_DECLARE(q5_k)
 MM_DECLARE(q6_k)
 
 /* Packed prefill tiles (matmul_packed_avx2.c, matmul_packed_avx512.c) */
 extern const mm_packed mm_q4_k_packed_avx2, mm_q5_k_packed_avx2, mm_q6_k_packed_avx2;
+extern const mm_packed mm_q8_0_packed_avx2, mm_q4_0_packed_avx2, mm_iq4_nl_packed_avx2,
+    mm_mxfp4_packed_avx2;
 extern const mm_packed mm_q4_k_packed_avx512, mm_q5_k_packed_avx512, mm_q6_k_packed_avx512;
 extern const mm_packed mm_q8_0_packed_avx512, mm_q4_0_packed_avx512, mm_iq4_nl_packed_avx512,
     mm_mxfp4_packed_avx512;

@@ -102,13 +102,6 @@ DEFINE_TILE_4x3(tile_bf16, BF16_TILE)
  * K_PHASES superblocks are taken together (hadds, each pairing two vectors), and their float
  * steps run as one vector of phases (Q4_K / Q5_K: acc and macc in one, one FMA for both). */
 
-/* (acc0 + acc1) + (acc2 + acc3) */
-static inline float phases_total(__m128 acc)
-{
-    __m128 h = _mm_hadd_ps(acc, acc);
-    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
-}
-
 /* The scales of token t's superblocks k0 .. k0 + n - 1 (n <= K_PHASES) in lanes (0 beyond n:
  * with zero sums there, a phase's float steps then add +0, which leaves it as it was). */
 ALWAYS_INLINE __m128 q8k_scales(const void *a, size_t as, int t, int k0, int n)
@@ -372,55 +365,77 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
 #define Q6K_TILE(...) q6k_tile(__VA_ARGS__)
 DEFINE_TILE_4x2(tile_q6k, Q6K_TILE)
 
-/* ---- 32-blocks with Q8_0 activations: one float update per block ---- */
+/* ---- 32-blocks with Q8_0 activations ----
+ * What every AVX2 tile of these types computes, ordinary or packed (matmul_packed_avx2.c), as on
+ * AVX-512: per block i of a row and a token the exact integer dot_i = sum w * a, then, i in
+ * order, acc_p = fma(dw_i * da_i, (float)dot_i, acc_p) with p = i % K_PHASES, and the output
+ * (acc_0 + acc_1) + (acc_2 + acc_3). Here a block's dot is spread over 8 lanes (dot_i8x32); the
+ * sums across lanes of K_PHASES blocks are taken together and their float steps run as one
+ * vector of phases (a phase without a block gets dw = 0 and dot = 0, which adds +0 and leaves
+ * it as it was). */
 
-/* The 32 signed weights of a block (quant_x86.h), for any of the 32-block types. */
-ALWAYS_INLINE __m256i q8_0_block(const void *b) { return q8_0_weights(b); }
-ALWAYS_INLINE __m256i q4_0_block(const void *b) { return q4_0_weights(b); }
-ALWAYS_INLINE __m256i iq4_nl_block(const void *b) { return iq4_nl_weights(b); }
-
-typedef __m256i (*weights32_fn)(const void *block);
-
-
-ALWAYS_INLINE void q32_tile(weights32_fn weights, size_t block_bytes, int n, int R, int T,
-                            const void *w, size_t ws, const void *a, size_t as, float *y, size_t ys)
+/* Blocks i0 .. i0 + g - 1 (g <= K_PHASES) of row r against T tokens, into the row's phases. The
+ * blocks go by pairs whose lane sums are half taken at once, so that fewer vectors stay live. */
+ALWAYS_INLINE void q32_phases(weights32_fn weights, scale32_fn scale, size_t block_bytes, int g,
+                              int i0, int r, int T, const void *w, size_t ws, const void *a,
+                              size_t as, const __m128 da[], __m128 facc[])
 {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256 facc[4][3];
-    TILE_ZERO(facc, R, T, _mm256_setzero_ps());
-    for (int i = 0; i < n / QK; i++) {
-        __m256i av[3];
-        float da[3];
-        for (int t = 0; t < T; t++) {
-            const block_q8_0 *ab = (const block_q8_0 *)((const uint8_t *)a + t * as) + i;
-            av[t] = q8_0_weights(ab);
-            da[t] = block_d(ab);
+    __m256i pair[3][2]; /* [token][pair of blocks] */
+    float dw[K_PHASES] = {0};
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        __m256i p[2][3]; /* [block of the pair][token] */
+        _Pragma("GCC unroll 2") for (int e = 0; e < 2; e++) {
+            const int kk = 2 * h + e;
+            for (int t = 0; t < T; t++)
+                p[e][t] = _mm256_setzero_si256();
+            if (kk >= g)
+                continue;
+            const uint8_t *block = weight_at(w, ws, r, (size_t)(i0 + kk) * block_bytes, block_bytes, T);
+            dw[kk] = scale(block);
+            const __m256i wv = weights(block);
+            for (int t = 0; t < T; t++)
+                p[e][t] = dot_i8x32(wv, q8_0_weights(q8_0_at(a, as, t, i0 + kk)));
         }
-        for (int r = 0; r < R; r++) {
-            const uint8_t *block = (const uint8_t *)w + r * ws + (size_t)i * block_bytes;
-            if (T <= MM_STREAM_TOKENS && i % 2 == 0)
-                prefetch_ahead(block, 2 * block_bytes);
-            __m256i wv = weights(block);
-            /* maddubs needs an unsigned operand: |w|, with w's sign moved onto a. */
-            __m256i wabs = _mm256_sign_epi8(wv, wv);
-            float dw = block_d(block);
-            for (int t = 0; t < T; t++) {
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av[t], wv)), ones);
-                facc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da[t]), _mm256_cvtepi32_ps(p), facc[r][t]);
-            }
-        }
-    }
-    for (int r = 0; r < R; r++)
         for (int t = 0; t < T; t++)
-            y[t * ys + r] = hsum_ps256(facc[r][t]);
+            pair[t][h] = _mm256_hadd_epi32(p[0][t], p[1][t]);
+    }
+    const __m128 d = _mm_setr_ps(dw[0], dw[1], dw[2], dw[3]);
+    for (int t = 0; t < T; t++) {
+        __m256i x = _mm256_hadd_epi32(pair[t][0], pair[t][1]);
+        __m128 sums = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1)));
+        facc[t] = _mm_fmadd_ps(_mm_mul_ps(d, da[t]), sums, facc[t]);
+    }
 }
 
-#define Q8_0_TILE(...) q32_tile(q8_0_block, sizeof(block_q8_0), __VA_ARGS__)
-#define Q4_0_TILE(...) q32_tile(q4_0_block, sizeof(block_q4_0), __VA_ARGS__)
-#define IQ4_NL_TILE(...) q32_tile(iq4_nl_block, sizeof(block_iq4_nl), __VA_ARGS__)
+ALWAYS_INLINE void q32_tile(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
+                            int R, int T, const void *w, size_t ws, const void *a, size_t as,
+                            float *y, size_t ys)
+{
+    const int nb = n / QK;
+    __m128 facc[4][MM_STREAM_TOKENS];
+    TILE_ZERO(facc, R, T, _mm_setzero_ps());
+    for (int i0 = 0; i0 < nb; i0 += K_PHASES) {
+        const int g = nb - i0 < K_PHASES ? nb - i0 : K_PHASES;
+        __m128 da[3];
+        for (int t = 0; t < T; t++) {
+#define DA(i) block_d(q8_0_at(a, as, t, i0 + (i)))
+            da[t] = GATHER4(g, DA);
+#undef DA
+        }
+        for (int r = 0; r < R; r++)
+            q32_phases(weights, scale, block_bytes, g, i0, r, T, w, ws, a, as, da, facc[r]);
+    }
+    store_phases(R, T, facc, y, ys);
+}
+
+#define Q8_0_TILE(...) q32_tile(q8_0_signed, block_d, sizeof(block_q8_0), __VA_ARGS__)
+#define Q4_0_TILE(...) q32_tile(q4_0_signed, block_d, sizeof(block_q4_0), __VA_ARGS__)
+#define IQ4_NL_TILE(...) q32_tile(iq4_nl_signed, block_d, sizeof(block_iq4_nl), __VA_ARGS__)
+#define MXFP4_TILE(...) q32_tile(mxfp4_signed, mxfp4_d, sizeof(block_mxfp4), __VA_ARGS__)
 DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
 DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
 DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
+DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
 
 /* ---- activation quantizers ----
  * Bit for bit the reference quantizers of quant_k.c / quant_scalar.c (tests check it): the same
@@ -497,12 +512,13 @@ void q8_0_quantize_avx2(const float *src, void *dst, int64_t n)
 const mm_kernel mm_f32_avx2 = {tile_f32, 4, 3, 4, NULL};
 const mm_kernel mm_f16_avx2 = {tile_f16, 4, 3, 4, NULL};
 const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4, NULL};
-/* The K-quants pack for prefill (matmul_packed_avx2.c). Decode rows: the 32-block kernels do one
- * float update per block into a row's accumulator, so one row alone would wait on FMA latency;
- * the K-quants do enough integer work per superblock to hide it. */
+/* Every quantized type packs for prefill (matmul_packed_avx2.c). Decode rows: one; the 32-blocks
+ * run their float steps once per K_PHASES blocks, so one row alone no longer waits on FMA
+ * latency. */
 const mm_kernel mm_q4_k_avx2 = {tile_q4k, 4, 2, 1, &mm_q4_k_packed_avx2};
 const mm_kernel mm_q5_k_avx2 = {tile_q5k, 4, 2, 1, &mm_q5_k_packed_avx2};
 const mm_kernel mm_q6_k_avx2 = {tile_q6k, 4, 2, 1, &mm_q6_k_packed_avx2};
-const mm_kernel mm_q8_0_avx2 = {tile_q8_0, 4, 3, 2, NULL};
-const mm_kernel mm_q4_0_avx2 = {tile_q4_0, 4, 3, 2, NULL};
-const mm_kernel mm_iq4_nl_avx2 = {tile_iq4_nl, 4, 3, 2, NULL};
+const mm_kernel mm_q8_0_avx2 = {tile_q8_0, 4, 3, 1, &mm_q8_0_packed_avx2};
+const mm_kernel mm_q4_0_avx2 = {tile_q4_0, 4, 3, 1, &mm_q4_0_packed_avx2};
+const mm_kernel mm_iq4_nl_avx2 = {tile_iq4_nl, 4, 3, 1, &mm_iq4_nl_packed_avx2};
+const mm_kernel mm_mxfp4_avx2 = {tile_mxfp4, 4, 3, 1, &mm_mxfp4_packed_avx2};

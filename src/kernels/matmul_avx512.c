@@ -25,16 +25,6 @@
 
 /* ---- what the tiles share ---- */
 
-/* The sums of n <= 4 integer vectors, vector i's in lane i (exact, so in any order). */
-ALWAYS_INLINE __m128i lane_sums256(int n, const __m256i s[4])
-{
-    __m256i h[4];
-    for (int i = 0; i < 4; i++)
-        h[i] = i < n ? s[i] : _mm256_setzero_si256();
-    __m256i q = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
-    return _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
-}
-
 ALWAYS_INLINE __m128i lane_sums(int n, const __m512i s[4])
 {
     __m256i h[4];
@@ -62,25 +52,6 @@ ALWAYS_INLINE __m128 lanes_fma(int n, __m128 a, __m128 b, __m128 acc, bool negat
     __m128 v = negate ? _mm_fnmadd_ps(a, b, acc) : _mm_fmadd_ps(a, b, acc);
     return n == 4 ? v : _mm_mask_mov_ps(acc, (__mmask8)((1u << n) - 1), v);
 }
-
-/* The outputs from the phases of each row and token: (acc0 + acc1) + (acc2 + acc3). */
-ALWAYS_INLINE void store_phases(int R, int T, __m128 acc[4][MM_STREAM_TOKENS], float *y, size_t ys)
-{
-    for (int r = 0; r < R; r++)
-        for (int t = 0; t < T; t++) {
-            __m128 h = _mm_hadd_ps(acc[r][t], acc[r][t]);
-            y[t * ys + r] = _mm_cvtss_f32(_mm_hadd_ps(h, h));
-        }
-}
-
-/* get(0) .. get(n - 1) in the lanes of a vector, 0 beyond n (n <= 4). */
-#define GATHER4(n, get)                                       \
-    ({                                                        \
-        float g4_[4] = {0};                                   \
-        for (int i_ = 0; i_ < (n); i_++)                      \
-            g4_[i_] = get(i_);                                \
-        _mm_setr_ps(g4_[0], g4_[1], g4_[2], g4_[3]);          \
-    })
 
 /* ---- K-quants with Q8_K activations ---- */
 
@@ -276,11 +247,6 @@ ALWAYS_INLINE void q6k_tile(int n, int R, int T, const void *w, size_t ws, const
 DEFINE_TILE_4x3(tile_q6k, Q6K_TILE)
 
 /* ---- 32-blocks with Q8_0 activations ---- */
-
-ALWAYS_INLINE const block_q8_0 *q8_0_at(const void *a, size_t as, int t, int i)
-{
-    return (const block_q8_0 *)((const uint8_t *)a + t * as) + i;
-}
 
 /* One block of a row (signed weights wv) against T tokens' block i: each token's vector whose
  * lanes sum to dot. */

@@ -1,5 +1,5 @@
-/* matmul_packed_avx2.c — prefill's packed tiles for the K-quants on AVX2 without VNNI
- * (mm_packed, types.h).
+/* matmul_packed_avx2.c — prefill's packed tiles on AVX2 without VNNI (mm_packed, types.h): the
+ * K-quants Q4_K, Q5_K, Q6_K and, at the end, the 32-block types.
  *
  * A panel holds 8 weight rows interleaved: one 256-bit vector is four consecutive levels of each
  * of the 8 rows, one unsigned byte per level, so maddubs with a token's four activations
@@ -172,13 +172,17 @@ ALWAYS_INLINE void scaled_dots(int T, const uint8_t *q, int groups, const int32_
         isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(dot[t], sc));
 }
 
-/* Each token's outputs: (acc_0 + acc_1) + (acc_2 + acc_3) over the phases, rows r < nr. */
-ALWAYS_INLINE void store_panel(int nr, int T, __m256 acc[K_PHASES][PANEL_TOKENS], float *y, size_t ys)
+/* A token's outputs from its phases, (acc_0 + acc_1) + (acc_2 + acc_3), into rows r < nr. */
+ALWAYS_INLINE void store_phases8(int nr, __m256 a0, __m256 a1, __m256 a2, __m256 a3, float *y)
 {
     const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nr), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(y, m, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+ALWAYS_INLINE void store_panel(int nr, int T, __m256 acc[K_PHASES][PANEL_TOKENS], float *y, size_t ys)
+{
     for (int t = 0; t < T; t++)
-        _mm256_maskstore_ps(y + t * ys, m, _mm256_add_ps(_mm256_add_ps(acc[0][t], acc[1][t]),
-                                                         _mm256_add_ps(acc[2][t], acc[3][t])));
+        store_phases8(nr, acc[0][t], acc[1][t], acc[2][t], acc[3][t], y + t * ys);
 }
 
 /* Q4_K / Q5_K: acc_p - macc_p for acc_p. */
@@ -254,6 +258,142 @@ DEFINE_PACKED_TILE4(packed_q4k, Q4K_PACKED)
 DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
 DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
 
+/* ---- 32-blocks (Q8_0, Q4_0, IQ4_NL, MXFP4) with Q8_0 activations ----
+ * A block's 8 x 32 levels as 8 vectors, vector g holding levels 4g .. 4g + 3 of the 8 rows,
+ * signed; then the blocks' scales. Without VNNI a product of two signed bytes cannot add up in
+ * int16 (one maddubs pair reaches 32512): each vector takes the sign trick (|w| against a with
+ * w's sign, matmul_avx2.c's dot_i8x32) and a madd to widen before the next, four operations per
+ * 32 products and token where a Q4_K panel takes two, but the ordinary tile's per-block lane
+ * sums and its per-row unpacking are gone. */
+
+/* 8 sums, a vector of levels and its |w|, the ones and temporaries in the 16 registers. One thread
+ * on the Zen 4 with the AVX2 path (bench kernels, two runs): Q8_0 4096 x 4096 at 64 and 512
+ * tokens 137-152 GFLOP/s against 103-118 with 4 tokens per tile. */
+#define PANEL32_TOKENS 8
+
+/* Panel of n inputs: nb blocks of levels, then nb x 8 scales. */
+static size_t q32_levels_bytes(int n)
+{
+    return (size_t)(n / QK) * QK * PANEL_ROWS;
+}
+
+static size_t q32_panel_bytes(int n)
+{
+    return (q32_levels_bytes(n) + (size_t)(n / QK) * PANEL_ROWS * sizeof(float) + 63) / 64 * 64;
+}
+
+/* The tile's activations: a block's scale as a float and its 32 levels. */
+typedef struct {
+    float d;
+    int8_t qs[QK];
+} q32_act;
+
+static size_t q32_act_bytes(int n)
+{
+    return (size_t)(n / QK) * sizeof(q32_act);
+}
+
+static void q32_act_prep(int n, const void *a, void *dst)
+{
+    const block_q8_0 *ab = a;
+    q32_act *p = dst;
+    for (int i = 0; i < n / QK; i++) {
+        p[i].d = block_d(&ab[i]);
+        memcpy(p[i].qs, ab[i].qs, QK);
+    }
+}
+
+/* out[k] = 32-bit word k of in[0..7], in lane r of in[r]: an 8 x 8 transpose. */
+ALWAYS_INLINE void transpose8(const __m256i in[8], __m256i out[8])
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) { /* rows i, i+1 interleaved: words 0,1 | 4,5 and 2,3 | 6,7 */
+        t[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) { /* rows i .. i+3 of words m | m + 4, m = 0..3 */
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        out[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+        out[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+    }
+}
+
+ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
+                            int nr, const void *w, size_t ws, void *panel)
+{
+    static const _Alignas(32) uint8_t zero_block[64];
+    const int nb = n / QK;
+    uint8_t *q = panel;
+    float *d = (float *)(q + q32_levels_bytes(n));
+    const uint8_t *rp[PANEL_ROWS];
+    for (int r = 0; r < PANEL_ROWS; r++)
+        rp[r] = r < nr ? (const uint8_t *)w + r * ws : zero_block;
+    for (int i = 0; i < nb; i++, q += QK * PANEL_ROWS, d += PANEL_ROWS) {
+        __m256i in[8], out[8];
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            const uint8_t *b = r < nr ? rp[r] + (size_t)i * block_bytes : zero_block;
+            in[r] = weights(b);
+            d[r] = r < nr ? scale(b) : 0.0f;
+            /* the next panel's rows, which the hardware prefetchers follow poorly side by side */
+            if (r < nr && i % 2 == 0)
+                __builtin_prefetch(b + PANEL_ROWS * ws, 0, 2);
+        }
+        transpose8(in, out);
+        for (int g = 0; g < 8; g++)
+            _mm256_store_si256((__m256i *)(q + 32 * g), out[g]);
+    }
+}
+
+#define DEFINE_PACK32(name, levels, scale, block)                                             \
+    static void pack_##name(int n, int nr, const void *w, size_t ws, void *panel)            \
+    {                                                                                         \
+        pack_q32(levels, scale, sizeof(block), n, nr, w, ws, panel);                          \
+    }
+DEFINE_PACK32(q8_0, q8_0_signed, block_d, block_q8_0)
+DEFINE_PACK32(q4_0, q4_0_signed, block_d, block_q4_0)
+DEFINE_PACK32(iq4_nl, iq4_nl_signed, block_d, block_iq4_nl)
+DEFINE_PACK32(mxfp4, mxfp4_signed, mxfp4_d, block_mxfp4)
+
+ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, const void *a,
+                                   size_t as, float *y, size_t ys)
+{
+    const int nb = n / QK;
+    const uint8_t *q = panel;
+    const float *d = (const float *)(q + q32_levels_bytes(n));
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[K_PHASES][PANEL32_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
+    for (int i = 0; i < nb; i++, q += QK * PANEL_ROWS) {
+        const q32_act *ab[PANEL32_TOKENS];
+        __m256i dot[PANEL32_TOKENS];
+        for (int t = 0; t < T; t++)
+            ab[t] = (const q32_act *)((const uint8_t *)a + t * as) + i;
+        for (int g = 0; g < 8; g++) {
+            const __m256i wv = _mm256_load_si256((const __m256i *)(q + 32 * g));
+            const __m256i wabs = _mm256_abs_epi8(wv);
+            for (int t = 0; t < T; t++) {
+                __m256i av = _mm256_sign_epi8(_mm256_set1_epi32(load_i32(ab[t]->qs + 4 * g)), wv);
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wabs, av), ones);
+                dot[t] = g == 0 ? p : _mm256_add_epi32(dot[t], p);
+            }
+        }
+        const __m256 dv = _mm256_load_ps(d + (size_t)i * PANEL_ROWS);
+        for (int t = 0; t < T; t++) {
+            __m256 *f = &acc[i % K_PHASES][t];
+            *f = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_set1_ps(ab[t]->d)), _mm256_cvtepi32_ps(dot[t]), *f);
+        }
+    }
+    for (int t = 0; t < T; t++)
+        store_phases8(nr, acc[0][t], acc[1][t], acc[2][t], acc[3][t], y + t * ys);
+}
+
+DEFINE_PACKED_TILE8(packed_q32, q32_packed_tile)
+
 /* Packing here (scalar stores per row) costs about as much as 16-32 tokens' products: measured
  * on a Zen 4 with the AVX2 path forced, 4096 x 14336, 1 thread, Q4_K 4 / 8 / 16 tokens 10.8 / 12.7
  * / 16.5 ms packed against 5.9 / 10.6 / 19.4 with the ordinary tiles, Q6_K 16 tokens 25.8
@@ -263,3 +403,16 @@ DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
 const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, NULL};
 const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, NULL};
 const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};
+/* A 32-block panel packs with a transpose in registers, about one token's products: 4 tokens of
+ * a 4096 x 14336 Q8_0 matrix from DRAM took 2.55x one token's time packed against 4.15-4.27x
+ * with the ordinary tiles (3 + 1 tokens, the weights read twice), 8 tokens 3.6-3.7x against
+ * 6.3-6.9x. */
+#define AVX2_PACK32_TOKENS 4
+#define PACKED32(name)                                                                           \
+    const mm_packed mm_##name##_packed_avx2 = {PANEL_ROWS, PANEL32_TOKENS, AVX2_PACK32_TOKENS,   \
+                                               q32_panel_bytes, pack_##name, packed_q32,         \
+                                               q32_act_bytes, q32_act_prep, NULL};
+PACKED32(q8_0)
+PACKED32(q4_0)
+PACKED32(iq4_nl)
+PACKED32(mxfp4)

@@ -81,6 +81,46 @@ ALWAYS_INLINE float block_d(const void *block)
  * the sums across lanes of that many superblocks at once. */
 #define K_PHASES 4
 
+/* (acc0 + acc1) + (acc2 + acc3): an output from its phases. */
+static inline float phases_total(__m128 acc)
+{
+    __m128 h = _mm_hadd_ps(acc, acc);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+/* The outputs of an ordinary tile from the phases of each row and token. */
+ALWAYS_INLINE void store_phases(int R, int T, __m128 acc[4][MM_STREAM_TOKENS], float *y, size_t ys)
+{
+    for (int r = 0; r < R; r++)
+        for (int t = 0; t < T; t++)
+            y[t * ys + r] = phases_total(acc[r][t]);
+}
+
+/* The sums of n <= 4 integer vectors, vector i's in lane i (exact, so in any order). */
+ALWAYS_INLINE __m128i lane_sums256(int n, const __m256i s[4])
+{
+    __m256i h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = i < n ? s[i] : _mm256_setzero_si256();
+    __m256i q = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+}
+
+/* get(0) .. get(n - 1) in the lanes of a vector, 0 beyond n (n <= 4). */
+#define GATHER4(n, get)                                       \
+    ({                                                        \
+        float g4_[4] = {0};                                   \
+        for (int i_ = 0; i_ < (n); i_++)                      \
+            g4_[i_] = get(i_);                                \
+        _mm_setr_ps(g4_[0], g4_[1], g4_[2], g4_[3]);          \
+    })
+
+/* Block i of token t's Q8_0 activations. */
+ALWAYS_INLINE const block_q8_0 *q8_0_at(const void *a, size_t as, int t, int i)
+{
+    return (const block_q8_0 *)((const uint8_t *)a + t * as) + i;
+}
+
 /* A 32-block type's 32 signed weights and its scale, from a block. */
 typedef __m256i (*weights32_fn)(const void *block);
 typedef float (*scale32_fn)(const void *block);
@@ -138,6 +178,15 @@ ALWAYS_INLINE int32_t pair16(int lo, int hi)
                      float *y, size_t ys)                                                        \
     {                                                                                            \
         switch (nt) { PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) } \
+    }
+#define DEFINE_PACKED_TILE8(NAME, BODY)                                                          \
+    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
+                     float *y, size_t ys)                                                        \
+    {                                                                                            \
+        switch (nt) {                                                                            \
+            PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4)  \
+            PACKED_CASE(BODY, 5) PACKED_CASE(BODY, 6) PACKED_CASE(BODY, 7) PACKED_CASE(BODY, 8)  \
+        }                                                                                        \
     }
 
 #endif

@@ -4,22 +4,6 @@
  * widened with madd against the sub-block scales, and scaled in float once per block. */
 #include "kernels/quant_x86.h"
 
-/* ---- MXFP4 against Q8_0: its levels by a table shuffle, scaled once per block ---- */
-
-void mxfp4_dot_avx2(int n, float *s, const void *w, const void *a)
-{
-    const block_mxfp4 *x = w;
-    const block_q8_0 *y = a;
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < n / QK; i++) {
-        prefetch_weights(&x[i], (int)sizeof x[i]);
-        __m256i sumi = dot_i8x32(mxfp4_weights(&x[i]), loadu256(y[i].qs));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(mxfp4_scale(x[i].e) * half_f16c(y[i].d)),
-                              _mm256_cvtepi32_ps(sumi), acc);
-    }
-    *s = hsum_ps256(acc);
-}
-
 /* ---- K-quants against Q8_K ---- */
 
 /* 32 unsigned levels (< 64) times 32 activations, weighted by one int16 scale per 16 elements
