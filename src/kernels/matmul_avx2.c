@@ -139,14 +139,6 @@ ALWAYS_INLINE __m256i k4_mins(__m256i sc)
                                                     12, -1, 12, -1, 13, -1, 13, -1, 14, -1, 14, -1, 15, -1, 15, -1));
 }
 
-/* Q5_K: Q4_K with a fifth bit per weight, bit j of qh[l] for element l of sub-block j. */
-ALWAYS_INLINE __m256i q5_high_bit(__m256i qh, int j)
-{
-    /* Move bit j of every byte to bit 4; the shift stays within bytes for the bits kept. */
-    __m256i v = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
-}
-
 /* Superblock b of a Q4_K row, or Q5_K when five_bits (the two share d, dmin and the packed
  * scales at the start of the block; Q5_K adds the fifth bits, qh, before its 4-bit quants),
  * against T tokens' superblocks ab: each token's isum and msum spread over 8 int32 lanes. */
@@ -154,21 +146,12 @@ ALWAYS_INLINE void k4_block_sums(bool five_bits, int T, const uint8_t *b, const 
                                  __m256i isum[], __m256i msum[])
 {
     const __m256i sc = k4_scale_bytes(b);
-    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
-    __m256i qh = _mm256_setzero_si256();
-    if (five_bits)
-        qh = load_once(b + offsetof(block_q5_k, qh));
+    const __m256i qh = five_bits ? load_once(b + offsetof(block_q5_k, qh)) : _mm256_setzero_si256();
     for (int t = 0; t < T; t++)
         isum[t] = _mm256_setzero_si256();
     for (int c = 0; c < 4; c++) {
-        __m256i q = load_once(b + qs_at + 32 * c);
-        __m256i lo = _mm256_and_si256(q, low4);
-        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (five_bits) {
-            lo = _mm256_or_si256(lo, q5_high_bit(qh, 2 * c));
-            hi = _mm256_or_si256(hi, q5_high_bit(qh, 2 * c + 1));
-        }
+        __m256i lo, hi;
+        k4_levels(five_bits, b, qh, c, &lo, &hi);
         __m256i s_lo = k4_scale(sc, 2 * c), s_hi = k4_scale(sc, 2 * c + 1);
         for (int t = 0; t < T; t++) {
             __m256i a_lo = _mm256_loadu_si256((const __m256i *)(ab[t]->qs + 64 * c));
@@ -288,8 +271,6 @@ static inline __m256i lane_broadcast(__m256i v, int i)
 /* Superblock b of a Q6_K row against T tokens' superblocks ab: each token's isum over 8 lanes. */
 ALWAYS_INLINE void q6k_block_sums(int T, const block_q6_k *b, const block_q8_k *ab[], __m256i isum[])
 {
-    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     __m256i hs[2], all;
     q6k_scales(b->scales, hs, &all);
     for (int t = 0; t < T; t++) {
@@ -297,15 +278,8 @@ ALWAYS_INLINE void q6k_block_sums(int T, const block_q6_k *b, const block_q8_k *
         isum[t] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_madd_epi16(bsums, all), 5));
     }
     for (int h = 0; h < 2; h++) {
-        __m256i l0 = load_once(b->ql + 64 * h), l1 = load_once(b->ql + 64 * h + 32);
-        __m256i qh = load_once(b->qh + 32 * h);
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
-        q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                               _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, bits45));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+        q6k_levels(b, h, q);
         for (int g = 0; g < 4; g++) {
             __m256i sg = Q6_SCALE(hs, h, g);
             for (int t = 0; t < T; t++) {

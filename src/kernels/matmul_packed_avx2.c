@@ -43,92 +43,111 @@ typedef struct {
 
 _Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
 
-/* Row r's levels (one byte each, in element order) into the panel's groups of four: group k of
- * row r at bytes (k * PANEL_ROWS + r) * 4. */
-ALWAYS_INLINE void put_levels(uint8_t *q, int groups, int r, const uint8_t *lev)
+/* Packing transposes: the 32-bit words at one offset of the 8 rows' blocks become one vector, row
+ * r in lane r, so each panel vector costs a few operations where unpacking each row's levels and
+ * storing them four bytes at a time cost as much as 16-32 tokens' products. */
+
+/* out[k] = 32-bit word k of in[0..7], in lane r of in[r]: an 8 x 8 transpose. */
+ALWAYS_INLINE void transpose8(const __m256i in[8], __m256i out[8])
 {
-    for (int k = 0; k < groups; k++)
-        memcpy(q + ((size_t)k * PANEL_ROWS + r) * 4, lev + 4 * k, 4);
-}
-
-/* One superblock of a Q4_K / Q5_K row as the packers take it. */
-typedef struct {
-    int8_t lev[QK_K];
-    uint8_t sc[8], mn[8];
-    float d, dmin;
-} k4_unpacked;
-
-/* Superblock k of row r < nr, all zero for a panel row beyond the matrix (r >= nr). */
-ALWAYS_INLINE void k4_unpack_block(bool five_bits, const void *w, size_t ws, int nr, int r, int k, k4_unpacked *u)
-{
-    memset(u, 0, sizeof *u);
-    if (r >= nr)
-        return;
-    const uint8_t *b = (const uint8_t *)w + r * ws + (size_t)k * (five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k));
-    if (five_bits)
-        q5_k_levels((const block_q5_k *)b, u->lev);
-    else
-        q4_k_levels((const block_q4_k *)b, u->lev);
-    k4_unpack_scales(b + offsetof(block_q4_k, scales), u->sc, u->mn);
-    u->d = half_f16c(((const block_q4_k *)b)->d);
-    u->dmin = half_f16c(((const block_q4_k *)b)->dmin);
-}
-
-/* One superblock of a Q6_K row as the packers take it: levels + 32, unsigned. */
-typedef struct {
-    uint8_t lev[QK_K];
-    int8_t sc[16];
-    float d;
-} q6_unpacked;
-
-/* Superblock k of row r < nr; beyond the matrix level 0 (stored 32) with scale 0. */
-ALWAYS_INLINE void q6_unpack_block(const void *w, size_t ws, int nr, int r, int k, q6_unpacked *u)
-{
-    memset(u, 0, sizeof *u);
-    if (r >= nr) {
-        memset(u->lev, 32, sizeof u->lev);
-        return;
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) { /* rows i, i+1 interleaved: words 0,1 | 4,5 and 2,3 | 6,7 */
+        t[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
     }
-    const block_q6_k *b = (const block_q6_k *)((const uint8_t *)w + r * ws) + k;
-    int8_t q[QK_K];
-    q6_k_levels(b, q);
-    for (int l = 0; l < QK_K; l++)
-        u->lev[l] = (uint8_t)(q[l] + 32);
-    memcpy(u->sc, b->scales, sizeof u->sc);
-    u->d = half_f16c(b->d);
+    for (int i = 0; i < 8; i += 4) { /* rows i .. i+3 of words m | m + 4, m = 0..3 */
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int m = 0; m < 4; m++) {
+        out[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
+        out[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
+    }
+}
+
+/* The 8 rows' vectors in[r] (32 levels each, element order) as 8 panel vectors at q: vector k
+ * holds levels 4k .. 4k + 3 of every row. */
+ALWAYS_INLINE void store_transposed(const __m256i in[8], uint8_t *q)
+{
+    __m256i out[8];
+    transpose8(in, out);
+    for (int k = 0; k < 8; k++)
+        _mm256_store_si256((__m256i *)(q + 32 * k), out[k]);
+}
+
+/* Rows past nr read this: zero levels and scales, so they add nothing. */
+static const _Alignas(32) uint8_t zero_block[256];
+
+/* Where the panel's 8 rows' blocks (from byte `at` of each row) start. The same bytes of the next
+ * panel's rows are asked for into L2: packing reads 8 rows side by side, which the hardware
+ * prefetchers follow poorly. */
+ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, size_t bytes,
+                              const uint8_t *rp[PANEL_ROWS])
+{
+    for (int r = 0; r < PANEL_ROWS; r++)
+        rp[r] = r < nr ? (const uint8_t *)w + r * ws + at : zero_block;
+    for (int r = 0; r < nr; r++)
+        for (size_t o = 0; o < bytes; o += 64)
+            __builtin_prefetch(rp[r] + PANEL_ROWS * ws + o, 0, 2);
 }
 
 static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
 {
+    const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     k4_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++)
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            k4_unpacked u;
-            k4_unpack_block(five_bits, w, ws, nr, r, k, &u);
-            put_levels(&P->q[0][0][0][0], QK_K / 4, r, (const uint8_t *)u.lev);
-            for (int j = 0; j < 8; j++)
-                P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
-            for (int p = 0; p < 4; p++)
-                P->mins[p][r] = pair16(u.mn[2 * p], u.mn[2 * p + 1]);
-            P->d[r] = u.d;
-            P->dmin[r] = u.dmin;
+    for (int k = 0; k < n / QK_K; k++, P++) {
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
+        for (int c = 0; c < 4; c++) {
+            __m256i lo[PANEL_ROWS], hi[PANEL_ROWS];
+            for (int r = 0; r < PANEL_ROWS; r++) {
+                __m256i qh = five_bits ? load_once(rp[r] + offsetof(block_q5_k, qh)) : _mm256_setzero_si256();
+                k4_levels(five_bits, rp[r], qh, c, &lo[r], &hi[r]);
+            }
+            store_transposed(lo, &P->q[2 * c][0][0][0]);
+            store_transposed(hi, &P->q[2 * c + 1][0][0][0]);
         }
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            uint8_t sc[8], mn[8];
+            k4_unpack_scales(rp[r] + offsetof(block_q4_k, scales), sc, mn);
+            for (int j = 0; j < 8; j++)
+                P->scale[j][r] = pair16(sc[j], sc[j]);
+            for (int p = 0; p < 4; p++)
+                P->mins[p][r] = pair16(mn[2 * p], mn[2 * p + 1]);
+            P->d[r] = half_f16c(((const block_q4_k *)rp[r])->d);
+            P->dmin[r] = half_f16c(((const block_q4_k *)rp[r])->dmin);
+        }
+    }
 }
 
 static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
 {
     q6_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++)
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            q6_unpacked u;
-            q6_unpack_block(w, ws, nr, r, k, &u);
-            put_levels(&P->q[0][0][0][0], QK_K / 4, r, u.lev);
-            for (int j = 0; j < 16; j++)
-                P->scale[j][r] = pair16(u.sc[j], u.sc[j]);
-            for (int p = 0; p < 8; p++)
-                P->scale_pairs[p][r] = pair16(u.sc[2 * p], u.sc[2 * p + 1]);
-            P->d[r] = u.d;
+    for (int k = 0; k < n / QK_K; k++, P++) {
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
+        for (int h = 0; h < 2; h++) {
+            __m256i lev[4][PANEL_ROWS]; /* [vector i of the half: sub-blocks 8h + 2i, + 1][row] */
+            for (int r = 0; r < PANEL_ROWS; r++) {
+                __m256i q[4];
+                q6k_levels((const block_q6_k *)rp[r], h, q);
+                for (int i = 0; i < 4; i++)
+                    lev[i][r] = q[i];
+            }
+            for (int i = 0; i < 4; i++)
+                store_transposed(lev[i], &P->q[8 * h + 2 * i][0][0][0]);
         }
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            const block_q6_k *b = (const block_q6_k *)rp[r];
+            for (int j = 0; j < 16; j++)
+                P->scale[j][r] = pair16(b->scales[j], b->scales[j]);
+            for (int p = 0; p < 8; p++)
+                P->scale_pairs[p][r] = pair16(b->scales[2 * p], b->scales[2 * p + 1]);
+            P->d[r] = half_f16c(b->d);
+        }
+    }
 }
 
 static void pack_q4k(int n, int nr, const void *w, size_t ws, void *panel)
@@ -303,49 +322,20 @@ static void q32_act_prep(int n, const void *a, void *dst)
     }
 }
 
-/* out[k] = 32-bit word k of in[0..7], in lane r of in[r]: an 8 x 8 transpose. */
-ALWAYS_INLINE void transpose8(const __m256i in[8], __m256i out[8])
-{
-    __m256i t[8], u[8];
-    for (int i = 0; i < 8; i += 2) { /* rows i, i+1 interleaved: words 0,1 | 4,5 and 2,3 | 6,7 */
-        t[i] = _mm256_unpacklo_epi32(in[i], in[i + 1]);
-        t[i + 1] = _mm256_unpackhi_epi32(in[i], in[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) { /* rows i .. i+3 of words m | m + 4, m = 0..3 */
-        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
-        u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
-        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
-        u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-    for (int m = 0; m < 4; m++) {
-        out[m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x20);
-        out[4 + m] = _mm256_permute2x128_si256(u[m], u[4 + m], 0x31);
-    }
-}
-
 ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
                             int nr, const void *w, size_t ws, void *panel)
 {
-    static const _Alignas(32) uint8_t zero_block[64];
-    const int nb = n / QK;
     uint8_t *q = panel;
     float *d = (float *)(q + q32_levels_bytes(n));
-    const uint8_t *rp[PANEL_ROWS];
-    for (int r = 0; r < PANEL_ROWS; r++)
-        rp[r] = r < nr ? (const uint8_t *)w + r * ws : zero_block;
-    for (int i = 0; i < nb; i++, q += QK * PANEL_ROWS, d += PANEL_ROWS) {
-        __m256i in[8], out[8];
+    for (int i = 0; i < n / QK; i++, q += QK * PANEL_ROWS, d += PANEL_ROWS) {
+        const uint8_t *rp[PANEL_ROWS];
+        __m256i lev[PANEL_ROWS];
+        panel_rows(w, ws, nr, (size_t)i * block_bytes, block_bytes, rp);
         for (int r = 0; r < PANEL_ROWS; r++) {
-            const uint8_t *b = r < nr ? rp[r] + (size_t)i * block_bytes : zero_block;
-            in[r] = weights(b);
-            d[r] = r < nr ? scale(b) : 0.0f;
-            /* the next panel's rows, which the hardware prefetchers follow poorly side by side */
-            if (r < nr && i % 2 == 0)
-                __builtin_prefetch(b + PANEL_ROWS * ws, 0, 2);
+            lev[r] = weights(rp[r]);
+            d[r] = r < nr ? scale(rp[r]) : 0.0f;
         }
-        transpose8(in, out);
-        for (int g = 0; g < 8; g++)
-            _mm256_store_si256((__m256i *)(q + 32 * g), out[g]);
+        store_transposed(lev, q);
     }
 }
 
@@ -394,15 +384,17 @@ ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, cons
 
 DEFINE_PACKED_TILE8(packed_q32, q32_packed_tile)
 
-/* Packing here (scalar stores per row) costs about as much as 16-32 tokens' products: measured
- * on a Zen 4 with the AVX2 path forced, 4096 x 14336, 1 thread, Q4_K 4 / 8 / 16 tokens 10.8 / 12.7
- * / 16.5 ms packed against 5.9 / 10.6 / 19.4 with the ordinary tiles, Q6_K 16 tokens 25.8
- * against 20.8. */
-#define AVX2_PACK_TOKENS 32
+/* The smallest batch that packs. One thread, a 4096 x 14336 matrix from DRAM, best of 20-30 (ms,
+ * ordinary tiles against packed, two runs): Q4_K 4 tokens 5.1-6.2 against 4.1-6.2, 8 tokens
+ * 9.1-11.2 against 5.9-7.6; Q5_K 4 tokens 7.2-7.3 against 5.8-6.4; Q6_K 4 tokens 6.1-6.9 against
+ * 7.0-7.7, 8 tokens 11.2-12.2 against 10.0-10.6. (Before the transposes, packing cost about as
+ * much as 16-32 tokens' products and batches under 32 tokens did not pack.) */
+#define AVX2_PACK_TOKENS 4
+#define AVX2_PACK_TOKENS_Q6 8
 
 const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, NULL};
 const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, NULL};
-const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};
+const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS_Q6, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};
 /* A 32-block panel packs with a transpose in registers, about one token's products: 4 tokens of
  * a 4096 x 14336 Q8_0 matrix from DRAM took 2.55x one token's time packed against 4.15-4.27x
  * with the ordinary tiles (3 + 1 tokens, the weights read twice), 8 tokens 3.6-3.7x against

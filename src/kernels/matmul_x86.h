@@ -139,6 +139,41 @@ ALWAYS_INLINE float mxfp4_d(const void *b) { return mxfp4_scale(((const block_mx
         for (int t_ = 0; t_ < (T); t_++)        \
             (acc)[r_][t_] = (zero)
 
+/* Chunk c (0-3) of a Q4_K superblock's levels (b: the block), or Q5_K's when five_bits with qh
+ * its 32 bytes of fifth bits (bit j of qh[l]: level l of sub-block j): sub-block 2c in lo and
+ * 2c + 1 in hi, 32 unsigned levels each in element order. */
+ALWAYS_INLINE void k4_levels(bool five_bits, const uint8_t *b, __m256i qh, int c, __m256i *lo, __m256i *hi)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
+    __m256i q = load_once(b + qs_at + 32 * c);
+    *lo = _mm256_and_si256(q, low4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    if (five_bits) /* bit j of every byte to bit 4; the shifts stay within bytes for the bits kept */
+        for (int e = 0; e < 2; e++) {
+            const int j = 2 * c + e;
+            __m256i v = j <= 4 ? _mm256_slli_epi16(qh, 4 - j) : _mm256_srli_epi16(qh, j - 4);
+            __m256i *l = e ? hi : lo;
+            *l = _mm256_or_si256(*l, _mm256_and_si256(v, _mm256_set1_epi8(0x10)));
+        }
+}
+
+/* Half h (levels 128h .. 128h + 127) of a Q6_K superblock as levels + 32 (0-63), 32 per vector in
+ * element order. */
+ALWAYS_INLINE void q6k_levels(const block_q6_k *b, int h, __m256i q[4])
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(0x03);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
+    __m256i l0 = load_once(b->ql + 64 * h), l1 = load_once(b->ql + 64 * h + 32);
+    __m256i qh = load_once(b->qh + 32 * h);
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(qh, two), 4));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                           _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0c)), 2));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(qh, bits45));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), bits45));
+}
+
 /* Superblock k of the T activation rows of a K-quant tile. */
 ALWAYS_INLINE void q8k_blocks(const void *a, size_t as, int T, int k, const block_q8_k *ab[])
 {

@@ -63,8 +63,8 @@ typedef void (*mm_tile_fn)(int n, int nr, int nt, const void *w, size_t w_stride
  * ordinary tile too, exactly what its packed tile computes (the mm_tile_fn contract). */
 typedef struct mm_packed {
     int rows, tokens; /* rows per panel; the largest token tile */
-    /* The smallest batch that packs: where packing costs more than a few tokens' products (the
-     * AVX2 panels unpack with scalar stores), small batches keep the ordinary tiles. */
+    /* The smallest batch that packs: packing costs about a token's products or more, so the
+     * smallest batches keep the ordinary tiles. */
     int min_tokens;
     size_t (*bytes)(int n); /* one panel of n inputs: a multiple of 64 */
     /* Pack nr <= rows weight rows (the rest of the panel zero) into a 64-byte aligned panel. */
