@@ -395,11 +395,13 @@ DEFINE_PACKED_TILE8(packed_q32, q32_packed_tile)
 const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, NULL};
 const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, NULL};
 const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS_Q6, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};
-/* A 32-block panel packs with a transpose in registers, about one token's products: 4 tokens of
- * a 4096 x 14336 Q8_0 matrix from DRAM took 2.55x one token's time packed against 4.15-4.27x
- * with the ordinary tiles (3 + 1 tokens, the weights read twice), 8 tokens 3.6-3.7x against
- * 6.3-6.9x. */
-#define AVX2_PACK32_TOKENS 4
+/* A 32-block panel packs with a transpose in registers, about one token's products, and the
+ * ordinary tiles' per-block lane sums cost more than that from 2 tokens on. One thread, a 4096 x
+ * 14336 matrix from DRAM, best of 30 (ms, ordinary tiles against packed): Q8_0 2 tokens 4.2
+ * against 3.9, 3 tokens 6.0-6.2 against 4.6-4.8; Q4_0 2 tokens 5.1 against 3.8-4.1, 3 tokens 7.1
+ * against 4.4-5.0; `bench kernels`, Q8_0 4 tokens (3 + 1 ordinary tiles, the weights read twice)
+ * 4.15-4.27x one token's time against 2.55x packed. */
+#define AVX2_PACK32_TOKENS 2
 #define PACKED32(name)                                                                           \
     const mm_packed mm_##name##_packed_avx2 = {PANEL_ROWS, PANEL32_TOKENS, AVX2_PACK32_TOKENS,   \
                                                q32_panel_bytes, pack_##name, packed_q32,         \
