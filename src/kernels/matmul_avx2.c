@@ -350,9 +350,9 @@ DEFINE_TILE_4x2(tile_q6k, Q6K_TILE)
 
 /* Blocks i0 .. i0 + g - 1 (g <= K_PHASES) of row r against T tokens, into the row's phases. The
  * blocks go by pairs whose lane sums are half taken at once, so that fewer vectors stay live. */
-ALWAYS_INLINE void q32_phases(weights32_fn weights, scale32_fn scale, size_t block_bytes, int g,
-                              int i0, int r, int T, const void *w, size_t ws, const void *a,
-                              size_t as, const __m128 da[], __m128 facc[])
+ALWAYS_INLINE void q32_row_phases(weights32_fn weights, scale32_fn scale, size_t block_bytes, int g,
+                                  int i0, int r, int T, const void *w, size_t ws, const void *a,
+                                  size_t as, const __m128 da[], __m128 facc[])
 {
     __m256i pair[3][2]; /* [token][pair of blocks] */
     float dw[K_PHASES] = {0};
@@ -381,35 +381,22 @@ ALWAYS_INLINE void q32_phases(weights32_fn weights, scale32_fn scale, size_t blo
     }
 }
 
-ALWAYS_INLINE void q32_tile(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
-                            int R, int T, const void *w, size_t ws, const void *a, size_t as,
-                            float *y, size_t ys)
+/* The same for R rows (Q32_TILE_BODY, matmul_x86.h). */
+ALWAYS_INLINE void q32_phases(weights32_fn weights, scale32_fn scale, size_t block_bytes, int g,
+                              int i0, int R, int T, const void *w, size_t ws, const void *a,
+                              size_t as, __m128 facc[4][MM_STREAM_TOKENS])
 {
-    const int nb = n / QK;
-    __m128 facc[4][MM_STREAM_TOKENS];
-    TILE_ZERO(facc, R, T, _mm_setzero_ps());
-    for (int i0 = 0; i0 < nb; i0 += K_PHASES) {
-        const int g = nb - i0 < K_PHASES ? nb - i0 : K_PHASES;
-        __m128 da[3];
-        for (int t = 0; t < T; t++) {
+    __m128 da[MM_STREAM_TOKENS];
+    for (int t = 0; t < T; t++) {
 #define DA(i) block_d(q8_0_at(a, as, t, i0 + (i)))
-            da[t] = GATHER4(g, DA);
+        da[t] = GATHER4(g, DA);
 #undef DA
-        }
-        for (int r = 0; r < R; r++)
-            q32_phases(weights, scale, block_bytes, g, i0, r, T, w, ws, a, as, da, facc[r]);
     }
-    store_phases(R, T, facc, y, ys);
+    for (int r = 0; r < R; r++)
+        q32_row_phases(weights, scale, block_bytes, g, i0, r, T, w, ws, a, as, da, facc[r]);
 }
 
-#define Q8_0_TILE(...) q32_tile(q8_0_signed, block_d, sizeof(block_q8_0), __VA_ARGS__)
-#define Q4_0_TILE(...) q32_tile(q4_0_signed, block_d, sizeof(block_q4_0), __VA_ARGS__)
-#define IQ4_NL_TILE(...) q32_tile(iq4_nl_signed, block_d, sizeof(block_iq4_nl), __VA_ARGS__)
-#define MXFP4_TILE(...) q32_tile(mxfp4_signed, mxfp4_d, sizeof(block_mxfp4), __VA_ARGS__)
-DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
-DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
-DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
-DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
+DEFINE_Q32_TILES()
 
 /* ---- activation quantizers ----
  * Bit for bit the reference quantizers of quant_k.c / quant_scalar.c (tests check it): the same

@@ -288,29 +288,7 @@ ALWAYS_INLINE void q32_phases(weights32_fn weights, scale32_fn scale, size_t blo
     }
 }
 
-ALWAYS_INLINE void q32_tile(weights32_fn weights, scale32_fn scale, size_t block_bytes, int n,
-                            int R, int T, const void *w, size_t ws, const void *a, size_t as,
-                            float *y, size_t ys)
-{
-    const int nb = n / QK;
-    __m128 facc[4][MM_STREAM_TOKENS];
-    TILE_ZERO(facc, R, T, _mm_setzero_ps());
-    int i0 = 0;
-    for (; i0 + K_PHASES <= nb; i0 += K_PHASES)
-        q32_phases(weights, scale, block_bytes, K_PHASES, i0, R, T, w, ws, a, as, facc);
-    if (i0 < nb)
-        q32_phases(weights, scale, block_bytes, nb - i0, i0, R, T, w, ws, a, as, facc);
-    store_phases(R, T, facc, y, ys);
-}
-
-#define Q8_0_TILE(...) q32_tile(q8_0_signed, block_d, sizeof(block_q8_0), __VA_ARGS__)
-#define Q4_0_TILE(...) q32_tile(q4_0_signed, block_d, sizeof(block_q4_0), __VA_ARGS__)
-#define IQ4_NL_TILE(...) q32_tile(iq4_nl_signed, block_d, sizeof(block_iq4_nl), __VA_ARGS__)
-#define MXFP4_TILE(...) q32_tile(mxfp4_signed, mxfp4_d, sizeof(block_mxfp4), __VA_ARGS__)
-DEFINE_TILE_4x3(tile_q8_0, Q8_0_TILE)
-DEFINE_TILE_4x3(tile_q4_0, Q4_0_TILE)
-DEFINE_TILE_4x3(tile_iq4_nl, IQ4_NL_TILE)
-DEFINE_TILE_4x3(tile_mxfp4, MXFP4_TILE)
+DEFINE_Q32_TILES()
 
 /* The ordinary tiles take up to MM_STREAM_TOKENS (3) tokens: from 4 on every type here packs.
  * Decode takes one row per tile for every type: two or four interleaved rows took 1.7-1.8x the

@@ -77,29 +77,13 @@ ALWAYS_INLINE void store_transposed(const __m256i in[8], uint8_t *q)
         _mm256_store_si256((__m256i *)(q + 32 * k), out[k]);
 }
 
-/* Rows past nr read this: zero levels and scales, so they add nothing. */
-static const _Alignas(32) uint8_t zero_block[256];
-
-/* Where the panel's 8 rows' blocks (from byte `at` of each row) start. The same bytes of the next
- * panel's rows are asked for into L2: packing reads 8 rows side by side, which the hardware
- * prefetchers follow poorly. */
-ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, size_t bytes,
-                              const uint8_t *rp[PANEL_ROWS])
-{
-    for (int r = 0; r < PANEL_ROWS; r++)
-        rp[r] = r < nr ? (const uint8_t *)w + r * ws + at : zero_block;
-    for (int r = 0; r < nr; r++)
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(rp[r] + PANEL_ROWS * ws + o, 0, 2);
-}
-
 static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
 {
     const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     k4_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
         for (int c = 0; c < 4; c++) {
             __m256i lo[PANEL_ROWS], hi[PANEL_ROWS];
             for (int r = 0; r < PANEL_ROWS; r++) {
@@ -127,7 +111,7 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
     q6_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
         for (int h = 0; h < 2; h++) {
             __m256i lev[4][PANEL_ROWS]; /* [vector i of the half: sub-blocks 8h + 2i, + 1][row] */
             for (int r = 0; r < PANEL_ROWS; r++) {
@@ -306,32 +290,9 @@ static size_t q32_panel_bytes(int n)
     return (q32_levels_bytes(n) + (size_t)(n / QK) * PANEL_ROWS * sizeof(float) + 63) / 64 * 64;
 }
 
-/* The tile's activations: a block's scale as a float, -8 times the sum of its levels (Q4_0's
- * offset) and its 32 levels. */
-typedef struct {
-    float d;
-    int32_t neg8;
-    int8_t qs[QK];
-} q32_act;
-
-static size_t q32_act_bytes(int n)
-{
-    return (size_t)(n / QK) * sizeof(q32_act);
-}
-
 static void q32_act_prep(int n, const void *a, void *dst)
 {
-    const block_q8_0 *ab = a;
-    q32_act *p = dst;
-    for (int i = 0; i < n / QK; i++) {
-        __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q8_0_weights(&ab[i])),
-                                      _mm256_set1_epi16(1));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        p[i].neg8 = -8 * _mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1)));
-        p[i].d = block_d(&ab[i]);
-        memcpy(p[i].qs, ab[i].qs, QK);
-    }
+    q32_act_fill(8, n, a, dst);
 }
 
 /* offset: stored levels are w + offset (Q4_0: 8), else w. */
@@ -343,7 +304,7 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block
     for (int i = 0; i < n / QK; i++, q += QK * PANEL_ROWS, d += PANEL_ROWS) {
         const uint8_t *rp[PANEL_ROWS];
         __m256i lev[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)i * block_bytes, block_bytes, rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)i * block_bytes, block_bytes, rp);
         for (int r = 0; r < PANEL_ROWS; r++) {
             lev[r] = _mm256_add_epi8(weights(rp[r]), _mm256_set1_epi8((char)offset));
             d[r] = r < nr ? scale(rp[r]) : 0.0f;
@@ -395,7 +356,7 @@ ALWAYS_INLINE void q32_packed_tile(bool offset, int n, int nr, int T, const void
         }
         if (offset)
             for (int t = 0; t < T; t++)
-                dot[t] = _mm256_add_epi32(_mm256_madd_epi16(dot[t], ones), _mm256_set1_epi32(ab[t]->neg8));
+                dot[t] = _mm256_add_epi32(_mm256_madd_epi16(dot[t], ones), _mm256_set1_epi32(ab[t]->neg));
         const __m256 dv = _mm256_load_ps(d + (size_t)i * PANEL_ROWS);
         for (int t = 0; t < T; t++) {
             __m256 *f = &acc[i % K_PHASES][t];

@@ -72,24 +72,6 @@ ALWAYS_INLINE void transpose16(const __m512i in[16], __m512i out[16])
  * operations instead of each row's levels being unpacked, stored and transposed byte by byte
  * (which took twice as long: at 4 tokens packing cost more than the products). */
 
-/* Rows past nr read this: zero levels and zero scales, so they add nothing. */
-static const _Alignas(64) uint8_t zero_block[256];
-
-/* Where the panel's 16 rows' blocks (`bytes` from byte `at` of each row) start. The same bytes of
- * the next panel's rows are asked for into L2 (not L1, which they would crowd): packing reads 16
- * rows side by side, which the hardware prefetchers follow poorly, and without this it waited on
- * DRAM as long as it computed (4 tokens of a 4096 x 14336 Q4_K matrix from DRAM, one thread:
- * 4.5 -> 3.1 ms; Q6_K 7.4 -> 5.7; Q8_0 5.7 -> 4.5). */
-ALWAYS_INLINE void panel_rows(const void *w, size_t ws, int nr, size_t at, size_t bytes,
-                              const uint8_t *rp[PANEL_ROWS])
-{
-    for (int r = 0; r < PANEL_ROWS; r++)
-        rp[r] = r < nr ? (const uint8_t *)w + r * ws + at : zero_block;
-    for (int r = 0; r < nr; r++)
-        for (size_t o = 0; o < bytes; o += 64)
-            __builtin_prefetch(rp[r] + PANEL_ROWS * ws + o, 0, 2);
-}
-
 /* out[k] = word k of the 64 bytes at rp[r] + at, lane r. */
 ALWAYS_INLINE void words64(const uint8_t *const rp[PANEL_ROWS], size_t at, __m512i out[16])
 {
@@ -173,7 +155,7 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
     k4_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
         /* d and dmin, then the 12 scale bytes q[0..11]: scale j < 4 is q[j] & 63, its minimum
          * q[j + 4] & 63; j >= 4 takes its low four bits from q[j + 4] (the minimum's from that
          * byte's high nibble) and its top two from the top of q[j - 4] (the minimum's: q[j]) */
@@ -220,7 +202,7 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
     q6_panel *P = panel;
     for (int k = 0; k < n / QK_K; k++, P++) {
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
         __m512i sw[4], s[16];
         words16(rp, offsetof(block_q6_k, scales), sw);
         for (int j = 0; j < 16; j++) { /* signed bytes, sign-extended */
@@ -382,14 +364,6 @@ typedef struct {
     float d[PANEL_ROWS];
 } q32_panel;
 
-/* A token's block of activations as the packed tile reads them: its scale as a float, and
- * -128 * sum(a), what the weights' offset adds to every row's sum. */
-typedef struct {
-    float d;
-    int32_t neg;
-    int8_t qs[QK];
-} q32_act;
-
 _Static_assert(sizeof(q32_panel) % 64 == 0, "panels stay aligned");
 
 static size_t q32_panel_bytes(int n)
@@ -397,25 +371,10 @@ static size_t q32_panel_bytes(int n)
     return (size_t)(n / QK) * sizeof(q32_panel);
 }
 
-static size_t q32_act_bytes(int n)
-{
-    return (size_t)(n / QK) * sizeof(q32_act);
-}
-
 static void q32_act_prep(int n, const void *a, void *dst)
 {
-    const block_q8_0 *ab = a;
-    q32_act *p = dst;
-    for (int i = 0; i < n / QK; i++) {
-        __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), q8_0_weights(&ab[i]));
-        __m128i h = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
-        p[i].neg = -_mm_cvtsi128_si32(_mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1)));
-        p[i].d = block_d(&ab[i]);
-        memcpy(p[i].qs, ab[i].qs, QK);
-    }
+    q32_act_fill(128, n, a, dst);
 }
-
 
 /* The scales of 16 blocks from the first word of each, as the ordinary tiles compute them
  * (block_d, mxfp4_d: matmul_x86.h). */
@@ -437,7 +396,7 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scales16_fn scales, size_t blo
     const int nb = n / QK;
     for (int i = 0; i < nb; i += 2) { /* two blocks: 16 words per row, one transpose */
         const uint8_t *rp[PANEL_ROWS];
-        panel_rows(w, ws, nr, (size_t)i * block_bytes, 2 * block_bytes, rp);
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)i * block_bytes, 2 * block_bytes, rp);
         const bool two = i + 1 < nb;
         __m512i in[16], out[16];
         for (int r = 0; r < PANEL_ROWS; r++) {
