@@ -198,17 +198,33 @@ ALWAYS_INLINE void store_panel_minus(int nr, int T, __m256 acc[K_PHASES][PANEL_T
     store_panel(nr, T, acc, y, ys);
 }
 
-/* Q4_K (span 8) and Q5_K (span 4) panels, or Q6_K panels (span 2) when six: span groups add up
- * in int16 before a madd. */
-ALWAYS_INLINE void kq_packed_tile(bool six, int span, int n, int nr, int T, const void *panel,
-                                  const void *a, size_t as, float *y, size_t ys)
+/* Q4_K (span 8) and Q5_K (span 4, five) panels, or Q6_K panels (span 2) when six: span groups
+ * add up in int16 before a madd. From panels (src), or with stream straight from nr weight rows
+ * (src, ws; mm_packed.stream): each superblock packed into a small buffer just before its
+ * products, so that reading the weights overlaps the products where packing a whole row block
+ * first left memory idle while the tiles computed (one thread, 4 tokens of a 4096 x 14336 matrix
+ * from DRAM, two runs: Q4_K 4.2 and 5.4 -> 3.8 and 5.4 ms, Q5_K 4.7-5.7 -> 4.4-4.8). */
+ALWAYS_INLINE void kq_packed_tile(bool six, bool five, int span, bool stream, int n, int nr, int T,
+                                  const void *src, size_t ws, const void *a, size_t as, float *y, size_t ys)
 {
     __m256 acc[K_PHASES][PANEL_TOKENS], macc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
     TILE_ZERO(macc, K_PHASES, T, _mm256_setzero_ps());
+    union {
+        k4_panel k4;
+        q6_panel q6;
+    } sb;
     for (int k = 0; k < n / QK_K; k++) {
-        const k4_panel *P4 = (const k4_panel *)panel + k;
-        const q6_panel *P6 = (const q6_panel *)panel + k;
+        const k4_panel *P4 = (const k4_panel *)src + k;
+        const q6_panel *P6 = (const q6_panel *)src + k;
+        if (stream && six) {
+            pack_q6k(QK_K, nr, (const block_q6_k *)src + k, ws, &sb.q6);
+            P6 = &sb.q6;
+        } else if (stream) {
+            pack_k4(five, QK_K, nr, (const uint8_t *)src + (size_t)k * (five ? sizeof(block_q5_k) : sizeof(block_q4_k)),
+                    ws, &sb.k4);
+            P4 = &sb.k4;
+        }
         const block_q8_k *ab[PANEL_TOKENS];
         q8k_blocks(a, as, T, k, ab);
         __m256i isum[PANEL_TOKENS];
@@ -254,12 +270,16 @@ ALWAYS_INLINE void kq_packed_tile(bool six, int span, int n, int nr, int T, cons
         store_panel_minus(nr, T, acc, macc, y, ys);
 }
 
-#define Q4K_PACKED(...) kq_packed_tile(false, 8, __VA_ARGS__)
-#define Q5K_PACKED(...) kq_packed_tile(false, 4, __VA_ARGS__)
-#define Q6K_PACKED(...) kq_packed_tile(true, 2, __VA_ARGS__)
+#define Q4K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, false, 8, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q5K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, true, 4, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q6K_PACKED(n, nr, T, panel, ...) kq_packed_tile(true, false, 2, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q4K_STREAM(...) kq_packed_tile(false, false, 8, true, __VA_ARGS__)
+#define Q5K_STREAM(...) kq_packed_tile(false, true, 4, true, __VA_ARGS__)
 DEFINE_PACKED_TILE4(packed_q4k, Q4K_PACKED)
 DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
 DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
+DEFINE_STREAM_TILE4(stream_q4k, Q4K_STREAM)
+DEFINE_STREAM_TILE4(stream_q5k, Q5K_STREAM)
 
 /* ---- 32-blocks (Q8_0, Q4_0, IQ4_NL, MXFP4) with Q8_0 activations ----
  * A block's 8 x 32 levels as 8 vectors, vector g holding levels 4g .. 4g + 3 of the 8 rows,
@@ -295,22 +315,29 @@ static void q32_act_prep(int n, const void *a, void *dst)
     q32_act_fill(8, n, a, dst);
 }
 
-/* offset: stored levels are w + offset (Q4_0: 8), else w. */
+/* Block i of the nr rows at w into a panel's block: levels at q (w + offset: Q4_0's 8, else w),
+ * scales at d. */
+ALWAYS_INLINE void pack_q32_block(weights32_fn weights, scale32_fn scale, size_t block_bytes, int offset,
+                                  int i, int nr, const void *w, size_t ws, uint8_t *q, float *d)
+{
+    const uint8_t *rp[PANEL_ROWS];
+    __m256i lev[PANEL_ROWS];
+    panel_rows(PANEL_ROWS, w, ws, nr, (size_t)i * block_bytes, block_bytes, rp);
+    for (int r = 0; r < PANEL_ROWS; r++) {
+        lev[r] = _mm256_add_epi8(weights(rp[r]), _mm256_set1_epi8((char)offset));
+        d[r] = r < nr ? scale(rp[r]) : 0.0f;
+    }
+    store_transposed(lev, q);
+}
+
 ALWAYS_INLINE void pack_q32(weights32_fn weights, scale32_fn scale, size_t block_bytes, int offset,
                             int n, int nr, const void *w, size_t ws, void *panel)
 {
     uint8_t *q = panel;
     float *d = (float *)(q + q32_levels_bytes(n));
-    for (int i = 0; i < n / QK; i++, q += QK * PANEL_ROWS, d += PANEL_ROWS) {
-        const uint8_t *rp[PANEL_ROWS];
-        __m256i lev[PANEL_ROWS];
-        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)i * block_bytes, block_bytes, rp);
-        for (int r = 0; r < PANEL_ROWS; r++) {
-            lev[r] = _mm256_add_epi8(weights(rp[r]), _mm256_set1_epi8((char)offset));
-            d[r] = r < nr ? scale(rp[r]) : 0.0f;
-        }
-        store_transposed(lev, q);
-    }
+    for (int i = 0; i < n / QK; i++)
+        pack_q32_block(weights, scale, block_bytes, offset, i, nr, w, ws, q + (size_t)i * QK * PANEL_ROWS,
+                       d + (size_t)i * PANEL_ROWS);
 }
 
 #define DEFINE_PACK32(name, levels, scale, block, offset)                                     \
@@ -323,17 +350,27 @@ DEFINE_PACK32(q4_0, q4_0_signed, block_d, block_q4_0, 8)
 DEFINE_PACK32(iq4_nl, iq4_nl_signed, block_d, block_iq4_nl, 0)
 DEFINE_PACK32(mxfp4, mxfp4_signed, mxfp4_d, block_mxfp4, 0)
 
-/* offset: Q4_0's panels (levels + 8), else signed levels. */
-ALWAYS_INLINE void q32_packed_tile(bool offset, int n, int nr, int T, const void *panel, const void *a,
-                                   size_t as, float *y, size_t ys)
+/* Panels of a 32-block type (src), Q4_0's with offset (levels + 8), else signed levels; or with
+ * stream straight from nr weight rows (src, ws), each block packed just before its products
+ * (kq_packed_tile). */
+ALWAYS_INLINE void q32_packed_tile(weights32_fn weights, scale32_fn scale, size_t block_bytes, bool offset,
+                                   bool stream, int n, int nr, int T, const void *src, size_t ws,
+                                   const void *a, size_t as, float *y, size_t ys)
 {
     const int nb = n / QK;
-    const uint8_t *q = panel;
-    const float *d = (const float *)(q + q32_levels_bytes(n));
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 acc[K_PHASES][PANEL32_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
-    for (int i = 0; i < nb; i++, q += QK * PANEL_ROWS) {
+    _Alignas(32) uint8_t qb[QK * PANEL_ROWS];
+    _Alignas(32) float db[PANEL_ROWS];
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *q = (const uint8_t *)src + (size_t)i * QK * PANEL_ROWS;
+        const float *d = (const float *)((const uint8_t *)src + q32_levels_bytes(n)) + (size_t)i * PANEL_ROWS;
+        if (stream) {
+            pack_q32_block(weights, scale, block_bytes, offset ? 8 : 0, i, nr, src, ws, qb, db);
+            q = qb;
+            d = db;
+        }
         const q32_act *ab[PANEL32_TOKENS];
         __m256i dot[PANEL32_TOKENS];
         for (int t = 0; t < T; t++)
@@ -357,7 +394,7 @@ ALWAYS_INLINE void q32_packed_tile(bool offset, int n, int nr, int T, const void
         if (offset)
             for (int t = 0; t < T; t++)
                 dot[t] = _mm256_add_epi32(_mm256_madd_epi16(dot[t], ones), _mm256_set1_epi32(ab[t]->neg));
-        const __m256 dv = _mm256_load_ps(d + (size_t)i * PANEL_ROWS);
+        const __m256 dv = _mm256_load_ps(d);
         for (int t = 0; t < T; t++) {
             __m256 *f = &acc[i % K_PHASES][t];
             *f = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_set1_ps(ab[t]->d)), _mm256_cvtepi32_ps(dot[t]), *f);
@@ -367,10 +404,20 @@ ALWAYS_INLINE void q32_packed_tile(bool offset, int n, int nr, int T, const void
         store_phases8(nr, acc[0][t], acc[1][t], acc[2][t], acc[3][t], y + t * ys);
 }
 
-#define Q32_PACKED(...) q32_packed_tile(false, __VA_ARGS__)
-#define Q4_0_PACKED(...) q32_packed_tile(true, __VA_ARGS__)
+/* Per type: its packed tile (the panels know their levels, so the 32-blocks but Q4_0 share one);
+ * Q8_0 streams batches of one tile's tokens. The types whose levels are unpacked from nibbles
+ * did not gain from streaming: one thread, 4096 x 14336 from DRAM, best of 30, two runs (ms,
+ * panels against streaming): Q8_0 2 tokens 3.8-4.1 against 3.5, 4 tokens 5.7-5.9 against
+ * 5.2-5.5; Q4_0, IQ4_NL and MXFP4 within 5 % at 2 and 4 tokens, 8 tokens 6.3-8.8 against
+ * 7.0-9.2 (Q4_0 10-20 % slower). */
+#define Q32_PACKED(n, nr, T, panel, ...) \
+    q32_packed_tile(q8_0_signed, block_d, 0, false, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q4_0_PACKED(n, nr, T, panel, ...) \
+    q32_packed_tile(q4_0_signed, block_d, 0, true, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q8_0_STREAM(...) q32_packed_tile(q8_0_signed, block_d, sizeof(block_q8_0), false, true, __VA_ARGS__)
 DEFINE_PACKED_TILE8(packed_q32, Q32_PACKED)
 DEFINE_PACKED_TILE8(packed_q4_0, Q4_0_PACKED)
+DEFINE_STREAM_TILE8(stream_q8_0, Q8_0_STREAM)
 
 /* The smallest batch that packs. One thread, a 4096 x 14336 matrix from DRAM, best of 20-30 (ms,
  * ordinary tiles against packed, two runs): Q4_K 4 tokens 5.1-6.2 against 4.1-6.2, 8 tokens
@@ -380,8 +427,8 @@ DEFINE_PACKED_TILE8(packed_q4_0, Q4_0_PACKED)
 #define AVX2_PACK_TOKENS 4
 #define AVX2_PACK_TOKENS_Q6 8
 
-const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, NULL};
-const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, NULL};
+const mm_packed mm_q4_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_q4k, NULL, NULL, stream_q4k};
+const mm_packed mm_q5_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS, k4_panel_bytes, pack_q5k, packed_q5k, NULL, NULL, stream_q5k};
 const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKENS_Q6, q6_panel_bytes, pack_q6k, packed_q6k, NULL, NULL, NULL};
 /* A 32-block panel packs with a transpose in registers, about one token's products, and the
  * ordinary tiles' per-block lane sums cost more than that from 2 tokens on. One thread, a 4096 x
@@ -390,11 +437,11 @@ const mm_packed mm_q6_k_packed_avx2 = {PANEL_ROWS, PANEL_TOKENS, AVX2_PACK_TOKEN
  * against 4.4-5.0; `bench kernels`, Q8_0 4 tokens (3 + 1 ordinary tiles, the weights read twice)
  * 4.15-4.27x one token's time against 2.55x packed. */
 #define AVX2_PACK32_TOKENS 2
-#define PACKED32(name, tile)                                                                     \
+#define PACKED32(name, tile, stream)                                                             \
     const mm_packed mm_##name##_packed_avx2 = {PANEL_ROWS, PANEL32_TOKENS, AVX2_PACK32_TOKENS,   \
                                                q32_panel_bytes, pack_##name, tile,               \
-                                               q32_act_bytes, q32_act_prep, NULL};
-PACKED32(q8_0, packed_q32)
-PACKED32(q4_0, packed_q4_0)
-PACKED32(iq4_nl, packed_q32)
-PACKED32(mxfp4, packed_q32)
+                                               q32_act_bytes, q32_act_prep, stream};
+PACKED32(q8_0, packed_q32, stream_q8_0)
+PACKED32(q4_0, packed_q4_0, NULL)
+PACKED32(iq4_nl, packed_q32, NULL)
+PACKED32(mxfp4, packed_q32, NULL)

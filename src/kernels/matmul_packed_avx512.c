@@ -449,25 +449,14 @@ ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, cons
     store_panel(nr, T, acc, y, ys);
 }
 
-/* One instance per token count, so that the register arrays unroll: BODY(n, nr, T, ...). */
-#define TOKEN_CASE(BODY, T, ...) case T: BODY(n, nr, T, __VA_ARGS__); return;
-#define TOKEN_SWITCH8(BODY, ...)                                                                 \
-    switch (nt) {                                                                                \
-        TOKEN_CASE(BODY, 1, __VA_ARGS__) TOKEN_CASE(BODY, 2, __VA_ARGS__)                        \
-        TOKEN_CASE(BODY, 3, __VA_ARGS__) TOKEN_CASE(BODY, 4, __VA_ARGS__)                        \
-        TOKEN_CASE(BODY, 5, __VA_ARGS__) TOKEN_CASE(BODY, 6, __VA_ARGS__)                        \
-        TOKEN_CASE(BODY, 7, __VA_ARGS__) TOKEN_CASE(BODY, 8, __VA_ARGS__)                        \
-    }
-#define PANEL_PARAMS int n, int nr, int nt, const void *panel, const void *a, size_t as, float *y, size_t ys
-#define STREAM_PARAMS int n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as, float *y, size_t ys
 #define K4_PACKED(...) kq_packed_tile(false, __VA_ARGS__)
 #define Q6_PACKED(...) kq_packed_tile(true, __VA_ARGS__)
 #define Q4K_STREAM(...) k4_stream_tile(false, __VA_ARGS__)
 #define Q5K_STREAM(...) k4_stream_tile(true, __VA_ARGS__)
-static void packed_k4(PANEL_PARAMS) { TOKEN_SWITCH8(K4_PACKED, panel, a, as, y, ys) }
-static void packed_q6k(PANEL_PARAMS) { TOKEN_SWITCH8(Q6_PACKED, panel, a, as, y, ys) }
-static void stream_q4k(STREAM_PARAMS) { TOKEN_SWITCH8(Q4K_STREAM, w, ws, a, as, y, ys) }
-static void stream_q5k(STREAM_PARAMS) { TOKEN_SWITCH8(Q5K_STREAM, w, ws, a, as, y, ys) }
+DEFINE_PACKED_TILE8(packed_k4, K4_PACKED)
+DEFINE_PACKED_TILE8(packed_q6k, Q6_PACKED)
+DEFINE_STREAM_TILE8(stream_q4k, Q4K_STREAM)
+DEFINE_STREAM_TILE8(stream_q5k, Q5K_STREAM)
 DEFINE_PACKED_TILE4(packed_q32, q32_packed_tile)
 
 const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL, stream_q4k};

@@ -280,22 +280,25 @@ ALWAYS_INLINE void q32_act_fill(int offset, int n, const void *a, void *dst)
     }
 }
 
-/* One instance of a packed tile per token count, so that the register arrays unroll. */
-#define PACKED_CASE(BODY, T) case T: BODY(n, nr, T, panel, a, as, y, ys); return;
-#define DEFINE_PACKED_TILE4(NAME, BODY)                                                          \
-    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
-                     float *y, size_t ys)                                                        \
-    {                                                                                            \
-        switch (nt) { PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4) } \
-    }
-#define DEFINE_PACKED_TILE8(NAME, BODY)                                                          \
-    static void NAME(int n, int nr, int nt, const void *panel, const void *a, size_t as,        \
-                     float *y, size_t ys)                                                        \
-    {                                                                                            \
-        switch (nt) {                                                                            \
-            PACKED_CASE(BODY, 1) PACKED_CASE(BODY, 2) PACKED_CASE(BODY, 3) PACKED_CASE(BODY, 4)  \
-            PACKED_CASE(BODY, 5) PACKED_CASE(BODY, 6) PACKED_CASE(BODY, 7) PACKED_CASE(BODY, 8)  \
-        }                                                                                        \
-    }
+/* One instance of a packed tile (mm_packed.tile) or streaming tile (mm_packed.stream) per token
+ * count, so that the register arrays unroll: BODY(n, nr, T, panel, a, as, y, ys), or
+ * BODY(n, nr, T, w, ws, a, as, y, ys). */
+#define TOKEN_CASE(BODY, T, ...) case T: BODY(n, nr, T, __VA_ARGS__); return;
+#define TOKEN_CASES4(BODY, ...)                                                                  \
+    TOKEN_CASE(BODY, 1, __VA_ARGS__) TOKEN_CASE(BODY, 2, __VA_ARGS__)                            \
+    TOKEN_CASE(BODY, 3, __VA_ARGS__) TOKEN_CASE(BODY, 4, __VA_ARGS__)
+#define TOKEN_CASES8(BODY, ...)                                                                  \
+    TOKEN_CASES4(BODY, __VA_ARGS__) TOKEN_CASE(BODY, 5, __VA_ARGS__)                             \
+    TOKEN_CASE(BODY, 6, __VA_ARGS__) TOKEN_CASE(BODY, 7, __VA_ARGS__) TOKEN_CASE(BODY, 8, __VA_ARGS__)
+#define PANEL_PARAMS int n, int nr, int nt, const void *panel, const void *a, size_t as, float *y, size_t ys
+#define STREAM_PARAMS int n, int nr, int nt, const void *w, size_t ws, const void *a, size_t as, float *y, size_t ys
+#define DEFINE_PACKED_TILE4(NAME, BODY) \
+    static void NAME(PANEL_PARAMS) { switch (nt) { TOKEN_CASES4(BODY, panel, a, as, y, ys) } }
+#define DEFINE_PACKED_TILE8(NAME, BODY) \
+    static void NAME(PANEL_PARAMS) { switch (nt) { TOKEN_CASES8(BODY, panel, a, as, y, ys) } }
+#define DEFINE_STREAM_TILE4(NAME, BODY) \
+    static void NAME(STREAM_PARAMS) { switch (nt) { TOKEN_CASES4(BODY, w, ws, a, as, y, ys) } }
+#define DEFINE_STREAM_TILE8(NAME, BODY) \
+    static void NAME(STREAM_PARAMS) { switch (nt) { TOKEN_CASES8(BODY, w, ws, a, as, y, ys) } }
 
 #endif
