@@ -141,6 +141,14 @@ async function send(text) {
     const reader = res.body.getReader();
     const decoder = new TextDecoder();
     let buf = '', usage = null, finish = null;
+    // The reply is rendered whole (markdown), at most once a frame: once a token made a long
+    // reply cost the page more than the server's generation and starved everything else on it.
+    let painting = false;
+    const paint = () => {
+      painting = false;
+      body.innerHTML = render(reply.content);
+      $('#messages').scrollTop = $('#messages').scrollHeight;
+    };
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
@@ -157,10 +165,13 @@ async function send(text) {
         reply.content += chunk.choices?.[0]?.delta?.content ?? '';
         finish = chunk.choices?.[0]?.finish_reason ?? finish;
         usage = chunk.usage ?? usage;
-        body.innerHTML = render(reply.content);
-        $('#messages').scrollTop = $('#messages').scrollHeight;
+        if (!painting) {
+          painting = true;
+          requestAnimationFrame(paint);
+        }
       }
     }
+    paint();
     const s = (performance.now() - t0) / 1000;
     reply.info = usage ? `${usage.completion_tokens} tokens in ${s.toFixed(2)} s (${finish}); prompt ${usage.prompt_tokens}, ${usage.prompt_tokens_details?.cached_tokens ?? 0} from the cache` : finish ?? '';
   } catch (e) {
