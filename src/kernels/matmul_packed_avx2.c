@@ -198,32 +198,27 @@ ALWAYS_INLINE void store_panel_minus(int nr, int T, __m256 acc[K_PHASES][PANEL_T
     store_panel(nr, T, acc, y, ys);
 }
 
-/* Q4_K (span 8) and Q5_K (span 4, five) panels, or Q6_K panels (span 2) when six: span groups
- * add up in int16 before a madd. From panels (src), or with stream straight from nr weight rows
+/* Q4_K and Q5_K (five) panels, or Q6_K panels when six; 8, 4 or 2 groups (span) add up in int16
+ * before a madd. From panels (src), or, Q4_K and Q5_K, with stream straight from nr weight rows
  * (src, ws; mm_packed.stream): each superblock packed into a small buffer just before its
  * products, so that reading the weights overlaps the products where packing a whole row block
  * first left memory idle while the tiles computed (one thread, 4 tokens of a 4096 x 14336 matrix
  * from DRAM, two runs: Q4_K 4.2 and 5.4 -> 3.8 and 5.4 ms, Q5_K 4.7-5.7 -> 4.4-4.8). */
-ALWAYS_INLINE void kq_packed_tile(bool six, bool five, int span, bool stream, int n, int nr, int T,
-                                  const void *src, size_t ws, const void *a, size_t as, float *y, size_t ys)
+ALWAYS_INLINE void kq_packed_tile(bool six, bool five, bool stream, int n, int nr, int T, const void *src,
+                                  size_t ws, const void *a, size_t as, float *y, size_t ys)
 {
+    const int span = six ? 2 : five ? 4 : 8;
     __m256 acc[K_PHASES][PANEL_TOKENS], macc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
     TILE_ZERO(macc, K_PHASES, T, _mm256_setzero_ps());
-    union {
-        k4_panel k4;
-        q6_panel q6;
-    } sb;
+    _Alignas(64) k4_panel sb; /* aligned: the packers store whole vectors */
     for (int k = 0; k < n / QK_K; k++) {
         const k4_panel *P4 = (const k4_panel *)src + k;
         const q6_panel *P6 = (const q6_panel *)src + k;
-        if (stream && six) {
-            pack_q6k(QK_K, nr, (const block_q6_k *)src + k, ws, &sb.q6);
-            P6 = &sb.q6;
-        } else if (stream) {
+        if (stream) {
             pack_k4(five, QK_K, nr, (const uint8_t *)src + (size_t)k * (five ? sizeof(block_q5_k) : sizeof(block_q4_k)),
-                    ws, &sb.k4);
-            P4 = &sb.k4;
+                    ws, &sb);
+            P4 = &sb;
         }
         const block_q8_k *ab[PANEL_TOKENS];
         q8k_blocks(a, as, T, k, ab);
@@ -270,11 +265,11 @@ ALWAYS_INLINE void kq_packed_tile(bool six, bool five, int span, bool stream, in
         store_panel_minus(nr, T, acc, macc, y, ys);
 }
 
-#define Q4K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, false, 8, false, n, nr, T, panel, 0, __VA_ARGS__)
-#define Q5K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, true, 4, false, n, nr, T, panel, 0, __VA_ARGS__)
-#define Q6K_PACKED(n, nr, T, panel, ...) kq_packed_tile(true, false, 2, false, n, nr, T, panel, 0, __VA_ARGS__)
-#define Q4K_STREAM(...) kq_packed_tile(false, false, 8, true, __VA_ARGS__)
-#define Q5K_STREAM(...) kq_packed_tile(false, true, 4, true, __VA_ARGS__)
+#define Q4K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, false, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q5K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, true, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q6K_PACKED(n, nr, T, panel, ...) kq_packed_tile(true, false, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q4K_STREAM(...) kq_packed_tile(false, false, true, __VA_ARGS__)
+#define Q5K_STREAM(...) kq_packed_tile(false, true, true, __VA_ARGS__)
 DEFINE_PACKED_TILE4(packed_q4k, Q4K_PACKED)
 DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
 DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
