@@ -143,9 +143,9 @@ async function send(text) {
     let buf = '', usage = null, finish = null;
     // The reply is rendered whole (markdown), at most once a frame: once a token made a long
     // reply cost the page more than the server's generation and starved everything else on it.
-    let painting = false;
+    let frame = 0;
     const paint = () => {
-      painting = false;
+      frame = 0;
       body.innerHTML = render(reply.content);
       $('#messages').scrollTop = $('#messages').scrollHeight;
     };
@@ -165,12 +165,10 @@ async function send(text) {
         reply.content += chunk.choices?.[0]?.delta?.content ?? '';
         finish = chunk.choices?.[0]?.finish_reason ?? finish;
         usage = chunk.usage ?? usage;
-        if (!painting) {
-          painting = true;
-          requestAnimationFrame(paint);
-        }
+        if (!frame) frame = requestAnimationFrame(paint);
       }
     }
+    cancelAnimationFrame(frame);
     paint();
     const s = (performance.now() - t0) / 1000;
     reply.info = usage ? `${usage.completion_tokens} tokens in ${s.toFixed(2)} s (${finish}); prompt ${usage.prompt_tokens}, ${usage.prompt_tokens_details?.cached_tokens ?? 0} from the cache` : finish ?? '';
