@@ -55,6 +55,33 @@ printf 'Once upon a time' >"$tmp/prompt.txt"
     fail "run -f --mlock exit status"
 [ "$(cat "$tmp/out")" = "Once upon a time$want_text" ] || fail "run -f: $(cat "$tmp/out")"
 
+# --repack: the CPU's kept weights give the same logits, bit for bit, in a batch of one, of
+# three and of the whole prompt, and the same greedy tokens; where the path keeps Q4_K and Q8_0
+# (AVX-512 with VNNI and BF16) the memory line counts them, elsewhere nothing is repacked
+kept_expected=0
+grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo &&
+    kept_expected=1
+for m in synth-spm512-l4-e256-q4_k_m synth-spm512-l4-e256-q8_0 synth-qwen3moe-l2-e64-q8_0; do
+    for b in 1 3 8; do
+        args=(logits -m "$fixtures/models/$m.gguf" --tokens 1,5,9,22,7,13,4,88 -n 6 -b "$b" -t 2)
+        "$prima" "${args[@]}" -o "$tmp/plain.f32" --json >"$tmp/plain.json" 2>"$tmp/err" ||
+            fail "logits $m -b $b: $(cat "$tmp/err")"
+        "$prima" "${args[@]}" -o "$tmp/kept.f32" --json --repack >"$tmp/kept.json" 2>"$tmp/err" ||
+            fail "logits $m -b $b --repack: $(cat "$tmp/err")"
+        cmp -s "$tmp/plain.f32" "$tmp/kept.f32" || fail "$m -b $b: --repack changed the logits"
+        [ "$(grep -A8 greedy_tokens "$tmp/plain.json")" = "$(grep -A8 greedy_tokens "$tmp/kept.json")" ] ||
+            fail "$m -b $b: --repack changed the greedy tokens"
+    done
+    "$prima" run -m "$fixtures/models/$m.gguf" -p "Hello" -n 4 --temp 0 --repack >/dev/null 2>"$tmp/err" ||
+        fail "run $m --repack: $(cat "$tmp/err")"
+    mib=$(sed -n 's/.*mapped (\([0-9.]*\) MiB repacked).*/\1/p' "$tmp/err")
+    if [ $kept_expected = 1 ]; then
+        awk -v v="$mib" 'BEGIN { exit !(v > 0) }' || fail "run $m --repack: nothing repacked: $(cat "$tmp/err")"
+    else
+        [ "$mib" = 0.0 ] || fail "run $m --repack on a path without kept forms: $mib MiB"
+    fi
+done
+
 # a stop string ends the output just before it
 "$prima" run -m "$model" -p "Once upon a time" --temp 0 --stop " named" --no-display-prompt \
     >"$tmp/out" 2>"$tmp/err" || fail "stop: exit status"
@@ -180,6 +207,8 @@ expect 1 "$tmp/none.gguf" "$prima" run -m "$tmp/none.gguf" -p hi
 expect 1 "$fixtures/README.md" "$prima" run -m "$fixtures/README.md" -p hi
 expect 2 "unknown option '--frobnicate'" "$prima" run -m "$model" -p hi --frobnicate
 expect 2 "--temp: expected a number" "$prima" run -m "$model" -p hi --temp warm
+expect 2 "^prima: --repack is for one device: the devices of a ring read their model files as they are$" \
+    "$prima" run -m "$model" -p hi --repack --workers 127.0.0.1:1 --insecure
 expect 2 "-n needs a value" "$prima" run -m "$model" -p hi -n
 expect 2 "no prompt" "$prima" run -m "$model"
 expect 2 "no model" "$prima" run -p hi

@@ -370,6 +370,11 @@ static void check_matmul_type(enum dtype wt)
             mag[t * n_out + o] = m;
         }
 
+    /* Where the path keeps this type packed, the kept matrix computes the same bits. */
+    size_t kept_bytes = kern_keep_bytes(wt, n_in, n_out);
+    void *kept = kept_bytes ? aligned_alloc(64, kept_bytes) : NULL;
+    if (kept)
+        kern_keep(ctx[2], w, wt, n_in, n_out, kept);
     float *y[4], *y1 = malloc(sizeof(float) * n_out);
     /* 3, 4 and 7: a batch of one tile's tokens that streams (mm_packed.stream) */
     static const int token_counts[] = {1, 3, 4, 7, 17, 64};
@@ -402,9 +407,18 @@ static void check_matmul_type(enum dtype wt)
         kern_matmul(ctx[2], w, wt, n_in, n_out, x + (size_t)last * n_in, 1, y1);
         CHECK(!memcmp(y1, y[1] + (size_t)last * n_out, sizeof(float) * n_out),
               "%s: token %d alone differs from token %d of a batch of %d", name, last, last, nt_tok);
+        for (int nt = 1; kept && nt <= 3; nt++) {
+            float *yk = malloc(sizeof(float) * n_out * nt_tok);
+            kern_matmul_kept(ctx[nt], kept, wt, n_in, n_out, x, nt_tok, yk);
+            CHECK(!memcmp(yk, y[1], sizeof(float) * n_out * nt_tok),
+                  "%s (%s): %d tokens of the kept matrix differ from the matrix's (%d threads)", name,
+                  kern_path_name(kern_active_path()), nt_tok, nt);
+            free(yk);
+        }
         for (int nt = 1; nt <= 3; nt++)
             free(y[nt]);
     }
+    free(kept);
     free(y1);
     free(ref);
     free(ref_f);

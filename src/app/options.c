@@ -13,6 +13,7 @@
 #include "kernels/kern.h"
 #include "model/model.h"
 #include "model/spec.h"
+#include "util/sysmem.h"
 
 int default_threads(void)
 {
@@ -53,6 +54,34 @@ int run_opts_apply_kv(const run_opts *o, model *m, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+int run_opts_apply_repack(const run_opts *o, model *m, kern_ctx *kc, const session *s, char *err,
+                          size_t errlen)
+{
+    if (!o->repack)
+        return 0;
+    /* the kept forms are about the size of the file's bytes, and the OS cannot reclaim them */
+    uint64_t bytes = model_head_bytes(m);
+    for (int il = 0; il < m->hp.n_layer; il++)
+        bytes += model_layer_bytes(m, il);
+    const uint64_t budget = sysmem_weight_budget();
+    if (bytes > budget) {
+        snprintf(err, errlen, "repacking the weights: the model's weights (%llu MiB) exceed this "
+                 "device's memory budget (%llu MiB)", (unsigned long long)(bytes >> 20),
+                 (unsigned long long)(budget >> 20));
+        return -1;
+    }
+    bool *cpu = malloc(sizeof *cpu * (size_t)m->hp.n_layer);
+    if (!cpu) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int il = 0; il < m->hp.n_layer; il++)
+        cpu[il] = !engine_layer_on_gpu(s->e, il);
+    int64_t kept = model_keep_weights(m, kc, cpu, true, err, errlen);
+    free(cpu);
+    return kept < 0 ? -1 : 0;
 }
 
 void run_opts_free(run_opts *o)

@@ -21,7 +21,7 @@
  * what run_opts_init sets up and run_opts_finish checks. */
 enum run_opt_group {
     RUN_OPT_SPEC = 16,    /* -md --spec --draft-max --draft-min --draft-p-min (runner_args) */
-    RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock -ctk -ctv */
+    RUN_OPT_MODEL = 1,    /* -m -t -c -b --mlock --repack -ctk -ctv */
     RUN_OPT_SAMPLING = 2, /* --temp --top-k --top-p --min-p penalties --seed */
     RUN_OPT_GEN = 4,      /* -p -f -n --stop --context-shift --keep -cnv --no-display-prompt */
     RUN_OPT_GPU = 8,      /* -ngl --gpu --no-gpu --gpu-mem */
@@ -38,6 +38,7 @@ typedef struct run_opts {
     int n_ctx;           /* 0: min(4096, the model's training context) */
     int n_batch;
     bool mlock;
+    bool repack;         /* keep the CPU layers' weights packed (model_keep_weights) */
     const char *cache_type_k, *cache_type_v; /* the KV cache's types as given (NULL: f16) */
     enum dtype kv_type[2];                   /* ... as types, by run_opts_finish */
     /* GPU */
@@ -79,6 +80,10 @@ uint64_t run_opts_fresh_seed(void);
 struct model;
 /* Give m's KV cache the types of o (kv_type): 0, or -1 with err. */
 int run_opts_apply_kv(const run_opts *o, struct model *m, char *err, size_t errlen);
+/* --repack: the layers session s runs on the CPU, and the output, kept packed in memory
+ * (model_keep_weights). 0 (also when not asked for), or -1 with err. */
+int run_opts_apply_repack(const run_opts *o, struct model *m, kern_ctx *kc, const session *s,
+                          char *err, size_t errlen);
 /* The default thread count: the online CPUs, at most KERN_MAX_THREADS. */
 int default_threads(void);
 

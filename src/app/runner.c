@@ -37,6 +37,11 @@ static bool lone_pages_by_expert(const runner *r)
 int runner_session(runner *r, char *err, size_t errlen)
 {
     bool lone = !ring_args_active(&r->ra) && lone_pages_by_expert(r);
+    if (lone && r->o.repack) {
+        snprintf(err, errlen, "repacking the weights: the model's weights exceed this device's "
+                 "memory budget");
+        return -1;
+    }
     if (lone)
         fprintf(stderr, "prima: the model's weights exceed this device's memory budget: paging "
                 "its experts (a ring of this device alone)\n");
@@ -70,7 +75,8 @@ int runner_session(runner *r, char *err, size_t errlen)
     } else {
         r->s = session_create_split(r->m, r->kc, r->n_ctx, r->o.n_batch,
                                     r->n_seq > 1 ? r->n_seq : 1, NULL, NULL, err, errlen);
-        if (r->s && gpu_offload_session(&r->o, r->m, r->s, &r->gpu, err, errlen))
+        if (r->s && (gpu_offload_session(&r->o, r->m, r->s, &r->gpu, err, errlen) ||
+                     run_opts_apply_repack(&r->o, r->m, r->kc, r->s, err, errlen)))
             return -1;
     }
     return r->s ? 0 : -1;

@@ -46,6 +46,10 @@ static const char usage_text[] =
     "  batch   2, 4 and 8 tokens times the 4096x14336 matrix, its weights not in cache\n"
     "          (verifying speculative drafts, several server slots decoding), as the\n"
     "          time over that of one token (its matvec in the same run);\n"
+    "  matvec_kept, batch_kept\n"
+    "          the same from the matrix kept packed (--repack), where the path has a\n"
+    "          kept form of the type: GB/s of the kept bytes, and the time over that of\n"
+    "          one token from the kept matrix;\n"
     "  matmul  64 and 512 tokens times a 4096x4096 matrix (prefill), as GFLOP/s and the\n"
     "          fraction of the N-thread FMA peak.\n"
     "Each figure is the median of several repetitions; spread is the interquartile range\n"
@@ -88,10 +92,29 @@ static int reserve(kern_ctx *c)
     return 0;
 }
 
-/* n_tokens (1: matvec) times an n_in x n_out matrix whose weights come from DRAM; *secs: the
- * median time. A batch is reported relative to one_token, the matvec's median. */
-static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_in, int n_out,
-                        int n_tokens, double bandwidth, double one_token, double *secs_out)
+/* The copies of a matrix in their kept form (kern_keep) instead, in the same kind of memory:
+ * *w and *mat now theirs. 0, or -1 when out of memory (*w unchanged). */
+static int keep_copies(kern_ctx *c, enum dtype t, int n_in, int n_out, size_t copies, uint8_t **w,
+                       size_t *mat)
+{
+    size_t kb = kern_keep_bytes(t, n_in, n_out);
+    uint8_t *k = alloc_weights(kb * copies);
+    if (!k)
+        return -1;
+    for (size_t i = 0; i < copies; i++)
+        kern_keep(c, *w + i * *mat, t, n_in, n_out, k + i * kb);
+    munmap(*w, *mat * copies);
+    *w = k;
+    *mat = kb;
+    return 0;
+}
+
+/* n_tokens (1: matvec) times an n_in x n_out matrix whose weights come from DRAM, as they are
+ * or kept (kern_keep); *secs: the median time. A batch is reported relative to one_token, the
+ * matvec's median. */
+static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, bool kept, int n_in,
+                        int n_out, int n_tokens, double bandwidth, double one_token,
+                        double *secs_out)
 {
     size_t mat = dtype_row_bytes(t, (uint64_t)n_in) * (size_t)n_out;
     size_t copies = (COLD_BYTES + mat - 1) / mat;
@@ -101,21 +124,26 @@ static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_i
     float *y = malloc(sizeof(float) * (size_t)n_out * (size_t)n_tokens);
     int reps = o->reps > (int)copies ? o->reps : (int)copies;
     double *secs = malloc(sizeof(double) * (size_t)reps);
-    if (!w || !x || !y || !secs) {
+    if (w)
+        bench_fill_weights(t, w, n_in, n_out);
+    for (size_t k = 1; w && k < copies; k++)
+        memcpy(w + k * mat, w, mat);
+    if (!w || !x || !y || !secs || (kept && keep_copies(c, t, n_in, n_out, copies, &w, &mat))) {
+        if (w)
+            munmap(w, mat * copies);
         free(x), free(y), free(secs);
         return cli_fail("bench kernels: cannot allocate %zu MiB for %s %s", (mat * copies) >> 20,
                         dtype_get((uint32_t)t)->name, n_tokens == 1 ? "matvec" : "batch");
     }
-    bench_fill_weights(t, w, n_in, n_out);
-    for (size_t k = 1; k < copies; k++)
-        memcpy(w + k * mat, w, mat);
     for (long i = 0; i < (long)n_in * n_tokens; i++)
         x[i] = bench_rand();
+    int (*product)(kern_ctx *, const void *, enum dtype, int, int, const float *, int, float *) =
+        kept ? kern_matmul_kept : kern_matmul;
     for (size_t k = 0; k < copies; k++) /* every copy once: page faults out of the way */
-        kern_matmul(c, w + k * mat, t, n_in, n_out, x, n_tokens, y);
+        product(c, w + k * mat, t, n_in, n_out, x, n_tokens, y);
     for (int r = 0; r < reps; r++) {
         double t0 = probe_now();
-        kern_matmul(c, w + (size_t)r % copies * mat, t, n_in, n_out, x, n_tokens, y);
+        product(c, w + (size_t)r % copies * mat, t, n_in, n_out, x, n_tokens, y);
         secs[r] = probe_now() - t0;
     }
     double spread, s = bench_median_spread(secs, reps, &spread);
@@ -123,10 +151,11 @@ static int bench_stream(const struct opts *o, kern_ctx *c, enum dtype t, int n_i
     snprintf(shape, sizeof shape, "%dx%d", n_in, n_out);
     const char *type = dtype_get((uint32_t)t)->name;
     report(o, n_tokens == 1
-                  ? (bench_result){.type = type, .op = "matvec", .shape = shape,
+                  ? (bench_result){.type = type, .op = kept ? "matvec_kept" : "matvec", .shape = shape,
                                    .value = (double)mat / s / 1e9, .unit = "GB/s",
                                    .fraction = (double)mat / s / bandwidth, .spread = spread}
-                  : (bench_result){.type = type, .op = "batch", .shape = shape, .tokens = n_tokens,
+                  : (bench_result){.type = type, .op = kept ? "batch_kept" : "batch", .shape = shape,
+                                   .tokens = n_tokens,
                                    .value = s / one_token, .unit = "x1 tok", .fraction = -1,
                                    .spread = spread});
     *secs_out = s;
@@ -299,12 +328,16 @@ static int run(int argc, char **argv)
             continue;
         double one = 0, secs;
         for (size_t s = 0; s < sizeof matvec_shapes / sizeof matvec_shapes[0] && !rc; s++) {
-            rc = bench_stream(&o, cn, (enum dtype)t, matvec_shapes[s][0], matvec_shapes[s][1], 1, bw[1], 0, &secs);
+            rc = bench_stream(&o, cn, (enum dtype)t, false, matvec_shapes[s][0], matvec_shapes[s][1], 1, bw[1], 0, &secs);
             one = s == BATCH_SHAPE ? secs : one;
         }
+        const int *bs = matvec_shapes[BATCH_SHAPE];
         for (size_t n = 0; n < sizeof batch_tokens / sizeof batch_tokens[0] && !rc; n++)
-            rc = bench_stream(&o, cn, (enum dtype)t, matvec_shapes[BATCH_SHAPE][0], matvec_shapes[BATCH_SHAPE][1],
-                              batch_tokens[n], bw[1], one, &secs);
+            rc = bench_stream(&o, cn, (enum dtype)t, false, bs[0], bs[1], batch_tokens[n], bw[1], one, &secs);
+        if (!rc && kern_keep_bytes((enum dtype)t, bs[0], bs[1]))
+            rc = bench_stream(&o, cn, (enum dtype)t, true, bs[0], bs[1], 1, bw[1], 0, &one);
+        for (size_t n = 0; !rc && kern_keep_bytes((enum dtype)t, bs[0], bs[1]) && n < sizeof batch_tokens / sizeof batch_tokens[0]; n++)
+            rc = bench_stream(&o, cn, (enum dtype)t, true, bs[0], bs[1], batch_tokens[n], bw[1], one, &secs);
         for (size_t n = 0; n < sizeof prefill_tokens / sizeof prefill_tokens[0] && !rc; n++)
             rc = bench_prefill(&o, cn, (enum dtype)t, prefill_tokens[n], peak[1]);
     }

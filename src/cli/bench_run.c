@@ -38,7 +38,8 @@ static const char usage_text[] =
     "                  CPU time of this process per token (user + system, all threads, from\n"
     "                  getrusage) over the timed prefills and decode steps: on a shared machine\n"
     "                  the steadier measure of the work done\n"
-    "  memory          mapped weights, KV cache, scratch and peak resident MiB\n"
+    "  memory          mapped weights, repacked weights (--repack), KV cache, scratch and\n"
+    "                  peak resident MiB\n"
     "'bound' is the fraction of the roofline reached; 'spread' the interquartile range of the\n"
     "repetitions relative to their median (a busy machine shows a large one). The token ids\n"
     "are a fixed pseudo-random sequence.\n"
@@ -253,7 +254,8 @@ static int measure(const struct opts *o, const model *m, session *s, double bw)
     getrusage(RUSAGE_SELF, &ru);
     const double mib = 1024.0 * 1024.0;
     const struct { const char *what; double v; } mem[] = {
-        {"weights", (double)m->file->size / mib}, {"kv_cache", (double)kv / mib},
+        {"weights", (double)m->file->size / mib}, {"repacked", (double)model_kept_bytes(m) / mib},
+        {"kv_cache", (double)kv / mib},
         {"scratch", (double)scratch / mib}, {"peak_resident", (double)ru.ru_maxrss / 1024.0}};
     for (size_t i = 0; i < sizeof mem / sizeof mem[0]; i++)
         report(o, (bench_result){.op = "memory", .source = mem[i].what, .value = mem[i].v,
@@ -292,6 +294,8 @@ static int run(int argc, char **argv)
         rc = kc ? cli_fail("%s", err) : cli_fail("cannot start %d threads", o.ro.n_threads);
     } else if (gpu_offload_session(&o.ro, m, s, &gpu, err, sizeof err)) {
         rc = cli_fail("GPU: %s", err);
+    } else if (run_opts_apply_repack(&o.ro, m, kc, s, err, sizeof err)) {
+        rc = cli_fail("%s", err);
     } else if (n_ctx < longest_prompt(&o) + o.n_decode + 1) {
         rc = cli_fail("bench run: -c %d is too small for %d prompt tokens and %d decode steps",
                       n_ctx, longest_prompt(&o), o.n_decode);

@@ -191,7 +191,7 @@ static int cmd_cluster(int argc, char **argv)
     }
     local_workers_list(&w, list, sizeof list);
     r.ra.workers = w.n ? list : NULL;
-    if (ring_args_finish(&r.ra) || ring_args_check_ngl(&r.ra, &r.o)) {
+    if (ring_args_finish(&r.ra) || ring_args_check_local(&r.ra, &r.o)) {
         rc = 2;
     } else {
         fprintf(stderr, "prima cluster: %d device(s) on this machine: the head%s%s, %d thread(s) "

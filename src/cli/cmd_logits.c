@@ -136,7 +136,7 @@ static int parse_args(logits_job *j, int argc, char **argv)
                              NULL);
     if (arc)
         return arc < 0 ? 1 : -1;
-    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || ring_args_check_ngl(&j->ra, &j->o))
+    if (run_opts_finish(&j->o) || ring_args_finish(&j->ra) || ring_args_check_local(&j->ra, &j->o))
         return -1;
     if (!j->text == !j->ids) {
         cli_fail("logits: give exactly one of -p TEXT and --tokens IDS");
@@ -292,6 +292,10 @@ static int run_logits(logits_job *j)
         s = session_create(m, kc, n_ctx, n_batch, err, sizeof err);
         if (s && gpu_offload_session(&j->o, m, s, &gpu, err, sizeof err)) {
             cli_fail("GPU: %s", err);
+            goto done;
+        }
+        if (s && run_opts_apply_repack(&j->o, m, kc, s, err, sizeof err)) {
+            cli_fail("%s", err);
             goto done;
         }
     }

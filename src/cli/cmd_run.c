@@ -124,10 +124,10 @@ static void print_stats(const runner *r)
                 st->spec.drafted, st->spec.accepted,
                 st->spec.drafted ? 100.0 * (double)st->spec.accepted / (double)st->spec.drafted
                                  : 0.0);
-    fprintf(stderr, "prima: memory: weights %.1f MiB mapped, KV cache %.1f MiB, scratch %.1f MiB; "
-                    "peak resident %.1f MiB\n",
-            (double)r->m->file->size / mib, (double)kv / mib, (double)scratch / mib,
-            (double)ru.ru_maxrss / 1024.0);
+    fprintf(stderr, "prima: memory: weights %.1f MiB mapped (%.1f MiB repacked), KV cache %.1f MiB, "
+                    "scratch %.1f MiB; peak resident %.1f MiB\n",
+            (double)r->m->file->size / mib, (double)model_kept_bytes(r->m) / mib, (double)kv / mib,
+            (double)scratch / mib, (double)ru.ru_maxrss / 1024.0);
     if (r->rh.r)
         print_ring(r);
 }

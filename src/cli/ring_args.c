@@ -244,13 +244,21 @@ int ring_args_finish(ring_args *a)
     return 0;
 }
 
-int ring_args_check_ngl(const ring_args *a, const run_opts *o)
+int ring_args_check_local(const ring_args *a, const run_opts *o)
 {
-    if (!o->n_gpu_layers || !ring_args_active(a))
+    if (!ring_args_active(a))
         return 0;
-    cli_fail("-ngl is for one device: in a ring give --gpu-layers N,N,... with -lw (one per device, "
-             "head first), or let the scheduler choose");
-    return -1;
+    if (o->n_gpu_layers) {
+        cli_fail("-ngl is for one device: in a ring give --gpu-layers N,N,... with -lw (one per "
+                 "device, head first), or let the scheduler choose");
+        return -1;
+    }
+    if (o->repack) {
+        cli_fail("--repack is for one device: the devices of a ring read their model files as "
+                 "they are");
+        return -1;
+    }
+    return 0;
 }
 
 FILE *stats_file_open(const char *path)

@@ -24,8 +24,9 @@ int parse_prefetch_method(const char *flag, const char *v, enum prefetch_method 
 int ring_args_finish(ring_args *a);
 /* A --stats file (cluster/stats.h) opened for writing, or NULL after an error naming it. */
 FILE *stats_file_open(const char *path);
-/* -ngl is one device's: in a ring (ring_args_active) the plan's GPU layers (--gpu-layers or
- * the scheduler's) apply instead, and -ngl is refused. 0, or -1 after the error. */
-int ring_args_check_ngl(const ring_args *a, const run_opts *o);
+/* -ngl and --repack are one device's: in a ring (ring_args_active) the plan's GPU layers
+ * (--gpu-layers or the scheduler's) apply instead, every device reads its file as it is, and
+ * both are refused. 0, or -1 after the error. */
+int ring_args_check_local(const ring_args *a, const run_opts *o);
 
 #endif

@@ -128,6 +128,11 @@ static const cli_opt model_rows[] = {
     {"-b --batch-size", "N", CLI_INT, F(n_batch), 1, 1 << 16,
      .help = "prompt tokens evaluated per batch (default 512)"},
     {"--mlock", NULL, CLI_FLAG, F(mlock), .help = "lock the model's weights in RAM"},
+    {"--repack", NULL, CLI_FLAG, F(repack),
+     .help = "keep the weights of the layers run on the CPU repacked\n"
+             "in memory (AVX-512: Q4_K, Q8_0): faster decode and\n"
+             "small batches, but RAM the OS cannot reclaim as it does\n"
+             "the model file's pages (docs/kernels.md)"},
     {"-ctk --cache-type-k", "T", CLI_STR, F(cache_type_k),
      .help = "KV cache type of the keys: f16 (default), q8_0 or q4_0\n"
              "(q8_0 about halves the cache; docs/kv-cache.md)"},
@@ -369,7 +374,7 @@ int runner_args(runner *r, unsigned groups, int argc, char **argv, const char *h
     if (arc)
         return arc;
     int rc = run_opts_finish(&r->o);   /* 2, or 1 for a prompt file that cannot be read */
-    if (!rc && (ring_args_finish(&r->ra) || ring_args_check_ngl(&r->ra, &r->o)))
+    if (!rc && (ring_args_finish(&r->ra) || ring_args_check_local(&r->ra, &r->o)))
         rc = 2;
     if (rc)
         run_opts_free(&r->o);

@@ -41,6 +41,17 @@ void kern_ctx_release(kern_ctx *c, int n_in, int n_tokens);
  * aside and there is no memory for it. */
 int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
                 const float *x, int n_tokens, float *y);
+/* Weights kept packed. Where the bound path has a kept form of type wt (kern_keep_bytes > 0), a
+ * matrix rearranged once by kern_keep into interleaved panels (within a few percent of its own
+ * size) serves every batch through kern_matmul_kept, one token or many, with none of the
+ * per-call packing kern_matmul does for prefill: a few tokens then cost little more than one.
+ * A kept matrix belongs to the path bound when it was made and computes exactly what kern_matmul
+ * computes from the original. */
+size_t kern_keep_bytes(enum dtype wt, int n_in, int n_out); /* 0: no kept form of wt here */
+/* The kept form of W (as kern_matmul takes it) into dst: kern_keep_bytes, 64-byte aligned. */
+void kern_keep(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out, void *dst);
+int kern_matmul_kept(kern_ctx *c, const void *kept, enum dtype wt, int n_in, int n_out,
+                     const float *x, int n_tokens, float *y);
 /* Parallel jobs (kern_parallel calls) one kern_matmul of weight type wt runs: the product, and
  * before it the activations' quantization for types whose dot products take quantized
  * activations. Each pays the pool's wake-up and wait, which the scheduler counts. */

@@ -11,6 +11,8 @@
  *     registers, so prefill is bound by arithmetic rather than by memory. Where the path packs
  *     the type (mm_packed, types.h) the thread first packs its row block into panels in its own
  *     scratch, and the token blocks run over those.
+ * A matrix kept packed (kern_keep) is already panels: every batch, one token or many, runs the
+ * kept form's tile over its row blocks, packing nothing.
  * Each output element is computed by one tile call whose arithmetic does not depend on where the
  * tile sits (types.h), so results are identical for any thread count and any batch size. */
 #include <stdatomic.h>
@@ -71,6 +73,7 @@ struct mm_range {
 struct mm_job {
     const mm_kernel *kernel; /* NULL: one vec_dot per output */
     const mm_packed *packed; /* non-NULL: this batch runs packed tiles */
+    bool kept;               /* w is already packed's panels (kern_keep) */
     vec_dot_fn vec_dot;
     const uint8_t *w, *a;
     size_t w_stride, a_stride;
@@ -117,21 +120,27 @@ static int claim_block(struct mm_job *J, int ith, int nth)
     return -1;
 }
 
-/* Rows [r_begin, r_end) packed into this thread's panels, then every token block over them (a
- * batch of one tile's tokens streams, where the path can: mm_packed.stream). */
+/* Rows [r_begin, r_end) packed into this thread's panels (or a kept matrix's own panels), then
+ * every token block over them (a batch of one tile's tokens streams, where the path can:
+ * mm_packed.stream). */
 static void run_packed_block(const struct mm_job *J, int ith, int r_begin, int r_end)
 {
     const mm_packed *P = J->packed;
-    if (P->stream && J->n_tokens <= P->tokens) {
+    const uint8_t *panels;
+    if (J->kept) {
+        panels = J->w + (size_t)(r_begin / P->rows) * J->panel_bytes;
+    } else if (P->stream && J->n_tokens <= P->tokens) {
         for (int r = r_begin; r < r_end; r += P->rows)
             P->stream(J->n_in, min_int(P->rows, r_end - r), J->n_tokens, J->w + (size_t)r * J->w_stride,
                       J->w_stride, J->a, J->a_stride, J->y + r, (size_t)J->n_out);
         return;
+    } else {
+        uint8_t *own = J->panels + (size_t)ith * J->thread_panel_bytes;
+        for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
+            P->pack(J->n_in, min_int(P->rows, r_end - r), J->w + (size_t)r * J->w_stride, J->w_stride,
+                    own + (size_t)p * J->panel_bytes);
+        panels = own;
     }
-    uint8_t *panels = J->panels + (size_t)ith * J->thread_panel_bytes;
-    for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
-        P->pack(J->n_in, min_int(P->rows, r_end - r), J->w + (size_t)r * J->w_stride, J->w_stride,
-                panels + (size_t)p * J->panel_bytes);
     for (int tb = 0; tb < J->n_tokens; tb += J->tokens_per_block) {
         int tb_end = min_int(tb + J->tokens_per_block, J->n_tokens);
         for (int r = r_begin, p = 0; r < r_end; r += P->rows, p++)
@@ -176,10 +185,10 @@ static int round_block(long v, int m)
     return v < m ? m : (int)(v / m * m);
 }
 
-/* The packed tiles of this weight type for a batch of n_tokens, or NULL. */
-static const mm_packed *packed_for(const kern_type *kt, int n_tokens)
+/* The packed tiles of this weight type for a batch of n_tokens, or NULL; or its kept form. */
+static const mm_packed *packed_for(const kern_type *kt, int n_tokens, bool kept)
 {
-    const mm_packed *P = kt->tile ? kt->tile->packed : NULL;
+    const mm_packed *P = !kt->tile ? NULL : kept ? kt->tile->kept : kt->tile->packed;
     return P && n_tokens >= P->min_tokens ? P : NULL;
 }
 
@@ -203,12 +212,17 @@ static void scratch_bytes(int n_in, int n_tokens, size_t *act, size_t *panels, s
             size_t b = dtype_row_bytes(kt->act_type, (uint64_t)n_in) * (size_t)n_tokens;
             *act = b > *act ? b : *act;
         }
-        const mm_packed *P = packed_for(kt, n_tokens);
-        if (P && dtype_row_bytes((enum dtype)t, (uint64_t)n_in) != 0) {
+        if (dtype_row_bytes((enum dtype)t, (uint64_t)n_in) == 0)
+            continue;
+        const mm_packed *P = packed_for(kt, n_tokens, false);
+        if (P) {
             int rows = prefill_block_rows((enum dtype)t, n_in, P->rows);
             size_t b = (size_t)((rows + P->rows - 1) / P->rows) * P->bytes(n_in);
             *panels = b > *panels ? b : *panels;
-            b = P->act_prep ? P->act_bytes(n_in) * (size_t)n_tokens : 0;
+        }
+        for (int kept = 0; kept < 2; kept++) {
+            P = packed_for(kt, n_tokens, kept);
+            size_t b = P && P->act_prep ? P->act_bytes(n_in) * (size_t)n_tokens : 0;
             *prep = b > *prep ? b : *prep;
         }
     }
@@ -241,8 +255,9 @@ int kern_matmul_jobs(enum dtype wt)
     return kern_type_require(wt)->act_type != DT_F32 ? 2 : 1;
 }
 
-int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
-                const float *x, int n_tokens, float *y)
+/* kern_matmul, or kern_matmul_kept when kept (w: the kept panels). */
+static int matmul_run(kern_ctx *c, const void *w, enum dtype wt, bool kept, int n_in, int n_out,
+                      const float *x, int n_tokens, float *y)
 {
     const kern_type *kt = kern_type_require(wt);
     int nth = kern_ctx_threads(c);
@@ -271,7 +286,11 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
     }
 
     const mm_kernel *kernel = kt->tile;
-    const mm_packed *packed = packed_for(kt, n_tokens);
+    const mm_packed *packed = packed_for(kt, n_tokens, kept);
+    if (kept && !packed) { /* kern_keep_bytes said 0: a bug */
+        fprintf(stderr, "prima: matmul: no kept form of %s on this path\n", dtype_get((uint32_t)wt)->name);
+        abort();
+    }
     if (packed && packed->act_prep) {
         size_t stride = packed->act_bytes(n_in);
         uint8_t *p = kern_scratch_get(c, KERN_SCRATCH_PREP, stride * (size_t)n_tokens);
@@ -285,12 +304,14 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
     int tile_rows = packed ? packed->rows : kernel ? kernel->rows : 1;
     int tile_tokens = packed ? packed->tokens : kernel ? kernel->tokens : 1;
 
+    if (kept) /* what a row costs in the panels, for the blocks' sizes */
+        w_stride = packed->bytes(n_in) / (size_t)packed->rows;
     int rows_per_block, tokens_per_block;
     if (n_tokens <= MM_STREAM_TOKENS) {
         rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
         tokens_per_block = n_tokens;
     } else {
-        rows_per_block = prefill_block_rows(wt, n_in, tile_rows);
+        rows_per_block = round_block((long)(WEIGHT_BLOCK_BYTES / w_stride), tile_rows);
         tokens_per_block = min_int(n_tokens, round_block((long)(ACT_BLOCK_BYTES / a_stride), tile_tokens));
     }
     /* Enough blocks that every thread gets several, for balance. */
@@ -304,11 +325,13 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
         .rows_per_block = rows_per_block, .tokens_per_block = tokens_per_block,
         .n_units = (n_out + rows_per_block - 1) / rows_per_block,
         .range = kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * (size_t)nth),
-        .packed = packed,
+        .packed = packed, .kept = kept,
     };
     if (!J.range)
         return -1;
-    if (packed) {
+    if (kept) {
+        J.panel_bytes = packed->bytes(n_in);
+    } else if (packed) {
         J.panel_bytes = packed->bytes(n_in);
         J.thread_panel_bytes = (size_t)((rows_per_block + packed->rows - 1) / packed->rows) * J.panel_bytes;
         J.panels = kern_scratch_get(c, KERN_SCRATCH_PANELS, J.thread_panel_bytes * (size_t)nth);
@@ -321,4 +344,56 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
     }
     kern_parallel(c, matmul_worker, &J);
     return 0;
+}
+
+int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
+                const float *x, int n_tokens, float *y)
+{
+    return matmul_run(c, w, wt, false, n_in, n_out, x, n_tokens, y);
+}
+
+int kern_matmul_kept(kern_ctx *c, const void *kept, enum dtype wt, int n_in, int n_out,
+                     const float *x, int n_tokens, float *y)
+{
+    return matmul_run(c, kept, wt, true, n_in, n_out, x, n_tokens, y);
+}
+
+/* The bound path's kept form of wt, or NULL. */
+static const mm_packed *kept_form(enum dtype wt)
+{
+    const kern_type *kt = kern_type_get(wt);
+    return kt && kt->tile ? kt->tile->kept : NULL;
+}
+
+size_t kern_keep_bytes(enum dtype wt, int n_in, int n_out)
+{
+    const mm_packed *P = kept_form(wt);
+    if (!P || n_in <= 0 || n_out <= 0 || dtype_row_bytes(wt, (uint64_t)n_in) == 0)
+        return 0;
+    return (size_t)((n_out + P->rows - 1) / P->rows) * P->bytes(n_in);
+}
+
+struct keep_job {
+    const mm_packed *P;
+    const uint8_t *w;
+    uint8_t *dst;
+    size_t w_stride;
+    int n_in, n_out;
+};
+
+static void keep_worker(void *arg, int ith, int nth)
+{
+    const struct keep_job *J = arg;
+    const mm_packed *P = J->P;
+    int n_panels = (J->n_out + P->rows - 1) / P->rows;
+    for (int p = n_panels * ith / nth; p < n_panels * (ith + 1) / nth; p++)
+        P->pack(J->n_in, min_int(P->rows, J->n_out - p * P->rows),
+                J->w + (size_t)p * (size_t)P->rows * J->w_stride, J->w_stride,
+                J->dst + (size_t)p * P->bytes(J->n_in));
+}
+
+void kern_keep(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out, void *dst)
+{
+    struct keep_job J = {kept_form(wt), w, dst, dtype_row_bytes(wt, (uint64_t)n_in), n_in, n_out};
+    kern_parallel(c, keep_worker, &J);
 }

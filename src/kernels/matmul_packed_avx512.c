@@ -11,7 +11,14 @@
  * (matmul_avx512.c states them per type, with their K_PHASES accumulators), so a packed batch
  * computes what decode computes.
  * Eight tokens per tile: 8 sums, 8 superblock totals and 8 accumulators in registers, and each
- * loaded weight vector serves 8 instructions. */
+ * loaded weight vector serves 8 instructions.
+ *
+ * Q4_K and Q8_0 also have a kept form (mm_kernel.kept): panels made once per matrix, which every
+ * batch reads, decode included, so they keep the weights' size: Q4_K's levels stay two to a byte
+ * (the 32-bit words of the 16 rows' blocks transposed, nothing else; the tile splits the nibbles,
+ * three operations per two vectors), its scales and minimums stay bytes and d, dmin fp16, widened
+ * as they are loaded (2,368 bytes per superblock of 16 rows against 2,304); Q8_0's levels are
+ * bytes + 128 and its d fp16 (the size of the blocks). Their arithmetic is the packed tiles'. */
 #include "kernels/matmul_avx512.h"
 
 #define PANEL_ROWS 16
@@ -40,7 +47,16 @@ typedef struct {
     float d[PANEL_ROWS];
 } q6_panel;
 
-_Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
+/* One superblock of a kept Q4_K panel. */
+typedef struct {
+    uint8_t q[4][8][PANEL_ROWS][4]; /* [c][g][row]: Q4_K's qs word 8c + g (sub-blocks 2c, 2c + 1) */
+    uint8_t scale[8][PANEL_ROWS];
+    uint8_t mins[4][PANEL_ROWS][2]; /* min 2p, min 2p + 1 */
+    uint16_t d[PANEL_ROWS], dmin[PANEL_ROWS]; /* fp16 */
+} k4_kept;
+
+_Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0 && sizeof(k4_kept) % 64 == 0,
+               "panels stay aligned");
 
 /* out[k] = element k of in[0..15]: a 16 x 16 transpose of 32-bit elements (in 64 shuffles). */
 ALWAYS_INLINE void transpose16(const __m512i in[16], __m512i out[16])
@@ -147,13 +163,15 @@ ALWAYS_INLINE __m512i high_bits(__m512i v, int bit, bool one)
     return _mm512_and_si512(s, _mm512_set1_epi8(one ? 0x10 : 0x30));
 }
 
-static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, void *panel)
+/* Q4_K / Q5_K rows into k4_panels, or Q4_K rows into k4_kept panels when kept. */
+ALWAYS_INLINE void pack_k4(bool five_bits, bool kept, int n, int nr, const void *w, size_t ws, void *panel)
 {
     const size_t block_bytes = five_bits ? sizeof(block_q5_k) : sizeof(block_q4_k);
     const size_t qs_at = five_bits ? offsetof(block_q5_k, qs) : offsetof(block_q4_k, qs);
     const __m512i low4 = _mm512_set1_epi8(0x0f), low6 = _mm512_set1_epi8(0x3f), top2 = _mm512_set1_epi8(0x30);
     k4_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
+    k4_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, P++, K++) {
         const uint8_t *rp[PANEL_ROWS];
         panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * block_bytes, block_bytes, rp);
         /* d and dmin, then the 12 scale bytes q[0..11]: scale j < 4 is q[j] & 63, its minimum
@@ -161,18 +179,29 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
          * byte's high nibble) and its top two from the top of q[j - 4] (the minimum's: q[j]) */
         __m512i h[4];
         words16(rp, 0, h);
-        half_pair(h[0], P->d, P->dmin);
+        if (kept) {
+            _mm256_store_si256((__m256i *)K->d, _mm512_cvtepi32_epi16(h[0]));
+            _mm256_store_si256((__m256i *)K->dmin, _mm512_cvtepi32_epi16(_mm512_srli_epi32(h[0], 16)));
+        } else {
+            half_pair(h[0], P->d, P->dmin);
+        }
         const __m512i sc03 = _mm512_and_si512(h[1], low6), mn03 = _mm512_and_si512(h[2], low6);
         const __m512i sc47 = _mm512_or_si512(_mm512_and_si512(h[3], low4), _mm512_and_si512(_mm512_srli_epi32(h[1], 2), top2));
         const __m512i mn47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(h[3], 4), low4),
                                              _mm512_and_si512(_mm512_srli_epi32(h[2], 2), top2));
-        for (int j = 0; j < 4; j++) {
-            _mm512_store_si512(P->scale[j], word_byte(sc03, j));
-            _mm512_store_si512(P->scale[4 + j], word_byte(sc47, j));
+        for (int j = 0; j < 8; j++) {
+            const __m512i sc = word_byte(j < 4 ? sc03 : sc47, j % 4);
+            if (kept)
+                _mm_store_si128((__m128i *)K->scale[j], _mm512_cvtepi32_epi8(sc));
+            else
+                _mm512_store_si512(P->scale[j], sc);
         }
-        for (int p = 0; p < 2; p++) {
-            _mm512_store_si512(P->mins[p], word_byte_pair(mn03, 2 * p));
-            _mm512_store_si512(P->mins[2 + p], word_byte_pair(mn47, 2 * p));
+        for (int p = 0; p < 4; p++) {
+            const __m512i mn = word_byte_pair(p < 2 ? mn03 : mn47, 2 * (p % 2));
+            if (kept)
+                _mm256_store_si256((__m256i *)K->mins[p], _mm512_cvtepi16_epi8(mn));
+            else
+                _mm512_store_si512(P->mins[p], mn);
         }
         /* qs word 8c + g: group g of sub-blocks 2c (low nibbles) and 2c + 1 (high); Q5_K's fifth
          * bits are bits 2c and 2c + 1 of qh word g */
@@ -184,6 +213,10 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
             words64(rp, qs_at + 64 * half, q);
             for (int i = 0; i < 16; i++) {
                 const int c = 2 * half + i / 8, g = i % 8;
+                if (kept) {
+                    _mm512_store_si512(K->q[c][g], q[i]);
+                    continue;
+                }
                 __m512i lo = _mm512_and_si512(q[i], low4), hi = _mm512_and_si512(_mm512_srli_epi16(q[i], 4), low4);
                 if (five_bits) {
                     lo = _mm512_or_si512(lo, high_bits(qh[g], 2 * c, true));
@@ -234,12 +267,22 @@ static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
 
 static void pack_q4k(int n, int nr, const void *w, size_t ws, void *panel)
 {
-    pack_k4(false, n, nr, w, ws, panel);
+    pack_k4(false, false, n, nr, w, ws, panel);
 }
 
 static void pack_q5k(int n, int nr, const void *w, size_t ws, void *panel)
 {
-    pack_k4(true, n, nr, w, ws, panel);
+    pack_k4(true, false, n, nr, w, ws, panel);
+}
+
+static void keep_q4k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_k4(false, true, n, nr, w, ws, panel);
+}
+
+static size_t k4_kept_bytes(int n)
+{
+    return (size_t)(n / QK_K) * sizeof(k4_kept);
 }
 
 static size_t k4_panel_bytes(int n)
@@ -279,6 +322,24 @@ ALWAYS_INLINE void store_panel(int nr, int T, __m512 acc[K_PHASES][PANEL_TOKENS]
                                                            _mm512_add_ps(acc[2][t], acc[3][t])));
 }
 
+/* The float steps of a Q4_K / Q5_K superblock for one token (activations ab): its scaled dots
+ * isum, and the minimums (mins[p]: the int16 pairs of sub-blocks 2p, 2p + 1) against the
+ * activations' sub-block sums, into the token's phase accumulator f. */
+ALWAYS_INLINE void k4_float_steps(__m512i isum, __m512 d, __m512 dmin, const __m512i mins[4],
+                                  const block_q8_k *ab, __m512 *f)
+{
+    /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
+    int32_t pb[4];
+    _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                                 _mm_loadu_si128((const __m128i *)(ab->bsums + 8))));
+    __m512i msum = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++)
+        msum = _mm512_dpwssd_epi32(msum, mins[p], _mm512_set1_epi32(pb[p]));
+    const __m512 da = _mm512_set1_ps(ab->d);
+    *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum), *f);
+    *f = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), *f);
+}
+
 /* Superblock k of a Q4_K / Q5_K panel, or of a Q6_K panel when six (panel: that superblock),
  * against T tokens, into their phase accumulators. */
 ALWAYS_INLINE void kq_superblock(bool six, int T, const void *panel, const void *a, size_t as, int k,
@@ -299,26 +360,17 @@ ALWAYS_INLINE void kq_superblock(bool six, int T, const void *panel, const void 
             scaled_dots(T, &P4->q[j][0][0][0], 8, P4->scale[j], ab, 32 * j, isum);
     const __m512 d = _mm512_load_ps(six ? P6->d : P4->d);
     for (int t = 0; t < T; t++) {
-        const __m512 da = _mm512_set1_ps(ab[t]->d);
         __m512 *f = &acc[k % K_PHASES][t];
-        if (six) {
-            __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
-            for (int p = 0; p < 8; p++)
-                off = _mm512_dpwssd_epi32(off, _mm512_load_si512(P6->scale_pairs[p]),
-                                          _mm512_set1_epi32(load_i32(ab[t]->bsums + 2 * p)));
-            isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
-            *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), *f);
+        if (!six) {
+            k4_float_steps(isum[t], d, _mm512_load_ps(P4->dmin), (const __m512i *)P4->mins, ab[t], f);
             continue;
         }
-        /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
-        int32_t pb[4];
-        _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[t]->bsums),
-                                                     _mm_loadu_si128((const __m128i *)(ab[t]->bsums + 8))));
-        __m512i msum = _mm512_setzero_si512();
-        for (int p = 0; p < 4; p++)
-            msum = _mm512_dpwssd_epi32(msum, _mm512_load_si512(P4->mins[p]), _mm512_set1_epi32(pb[p]));
-        *f = _mm512_fmadd_ps(_mm512_mul_ps(d, da), _mm512_cvtepi32_ps(isum[t]), *f);
-        *f = _mm512_fnmadd_ps(_mm512_mul_ps(_mm512_load_ps(P4->dmin), da), _mm512_cvtepi32_ps(msum), *f);
+        __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
+        for (int p = 0; p < 8; p++)
+            off = _mm512_dpwssd_epi32(off, _mm512_load_si512(P6->scale_pairs[p]),
+                                      _mm512_set1_epi32(load_i32(ab[t]->bsums + 2 * p)));
+        isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
+        *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab[t]->d)), _mm512_cvtepi32_ps(isum[t]), *f);
     }
 }
 
@@ -348,8 +400,51 @@ ALWAYS_INLINE void k4_stream_tile(bool five_bits, int n, int nr, int T, const vo
     __m512 acc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
     for (int k = 0; k < n / QK_K; k++) {
-        pack_k4(five_bits, QK_K, nr, (const uint8_t *)w + (size_t)k * block_bytes, ws, &sb);
+        pack_k4(five_bits, false, QK_K, nr, (const uint8_t *)w + (size_t)k * block_bytes, ws, &sb);
         kq_superblock(false, T, &sb, a, as, k, acc);
+    }
+    store_panel(nr, T, acc, y, ys);
+}
+
+/* Kept Q4_K panels (k4_kept): a vector of words holds group g of sub-blocks 2c (low nibbles) and
+ * 2c + 1 (high), so each sub-block loads its vectors and keeps its nibbles (one sub-block at a
+ * time keeps 8 tokens' sums in registers; a pair at a time spilled them). The panels stream from
+ * memory in every batch, the first token block's at least: they are asked for ahead. */
+ALWAYS_INLINE void k4_kept_tile(int n, int nr, int T, const void *panel, const void *a, size_t as,
+                                float *y, size_t ys)
+{
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[K_PHASES][PANEL_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
+    const k4_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, K++) {
+        prefetch_ahead(K, sizeof *K);
+        const block_q8_k *ab[PANEL_TOKENS];
+        q8k_blocks(a, as, T, k, ab);
+        __m512i isum[PANEL_TOKENS];
+        for (int t = 0; t < T; t++)
+            isum[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 8; j++) {
+            __m512i dot[PANEL_TOKENS];
+            for (int t = 0; t < T; t++)
+                dot[t] = _mm512_setzero_si512();
+            for (int g = 0; g < 8; g++) {
+                const __m512i v = _mm512_load_si512(K->q[j / 2][g]);
+                const __m512i wv = _mm512_and_si512(j % 2 ? _mm512_srli_epi16(v, 4) : v, low4);
+                for (int t = 0; t < T; t++)
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(load_i32(ab[t]->qs + 32 * j + 4 * g)));
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)K->scale[j]));
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+        }
+        __m512i mins[4];
+        for (int p = 0; p < 4; p++)
+            mins[p] = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)K->mins[p]));
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->d));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->dmin));
+        for (int t = 0; t < T; t++)
+            k4_float_steps(isum[t], d, dmin, mins, ab[t], &acc[k % K_PHASES][t]);
     }
     store_panel(nr, T, acc, y, ys);
 }
@@ -364,7 +459,18 @@ typedef struct {
     float d[PANEL_ROWS];
 } q32_panel;
 
-_Static_assert(sizeof(q32_panel) % 64 == 0, "panels stay aligned");
+/* Two blocks of a kept Q8_0 panel. */
+typedef struct {
+    uint8_t q[2][8][PANEL_ROWS][4]; /* blocks 2u, 2u + 1: levels + 128 */
+    uint16_t d[2][PANEL_ROWS];      /* fp16 */
+} q8_kept;
+
+_Static_assert(sizeof(q32_panel) % 64 == 0 && sizeof(q8_kept) % 64 == 0, "panels stay aligned");
+
+static size_t q8_kept_bytes(int n)
+{
+    return (size_t)(n / QK + 1) / 2 * sizeof(q8_kept);
+}
 
 static size_t q32_panel_bytes(int n)
 {
@@ -389,10 +495,12 @@ ALWAYS_INLINE __m512 e8m0_scales(__m512i v)
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2)), normal, tiny));
 }
 
-ALWAYS_INLINE void pack_q32(weights32_fn weights, scales16_fn scales, size_t block_bytes, int n,
-                            int nr, const void *w, size_t ws, void *panel)
+/* 32-block rows into q32_panels, or Q8_0 rows into q8_kept panels when kept. */
+ALWAYS_INLINE void pack_q32(bool kept, weights32_fn weights, scales16_fn scales, size_t block_bytes,
+                            int n, int nr, const void *w, size_t ws, void *panel)
 {
     q32_panel *P = panel;
+    q8_kept *K = panel;
     const int nb = n / QK;
     for (int i = 0; i < nb; i += 2) { /* two blocks: 16 words per row, one transpose */
         const uint8_t *rp[PANEL_ROWS];
@@ -405,9 +513,15 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scales16_fn scales, size_t blo
         }
         transpose16(in, out);
         for (int h = 0; h < 1 + two; h++) {
-            for (int g = 0; g < 8; g++) /* levels as w + 128 */
-                _mm512_store_si512(P[i + h].q[g], _mm512_xor_si512(out[8 * h + g], _mm512_set1_epi8((char)0x80)));
-            _mm512_store_ps(P[i + h].d, scales(rows_word(w, ws, nr, (size_t)(i + h) * block_bytes)));
+            const __m512i first = rows_word(w, ws, nr, (size_t)(i + h) * block_bytes);
+            for (int g = 0; g < 8; g++) { /* levels as w + 128 */
+                const __m512i q = _mm512_xor_si512(out[8 * h + g], _mm512_set1_epi8((char)0x80));
+                _mm512_store_si512(kept ? K[i / 2].q[h][g] : P[i + h].q[g], q);
+            }
+            if (kept)
+                _mm256_store_si256((__m256i *)K[i / 2].d[h], _mm512_cvtepi32_epi16(first));
+            else
+                _mm512_store_ps(P[i + h].d, scales(first));
         }
     }
 }
@@ -415,20 +529,31 @@ ALWAYS_INLINE void pack_q32(weights32_fn weights, scales16_fn scales, size_t blo
 #define DEFINE_PACK32(name, levels, scales, block)                                            \
     static void pack_##name(int n, int nr, const void *w, size_t ws, void *panel)            \
     {                                                                                         \
-        pack_q32(levels, scales, sizeof(block), n, nr, w, ws, panel);                         \
+        pack_q32(false, levels, scales, sizeof(block), n, nr, w, ws, panel);                  \
     }
 DEFINE_PACK32(q8_0, q8_0_signed, half_scales, block_q8_0)
 DEFINE_PACK32(q4_0, q4_0_signed, half_scales, block_q4_0)
 DEFINE_PACK32(iq4_nl, iq4_nl_signed, half_scales, block_iq4_nl)
 DEFINE_PACK32(mxfp4, mxfp4_signed, e8m0_scales, block_mxfp4)
 
-ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, const void *a,
-                                   size_t as, float *y, size_t ys)
+static void keep_q8_0(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_q32(true, q8_0_signed, half_scales, sizeof(block_q8_0), n, nr, w, ws, panel);
+}
+
+/* 32-block panels, or kept Q8_0 panels when kept (a batch of up to MM_STREAM_TOKENS tokens
+ * streams those from memory, asking for them ahead). */
+ALWAYS_INLINE void q32_tile(bool kept, int n, int nr, int T, const void *panel, const void *a,
+                            size_t as, float *y, size_t ys)
 {
     __m512 acc[K_PHASES][PANEL_TOKENS];
     TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
-    const q32_panel *P = panel;
-    for (int i = 0; i < n / QK; i++, P++) {
+    for (int i = 0; i < n / QK; i++) {
+        const q8_kept *K = (const q8_kept *)panel + i / 2;
+        const q32_panel *P = (const q32_panel *)panel + i;
+        if (kept && i % 2 == 0)
+            prefetch_ahead(K, sizeof *K);
+        const uint8_t *q = kept ? &K->q[i % 2][0][0][0] : &P->q[0][0][0];
         const q32_act *ab[PANEL32_TOKENS];
         __m512i dot[PANEL32_TOKENS];
         for (int t = 0; t < T; t++) {
@@ -436,11 +561,12 @@ ALWAYS_INLINE void q32_packed_tile(int n, int nr, int T, const void *panel, cons
             dot[t] = _mm512_set1_epi32(ab[t]->neg);
         }
         for (int g = 0; g < 8; g++) {
-            __m512i wv = _mm512_load_si512(P->q[g]);
+            __m512i wv = _mm512_load_si512(q + 64 * g);
             for (int t = 0; t < T; t++)
                 dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(load_i32(ab[t]->qs + 4 * g)));
         }
-        const __m512 d = _mm512_load_ps(P->d);
+        const __m512 d = kept ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->d[i % 2]))
+                              : _mm512_load_ps(P->d);
         for (int t = 0; t < T; t++) {
             __m512 *f = &acc[i % K_PHASES][t];
             *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab[t]->d)), _mm512_cvtepi32_ps(dot[t]), *f);
@@ -457,7 +583,11 @@ DEFINE_PACKED_TILE8(packed_k4, K4_PACKED)
 DEFINE_PACKED_TILE8(packed_q6k, Q6_PACKED)
 DEFINE_STREAM_TILE8(stream_q4k, Q4K_STREAM)
 DEFINE_STREAM_TILE8(stream_q5k, Q5K_STREAM)
-DEFINE_PACKED_TILE4(packed_q32, q32_packed_tile)
+#define Q32_PACKED(...) q32_tile(false, __VA_ARGS__)
+#define Q8_KEPT(...) q32_tile(true, __VA_ARGS__)
+DEFINE_PACKED_TILE4(packed_q32, Q32_PACKED)
+DEFINE_PACKED_TILE4(kept_q8_0, Q8_KEPT)
+DEFINE_PACKED_TILE8(kept_q4k, k4_kept_tile)
 
 const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL, stream_q4k};
 const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS_Q5_Q6, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL, stream_q5k};
@@ -468,3 +598,7 @@ PACKED32(q8_0)
 PACKED32(q4_0)
 PACKED32(iq4_nl)
 PACKED32(mxfp4)
+
+/* Kept forms: every batch from one token reads them (min_tokens 1, no streaming). */
+const mm_packed mm_q4_k_kept_avx512 = {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL};
+const mm_packed mm_q8_0_kept_avx512 = {PANEL_ROWS, PANEL32_TOKENS, 1, q8_kept_bytes, keep_q8_0, kept_q8_0, q32_act_bytes, q32_act_prep, NULL};

@@ -93,6 +93,11 @@ typedef struct mm_kernel {
      * a few rows in flight. */
     int decode_rows;
     const mm_packed *packed; /* NULL: prefill uses the tile above */
+    /* NULL, or the path's kept form of the type (kern_keep, kern.h): panels made once per
+     * matrix, whose tile serves every batch from one token on (min_tokens 1, no stream). They
+     * keep the weights' size within a few percent, so decode reads them as fast as the blocks,
+     * and they compute exactly what the tiles above compute. */
+    const mm_packed *kept;
 } mm_kernel;
 
 /* An activation quantizer: exactly the bytes of the format's from_float. */

@@ -298,9 +298,12 @@ void engine_embed(engine *e, const int32_t *tokens, int n, float *hidden)
     }
 }
 
-/* 0, or -1 when the kernels run out of scratch (not after engine_create's reservation). */
-static int matmul(engine *e, const gguf_tensor *w, const float *x, int n, float *y)
+/* y = w x, from w's kept form when it has one (model_keep_weights). 0, or -1 when the kernels
+ * run out of scratch (not after engine_create's reservation). */
+static int matmul(engine *e, const gguf_tensor *w, const void *kept, const float *x, int n, float *y)
 {
+    if (kept)
+        return kern_matmul_kept(e->kc, kept, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
     return kern_matmul(e->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
 }
 
@@ -463,7 +466,7 @@ static int moe(engine *e, int il, const layer_op *op, int n)
     const int n_x = hp->n_expert, k = hp->n_expert_used, d = hp->n_embd, ff = hp->n_ff;
     const float *in = e->buf[op->src];
     float *out = e->buf[op->dst], *xg = e->buf[LB_XG], *gate = e->buf[LB_GATE];
-    if (matmul(e, w[0], in, n, e->scores))
+    if (matmul(e, w[0], e->m->layers[il].kept[op->w], in, n, e->scores))
         return -1;
     if (b)
         add_bias_rows(e->scores, b[0], n, n_x);
@@ -531,7 +534,7 @@ static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *p
         return 0;
     }
     case LOP_MATMUL:
-        if (matmul(e, w[op->w], src, n, dst))
+        if (matmul(e, w[op->w], e->m->layers[il].kept[op->w], src, n, dst))
             return -1;
         if (op->b != LOP_NONE)
             add_bias_rows(dst, w[op->b], n, (int)width);
@@ -669,7 +672,7 @@ int engine_output(engine *e, const float *hidden, int row0, int n_rows, float *l
         int n = n_rows - r < e->max_batch ? n_rows - r : e->max_batch;
         rmsnorm_rows(e->buf[LB_X], hidden + (size_t)(row0 + r) * (size_t)n_embd, m->output_norm,
                      n, n_embd, m->hp.rms_eps);
-        if (matmul(e, m->output, e->buf[LB_X], n, logits + (size_t)r * (size_t)m->hp.n_vocab))
+        if (matmul(e, m->output, m->output_kept, e->buf[LB_X], n, logits + (size_t)r * (size_t)m->hp.n_vocab))
             return -1;
     }
     return 0;

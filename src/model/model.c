@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "model/model.h"
+#include "util/mem.h"
 
 /* Loader state: the file, its name for messages, and the caller's error buffer. */
 typedef struct loader {
@@ -352,6 +353,10 @@ static void load_layers(loader *ld, model *m)
 struct model_alloc {
     model m;
     float *rope_factors;
+    /* the mappings model_keep_weights made, one per call */
+    struct kept_map { void *p; size_t bytes; } *kept;
+    int n_kept;
+    uint64_t kept_bytes;
 };
 
 /* A separate token embedding is read a row per token, at random: without readahead, a new
@@ -452,10 +457,88 @@ void model_free(model *m)
     if (!m)
         return;
     struct model_alloc *ma = (struct model_alloc *)m;
+    for (int i = 0; i < ma->n_kept; i++)
+        munmap(ma->kept[i].p, ma->kept[i].bytes);
+    free(ma->kept);
     gguf_close(m->file);
     free(m->layers);
     free(ma->rope_factors);
     free(ma);
+}
+
+/* The bytes of w's kept form, 0 when it has none or it is not a matrix. */
+static size_t kept_size(const gguf_tensor *w)
+{
+    if (!w || w->n_dims != 2 || w->ne[0] > INT32_MAX || w->ne[1] > INT32_MAX)
+        return 0;
+    return kern_keep_bytes(w->type, (int)w->ne[0], (int)w->ne[1]);
+}
+
+/* The matrices model_keep_weights keeps, with where their kept form goes: *slot, NULL when
+ * kept already. Calls visit(m, w, slot, arg) for each; n of them. */
+static int keep_each(model *m, const bool *layers, bool output,
+                     void (*visit)(const gguf_tensor *w, const void **slot, void *arg), void *arg)
+{
+    int n = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        for (int s = 0; (!layers || layers[il]) && s < LT_COUNT; s++)
+            if (!m->layers[il].kept[s] && kept_size(m->layers[il].t[s]))
+                visit(m->layers[il].t[s], &m->layers[il].kept[s], arg), n++;
+    if (output && !m->output_kept && kept_size(m->output))
+        visit(m->output, &m->output_kept, arg), n++;
+    return n;
+}
+
+struct keep_pass {
+    kern_ctx *kc;
+    uint8_t *at; /* NULL: count the bytes only */
+    size_t bytes;
+};
+
+static void keep_visit(const gguf_tensor *w, const void **slot, void *arg)
+{
+    struct keep_pass *k = arg;
+    const size_t b = (kept_size(w) + 63) & ~(size_t)63;
+    if (k->at) {
+        kern_keep(k->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], k->at + k->bytes);
+        *slot = k->at + k->bytes;
+        /* the file's pages of w are not read again here: out of this process's resident set,
+         * they are page cache the OS reclaims first */
+        mem_release((void *)w->data, (size_t)w->nbytes);
+    }
+    k->bytes += b;
+}
+
+int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output, char *err,
+                           size_t errlen)
+{
+    struct model_alloc *ma = (struct model_alloc *)m;
+    struct keep_pass k = {kc, NULL, 0};
+    if (keep_each(m, layers, output, keep_visit, &k) == 0)
+        return 0;
+    const size_t bytes = k.bytes;
+    struct kept_map *list = realloc(ma->kept, sizeof *list * (size_t)(ma->n_kept + 1));
+    if (list)
+        ma->kept = list;
+    void *p = list ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+                   : MAP_FAILED;
+    if (p == MAP_FAILED) {
+        snprintf(err, errlen, "%s: out of memory for %zu MiB of repacked weights", m->file->path,
+                 bytes >> 20);
+        return -1;
+    }
+    madvise(p, bytes, MADV_HUGEPAGE); /* read in full every token: the TLB would be the limit */
+    k = (struct keep_pass){kc, p, 0};
+    keep_each(m, layers, output, keep_visit, &k);
+    mprotect(p, bytes, PROT_READ);
+    ma->kept[ma->n_kept++] = (struct kept_map){p, bytes};
+    ma->kept_bytes += bytes;
+    return (int64_t)bytes;
+}
+
+uint64_t model_kept_bytes(const model *m)
+{
+    return ((const struct model_alloc *)m)->kept_bytes;
 }
 
 int model_mlock(const model *m, char *err, size_t errlen)

@@ -31,6 +31,8 @@ struct model_hparams {
 /* A layer: its weights by slot (NULL where absent) and its program over them. */
 typedef struct model_layer {
     const gguf_tensor *t[LT_COUNT];
+    /* A matrix's kept form (model_keep_weights), NULL where the file's bytes are read */
+    const void *kept[LT_COUNT];
     layer_prog prog;
 } model_layer;
 
@@ -40,6 +42,7 @@ typedef struct model {
     const arch_desc *arch;
     const gguf_tensor *tok_embd, *output_norm, *output;  /* output == tok_embd when tied */
     model_layer *layers;                                /* n_layer */
+    const void *output_kept;                            /* model_keep_weights, or NULL */
     /* How every engine of this model stores its KV cache: K and V element types (F16 unless
      * model_set_kv_types says otherwise). Devices of a ring use the same. */
     enum dtype kv_type[2];
@@ -47,6 +50,17 @@ typedef struct model {
 
 model *model_load(const char *path, char *err, size_t errlen);
 void model_free(model *m);
+/* Keep the matrices of the layers in `layers` (NULL: all) and, when output, the output matrix
+ * in the CPU path's kept form (kern_keep: interleaved rows, made once, about the size of the
+ * file's bytes), for the types the path has one of: every engine then reads those instead of
+ * the file, and a batch of a few tokens (speculative drafts, server slots) costs little more
+ * than one. The kept weights are memory of the process, which the OS cannot reclaim as it does
+ * the file's pages (--repack). Layers kept already stay. Returns the bytes kept now (0: none of
+ * the types has a kept form here), or -1 with err when out of memory (nothing kept then). */
+int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output, char *err,
+                           size_t errlen);
+/* Bytes of the kept forms model_keep_weights made. */
+uint64_t model_kept_bytes(const model *m);
 /* Lock the whole mapping in RAM (--mlock): weights are never paged out. */
 int model_mlock(const model *m, char *err, size_t errlen);
 /* The activation buffers the layers' programs use, and the output's (1u << LB_*). */
