@@ -429,6 +429,38 @@ static void check_matmul_type(enum dtype wt)
     free(w);
 }
 
+/* A batch wide enough that a kept matrix is unpacked into the packed tiles' panels first
+ * (mm_kept.wide_tokens, up to 256) computes what the matrix does, on 1 and 3 threads. */
+static void check_kept_wide(enum dtype wt)
+{
+    const kern_type *kt = kern_type_get(wt);
+    const int n_in = inner_size(wt), n_out = 37, n_tok = 300;
+    size_t kept_bytes = kern_keep_bytes(wt, n_in, n_out);
+    if (!kept_bytes)
+        return;
+    float *wf = malloc(sizeof(float) * (size_t)n_in * n_out);
+    float *x = malloc(sizeof(float) * (size_t)n_in * n_tok);
+    float *y = malloc(sizeof(float) * n_out * n_tok), *yk = malloc(sizeof(float) * n_out * n_tok);
+    void *w = malloc(dtype_row_bytes(wt, (uint64_t)n_in) * n_out), *kept = aligned_alloc(64, kept_bytes);
+    fill(wf, n_in * n_out, 0.5);
+    fill(x, n_in * n_tok, 2.0);
+    kt->from_float(wf, w, (int64_t)n_in * n_out);
+    kern_keep(ctx[3], w, wt, n_in, n_out, kept);
+    kern_matmul(ctx[1], w, wt, n_in, n_out, x, n_tok, y);
+    for (int nt = 1; nt <= 3; nt += 2) {
+        kern_matmul_kept(ctx[nt], kept, wt, n_in, n_out, x, n_tok, yk);
+        CHECK(!memcmp(y, yk, sizeof(float) * n_out * n_tok),
+              "%s (%s): %d tokens of the kept matrix differ from the matrix's (%d threads)",
+              dtype_get(wt)->name, kern_path_name(kern_active_path()), n_tok, nt);
+    }
+    free(wf);
+    free(x);
+    free(y);
+    free(yk);
+    free(w);
+    free(kept);
+}
+
 /* A NaN in one token's activations makes all of that token's outputs NaN and leaves the other
  * tokens alone, whatever the weight type: a quantized path must not launder it into a finite
  * block (the old activation quantizers skipped NaNs as fmaxf does, so a damaged model produced
@@ -470,6 +502,7 @@ static void test_matmul(void)
         if (!di || !di->name || !kern_type_get((enum dtype)t) || kern_type_get((enum dtype)t)->act_only)
             continue;
         check_matmul_type((enum dtype)t);
+        check_kept_wide((enum dtype)t);
         check_matmul_nan((enum dtype)t);
         tested++;
     }

@@ -11,8 +11,9 @@
  *     registers, so prefill is bound by arithmetic rather than by memory. Where the path packs
  *     the type (mm_packed, types.h) the thread first packs its row block into panels in its own
  *     scratch, and the token blocks run over those.
- * A matrix kept packed (kern_keep) is already panels: every batch, one token or many, runs the
- * kept form's tile over its row blocks, packing nothing.
+ * A matrix kept packed (kern_keep) is already panels: every batch runs the kept form's tile over
+ * its row blocks, packing nothing, except that a wide batch unpacks each row block into the
+ * packed tiles' panels first (mm_kept.wide_tokens).
  * Each output element is computed by one tile call whose arithmetic does not depend on where the
  * tile sits (types.h), so results are identical for any thread count and any batch size. */
 #include <stdatomic.h>
@@ -73,7 +74,8 @@ struct mm_range {
 struct mm_job {
     const mm_kernel *kernel; /* NULL: one vec_dot per output */
     const mm_packed *packed; /* non-NULL: this batch runs packed tiles */
-    bool kept;               /* w is already packed's panels (kern_keep) */
+    const mm_kept *kept;     /* non-NULL: w is this form's panels (kern_keep) */
+    bool unpack;             /* kept panels unpacked into packed's first */
     vec_dot_fn vec_dot;
     const uint8_t *w, *a;
     size_t w_stride, a_stride;
@@ -82,7 +84,7 @@ struct mm_job {
     int rows_per_block, tokens_per_block, n_units;
     struct mm_range *range; /* one per thread, in the context's scratch */
     uint8_t *panels;        /* packed: thread i's panels at i * thread_panel_bytes */
-    size_t panel_bytes, thread_panel_bytes;
+    size_t panel_bytes, thread_panel_bytes, kept_bytes; /* one panel: packed's, kept's */
 };
 
 static void run_tile(const struct mm_job *J, int r0, int nr, int t0, int nt)
@@ -128,7 +130,11 @@ static void run_packed_block(const struct mm_job *J, int ith, int r_begin, int r
     const mm_packed *P = J->packed;
     const uint8_t *panels;
     if (J->kept) {
-        panels = J->w + (size_t)(r_begin / P->rows) * J->panel_bytes;
+        const uint8_t *src = J->w + (size_t)(r_begin / P->rows) * J->kept_bytes;
+        uint8_t *own = J->panels + (size_t)ith * J->thread_panel_bytes;
+        for (int r = r_begin, p = 0; J->unpack && r < r_end; r += P->rows, p++)
+            J->kept->unpack(J->n_in, src + (size_t)p * J->kept_bytes, own + (size_t)p * J->panel_bytes);
+        panels = J->unpack ? own : src;
     } else if (P->stream && J->n_tokens <= P->tokens) {
         for (int r = r_begin; r < r_end; r += P->rows)
             P->stream(J->n_in, min_int(P->rows, r_end - r), J->n_tokens, J->w + (size_t)r * J->w_stride,
@@ -185,10 +191,22 @@ static int round_block(long v, int m)
     return v < m ? m : (int)(v / m * m);
 }
 
-/* The packed tiles of this weight type for a batch of n_tokens, or NULL; or its kept form. */
+/* Whether a batch of n_tokens from kept panels unpacks them into the packed tiles' panels. */
+static bool kept_unpacks(const mm_kept *K, int n_tokens)
+{
+    return K->wide_tokens > 0 && n_tokens >= K->wide_tokens;
+}
+
+/* The packed tiles a batch of n_tokens of this weight type runs, or NULL; from kept panels
+ * (kept), the kept form's, or the packed tiles' for a batch that unpacks. */
 static const mm_packed *packed_for(const kern_type *kt, int n_tokens, bool kept)
 {
-    const mm_packed *P = !kt->tile ? NULL : kept ? kt->tile->kept : kt->tile->packed;
+    if (!kt->tile)
+        return NULL;
+    const mm_kept *K = kt->tile->kept;
+    if (kept)
+        return !K ? NULL : kept_unpacks(K, n_tokens) ? kt->tile->packed : &K->form;
+    const mm_packed *P = kt->tile->packed;
     return P && n_tokens >= P->min_tokens ? P : NULL;
 }
 
@@ -287,7 +305,8 @@ static int matmul_run(kern_ctx *c, const void *w, enum dtype wt, bool kept, int 
 
     const mm_kernel *kernel = kt->tile;
     const mm_packed *packed = packed_for(kt, n_tokens, kept);
-    if (kept && !packed) { /* kern_keep_bytes said 0: a bug */
+    const mm_kept *K = kept && kernel ? kernel->kept : NULL;
+    if (kept && !K) { /* kern_keep_bytes said 0: a bug */
         fprintf(stderr, "prima: matmul: no kept form of %s on this path\n", dtype_get((uint32_t)wt)->name);
         abort();
     }
@@ -304,8 +323,6 @@ static int matmul_run(kern_ctx *c, const void *w, enum dtype wt, bool kept, int 
     int tile_rows = packed ? packed->rows : kernel ? kernel->rows : 1;
     int tile_tokens = packed ? packed->tokens : kernel ? kernel->tokens : 1;
 
-    if (kept) /* what a row costs in the panels, for the blocks' sizes */
-        w_stride = packed->bytes(n_in) / (size_t)packed->rows;
     int rows_per_block, tokens_per_block;
     if (n_tokens <= MM_STREAM_TOKENS) {
         rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
@@ -325,13 +342,14 @@ static int matmul_run(kern_ctx *c, const void *w, enum dtype wt, bool kept, int 
         .rows_per_block = rows_per_block, .tokens_per_block = tokens_per_block,
         .n_units = (n_out + rows_per_block - 1) / rows_per_block,
         .range = kern_scratch_get(c, KERN_SCRATCH_RANGES, sizeof(struct mm_range) * (size_t)nth),
-        .packed = packed, .kept = kept,
+        .packed = packed, .kept = K, .unpack = K && packed != &K->form,
     };
     if (!J.range)
         return -1;
-    if (kept) {
-        J.panel_bytes = packed->bytes(n_in);
+    if (K && !J.unpack) {
+        J.kept_bytes = J.panel_bytes = K->form.bytes(n_in);
     } else if (packed) {
+        J.kept_bytes = K ? K->form.bytes(n_in) : 0;
         J.panel_bytes = packed->bytes(n_in);
         J.thread_panel_bytes = (size_t)((rows_per_block + packed->rows - 1) / packed->rows) * J.panel_bytes;
         J.panels = kern_scratch_get(c, KERN_SCRATCH_PANELS, J.thread_panel_bytes * (size_t)nth);
@@ -362,7 +380,7 @@ int kern_matmul_kept(kern_ctx *c, const void *kept, enum dtype wt, int n_in, int
 static const mm_packed *kept_form(enum dtype wt)
 {
     const kern_type *kt = kern_type_get(wt);
-    return kt && kt->tile ? kt->tile->kept : NULL;
+    return kt && kt->tile && kt->tile->kept ? &kt->tile->kept->form : NULL;
 }
 
 size_t kern_keep_bytes(enum dtype wt, int n_in, int n_out)

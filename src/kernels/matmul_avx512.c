@@ -299,7 +299,7 @@ DEFINE_Q32_TILES()
 _Static_assert(MM_STREAM_TOKENS == 3, "the tiles are instantiated for up to 3 tokens (DEFINE_TILE_4x3)");
 const mm_kernel mm_q4_k_avx512 = {tile_q4k, 4, 3, 1, &mm_q4_k_packed_avx512, &mm_q4_k_kept_avx512};
 const mm_kernel mm_q5_k_avx512 = {tile_q5k, 4, 3, 1, &mm_q5_k_packed_avx512, NULL};
-const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 3, 1, &mm_q6_k_packed_avx512, NULL};
+const mm_kernel mm_q6_k_avx512 = {tile_q6k, 4, 3, 1, &mm_q6_k_packed_avx512, &mm_q6_k_kept_avx512};
 const mm_kernel mm_q8_0_avx512 = {tile_q8_0, 4, 3, 1, &mm_q8_0_packed_avx512, &mm_q8_0_kept_avx512};
 const mm_kernel mm_q4_0_avx512 = {tile_q4_0, 4, 3, 1, &mm_q4_0_packed_avx512, NULL};
 const mm_kernel mm_iq4_nl_avx512 = {tile_iq4_nl, 4, 3, 1, &mm_iq4_nl_packed_avx512, NULL};

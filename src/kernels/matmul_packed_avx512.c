@@ -30,6 +30,16 @@
  * 3 + 1 tokens against 5.3 at 4. At 2 tokens no type gained. */
 #define PACK_TOKENS 3
 #define PACK_TOKENS_Q5_Q6 4
+/* Batches of kept panels that unpack them first (mm_kept.wide_tokens; one thread, 4096 x 14336,
+ * kept tile against unpacking, ms): Q6_K, whose tile spends four or five operations on each
+ * vector of levels, at 8 tokens 7.8-7.9 against 5.7-8.6, at 12 7.6-7.8 against 6.3-6.7, at 16
+ * 8.1 against 7.0, at 512 209-232 against 115-185; Q8_0, whose kept tile only converts d, at
+ * 16 5.2 against 6.3, at 64 18.7-19.2 against 18.5-20.9, and at 512 tokens in a model (2 threads,
+ * CPU ms per token) 6.6-6.7 against 6.4-6.5. Q4_K's kept tile (one operation per vector) was as
+ * fast as unpacking at 512 tokens (106.6 against 105.9) and faster below (64: 13.3 against
+ * 15.1): it never unpacks. */
+#define WIDE_Q6K 12
+#define WIDE_Q8_0 256
 
 /* One superblock of a Q4_K / Q5_K panel. */
 typedef struct {
@@ -47,6 +57,15 @@ typedef struct {
     float d[PANEL_ROWS];
 } q6_panel;
 
+/* One superblock of a kept Q6_K panel. */
+typedef struct {
+    uint8_t ql[32][PANEL_ROWS][4]; /* Q6_K's ql word w of the 16 rows */
+    uint8_t qh[16][PANEL_ROWS][4]; /* its qh word w */
+    int8_t scale[8][PANEL_ROWS][2]; /* scales 2p, 2p + 1 */
+    uint16_t d[PANEL_ROWS];          /* fp16 */
+    uint8_t pad[32];
+} q6_kept;
+
 /* One superblock of a kept Q4_K panel. */
 typedef struct {
     uint8_t q[4][8][PANEL_ROWS][4]; /* [c][g][row]: Q4_K's qs word 8c + g (sub-blocks 2c, 2c + 1) */
@@ -55,7 +74,8 @@ typedef struct {
     uint16_t d[PANEL_ROWS], dmin[PANEL_ROWS]; /* fp16 */
 } k4_kept;
 
-_Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0 && sizeof(k4_kept) % 64 == 0,
+_Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0 && sizeof(k4_kept) % 64 == 0 &&
+                   sizeof(q6_kept) % 64 == 0,
                "panels stay aligned");
 
 /* out[k] = element k of in[0..15]: a 16 x 16 transpose of 32-bit elements (in 64 shuffles). */
@@ -229,40 +249,105 @@ ALWAYS_INLINE void pack_k4(bool five_bits, bool kept, int n, int nr, const void 
     }
 }
 
-static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
+/* Q6_K rows into q6_panels, or into q6_kept panels when kept. */
+/* A Q6_K panel's scales from their int16 pairs (pairs[p]: sub-blocks 2p, 2p + 1 of each row). */
+ALWAYS_INLINE void q6_store_scales(q6_panel *P, const __m512i pairs[8])
+{
+    for (int p = 0; p < 8; p++) {
+        _mm512_store_si512(P->scale_pairs[p], pairs[p]);
+        _mm512_store_si512(P->scale[2 * p], _mm512_srai_epi32(_mm512_slli_epi32(pairs[p], 16), 16));
+        _mm512_store_si512(P->scale[2 * p + 1], _mm512_srai_epi32(pairs[p], 16));
+    }
+}
+
+/* A Q6_K panel's levels from the 16 rows' ql and qh words (ql[w]: word w of ql, row r in lane
+ * r). Level 128h + 32i + l: bits 0-3 from ql[64h + l] (i = 0, 2: low | high nibble) or
+ * ql[64h + 32 + l] (i = 1, 3), bits 4-5 from bits 2i, 2i + 1 of qh[32h + l]. */
+ALWAYS_INLINE void q6_store_levels(q6_panel *P, const __m512i ql[32], const __m512i qh[16])
 {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int half = 0; half < 2; half++)
+        for (int i = 0; i < 4; i++)
+            for (int g8 = 0; g8 < 8; g8++) { /* levels 128h + 32i + 4 g8 .. + 3 */
+                __m512i b = ql[16 * half + 8 * (i & 1) + g8];
+                __m512i lo = i < 2 ? _mm512_and_si512(b, low4) : _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+                const int e = 128 * half + 32 * i + 4 * g8;
+                _mm512_store_si512(P->q[e / 16][e % 16 / 4], _mm512_or_si512(lo, high_bits(qh[8 * half + g8], 2 * i, false)));
+            }
+}
+
+ALWAYS_INLINE void pack_q6(bool kept, int n, int nr, const void *w, size_t ws, void *panel)
+{
     q6_panel *P = panel;
-    for (int k = 0; k < n / QK_K; k++, P++) {
+    q6_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, P++, K++) {
         const uint8_t *rp[PANEL_ROWS];
         panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * sizeof(block_q6_k), sizeof(block_q6_k), rp);
-        __m512i sw[4], s[16];
+        __m512i sw[4], s[16], pairs[8];
         words16(rp, offsetof(block_q6_k, scales), sw);
-        for (int j = 0; j < 16; j++) { /* signed bytes, sign-extended */
+        for (int j = 0; j < 16; j++) /* signed bytes, sign-extended */
             s[j] = _mm512_srai_epi32(_mm512_slli_epi32(sw[j / 4], 24 - 8 * (j % 4)), 24);
-            _mm512_store_si512(P->scale[j], s[j]);
+        for (int p = 0; p < 8; p++) {
+            pairs[p] = _mm512_mask_blend_epi16(0xaaaaaaaa, s[2 * p], _mm512_slli_epi32(s[2 * p + 1], 16));
+            if (kept)
+                _mm256_store_si256((__m256i *)K->scale[p], _mm512_cvtepi16_epi8(pairs[p]));
         }
-        for (int p = 0; p < 8; p++)
-            _mm512_store_si512(P->scale_pairs[p], _mm512_mask_blend_epi16(0xaaaaaaaa, s[2 * p], _mm512_slli_epi32(s[2 * p + 1], 16)));
+        if (!kept)
+            q6_store_scales(P, pairs);
         /* d is the block's last two bytes: the word before it ends there */
         const size_t d_word = offsetof(block_q6_k, d) - 2;
-        _mm512_store_ps(P->d, half_scales(_mm512_srli_epi32(
-                                  rows_word(w, ws, nr, (size_t)k * sizeof(block_q6_k) + d_word), 16)));
-        /* level 128h + 32i + l: bits 0-3 from ql[64h + l] (i = 0, 2: low | high nibble) or
-         * ql[64h + 32 + l] (i = 1, 3), bits 4-5 from bits 2i, 2i + 1 of qh[32h + l] */
+        const __m512i dw = _mm512_srli_epi32(rows_word(w, ws, nr, (size_t)k * sizeof(block_q6_k) + d_word), 16);
+        if (kept)
+            _mm256_store_si256((__m256i *)K->d, _mm512_cvtepi32_epi16(dw));
+        else
+            _mm512_store_ps(P->d, half_scales(dw));
         __m512i ql[32], qh[16];
         words64(rp, offsetof(block_q6_k, ql), ql);
         words64(rp, offsetof(block_q6_k, ql) + 64, ql + 16);
         words64(rp, offsetof(block_q6_k, qh), qh);
-        for (int half = 0; half < 2; half++)
-            for (int i = 0; i < 4; i++)
-                for (int g8 = 0; g8 < 8; g8++) { /* levels 128h + 32i + 4 g8 .. + 3 */
-                    __m512i b = ql[16 * half + 8 * (i & 1) + g8];
-                    __m512i lo = i < 2 ? _mm512_and_si512(b, low4) : _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
-                    const int e = 128 * half + 32 * i + 4 * g8;
-                    _mm512_store_si512(P->q[e / 16][e % 16 / 4], _mm512_or_si512(lo, high_bits(qh[8 * half + g8], 2 * i, false)));
-                }
+        if (!kept) {
+            q6_store_levels(P, ql, qh);
+            continue;
+        }
+        for (int i = 0; i < 32; i++)
+            _mm512_store_si512(K->ql[i], ql[i]);
+        for (int i = 0; i < 16; i++)
+            _mm512_store_si512(K->qh[i], qh[i]);
     }
+}
+
+/* A kept Q6_K panel into the packed tiles' q6_panels (mm_kept.unpack). */
+static void unpack_q6k(int n, const void *kept, void *panel)
+{
+    const q6_kept *K = kept;
+    q6_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, K++, P++) {
+        __m512i ql[32], qh[16], pairs[8];
+        for (int p = 0; p < 8; p++)
+            pairs[p] = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)K->scale[p]));
+        q6_store_scales(P, pairs);
+        _mm512_store_ps(P->d, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->d)));
+        for (int i = 0; i < 32; i++)
+            ql[i] = _mm512_load_si512(K->ql[i]);
+        for (int i = 0; i < 16; i++)
+            qh[i] = _mm512_load_si512(K->qh[i]);
+        q6_store_levels(P, ql, qh);
+    }
+}
+
+static void pack_q6k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_q6(false, n, nr, w, ws, panel);
+}
+
+static void keep_q6k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    pack_q6(true, n, nr, w, ws, panel);
+}
+
+static size_t q6_kept_bytes(int n)
+{
+    return (size_t)(n / QK_K) * sizeof(q6_kept);
 }
 
 static void pack_q4k(int n, int nr, const void *w, size_t ws, void *panel)
@@ -284,6 +369,7 @@ static size_t k4_kept_bytes(int n)
 {
     return (size_t)(n / QK_K) * sizeof(k4_kept);
 }
+
 
 static size_t k4_panel_bytes(int n)
 {
@@ -340,6 +426,19 @@ ALWAYS_INLINE void k4_float_steps(__m512i isum, __m512 d, __m512 dmin, const __m
     *f = _mm512_fnmadd_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(msum), *f);
 }
 
+/* The float steps of a Q6_K superblock for one token: its scaled dots isum less 32 times the
+ * scales (pairs[p]: the int16 pairs of sub-blocks 2p, 2p + 1) against the activations'
+ * sub-block sums (the levels are stored + 32), into the token's phase accumulator f. */
+ALWAYS_INLINE void q6_float_steps(__m512i isum, __m512 d, const __m512i pairs[8], const block_q8_k *ab,
+                                  __m512 *f)
+{
+    __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
+    for (int p = 0; p < 8; p++)
+        off = _mm512_dpwssd_epi32(off, pairs[p], _mm512_set1_epi32(load_i32(ab->bsums + 2 * p)));
+    isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(off, 5));
+    *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab->d)), _mm512_cvtepi32_ps(isum), *f);
+}
+
 /* Superblock k of a Q4_K / Q5_K panel, or of a Q6_K panel when six (panel: that superblock),
  * against T tokens, into their phase accumulators. */
 ALWAYS_INLINE void kq_superblock(bool six, int T, const void *panel, const void *a, size_t as, int k,
@@ -365,12 +464,7 @@ ALWAYS_INLINE void kq_superblock(bool six, int T, const void *panel, const void 
             k4_float_steps(isum[t], d, _mm512_load_ps(P4->dmin), (const __m512i *)P4->mins, ab[t], f);
             continue;
         }
-        __m512i off = _mm512_setzero_si512(); /* sum_j scale_j * bsum_j */
-        for (int p = 0; p < 8; p++)
-            off = _mm512_dpwssd_epi32(off, _mm512_load_si512(P6->scale_pairs[p]),
-                                      _mm512_set1_epi32(load_i32(ab[t]->bsums + 2 * p)));
-        isum[t] = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off, 5));
-        *f = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab[t]->d)), _mm512_cvtepi32_ps(isum[t]), *f);
+        q6_float_steps(isum[t], d, (const __m512i *)P6->scale_pairs, ab[t], f);
     }
 }
 
@@ -445,6 +539,50 @@ ALWAYS_INLINE void k4_kept_tile(int n, int nr, int T, const void *panel, const v
         const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->dmin));
         for (int t = 0; t < T; t++)
             k4_float_steps(isum[t], d, dmin, mins, ab[t], &acc[k % K_PHASES][t]);
+    }
+    store_panel(nr, T, acc, y, ys);
+}
+
+/* Kept Q6_K panels (q6_kept): Q6_K's ql and qh words as stored, so each group of four levels
+ * takes its low four bits from a nibble of an ql vector and its top two from an qh vector (the
+ * packing's operations, now in the tile: four or five per 64 products). */
+ALWAYS_INLINE void q6_kept_tile(int n, int nr, int T, const void *panel, const void *a, size_t as,
+                                float *y, size_t ys)
+{
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[K_PHASES][PANEL_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm512_setzero_ps());
+    const q6_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, K++) {
+        prefetch_ahead(K, sizeof *K);
+        const block_q8_k *ab[PANEL_TOKENS];
+        q8k_blocks(a, as, T, k, ab);
+        __m512i isum[PANEL_TOKENS], pairs[8];
+        for (int t = 0; t < T; t++)
+            isum[t] = _mm512_setzero_si512();
+        for (int j = 0; j < 16; j++) { /* levels 16j .. 16j + 15: 128h + 32i + 4 g8 */
+            const int h = j / 8, i = j % 8 / 2;
+            __m512i dot[PANEL_TOKENS];
+            for (int t = 0; t < T; t++)
+                dot[t] = _mm512_setzero_si512();
+            for (int g = 0; g < 4; g++) {
+                const int g8 = 4 * (j % 2) + g;
+                const __m512i b = _mm512_load_si512(K->ql[16 * h + 8 * (i & 1) + g8]);
+                const __m512i lo = _mm512_and_si512(i < 2 ? b : _mm512_srli_epi16(b, 4), low4);
+                const __m512i wv = _mm512_or_si512(lo, high_bits(_mm512_load_si512(K->qh[8 * h + g8]), 2 * i, false));
+                for (int t = 0; t < T; t++)
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(load_i32(ab[t]->qs + 16 * j + 4 * g)));
+            }
+            if (j % 2 == 0)
+                pairs[j / 2] = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *)K->scale[j / 2]));
+            const __m512i sc = j % 2 ? _mm512_srai_epi32(pairs[j / 2], 16)
+                                     : _mm512_srai_epi32(_mm512_slli_epi32(pairs[j / 2], 16), 16);
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)K->d));
+        for (int t = 0; t < T; t++)
+            q6_float_steps(isum[t], d, pairs, ab[t], &acc[k % K_PHASES][t]);
     }
     store_panel(nr, T, acc, y, ys);
 }
@@ -541,6 +679,18 @@ static void keep_q8_0(int n, int nr, const void *w, size_t ws, void *panel)
     pack_q32(true, q8_0_signed, half_scales, sizeof(block_q8_0), n, nr, w, ws, panel);
 }
 
+/* A kept Q8_0 panel into the packed tiles' q32_panels (mm_kept.unpack). */
+static void unpack_q8_0(int n, const void *kept, void *panel)
+{
+    const q8_kept *K = kept;
+    q32_panel *P = panel;
+    for (int i = 0; i < n / QK; i++, P++) {
+        const q8_kept *u = K + i / 2;
+        memcpy(P->q, u->q[i % 2], sizeof P->q);
+        _mm512_store_ps(P->d, _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)u->d[i % 2])));
+    }
+}
+
 /* 32-block panels, or kept Q8_0 panels when kept (a batch of up to MM_STREAM_TOKENS tokens
  * streams those from memory, asking for them ahead). */
 ALWAYS_INLINE void q32_tile(bool kept, int n, int nr, int T, const void *panel, const void *a,
@@ -588,6 +738,7 @@ DEFINE_STREAM_TILE8(stream_q5k, Q5K_STREAM)
 DEFINE_PACKED_TILE4(packed_q32, Q32_PACKED)
 DEFINE_PACKED_TILE4(kept_q8_0, Q8_KEPT)
 DEFINE_PACKED_TILE8(kept_q4k, k4_kept_tile)
+DEFINE_PACKED_TILE8(kept_q6k, q6_kept_tile)
 
 const mm_packed mm_q4_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS, k4_panel_bytes, pack_q4k, packed_k4, NULL, NULL, stream_q4k};
 const mm_packed mm_q5_k_packed_avx512 = {PANEL_ROWS, PANEL_TOKENS, PACK_TOKENS_Q5_Q6, k4_panel_bytes, pack_q5k, packed_k4, NULL, NULL, stream_q5k};
@@ -599,6 +750,12 @@ PACKED32(q4_0)
 PACKED32(iq4_nl)
 PACKED32(mxfp4)
 
-/* Kept forms: every batch from one token reads them (min_tokens 1, no streaming). */
-const mm_packed mm_q4_k_kept_avx512 = {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL};
-const mm_packed mm_q8_0_kept_avx512 = {PANEL_ROWS, PANEL32_TOKENS, 1, q8_kept_bytes, keep_q8_0, kept_q8_0, q32_act_bytes, q32_act_prep, NULL};
+/* Kept forms: every batch from one token reads them (min_tokens 1, no streaming); from WIDE_*
+ * tokens on, a row block's kept panels are unpacked into the packed tiles' panels first. */
+const mm_kept mm_q4_k_kept_avx512 = {
+    {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL}, 0, NULL};
+const mm_kept mm_q6_k_kept_avx512 = {
+    {PANEL_ROWS, PANEL_TOKENS, 1, q6_kept_bytes, keep_q6k, kept_q6k, NULL, NULL, NULL}, WIDE_Q6K, unpack_q6k};
+const mm_kept mm_q8_0_kept_avx512 = {
+    {PANEL_ROWS, PANEL32_TOKENS, 1, q8_kept_bytes, keep_q8_0, kept_q8_0, q32_act_bytes, q32_act_prep, NULL},
+    WIDE_Q8_0, unpack_q8_0};

@@ -85,6 +85,20 @@ typedef struct mm_packed {
                    size_t a_stride, float *y, size_t y_stride);
 } mm_packed;
 
+/* A type's kept form on a path (kern_keep, kern.h): panels made once per matrix that keep its
+ * size within a few percent (levels with their bits as stored, scales as bytes), so that decode
+ * reads them as fast as the blocks; every batch, one token or many, runs over them without
+ * packing. Their arithmetic is the packed tiles' (and so the ordinary tiles'). */
+typedef struct mm_kept {
+    mm_packed form; /* the kept panels and their tile (min_tokens 1, no stream) */
+    /* From wide_tokens tokens on (0: never) a row block's kept panels are unpacked into the
+     * packed tiles' panels (unpack: one panel of n inputs; the same rows per panel) in scratch
+     * first: the kept tile unpacks its levels for every tile of tokens, the packed tile once
+     * for the whole batch. */
+    int wide_tokens;
+    void (*unpack)(int n, const void *kept, void *panel);
+} mm_kept;
+
 typedef struct mm_kernel {
     mm_tile_fn tile;
     int rows, tokens; /* the largest tile */
@@ -93,11 +107,7 @@ typedef struct mm_kernel {
      * a few rows in flight. */
     int decode_rows;
     const mm_packed *packed; /* NULL: prefill uses the tile above */
-    /* NULL, or the path's kept form of the type (kern_keep, kern.h): panels made once per
-     * matrix, whose tile serves every batch from one token on (min_tokens 1, no stream). They
-     * keep the weights' size within a few percent, so decode reads them as fast as the blocks,
-     * and they compute exactly what the tiles above compute. */
-    const mm_packed *kept;
+    const mm_kept *kept; /* NULL: no kept form of the type on this path */
 } mm_kernel;
 
 /* An activation quantizer: exactly the bytes of the format's from_float. */
