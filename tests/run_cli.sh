@@ -56,8 +56,10 @@ printf 'Once upon a time' >"$tmp/prompt.txt"
 [ "$(cat "$tmp/out")" = "Once upon a time$want_text" ] || fail "run -f: $(cat "$tmp/out")"
 
 # --repack: the CPU's kept weights give the same logits, bit for bit, in a batch of one, of
-# three and of the whole prompt, and the same greedy tokens; where the path keeps Q4_K and Q8_0
-# (AVX-512 with VNNI and BF16) the memory line counts them, elsewhere nothing is repacked
+# three and of the whole prompt, and the same greedy tokens; where the path keeps Q4_K, Q6_K and
+# Q8_0 (AVX-512 with VNNI and BF16) the memory line counts them, elsewhere nothing is repacked.
+# They live in a file in the cache directory, made by the first run and used by the next
+export PRIMA_CACHE_DIR=$tmp/cache
 kept_expected=0
 grep -qw avx512_vnni /proc/cpuinfo && grep -qw avx512_bf16 /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo &&
     kept_expected=1
@@ -207,6 +209,30 @@ expect 1 "$tmp/none.gguf" "$prima" run -m "$tmp/none.gguf" -p hi
 expect 1 "$fixtures/README.md" "$prima" run -m "$fixtures/README.md" -p hi
 expect 2 "unknown option '--frobnicate'" "$prima" run -m "$model" -p hi --frobnicate
 expect 2 "--temp: expected a number" "$prima" run -m "$model" -p hi --temp warm
+# the file is made once and used again (not rewritten); a stale or damaged one is made again;
+# where the cache directory cannot be written the weights are kept in memory, with a warning
+if [ $kept_expected = 1 ]; then
+    km=$fixtures/models/synth-spm512-l4-e256-q4_k_m.gguf
+    kfile=$(ls "$tmp"/cache/synth-spm512-l4-e256-q4_k_m.gguf.*.kept 2>/dev/null)
+    [ -f "$kfile" ] || fail "--repack left no file of kept weights in $tmp/cache: $(ls "$tmp/cache")"
+    before=$(stat -c %Y.%i "$kfile")
+    sleep 1
+    "$prima" logits -m "$km" --tokens 1,5,9,22 -o "$tmp/again.f32" --repack >/dev/null 2>"$tmp/err" || fail "logits again"
+    [ "$(stat -c %Y.%i "$kfile")" = "$before" ] || fail "--repack rewrote its file"
+    "$prima" logits -m "$km" --tokens 1,5,9,22 -o "$tmp/plain4.f32" >/dev/null 2>&1
+    cmp -s "$tmp/again.f32" "$tmp/plain4.f32" || fail "--repack from its file changed the logits"
+    truncate -s -4096 "$kfile"
+    "$prima" logits -m "$km" --tokens 1,5,9,22 -o "$tmp/again.f32" --repack >/dev/null 2>"$tmp/err" || fail "logits, file cut"
+    cmp -s "$tmp/again.f32" "$tmp/plain4.f32" || fail "--repack after its file was cut changed the logits"
+    [ "$(stat -c %s "$kfile")" -gt 4096 ] && [ "$(stat -c %Y.%i "$kfile")" != "$before" ] ||
+        fail "a cut file of kept weights was not made again"
+    PRIMA_CACHE_DIR=/proc/no-such-dir "$prima" logits -m "$km" --tokens 1,5,9,22 -o "$tmp/again.f32" \
+        --repack >/dev/null 2>"$tmp/err" || fail "logits, no cache directory: $(cat "$tmp/err")"
+    grep -q "^prima: warning: repacked weights: .*; keeping them in memory$" "$tmp/err" ||
+        fail "no cache directory: $(cat "$tmp/err")"
+    cmp -s "$tmp/again.f32" "$tmp/plain4.f32" || fail "--repack in memory changed the logits"
+fi
+unset PRIMA_CACHE_DIR
 expect 2 "^prima: --repack is for one device: the devices of a ring read their model files as they are$" \
     "$prima" run -m "$model" -p hi --repack --workers 127.0.0.1:1 --insecure
 expect 2 "-n needs a value" "$prima" run -m "$model" -p hi -n

@@ -13,6 +13,7 @@
 #include "kernels/kern.h"
 #include "model/model.h"
 #include "model/spec.h"
+#include "util/cachedir.h"
 #include "util/sysmem.h"
 
 int default_threads(void)
@@ -61,7 +62,8 @@ int run_opts_apply_repack(const run_opts *o, model *m, kern_ctx *kc, const sessi
 {
     if (!o->repack)
         return 0;
-    /* the kept forms are about the size of the file's bytes, and the OS cannot reclaim them */
+    /* a copy the size of the weights: one the OS would evict and read again every token, like
+     * the model's pages, would gain nothing, and in memory it would crowd out everything else */
     uint64_t bytes = model_head_bytes(m);
     for (int il = 0; il < m->hp.n_layer; il++)
         bytes += model_layer_bytes(m, il);
@@ -79,7 +81,15 @@ int run_opts_apply_repack(const run_opts *o, model *m, kern_ctx *kc, const sessi
     }
     for (int il = 0; il < m->hp.n_layer; il++)
         cpu[il] = !engine_layer_on_gpu(s->e, il);
-    int64_t kept = model_keep_weights(m, kc, cpu, true, err, errlen);
+    /* in the cache directory, where the OS can reclaim them; in memory when that fails */
+    char dir[4096], why[4608];
+    int64_t kept = cache_dir(dir, sizeof dir) == 0
+                       ? model_keep_weights(m, kc, cpu, true, dir, why, sizeof why)
+                       : (snprintf(why, sizeof why, "no cache directory (set PRIMA_CACHE_DIR)"), -1);
+    if (kept < 0) {
+        fprintf(stderr, "prima: warning: repacked weights: %s; keeping them in memory\n", why);
+        kept = model_keep_weights(m, kc, cpu, true, NULL, err, errlen);
+    }
     free(cpu);
     return kept < 0 ? -1 : 0;
 }

@@ -129,10 +129,11 @@ static const cli_opt model_rows[] = {
      .help = "prompt tokens evaluated per batch (default 512)"},
     {"--mlock", NULL, CLI_FLAG, F(mlock), .help = "lock the model's weights in RAM"},
     {"--repack", NULL, CLI_FLAG, F(repack),
-     .help = "keep the weights of the layers run on the CPU repacked\n"
-             "in memory (AVX-512: Q4_K, Q8_0): faster decode and\n"
-             "small batches, but RAM the OS cannot reclaim as it does\n"
-             "the model file's pages (docs/kernels.md)"},
+     .help = "read the layers run on the CPU from a repacked copy\n"
+             "of their weights (AVX-512: Q4_K, Q6_K, Q8_0): faster\n"
+             "decode and small batches; the copy is a file in the\n"
+             "cache directory ($PRIMA_CACHE_DIR, else ~/.cache/prima),\n"
+             "made by the first run (docs/kernels.md)"},
     {"-ctk --cache-type-k", "T", CLI_STR, F(cache_type_k),
      .help = "KV cache type of the keys: f16 (default), q8_0 or q4_0\n"
              "(q8_0 about halves the cache; docs/kv-cache.md)"},

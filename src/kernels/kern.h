@@ -48,6 +48,9 @@ int kern_matmul(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out,
  * A kept matrix belongs to the path bound when it was made and computes exactly what kern_matmul
  * computes from the original. */
 size_t kern_keep_bytes(enum dtype wt, int n_in, int n_out); /* 0: no kept form of wt here */
+/* The name of the bound path's kept layouts: a kept matrix stored under another name is not
+ * one of these ("" when the path keeps nothing). */
+const char *kern_keep_layout(void);
 /* The kept form of W (as kern_matmul takes it) into dst: kern_keep_bytes, 64-byte aligned. */
 void kern_keep(kern_ctx *c, const void *w, enum dtype wt, int n_in, int n_out, void *dst);
 int kern_matmul_kept(kern_ctx *c, const void *kept, enum dtype wt, int n_in, int n_out,

@@ -383,6 +383,16 @@ static const mm_packed *kept_form(enum dtype wt)
     return kt && kt->tile && kt->tile->kept ? &kt->tile->kept->form : NULL;
 }
 
+const char *kern_keep_layout(void)
+{
+    for (int t = 0; t < DT_COUNT; t++) {
+        const kern_type *kt = kern_type_get((enum dtype)t);
+        if (kt && kt->tile && kt->tile->kept)
+            return kt->tile->kept->layout;
+    }
+    return "";
+}
+
 size_t kern_keep_bytes(enum dtype wt, int n_in, int n_out)
 {
     const mm_packed *P = kept_form(wt);

@@ -750,12 +750,16 @@ PACKED32(q4_0)
 PACKED32(iq4_nl)
 PACKED32(mxfp4)
 
+/* The kept panels' layout, for files of them: a new name with any change to k4_kept, q6_kept,
+ * q8_kept or their packing. */
+#define KEPT_LAYOUT "avx512-16rows-1"
+
 /* Kept forms: every batch from one token reads them (min_tokens 1, no streaming); from WIDE_*
  * tokens on, a row block's kept panels are unpacked into the packed tiles' panels first. */
 const mm_kept mm_q4_k_kept_avx512 = {
-    {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL}, 0, NULL};
+    {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL}, 0, NULL, KEPT_LAYOUT};
 const mm_kept mm_q6_k_kept_avx512 = {
-    {PANEL_ROWS, PANEL_TOKENS, 1, q6_kept_bytes, keep_q6k, kept_q6k, NULL, NULL, NULL}, WIDE_Q6K, unpack_q6k};
+    {PANEL_ROWS, PANEL_TOKENS, 1, q6_kept_bytes, keep_q6k, kept_q6k, NULL, NULL, NULL}, WIDE_Q6K, unpack_q6k, KEPT_LAYOUT};
 const mm_kept mm_q8_0_kept_avx512 = {
     {PANEL_ROWS, PANEL32_TOKENS, 1, q8_kept_bytes, keep_q8_0, kept_q8_0, q32_act_bytes, q32_act_prep, NULL},
-    WIDE_Q8_0, unpack_q8_0};
+    WIDE_Q8_0, unpack_q8_0, KEPT_LAYOUT};

@@ -97,6 +97,7 @@ typedef struct mm_kept {
      * for the whole batch. */
     int wide_tokens;
     void (*unpack)(int n, const void *kept, void *panel);
+    const char *layout; /* the path's name for its kept layouts (kern_keep_layout), all types' */
 } mm_kept;
 
 typedef struct mm_kernel {

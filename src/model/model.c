@@ -4,12 +4,14 @@
  * shape the hyper-parameters imply, and a type the kernels can compute with. After model_load
  * succeeds the engine can index weights without further checks. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/model.h"
@@ -466,6 +468,9 @@ void model_free(model *m)
     free(ma);
 }
 
+/* A file of kept forms: the header's page, then the kept forms (model_keep_weights). */
+#define KEEP_HEADER 4096
+
 /* The bytes of w's kept form, 0 when it has none or it is not a matrix. */
 static size_t kept_size(const gguf_tensor *w)
 {
@@ -474,64 +479,194 @@ static size_t kept_size(const gguf_tensor *w)
     return kern_keep_bytes(w->type, (int)w->ne[0], (int)w->ne[1]);
 }
 
-/* The matrices model_keep_weights keeps, with where their kept form goes: *slot, NULL when
- * kept already. Calls visit(m, w, slot, arg) for each; n of them. */
-static int keep_each(model *m, const bool *layers, bool output,
-                     void (*visit)(const gguf_tensor *w, const void **slot, void *arg), void *arg)
+/* Every matrix of the model with a kept form, in a fixed order (the layers' slots, then the
+ * output), as visit(w, slot, wanted, arg): slot is where its kept form goes, wanted whether the
+ * caller asked for it (layers, output) and it is not kept yet. */
+typedef void keep_visit_fn(const gguf_tensor *w, const void **slot, bool wanted, void *arg);
+static void keep_walk(model *m, const bool *layers, bool output, keep_visit_fn *visit, void *arg)
 {
-    int n = 0;
     for (int il = 0; il < m->hp.n_layer; il++)
-        for (int s = 0; (!layers || layers[il]) && s < LT_COUNT; s++)
-            if (!m->layers[il].kept[s] && kept_size(m->layers[il].t[s]))
-                visit(m->layers[il].t[s], &m->layers[il].kept[s], arg), n++;
-    if (output && !m->output_kept && kept_size(m->output))
-        visit(m->output, &m->output_kept, arg), n++;
-    return n;
+        for (int s = 0; s < LT_COUNT; s++)
+            if (kept_size(m->layers[il].t[s]))
+                visit(m->layers[il].t[s], &m->layers[il].kept[s],
+                      (!layers || layers[il]) && !m->layers[il].kept[s], arg);
+    if (kept_size(m->output))
+        visit(m->output, &m->output_kept, output && !m->output_kept, arg);
 }
 
+/* One walk: where the kept forms go (at + their offsets, or a file), and what is done. */
 struct keep_pass {
     kern_ctx *kc;
-    uint8_t *at; /* NULL: count the bytes only */
-    size_t bytes;
+    bool all;         /* every matrix (a file holds them all), not only the wanted ones */
+    uint8_t *at;      /* pack into memory here / point the wanted slots into it */
+    int fd;           /* >= 0: pack into this file at header + offset, through buf */
+    uint8_t *buf;
+    size_t offset;    /* the next kept form's */
+    int wanted, failed_errno;
 };
 
-static void keep_visit(const gguf_tensor *w, const void **slot, void *arg)
+/* Offsets are multiples of 64 (the panels are aligned). */
+static size_t keep_span(const gguf_tensor *w)
 {
-    struct keep_pass *k = arg;
-    const size_t b = (kept_size(w) + 63) & ~(size_t)63;
-    if (k->at) {
-        kern_keep(k->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], k->at + k->bytes);
-        *slot = k->at + k->bytes;
-        /* the file's pages of w are not read again here: out of this process's resident set,
-         * they are page cache the OS reclaims first */
-        mem_release((void *)w->data, (size_t)w->nbytes);
-    }
-    k->bytes += b;
+    return (kept_size(w) + 63) & ~(size_t)63;
 }
 
-int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output, char *err,
-                           size_t errlen)
+/* The file's pages of w, no longer read here once its kept form is: out of this process's
+ * resident set, they are page cache the OS reclaims first. */
+static void release_source(const gguf_tensor *w)
+{
+    mem_release((void *)w->data, (size_t)w->nbytes);
+}
+
+static void keep_visit(const gguf_tensor *w, const void **slot, bool wanted, void *arg)
+{
+    struct keep_pass *k = arg;
+    const size_t span = keep_span(w);
+    k->wanted += wanted;
+    if (k->fd >= 0 && !k->failed_errno) {
+        kern_keep(k->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], k->buf);
+        for (size_t done = 0; done < span && !k->failed_errno;) {
+            ssize_t n = pwrite(k->fd, k->buf + done, span - done, (off_t)(KEEP_HEADER + k->offset + done));
+            if (n > 0)
+                done += (size_t)n;
+            else if (n == 0 || errno != EINTR)
+                k->failed_errno = n == 0 ? EIO : errno;
+        }
+    } else if (k->at && (wanted || k->all)) {
+        if (!k->all)
+            kern_keep(k->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], k->at + k->offset);
+        if (wanted) {
+            *slot = k->at + k->offset;
+            release_source(w);
+        }
+    }
+    if (k->all || wanted)
+        k->offset += span;
+}
+
+/* A file of kept forms starts with this header (KEEP_HEADER bytes): what it was made from. */
+struct keep_header {
+    char magic[8];        /* "PRIMAKPT" */
+    uint32_t version, pad;
+    char layout[32];      /* kern_keep_layout() */
+    uint64_t model_bytes; /* the model file's size and modification time */
+    int64_t model_mtime_ns;
+    uint64_t data_bytes;  /* after the header */
+};
+
+static struct keep_header keep_header_of(const struct stat *st, size_t data_bytes)
+{
+    struct keep_header h = {.magic = "PRIMAKPT", .version = 1, .model_bytes = (uint64_t)st->st_size,
+                            .model_mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
+                            .data_bytes = data_bytes};
+    snprintf(h.layout, sizeof h.layout, "%s", kern_keep_layout());
+    return h;
+}
+
+/* Map the kept forms' file at path when it is the one `want` describes: its data, or NULL. */
+static void *keep_file_map(const char *path, const struct keep_header *want)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return NULL;
+    struct keep_header h;
+    struct stat st;
+    void *p = MAP_FAILED;
+    if (pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && !memcmp(&h, want, sizeof h) &&
+        fstat(fd, &st) == 0 && (uint64_t)st.st_size == KEEP_HEADER + h.data_bytes)
+        p = mmap(NULL, KEEP_HEADER + h.data_bytes, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* The file of kept forms for m in dir, made when missing or stale (written under a temporary
+ * name, then renamed: a run that stops half way leaves no damaged file behind). Its mapping
+ * (header included), or NULL with err. */
+static uint8_t *keep_file(model *m, kern_ctx *kc, const char *dir, size_t data_bytes, char *err,
+                          size_t errlen)
+{
+    struct stat st;
+    if (stat(m->file->path, &st) != 0) {
+        snprintf(err, errlen, "%s: %s", m->file->path, strerror(errno));
+        return NULL;
+    }
+    const struct keep_header want = keep_header_of(&st, data_bytes);
+    /* named by the model's path and the layout: FNV-1a over both */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *s = m->file->path; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    for (const char *s = want.layout; *s; s++)
+        h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    const char *base = strrchr(m->file->path, '/');
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%.200s.%016llx.kept", dir, base ? base + 1 : m->file->path,
+             (unsigned long long)h);
+    uint8_t *p = keep_file_map(path, &want);
+    if (p)
+        return p;
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t largest = 0;
+    for (int il = 0; il < m->hp.n_layer; il++)
+        for (int s = 0; s < LT_COUNT; s++)
+            largest = keep_span(m->layers[il].t[s]) > largest ? keep_span(m->layers[il].t[s]) : largest;
+    largest = keep_span(m->output) > largest ? keep_span(m->output) : largest;
+    struct keep_pass k = {.kc = kc, .all = true, .fd = fd, .buf = aligned_alloc(64, largest)};
+    if (fd >= 0 && k.buf) {
+        keep_walk(m, NULL, false, keep_visit, &k);
+        if (!k.failed_errno && pwrite(fd, &want, sizeof want, 0) != (ssize_t)sizeof want)
+            k.failed_errno = errno ? errno : EIO;
+    }
+    free(k.buf);
+    int e = fd < 0 ? errno : !k.buf ? ENOMEM : k.failed_errno;
+    if (fd >= 0 && close(fd) != 0 && !e)
+        e = errno;
+    if (!e && rename(tmp, path) != 0)
+        e = errno;
+    if (e) {
+        unlink(tmp);
+        snprintf(err, errlen, "%s: %s", path, strerror(e));
+        return NULL;
+    }
+    if (!(p = keep_file_map(path, &want)))
+        snprintf(err, errlen, "%s: cannot map it again", path);
+    return p;
+}
+
+int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output,
+                           const char *cache_dir, char *err, size_t errlen)
 {
     struct model_alloc *ma = (struct model_alloc *)m;
-    struct keep_pass k = {kc, NULL, 0};
-    if (keep_each(m, layers, output, keep_visit, &k) == 0)
+    struct keep_pass k = {.kc = kc, .all = cache_dir != NULL, .fd = -1};
+    keep_walk(m, layers, output, keep_visit, &k); /* counts */
+    if (k.wanted == 0)
         return 0;
-    const size_t bytes = k.bytes;
+    const size_t bytes = k.offset, map_bytes = (cache_dir ? KEEP_HEADER : 0) + bytes;
     struct kept_map *list = realloc(ma->kept, sizeof *list * (size_t)(ma->n_kept + 1));
-    if (list)
-        ma->kept = list;
-    void *p = list ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
-                   : MAP_FAILED;
-    if (p == MAP_FAILED) {
-        snprintf(err, errlen, "%s: out of memory for %zu MiB of repacked weights", m->file->path,
-                 bytes >> 20);
+    if (!list) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
-    madvise(p, bytes, MADV_HUGEPAGE); /* read in full every token: the TLB would be the limit */
-    k = (struct keep_pass){kc, p, 0};
-    keep_each(m, layers, output, keep_visit, &k);
-    mprotect(p, bytes, PROT_READ);
-    ma->kept[ma->n_kept++] = (struct kept_map){p, bytes};
+    ma->kept = list;
+    uint8_t *p;
+    if (cache_dir) {
+        if (!(p = keep_file(m, kc, cache_dir, bytes, err, errlen)))
+            return -1;
+        k = (struct keep_pass){.kc = kc, .all = true, .at = p + KEEP_HEADER, .fd = -1};
+    } else {
+        p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            snprintf(err, errlen, "%s: out of memory for %zu MiB of repacked weights",
+                     m->file->path, bytes >> 20);
+            return -1;
+        }
+        madvise(p, bytes, MADV_HUGEPAGE); /* read in full every token: the TLB would be the limit */
+        k = (struct keep_pass){.kc = kc, .at = p, .fd = -1};
+    }
+    keep_walk(m, layers, output, keep_visit, &k);
+    if (!cache_dir)
+        mprotect(p, bytes, PROT_READ);
+    ma->kept[ma->n_kept++] = (struct kept_map){p, map_bytes};
     ma->kept_bytes += bytes;
     return (int64_t)bytes;
 }

@@ -54,11 +54,15 @@ void model_free(model *m);
  * in the CPU path's kept form (kern_keep: interleaved rows, made once, about the size of the
  * file's bytes), for the types the path has one of: every engine then reads those instead of
  * the file, and a batch of a few tokens (speculative drafts, server slots) costs little more
- * than one. The kept weights are memory of the process, which the OS cannot reclaim as it does
- * the file's pages (--repack). Layers kept already stay. Returns the bytes kept now (0: none of
- * the types has a kept form here), or -1 with err when out of memory (nothing kept then). */
-int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output, char *err,
-                           size_t errlen);
+ * than one (--repack). Layers kept already stay.
+ * With cache_dir, the kept forms of all the model's matrices live in a file there, made by the
+ * first call for this model file and kernel layout and mapped by the later ones: page cache,
+ * which the OS reclaims and reads again as it does the model's. Without, they are memory of
+ * the process, which the OS cannot reclaim. Returns the bytes kept now (0: none of the types
+ * has a kept form here), or -1 with err (out of memory, the file cannot be written: nothing is
+ * kept then). */
+int64_t model_keep_weights(model *m, kern_ctx *kc, const bool *layers, bool output,
+                           const char *cache_dir, char *err, size_t errlen);
 /* Bytes of the kept forms model_keep_weights made. */
 uint64_t model_kept_bytes(const model *m);
 /* Lock the whole mapping in RAM (--mlock): weights are never paged out. */
