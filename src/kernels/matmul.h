@@ -28,6 +28,7 @@ extern const mm_packed mm_q8_0_packed_avx512, mm_q4_0_packed_avx512, mm_iq4_nl_p
     mm_mxfp4_packed_avx512;
 /* Kept forms (matmul_packed_avx512.c) */
 extern const mm_kept mm_q4_k_kept_avx512, mm_q6_k_kept_avx512, mm_q8_0_kept_avx512;
+extern const mm_kept mm_q4_k_kept_avx2, mm_q8_0_kept_avx2;
 
 /* AVX2 activation quantizers (bit for bit the reference ones). */
 void q8_0_quantize_avx2(const float *src, void *dst, int64_t n);

@@ -479,10 +479,10 @@ const mm_kernel mm_bf16_avx2 = {tile_bf16, 4, 3, 4, NULL, NULL};
  * two rows' independent work. One thread, 4096 x 14336 from DRAM, best of 40, three runs (ms,
  * one row against two): Q8_0 2.1-3.1 against 3.7-4.1; Q4_0 2.9-3.6 against 2.7-3.5, IQ4_NL
  * 2.9-3.5 against 2.7-3.4, MXFP4 2.7-4.2 against 2.6-3.9. */
-const mm_kernel mm_q4_k_avx2 = {tile_q4k, 4, 2, 1, &mm_q4_k_packed_avx2, NULL};
+const mm_kernel mm_q4_k_avx2 = {tile_q4k, 4, 2, 1, &mm_q4_k_packed_avx2, &mm_q4_k_kept_avx2};
 const mm_kernel mm_q5_k_avx2 = {tile_q5k, 4, 2, 1, &mm_q5_k_packed_avx2, NULL};
 const mm_kernel mm_q6_k_avx2 = {tile_q6k, 4, 2, 1, &mm_q6_k_packed_avx2, NULL};
-const mm_kernel mm_q8_0_avx2 = {tile_q8_0, 4, 3, 1, &mm_q8_0_packed_avx2, NULL};
+const mm_kernel mm_q8_0_avx2 = {tile_q8_0, 4, 3, 1, &mm_q8_0_packed_avx2, &mm_q8_0_kept_avx2};
 const mm_kernel mm_q4_0_avx2 = {tile_q4_0, 4, 3, 2, &mm_q4_0_packed_avx2, NULL};
 const mm_kernel mm_iq4_nl_avx2 = {tile_iq4_nl, 4, 3, 2, &mm_iq4_nl_packed_avx2, NULL};
 const mm_kernel mm_mxfp4_avx2 = {tile_mxfp4, 4, 3, 2, &mm_mxfp4_packed_avx2, NULL};

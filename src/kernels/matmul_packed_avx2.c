@@ -19,7 +19,11 @@
  *   Q6_K, levels + 32 <= 63: 16128 per vector, 2 vectors (32256): two per 16-level sub-block.
  * Four tokens per tile: 4 int16 sums and 4 superblock totals in registers, with the weight vector
  * and the broadcast activations, inside the 16 vector registers; the float accumulators are
- * touched once per superblock and may live in memory. */
+ * touched once per superblock and may live in memory.
+ *
+ * Q4_K and Q8_0 also have kept forms (mm_kernel.kept, matmul_packed_avx512.c says why): Q4_K's qs
+ * words of the 8 rows transposed, its scales and minimums bytes, d and dmin fp16 (1,184 bytes per
+ * superblock of 8 rows against 1,152); Q8_0's signed levels and fp16 d (the blocks' size). */
 #include "kernels/matmul_x86.h"
 
 #define PANEL_ROWS 8
@@ -41,7 +45,22 @@ typedef struct {
     float d[PANEL_ROWS];
 } q6_panel;
 
+/* One superblock of a kept Q4_K panel (32-byte aligned: a panel's superblocks follow each other). */
+typedef struct {
+    uint8_t q[4][8][PANEL_ROWS][4]; /* [c][g][row]: Q4_K's qs word 8c + g (sub-blocks 2c, 2c + 1) */
+    uint8_t scale[8][PANEL_ROWS];
+    uint8_t mins[4][PANEL_ROWS][2]; /* min 2p, min 2p + 1 */
+    uint16_t d[PANEL_ROWS], dmin[PANEL_ROWS]; /* fp16 */
+} k4_kept;
+
+/* Two blocks of a kept Q8_0 panel. */
+typedef struct {
+    int8_t q[2][8][PANEL_ROWS][4]; /* blocks 2u, 2u + 1: vector g holds levels 4g .. 4g + 3 */
+    uint16_t d[2][PANEL_ROWS];     /* fp16 */
+} q8_kept;
+
 _Static_assert(sizeof(k4_panel) % 64 == 0 && sizeof(q6_panel) % 64 == 0, "panels stay aligned");
+_Static_assert(sizeof(k4_kept) % 32 == 0 && sizeof(q8_kept) % 32 == 0, "kept panels stay aligned");
 
 /* Packing transposes: the 32-bit words at one offset of the 8 rows' blocks become one vector, row
  * r in lane r, so each panel vector costs a few operations where unpacking each row's levels and
@@ -103,6 +122,60 @@ static void pack_k4(bool five_bits, int n, int nr, const void *w, size_t ws, voi
             P->d[r] = half_f16c(((const block_q4_k *)rp[r])->d);
             P->dmin[r] = half_f16c(((const block_q4_k *)rp[r])->dmin);
         }
+    }
+}
+
+static void keep_q4k(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    k4_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, K++) {
+        const uint8_t *rp[PANEL_ROWS];
+        panel_rows(PANEL_ROWS, w, ws, nr, (size_t)k * sizeof(block_q4_k), sizeof(block_q4_k), rp);
+        for (int c = 0; c < 4; c++) {
+            __m256i in[PANEL_ROWS];
+            for (int r = 0; r < PANEL_ROWS; r++)
+                in[r] = load_once(rp[r] + offsetof(block_q4_k, qs) + 32 * c);
+            store_transposed(in, &K->q[c][0][0][0]);
+        }
+        for (int r = 0; r < PANEL_ROWS; r++) {
+            uint8_t sc[8], mn[8];
+            k4_unpack_scales(rp[r] + offsetof(block_q4_k, scales), sc, mn);
+            for (int j = 0; j < 8; j++) {
+                K->scale[j][r] = sc[j];
+                K->mins[j / 2][r][j % 2] = mn[j];
+            }
+            K->d[r] = ((const block_q4_k *)rp[r])->d;
+            K->dmin[r] = ((const block_q4_k *)rp[r])->dmin;
+        }
+    }
+}
+
+static size_t k4_kept_bytes(int n)
+{
+    return ((size_t)(n / QK_K) * sizeof(k4_kept) + 63) / 64 * 64;
+}
+
+/* A kept Q4_K panel into the packed tiles' k4_panels (mm_kept.unpack). */
+static void unpack_q4k(int n, const void *kept, void *panel)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const k4_kept *K = kept;
+    k4_panel *P = panel;
+    for (int k = 0; k < n / QK_K; k++, K++, P++) {
+        for (int c = 0; c < 4; c++)
+            for (int g = 0; g < 8; g++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)K->q[c][g]);
+                _mm256_store_si256((__m256i *)P->q[2 * c][g], _mm256_and_si256(v, low4));
+                _mm256_store_si256((__m256i *)P->q[2 * c + 1][g], _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+            }
+        for (int j = 0; j < 8; j++) {
+            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)K->scale[j]));
+            _mm256_store_si256((__m256i *)P->scale[j], _mm256_or_si256(s, _mm256_slli_epi32(s, 16)));
+        }
+        for (int p = 0; p < 4; p++)
+            _mm256_store_si256((__m256i *)P->mins[p], _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)K->mins[p])));
+        _mm256_store_ps(P->d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->d)));
+        _mm256_store_ps(P->dmin, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->dmin)));
     }
 }
 
@@ -198,6 +271,24 @@ ALWAYS_INLINE void store_panel_minus(int nr, int T, __m256 acc[K_PHASES][PANEL_T
     store_panel(nr, T, acc, y, ys);
 }
 
+/* The float steps of a Q4_K / Q5_K superblock for one token (activations ab): its scaled dots
+ * isum into f, and the minimums (mins[p]: the int16 pairs of sub-blocks 2p, 2p + 1) against the
+ * activations' sub-block sums into mf. */
+ALWAYS_INLINE void k4_float_steps(__m256i isum, __m256 d, __m256 dmin, const __m256i mins[4],
+                                  const block_q8_k *ab, __m256 *f, __m256 *mf)
+{
+    /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
+    int32_t pb[4];
+    _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab->bsums),
+                                                 _mm_loadu_si128((const __m128i *)(ab->bsums + 8))));
+    __m256i msum = _mm256_madd_epi16(mins[0], _mm256_set1_epi32(pb[0]));
+    for (int p = 1; p < 4; p++)
+        msum = _mm256_add_epi32(msum, _mm256_madd_epi16(mins[p], _mm256_set1_epi32(pb[p])));
+    const __m256 da = _mm256_set1_ps(ab->d);
+    *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum), *f);
+    *mf = _mm256_fmadd_ps(_mm256_mul_ps(dmin, da), _mm256_cvtepi32_ps(msum), *mf);
+}
+
 /* Q4_K and Q5_K (five) panels, or Q6_K panels when six; 8, 4 or 2 groups (span) add up in int16
  * before a madd. From panels (src), or, Q4_K and Q5_K, with stream straight from nr weight rows
  * (src, ws; mm_packed.stream): each superblock packed into a small buffer just before its
@@ -246,23 +337,59 @@ ALWAYS_INLINE void kq_packed_tile(bool six, bool five, bool stream, int n, int n
                 *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
                 continue;
             }
-            /* the eight sub-blocks' activation sums as int16, two per 32-bit word */
-            int32_t pb[4];
-            _mm_storeu_si128((__m128i *)pb, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ab[t]->bsums),
-                                                         _mm_loadu_si128((const __m128i *)(ab[t]->bsums + 8))));
-            __m256i msum = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P4->mins[0]), _mm256_set1_epi32(pb[0]));
-            for (int p = 1; p < 4; p++)
-                msum = _mm256_add_epi32(msum, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)P4->mins[p]),
-                                                                _mm256_set1_epi32(pb[p])));
-            __m256 *mf = &macc[k % K_PHASES][t];
-            *f = _mm256_fmadd_ps(_mm256_mul_ps(d, da), _mm256_cvtepi32_ps(isum[t]), *f);
-            *mf = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(P4->dmin), da), _mm256_cvtepi32_ps(msum), *mf);
+            k4_float_steps(isum[t], d, _mm256_load_ps(P4->dmin), (const __m256i *)P4->mins, ab[t], f,
+                           &macc[k % K_PHASES][t]);
         }
     }
     if (six)
         store_panel(nr, T, acc, y, ys);
     else
         store_panel_minus(nr, T, acc, macc, y, ys);
+}
+
+/* Kept Q4_K panels (k4_kept): sub-block j's levels are the low (j even) or high nibbles of
+ * the words of pair j / 2, split as they are loaded; its scale a byte per row, widened to the
+ * pair madd takes. A batch streams them from memory in every case: they are asked for ahead. */
+ALWAYS_INLINE void k4_kept_tile(int n, int nr, int T, const void *panel, const void *a, size_t as,
+                                float *y, size_t ys)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[K_PHASES][PANEL_TOKENS], macc[K_PHASES][PANEL_TOKENS];
+    TILE_ZERO(acc, K_PHASES, T, _mm256_setzero_ps());
+    TILE_ZERO(macc, K_PHASES, T, _mm256_setzero_ps());
+    const k4_kept *K = panel;
+    for (int k = 0; k < n / QK_K; k++, K++) {
+        prefetch_ahead(K, sizeof *K);
+        const block_q8_k *ab[PANEL_TOKENS];
+        q8k_blocks(a, as, T, k, ab);
+        __m256i isum[PANEL_TOKENS];
+        for (int t = 0; t < T; t++)
+            isum[t] = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i dot[PANEL_TOKENS];
+            for (int g = 0; g < 8; g++) {
+                const __m256i v = _mm256_load_si256((const __m256i *)K->q[j / 2][g]);
+                const __m256i wv = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, low4);
+                for (int t = 0; t < T; t++) {
+                    __m256i p = _mm256_maddubs_epi16(wv, _mm256_set1_epi32(load_i32(ab[t]->qs + 32 * j + 4 * g)));
+                    dot[t] = g == 0 ? p : _mm256_add_epi16(dot[t], p);
+                    __asm__("" : "+x"(dot[t])); /* one chain per token, in order (scaled_dots) */
+                }
+            }
+            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)K->scale[j]));
+            const __m256i sc = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+            for (int t = 0; t < T; t++)
+                isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(dot[t], sc));
+        }
+        __m256i mins[4];
+        for (int p = 0; p < 4; p++)
+            mins[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)K->mins[p]));
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->d));
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->dmin));
+        for (int t = 0; t < T; t++)
+            k4_float_steps(isum[t], d, dmin, mins, ab[t], &acc[k % K_PHASES][t], &macc[k % K_PHASES][t]);
+    }
+    store_panel_minus(nr, T, acc, macc, y, ys);
 }
 
 #define Q4K_PACKED(n, nr, T, panel, ...) kq_packed_tile(false, false, false, n, nr, T, panel, 0, __VA_ARGS__)
@@ -275,6 +402,7 @@ DEFINE_PACKED_TILE4(packed_q5k, Q5K_PACKED)
 DEFINE_PACKED_TILE4(packed_q6k, Q6K_PACKED)
 DEFINE_STREAM_TILE4(stream_q4k, Q4K_STREAM)
 DEFINE_STREAM_TILE4(stream_q5k, Q5K_STREAM)
+DEFINE_PACKED_TILE4(kept_q4k, k4_kept_tile)
 
 /* ---- 32-blocks (Q8_0, Q4_0, IQ4_NL, MXFP4) with Q8_0 activations ----
  * A block's 8 x 32 levels as 8 vectors, vector g holding levels 4g .. 4g + 3 of the 8 rows,
@@ -345,11 +473,40 @@ DEFINE_PACK32(q4_0, q4_0_signed, block_d, block_q4_0, 8)
 DEFINE_PACK32(iq4_nl, iq4_nl_signed, block_d, block_iq4_nl, 0)
 DEFINE_PACK32(mxfp4, mxfp4_signed, mxfp4_d, block_mxfp4, 0)
 
+static void keep_q8_0(int n, int nr, const void *w, size_t ws, void *panel)
+{
+    q8_kept *K = panel;
+    for (int i = 0; i < n / QK; i++) {
+        _Alignas(32) float d[PANEL_ROWS];
+        pack_q32_block(q8_0_signed, block_d, sizeof(block_q8_0), 0, i, nr, w, ws,
+                       (uint8_t *)&K[i / 2].q[i % 2][0][0][0], d);
+        /* back to the fp16 they came from, exactly */
+        _mm_storeu_si128((__m128i *)K[i / 2].d[i % 2], _mm256_cvtps_ph(_mm256_load_ps(d), _MM_FROUND_TO_NEAREST_INT));
+    }
+}
+
+static size_t q8_kept_bytes(int n)
+{
+    return ((size_t)(n / QK + 1) / 2 * sizeof(q8_kept) + 63) / 64 * 64;
+}
+
+/* A kept Q8_0 panel into the packed tiles' panels (mm_kept.unpack). */
+static void unpack_q8_0(int n, const void *kept, void *panel)
+{
+    const q8_kept *K = kept;
+    uint8_t *q = panel;
+    float *d = (float *)(q + q32_levels_bytes(n));
+    for (int i = 0; i < n / QK; i++) {
+        memcpy(q + (size_t)i * QK * PANEL_ROWS, K[i / 2].q[i % 2], QK * PANEL_ROWS);
+        _mm256_store_ps(d + (size_t)i * PANEL_ROWS, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K[i / 2].d[i % 2])));
+    }
+}
+
 /* Panels of a 32-block type (src), Q4_0's with offset (levels + 8), else signed levels; or with
  * stream straight from nr weight rows (src, ws), each block packed just before its products
- * (kq_packed_tile). */
+ * (kq_packed_tile); or kept Q8_0 panels (kept: their d fp16, asked for ahead). */
 ALWAYS_INLINE void q32_packed_tile(weights32_fn weights, scale32_fn scale, size_t block_bytes, bool offset,
-                                   bool stream, int n, int nr, int T, const void *src, size_t ws,
+                                   bool stream, bool kept, int n, int nr, int T, const void *src, size_t ws,
                                    const void *a, size_t as, float *y, size_t ys)
 {
     const int nb = n / QK;
@@ -365,6 +522,12 @@ ALWAYS_INLINE void q32_packed_tile(weights32_fn weights, scale32_fn scale, size_
             pack_q32_block(weights, scale, block_bytes, offset ? 8 : 0, i, nr, src, ws, qb, db);
             q = qb;
             d = db;
+        }
+        const q8_kept *K = (const q8_kept *)src + i / 2;
+        if (kept) {
+            if (i % 2 == 0)
+                prefetch_ahead(K, sizeof *K);
+            q = (const uint8_t *)&K->q[i % 2][0][0][0];
         }
         const q32_act *ab[PANEL32_TOKENS];
         __m256i dot[PANEL32_TOKENS];
@@ -389,7 +552,7 @@ ALWAYS_INLINE void q32_packed_tile(weights32_fn weights, scale32_fn scale, size_
         if (offset)
             for (int t = 0; t < T; t++)
                 dot[t] = _mm256_add_epi32(_mm256_madd_epi16(dot[t], ones), _mm256_set1_epi32(ab[t]->neg));
-        const __m256 dv = _mm256_load_ps(d);
+        const __m256 dv = kept ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->d[i % 2])) : _mm256_load_ps(d);
         for (int t = 0; t < T; t++) {
             __m256 *f = &acc[i % K_PHASES][t];
             *f = _mm256_fmadd_ps(_mm256_mul_ps(dv, _mm256_set1_ps(ab[t]->d)), _mm256_cvtepi32_ps(dot[t]), *f);
@@ -406,13 +569,16 @@ ALWAYS_INLINE void q32_packed_tile(weights32_fn weights, scale32_fn scale, size_
  * 5.2-5.5; Q4_0, IQ4_NL and MXFP4 within 5 % at 2 and 4 tokens, 8 tokens 6.3-8.8 against
  * 7.0-9.2 (Q4_0 10-20 % slower). */
 #define Q32_PACKED(n, nr, T, panel, ...) \
-    q32_packed_tile(q8_0_signed, block_d, 0, false, false, n, nr, T, panel, 0, __VA_ARGS__)
+    q32_packed_tile(q8_0_signed, block_d, 0, false, false, false, n, nr, T, panel, 0, __VA_ARGS__)
 #define Q4_0_PACKED(n, nr, T, panel, ...) \
-    q32_packed_tile(q4_0_signed, block_d, 0, true, false, n, nr, T, panel, 0, __VA_ARGS__)
-#define Q8_0_STREAM(...) q32_packed_tile(q8_0_signed, block_d, sizeof(block_q8_0), false, true, __VA_ARGS__)
+    q32_packed_tile(q4_0_signed, block_d, 0, true, false, false, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q8_0_KEPT(n, nr, T, panel, ...) \
+    q32_packed_tile(q8_0_signed, block_d, 0, false, false, true, n, nr, T, panel, 0, __VA_ARGS__)
+#define Q8_0_STREAM(...) q32_packed_tile(q8_0_signed, block_d, sizeof(block_q8_0), false, true, false, __VA_ARGS__)
 DEFINE_PACKED_TILE8(packed_q32, Q32_PACKED)
 DEFINE_PACKED_TILE8(packed_q4_0, Q4_0_PACKED)
 DEFINE_STREAM_TILE8(stream_q8_0, Q8_0_STREAM)
+DEFINE_PACKED_TILE8(kept_q8_0, Q8_0_KEPT)
 
 /* The smallest batch that packs. One thread, a 4096 x 14336 matrix from DRAM, best of 20-30 (ms,
  * ordinary tiles against packed, two runs): Q4_K 4 tokens 5.1-6.2 against 4.1-6.2, 8 tokens
@@ -440,3 +606,17 @@ PACKED32(q8_0, packed_q32, stream_q8_0)
 PACKED32(q4_0, packed_q4_0, NULL)
 PACKED32(iq4_nl, packed_q32, NULL)
 PACKED32(mxfp4, packed_q32, NULL)
+
+/* Kept forms (types.h), and the batches that unpack them first: one thread, 4096 x 14336 (ms,
+ * the kept tile against unpacking, the packed tiles from the weights beside): Q4_K 16 tokens 7.9
+ * against 9.2 (9.3), 24 11.9-12.5 against 12.6-13.2, 32 18.4 against 15.8 (16.7), 64 31.8
+ * against 29.6 (31.7), 512 260 against 237 (233); Q8_0 16 12.9 against 15.7 (15.1), 64 49.8
+ * against 52.1 (51.0), 128 101-143 against 169-172, 512 512 against 402 (408). */
+#define KEPT_LAYOUT "avx2-8rows-1"
+#define WIDE_Q4K 32
+#define WIDE_Q8_0 256
+const mm_kept mm_q4_k_kept_avx2 = {
+    {PANEL_ROWS, PANEL_TOKENS, 1, k4_kept_bytes, keep_q4k, kept_q4k, NULL, NULL, NULL}, WIDE_Q4K, unpack_q4k, KEPT_LAYOUT};
+const mm_kept mm_q8_0_kept_avx2 = {
+    {PANEL_ROWS, PANEL32_TOKENS, 1, q8_kept_bytes, keep_q8_0, kept_q8_0, q32_act_bytes, q32_act_prep, NULL},
+    WIDE_Q8_0, unpack_q8_0, KEPT_LAYOUT};
