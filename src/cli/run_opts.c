@@ -130,10 +130,10 @@ static const cli_opt model_rows[] = {
     {"--mlock", NULL, CLI_FLAG, F(mlock), .help = "lock the model's weights in RAM"},
     {"--repack", NULL, CLI_FLAG, F(repack),
      .help = "read the layers run on the CPU from a repacked copy\n"
-             "of their weights (AVX-512: Q4_K, Q6_K, Q8_0): faster\n"
-             "decode and small batches; the copy is a file in the\n"
-             "cache directory ($PRIMA_CACHE_DIR, else ~/.cache/prima),\n"
-             "made by the first run (docs/kernels.md)"},
+             "of their weights (x86: Q4_K, Q8_0, on AVX-512 also Q6_K):\n"
+             "faster decode and small batches; the copy is a file in\n"
+             "the cache directory ($PRIMA_CACHE_DIR, else\n"
+             "~/.cache/prima), made by the first run (docs/kernels.md)"},
     {"-ctk --cache-type-k", "T", CLI_STR, F(cache_type_k),
      .help = "KV cache type of the keys: f16 (default), q8_0 or q4_0\n"
              "(q8_0 about halves the cache; docs/kv-cache.md)"},
