@@ -605,21 +605,22 @@ static uint8_t *keep_file(model *m, kern_ctx *kc, const char *dir, size_t data_b
     if (p)
         return p;
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    size_t largest = 0;
+    size_t largest = keep_span(m->output);
     for (int il = 0; il < m->hp.n_layer; il++)
         for (int s = 0; s < LT_COUNT; s++)
             largest = keep_span(m->layers[il].t[s]) > largest ? keep_span(m->layers[il].t[s]) : largest;
-    largest = keep_span(m->output) > largest ? keep_span(m->output) : largest;
-    struct keep_pass k = {.kc = kc, .all = true, .fd = fd, .buf = aligned_alloc(64, largest)};
-    if (fd >= 0 && k.buf) {
+    struct keep_pass k = {.kc = kc, .all = true, .fd = -1, .buf = aligned_alloc(64, largest)};
+    int e = k.buf ? 0 : ENOMEM;
+    if (!e && (k.fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        e = errno;
+    if (!e) {
         keep_walk(m, NULL, false, keep_visit, &k);
-        if (!k.failed_errno && pwrite(fd, &want, sizeof want, 0) != (ssize_t)sizeof want)
-            k.failed_errno = errno ? errno : EIO;
+        e = k.failed_errno;
+        if (!e && pwrite(k.fd, &want, sizeof want, 0) != (ssize_t)sizeof want)
+            e = errno ? errno : EIO;
     }
     free(k.buf);
-    int e = fd < 0 ? errno : !k.buf ? ENOMEM : k.failed_errno;
-    if (fd >= 0 && close(fd) != 0 && !e)
+    if (k.fd >= 0 && close(k.fd) != 0 && !e)
         e = errno;
     if (!e && rename(tmp, path) != 0)
         e = errno;
