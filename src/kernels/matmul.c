@@ -328,7 +328,7 @@ static int matmul_run(kern_ctx *c, const void *w, enum dtype wt, bool kept, int 
         rows_per_block = round_block((long)(DECODE_BLOCK_BYTES / w_stride), tile_rows);
         tokens_per_block = n_tokens;
     } else {
-        rows_per_block = round_block((long)(WEIGHT_BLOCK_BYTES / w_stride), tile_rows);
+        rows_per_block = prefill_block_rows(wt, n_in, tile_rows);
         tokens_per_block = min_int(n_tokens, round_block((long)(ACT_BLOCK_BYTES / a_stride), tile_tokens));
     }
     /* Enough blocks that every thread gets several, for balance. */
