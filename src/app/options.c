@@ -57,23 +57,26 @@ int run_opts_apply_kv(const run_opts *o, model *m, char *err, size_t errlen)
     return 0;
 }
 
+int run_opts_check_repack(const run_opts *o, const model *m, char *err, size_t errlen)
+{
+    /* a copy the size of the weights: one the OS would evict and read again every token, like
+     * the model's pages, would gain nothing, and in memory it would crowd out everything else */
+    const uint64_t bytes = model_weight_bytes(m), budget = sysmem_weight_budget();
+    if (!o->repack || bytes <= budget)
+        return 0;
+    snprintf(err, errlen, "repacking the weights: the model's weights (%llu MiB) exceed this "
+             "device's memory budget (%llu MiB)", (unsigned long long)(bytes >> 20),
+             (unsigned long long)(budget >> 20));
+    return -1;
+}
+
 int run_opts_apply_repack(const run_opts *o, model *m, kern_ctx *kc, const session *s, char *err,
                           size_t errlen)
 {
     if (!o->repack)
         return 0;
-    /* a copy the size of the weights: one the OS would evict and read again every token, like
-     * the model's pages, would gain nothing, and in memory it would crowd out everything else */
-    uint64_t bytes = model_head_bytes(m);
-    for (int il = 0; il < m->hp.n_layer; il++)
-        bytes += model_layer_bytes(m, il);
-    const uint64_t budget = sysmem_weight_budget();
-    if (bytes > budget) {
-        snprintf(err, errlen, "repacking the weights: the model's weights (%llu MiB) exceed this "
-                 "device's memory budget (%llu MiB)", (unsigned long long)(bytes >> 20),
-                 (unsigned long long)(budget >> 20));
+    if (run_opts_check_repack(o, m, err, errlen))
         return -1;
-    }
     bool *cpu = malloc(sizeof *cpu * (size_t)m->hp.n_layer);
     if (!cpu) {
         snprintf(err, errlen, "out of memory");

@@ -80,9 +80,12 @@ uint64_t run_opts_fresh_seed(void);
 struct model;
 /* Give m's KV cache the types of o (kv_type): 0, or -1 with err. */
 int run_opts_apply_kv(const run_opts *o, struct model *m, char *err, size_t errlen);
-/* --repack: the layers session s runs on the CPU, and the output, kept packed
- * (model_keep_weights): in a file in the cache directory (util/cachedir.h), or in memory, with a
- * warning, when that fails. 0 (also when not asked for), or -1 with err. */
+/* --repack against the device's weight budget (util/sysmem.h): 0 when not asked for or the
+ * model's weights fit, else -1 with err. */
+int run_opts_check_repack(const run_opts *o, const struct model *m, char *err, size_t errlen);
+/* --repack: run_opts_check_repack, then the layers session s runs on the CPU, and the output,
+ * kept packed (model_keep_weights): in a file in the cache directory (util/cachedir.h), or in
+ * memory, with a warning, when that fails. 0 (also when not asked for), or -1 with err. */
 int run_opts_apply_repack(const run_opts *o, struct model *m, kern_ctx *kc, const session *s,
                           char *err, size_t errlen);
 /* The default thread count: the online CPUs, at most KERN_MAX_THREADS. */

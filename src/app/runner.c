@@ -28,20 +28,14 @@ static bool lone_pages_by_expert(const runner *r)
     const model *m = r->m;
     if (m->hp.n_expert == 0 || r->n_seq > 1 || r->spec || r->o.n_gpu_layers > 0)
         return false;
-    uint64_t bytes = model_head_bytes(m);
-    for (int il = 0; il < m->hp.n_layer; il++)
-        bytes += model_layer_bytes(m, il);
-    return bytes > sysmem_weight_budget();
+    return model_weight_bytes(m) > sysmem_weight_budget();
 }
 
 int runner_session(runner *r, char *err, size_t errlen)
 {
     bool lone = !ring_args_active(&r->ra) && lone_pages_by_expert(r);
-    if (lone && r->o.repack) {
-        snprintf(err, errlen, "repacking the weights: the model's weights exceed this device's "
-                 "memory budget");
+    if (lone && run_opts_check_repack(&r->o, r->m, err, errlen))
         return -1;
-    }
     if (lone)
         fprintf(stderr, "prima: the model's weights exceed this device's memory budget: paging "
                 "its experts (a ring of this device alone)\n");

@@ -799,6 +799,14 @@ double model_layer_token_bytes(const model *m, int il)
     return b;
 }
 
+uint64_t model_weight_bytes(const model *m)
+{
+    uint64_t bytes = model_head_bytes(m);
+    for (int il = 0; il < m->hp.n_layer; il++)
+        bytes += model_layer_bytes(m, il);
+    return bytes;
+}
+
 uint64_t model_head_bytes(const model *m)
 {
     uint64_t sum = m->tok_embd->nbytes + m->output_norm->nbytes;

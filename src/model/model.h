@@ -98,6 +98,8 @@ uint64_t model_layer_bytes(const model *m, int il);
 /* Of those, the bytes one token reads: a layer of experts' k of n_expert experts (the mean). */
 double model_layer_token_bytes(const model *m, int il);
 uint64_t model_head_bytes(const model *m);
+/* The head's bytes and every layer's: what a device running the whole model alone keeps. */
+uint64_t model_weight_bytes(const model *m);
 
 typedef struct engine engine;
 
