@@ -307,6 +307,13 @@ static int matmul(engine *e, const gguf_tensor *w, const void *kept, const float
     return kern_matmul(e->kc, w->data, w->type, (int)w->ne[0], (int)w->ne[1], x, n, y);
 }
 
+/* The same for the matrix in slot `slot` of layer il. */
+static int slot_matmul(engine *e, int il, int slot, const float *x, int n, float *y)
+{
+    const model_layer *l = &e->m->layers[il];
+    return matmul(e, l->t[slot], l->kept[slot], x, n, y);
+}
+
 static void rmsnorm_rows(float *out, const float *x, const gguf_tensor *w, int n, int dim,
                          float eps)
 {
@@ -466,7 +473,7 @@ static int moe(engine *e, int il, const layer_op *op, int n)
     const int n_x = hp->n_expert, k = hp->n_expert_used, d = hp->n_embd, ff = hp->n_ff;
     const float *in = e->buf[op->src];
     float *out = e->buf[op->dst], *xg = e->buf[LB_XG], *gate = e->buf[LB_GATE];
-    if (matmul(e, w[0], e->m->layers[il].kept[op->w], in, n, e->scores))
+    if (slot_matmul(e, il, op->w, in, n, e->scores))
         return -1;
     if (b)
         add_bias_rows(e->scores, b[0], n, n_x);
@@ -534,7 +541,7 @@ static int run_op(engine *e, int il, const layer_op *op, int n, const int32_t *p
         return 0;
     }
     case LOP_MATMUL:
-        if (matmul(e, w[op->w], e->m->layers[il].kept[op->w], src, n, dst))
+        if (slot_matmul(e, il, op->w, src, n, dst))
             return -1;
         if (op->b != LOP_NONE)
             add_bias_rows(dst, w[op->b], n, (int)width);
