@@ -155,6 +155,13 @@ static size_t k4_kept_bytes(int n)
     return ((size_t)(n / QK_K) * sizeof(k4_kept) + 63) / 64 * 64;
 }
 
+/* Sub-block j's scale of the 8 rows as the int16 pair (scale, scale) the madd takes. */
+ALWAYS_INLINE __m256i k4_kept_scale(const k4_kept *K, int j)
+{
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)K->scale[j]));
+    return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+}
+
 /* A kept Q4_K panel into the packed tiles' k4_panels (mm_kept.unpack). */
 static void unpack_q4k(int n, const void *kept, void *panel)
 {
@@ -168,10 +175,8 @@ static void unpack_q4k(int n, const void *kept, void *panel)
                 _mm256_store_si256((__m256i *)P->q[2 * c][g], _mm256_and_si256(v, low4));
                 _mm256_store_si256((__m256i *)P->q[2 * c + 1][g], _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
             }
-        for (int j = 0; j < 8; j++) {
-            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)K->scale[j]));
-            _mm256_store_si256((__m256i *)P->scale[j], _mm256_or_si256(s, _mm256_slli_epi32(s, 16)));
-        }
+        for (int j = 0; j < 8; j++)
+            _mm256_store_si256((__m256i *)P->scale[j], k4_kept_scale(K, j));
         for (int p = 0; p < 4; p++)
             _mm256_store_si256((__m256i *)P->mins[p], _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)K->mins[p])));
         _mm256_store_ps(P->d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)K->d)));
@@ -376,8 +381,7 @@ ALWAYS_INLINE void k4_kept_tile(int n, int nr, int T, const void *panel, const v
                     __asm__("" : "+x"(dot[t])); /* one chain per token, in order (scaled_dots) */
                 }
             }
-            const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)K->scale[j]));
-            const __m256i sc = _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+            const __m256i sc = k4_kept_scale(K, j);
             for (int t = 0; t < T; t++)
                 isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(dot[t], sc));
         }

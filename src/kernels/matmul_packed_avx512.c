@@ -13,12 +13,13 @@
  * Eight tokens per tile: 8 sums, 8 superblock totals and 8 accumulators in registers, and each
  * loaded weight vector serves 8 instructions.
  *
- * Q4_K and Q8_0 also have a kept form (mm_kernel.kept): panels made once per matrix, which every
- * batch reads, decode included, so they keep the weights' size: Q4_K's levels stay two to a byte
- * (the 32-bit words of the 16 rows' blocks transposed, nothing else; the tile splits the nibbles,
- * three operations per two vectors), its scales and minimums stay bytes and d, dmin fp16, widened
- * as they are loaded (2,368 bytes per superblock of 16 rows against 2,304); Q8_0's levels are
- * bytes + 128 and its d fp16 (the size of the blocks). Their arithmetic is the packed tiles'. */
+ * Q4_K, Q6_K and Q8_0 also have a kept form (mm_kernel.kept): panels made once per matrix, which
+ * every batch reads, decode included, so they keep the weights' size: Q4_K's levels stay two to
+ * a byte (the 32-bit words of the 16 rows' blocks transposed, nothing else; the tile splits the
+ * nibbles, three operations per two vectors), its scales and minimums stay bytes and d, dmin
+ * fp16, widened as they are loaded (2,368 bytes per superblock of 16 rows against 2,304); Q6_K
+ * keeps its ql and qh words (3,392 against 3,360); Q8_0's levels are bytes + 128 and its d fp16
+ * (the size of the blocks). Their arithmetic is the packed tiles'. */
 #include "kernels/matmul_avx512.h"
 
 #define PANEL_ROWS 16
@@ -249,7 +250,6 @@ ALWAYS_INLINE void pack_k4(bool five_bits, bool kept, int n, int nr, const void 
     }
 }
 
-/* Q6_K rows into q6_panels, or into q6_kept panels when kept. */
 /* A Q6_K panel's scales from their int16 pairs (pairs[p]: sub-blocks 2p, 2p + 1 of each row). */
 ALWAYS_INLINE void q6_store_scales(q6_panel *P, const __m512i pairs[8])
 {
@@ -276,6 +276,7 @@ ALWAYS_INLINE void q6_store_levels(q6_panel *P, const __m512i ql[32], const __m5
             }
 }
 
+/* Q6_K rows into q6_panels, or into q6_kept panels when kept. */
 ALWAYS_INLINE void pack_q6(bool kept, int n, int nr, const void *w, size_t ws, void *panel)
 {
     q6_panel *P = panel;
@@ -369,7 +370,6 @@ static size_t k4_kept_bytes(int n)
 {
     return (size_t)(n / QK_K) * sizeof(k4_kept);
 }
-
 
 static size_t k4_panel_bytes(int n)
 {
