@@ -334,9 +334,10 @@ static int run(int argc, char **argv)
         const int *bs = matvec_shapes[BATCH_SHAPE];
         for (size_t n = 0; n < sizeof batch_tokens / sizeof batch_tokens[0] && !rc; n++)
             rc = bench_stream(&o, cn, (enum dtype)t, false, bs[0], bs[1], batch_tokens[n], bw[1], one, &secs);
-        if (!rc && kern_keep_bytes((enum dtype)t, bs[0], bs[1]))
+        const bool kept = kern_keep_bytes((enum dtype)t, bs[0], bs[1]) != 0;
+        if (!rc && kept)
             rc = bench_stream(&o, cn, (enum dtype)t, true, bs[0], bs[1], 1, bw[1], 0, &one);
-        for (size_t n = 0; !rc && kern_keep_bytes((enum dtype)t, bs[0], bs[1]) && n < sizeof batch_tokens / sizeof batch_tokens[0]; n++)
+        for (size_t n = 0; !rc && kept && n < sizeof batch_tokens / sizeof batch_tokens[0]; n++)
             rc = bench_stream(&o, cn, (enum dtype)t, true, bs[0], bs[1], batch_tokens[n], bw[1], one, &secs);
         for (size_t n = 0; n < sizeof prefill_tokens / sizeof prefill_tokens[0] && !rc; n++)
             rc = bench_prefill(&o, cn, (enum dtype)t, prefill_tokens[n], peak[1]);
